@@ -1,0 +1,82 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/bench"
+)
+
+func scenariosOf(t *testing.T, args ...string) []bench.Scenario {
+	t.Helper()
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	scs, err := o.scenarioList()
+	if err != nil {
+		t.Fatalf("scenarios of %v: %v", args, err)
+	}
+	return scs
+}
+
+func TestDefaultsAreTheIssueSizes(t *testing.T) {
+	scs := scenariosOf(t)
+	if len(scs) != 10 {
+		t.Fatalf("got %d scenarios, want 10", len(scs))
+	}
+	if got := scs[0]; got.Rows != 200_000 || got.TxSize != 1 || len(got.Contenders) != 4 {
+		t.Errorf("first scenario %+v: want a 200,000-row drain of single-row transactions by every contender", got)
+	}
+	var rates []int
+	for _, sc := range scs {
+		if sc.Kind == bench.Steady {
+			if sc.Duration != time.Minute {
+				t.Errorf("%s runs %v, want 1m", sc.Name, sc.Duration)
+			}
+			rates = append(rates, sc.Rate)
+		}
+	}
+	if got := len(rates); got != 4 {
+		t.Errorf("got %d steady scenarios (%v), want 4", got, rates)
+	}
+}
+
+func TestQuickAndExplicitSizes(t *testing.T) {
+	scs := scenariosOf(t, "-quick", "-rows", "300", "-steady", "2s", "-rates", "100")
+	for _, sc := range scs {
+		switch {
+		case sc.Kind == bench.Drain && !sc.Memory && sc.Payload == 300 && sc.Rows != 300:
+			t.Errorf("%s: %d rows, want 300", sc.Name, sc.Rows)
+		case sc.Kind == bench.Steady && sc.Duration != 2*time.Second:
+			t.Errorf("%s: runs %v, want 2s", sc.Name, sc.Duration)
+		}
+	}
+}
+
+func TestSelection(t *testing.T) {
+	scs := scenariosOf(t, "-scenarios", "^steady", "-contenders", "walbox, polling 1s")
+	for _, sc := range scs {
+		if !strings.HasPrefix(sc.Name, "steady") || len(sc.Contenders) != 2 {
+			t.Errorf("selected %s with %v", sc.Name, sc.Contenders)
+		}
+	}
+	for _, args := range [][]string{{"-contenders", "kafka"}, {"-scenarios", "nothing matches"}, {"-rates", "fast"}, {"-scenarios", "("}} {
+		o, err := parseFlags(args, io.Discard)
+		if err == nil {
+			_, err = o.scenarioList()
+		}
+		if err == nil {
+			t.Errorf("%v: want an error", args)
+		}
+	}
+}
+
+func TestSVGBesideTheMarkdown(t *testing.T) {
+	o, _ := parseFlags([]string{"-out", "docs/bench/x.md"}, io.Discard)
+	if got := o.svgPath(); got != "docs/bench/x.svg" {
+		t.Errorf("got %s", got)
+	}
+}

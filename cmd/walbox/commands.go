@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/outbox"
+)
+
+var errHelp = errors.New("help shown")
+
+func newFlagSet(name, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("walbox "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: walbox %s [flags]\n\n%s.\n\nFlags (a flag wins over its environment variable):\n", name, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return configError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return configError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// common holds the settings every database command shares.
+type common struct {
+	s                                                       settings
+	databaseURL, databasePassword, slot, publication, table *setting
+}
+
+func newCommon() *common {
+	c := &common{}
+	c.s.add("config", "WALBOX_CONFIG", "", "YAML file with settings by flag name (and tables: for run); flags and environment win over it")
+	c.databaseURL = c.s.add("database-url", "WALBOX_DATABASE_URL", "",
+		"PostgreSQL connection URL or keyword string; the role needs LOGIN REPLICATION")
+	c.databasePassword = c.s.add("database-password", "WALBOX_DATABASE_PASSWORD", "",
+		"password for the database URL's user, kept out of the URL (prefer the _FILE form)")
+	c.slot = c.s.add("slot", "WALBOX_SLOT", "walbox", "logical replication slot")
+	c.publication = c.s.add("publication", "WALBOX_PUBLICATION", "walbox", "publication that contains the outbox table")
+	c.table = c.s.add("table", "WALBOX_TABLE", "public.outbox", "outbox table, schema.name")
+	return c
+}
+
+// dsn returns the database connection string with the password setting applied.
+func (c *common) dsn() (string, error) {
+	dsn, err := c.databaseURL.required()
+	if err != nil {
+		return "", err
+	}
+	dsn, err = withPGPassword(dsn, c.databasePassword.value)
+	if err != nil {
+		return "", badSetting(c.databasePassword, "%v", err)
+	}
+	return dsn, nil
+}
+
+func (c *common) outboxTable() (outbox.Table, error) {
+	t, err := outbox.ParseTable(c.table.value)
+	if err != nil {
+		return outbox.Table{}, badSetting(c.table, "%v", err)
+	}
+	return t, nil
+}
+
+// secrets are the passwords in this command's connection settings.
+func (c *common) secrets() []string {
+	var conns, raw []string
+	for _, st := range c.s.list {
+		conns = append(conns, st.value)
+		if strings.Contains(st.flag, "password") && st.value != "" {
+			raw = append(raw, st.value)
+		}
+	}
+	return append(append(redact.Secrets(conns...), raw...), envSecrets()...)
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM; a second one exits at once.
+func signalContext(parent context.Context, onSecond func()) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			onSecond()
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

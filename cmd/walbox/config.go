@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// configFile is the YAML configuration file: any setting by its flag name, and for `walbox run`
+// the outbox tables with their column mappings:
+//
+//	database-url: postgres://walbox@db/app
+//	amqp-url: amqps://walbox@mq/
+//	tables:
+//	  - table: public.events
+//	    id: event_id
+//	    event-type: kind
+//	    payload: body
+//	    routing-key: "{entity}.{kind}"
+type configFile struct {
+	values map[string]string
+	tables []outbox.Mapping
+}
+
+// tableYAML is one entry of tables.
+type tableYAML struct {
+	Table          string `yaml:"table"`
+	ID             string `yaml:"id"`
+	AggregateType  string `yaml:"aggregate-type"`
+	AggregateID    string `yaml:"aggregate-id"`
+	EventType      string `yaml:"event-type"`
+	Payload        string `yaml:"payload"`
+	Headers        string `yaml:"headers"`
+	CreatedAt      string `yaml:"created-at"`
+	ExchangeColumn string `yaml:"exchange-column"`
+	RoutingKey     string `yaml:"routing-key"`
+	MessageID      string `yaml:"message-id"`
+}
+
+// knownSettings lists every setting of every command, so that a typo in the file is an error
+// rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
+var knownSettings = []string{
+	"alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
+	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "json", "listen",
+	"log-format", "log-level", "max-message-size", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
+	"publication", "relay-url", "require-relay", "shutdown-timeout", "slot", "status-interval", "table", "wait-for-servers", "window",
+}
+
+func loadConfigFile(path string) (*configFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]yaml.Node
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	cf := &configFile{values: map[string]string{}}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		node := raw[k]
+		if k == "tables" {
+			if cf.tables, err = decodeTables(&node); err != nil {
+				return nil, fmt.Errorf("config file %s: tables: %w", path, err)
+			}
+			continue
+		}
+		if !known(k) {
+			return nil, fmt.Errorf("config file %s: unknown setting %q", path, k)
+		}
+		if node.Kind != yaml.ScalarNode {
+			return nil, fmt.Errorf("config file %s: %s: want a single value", path, k)
+		}
+		cf.values[k] = node.Value
+	}
+	return cf, nil
+}
+
+func known(k string) bool {
+	for _, s := range knownSettings {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeTables(node *yaml.Node) ([]outbox.Mapping, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	if err := enc.Encode(node); err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(&buf)
+	dec.KnownFields(true)
+	var entries []tableYAML
+	if err := dec.Decode(&entries); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	out := make([]outbox.Mapping, 0, len(entries))
+	for i, e := range entries {
+		t, err := outbox.ParseTable(e.Table)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+		}
+		m := outbox.Mapping{Table: t, ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
+			EventType: e.EventType, Payload: e.Payload, Headers: e.Headers, CreatedAt: e.CreatedAt,
+			ExchangeColumn: e.ExchangeColumn, RoutingKey: e.RoutingKey, MessageID: outbox.IDSource(e.MessageID)}
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSettingPrecedence(t *testing.T) {
+	conf := writeFile(t, "walbox.yaml", "slot: from_file\npublication: from_file\ntable: app.from_file\nexchange: from_file\n")
+	pubFile := writeFile(t, "pub", "from_env_file\n")
+	t.Setenv("WALBOX_CONFIG", conf)
+	t.Setenv("WALBOX_PUBLICATION", "")
+	t.Setenv("WALBOX_PUBLICATION_FILE", pubFile)
+	t.Setenv("WALBOX_TABLE", "app.from_env")
+	t.Setenv("WALBOX_SLOT", "from_env")
+
+	c := newCommon()
+	fs := newFlagSet("test", "test", &bytes.Buffer{})
+	c.s.register(fs)
+	if err := parse(fs, []string{"--slot", "from_flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.s.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, got, want string }{
+		{"flag beats environment", c.slot.value, "from_flag"},
+		{"environment beats file", c.table.value, "app.from_env"},
+		{"NAME_FILE beats config file", c.publication.value, "from_env_file"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestConfigFileValueAndDefault(t *testing.T) {
+	conf := writeFile(t, "walbox.yaml", "slot: from_file\n")
+	t.Setenv("WALBOX_CONFIG", conf)
+	c := newCommon()
+	fs := newFlagSet("test", "test", &bytes.Buffer{})
+	c.s.register(fs)
+	if err := parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.s.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if c.slot.value != "from_file" || c.publication.value != "walbox" {
+		t.Fatalf("slot %q publication %q, want from_file and the default walbox", c.slot.value, c.publication.value)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"unknown setting", "slott: x\n", `unknown setting "slott"`},
+		{"not a map", "- a\n- b\n", "config file"},
+		{"list for a value", "slot: [a, b]\n", "want a single value"},
+		{"unknown table field", "tables:\n  - table: public.events\n    colour: red\n", "colour"},
+		{"bad message id source", "tables:\n  - table: public.events\n    message-id: random\n", "message id source"},
+		{"no id without position ids", "tables:\n  - table: public.events\n    id: \"-\"\n", "no id column"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadConfigFile(writeFile(t, "c.yaml", tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("loadConfigFile = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigFileTables(t *testing.T) {
+	cf, err := loadConfigFile(writeFile(t, "c.yaml", `
+tables:
+  - table: app.events
+    id: event_id
+    event-type: kind
+    payload: body
+    routing-key: "{entity}.{kind}"
+  - table: orders_outbox
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []outbox.Mapping{
+		{Table: outbox.Table{Schema: "app", Name: "events"}, ID: "event_id", EventType: "kind", Payload: "body",
+			RoutingKey: "{entity}.{kind}"},
+		{Table: outbox.Table{Schema: "public", Name: "orders_outbox"}},
+	}
+	if !slices.Equal(cf.tables, want) {
+		t.Fatalf("tables = %+v, want %+v", cf.tables, want)
+	}
+}
+
+// Every setting any command takes can be given in the config file, and nothing else.
+func TestConfigFileKnowsEverySetting(t *testing.T) {
+	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	var all []string
+	for _, c := range commands {
+		var out bytes.Buffer
+		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
+			t.Fatalf("walbox %s --help exited %d", c.name, code)
+		}
+		for _, m := range flagName.FindAllStringSubmatch(out.String(), -1) {
+			if m[1] != "config" && !slices.Contains(all, m[1]) {
+				all = append(all, m[1])
+			}
+		}
+	}
+	slices.Sort(all)
+	known := slices.Clone(knownSettings)
+	slices.Sort(known)
+	if !slices.Equal(all, known) {
+		t.Fatalf("settings of the commands:\n  %v\nknownSettings:\n  %v", all, known)
+	}
+}

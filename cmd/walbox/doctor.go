@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+)
+
+// doctorTimeout bounds each server's part of `walbox doctor`.
+const doctorTimeout = 10 * time.Second
+
+// check is one line of `walbox doctor`.
+type check struct {
+	Name    string `json:"name"`
+	Status  string `json:"status"` // pass, warn or fail
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+func passCheck(name, format string, args ...any) check {
+	return check{Name: name, Status: "pass", Message: fmt.Sprintf(format, args...)}
+}
+
+func warnCheck(name, fix, format string, args ...any) check {
+	return check{Name: name, Status: "warn", Message: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+func failCheck(name, fix, format string, args ...any) check {
+	return check{Name: name, Status: "fail", Message: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+// doctor holds what the checks need: the settings `walbox run` would use.
+type doctor struct {
+	dsn         string
+	slot        string
+	publication string
+	table       outbox.Table
+	broker      publisher.Config
+}
+
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommon()
+	b := addBrokerSettings(&c.s)
+	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
+	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
+		"like `walbox run` it declares the exchanges", stderr)
+	c.s.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.s.resolve(); err != nil {
+		return err
+	}
+	d := doctor{slot: c.slot.value, publication: c.publication.value}
+	var err error
+	if d.dsn, err = c.dsn(); err != nil {
+		return err
+	}
+	if d.table, err = c.outboxTable(); err != nil {
+		return err
+	}
+	if d.broker, err = b.config(c); err != nil {
+		return err
+	}
+	wantJSON, err := asJSON.bool()
+	if err != nil {
+		return err
+	}
+
+	checks := d.run(ctx)
+	secrets := c.secrets()
+	failed := 0
+	for i := range checks {
+		checks[i].Message = redact.Text(checks[i].Message, secrets...)
+		checks[i].Fix = redact.Text(checks[i].Fix, secrets...)
+		if checks[i].Status == "fail" {
+			failed++
+		}
+	}
+	if err := printChecks(stdout, checks, failed == 0, wantJSON); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed", failed, len(checks))
+	}
+	return nil
+}
+
+// run performs every check: PostgreSQL's, then RabbitMQ's.
+func (d doctor) run(ctx context.Context) []check {
+	pgCtx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	checks := d.postgres(pgCtx)
+	cancel()
+	checks = append(checks, d.postgresTLS())
+	checks = append(checks, d.brokerChecks(ctx)...)
+	return append(checks, d.amqpTLS())
+}
+
+func printChecks(w io.Writer, checks []check, ok, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			OK     bool    `json:"ok"`
+			Checks []check `json:"checks"`
+		}{ok, checks})
+	}
+	for _, c := range checks {
+		fmt.Fprintf(w, "%s  %s\n", strings.ToUpper(c.Status), c.Message)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "      fix: %s\n", c.Fix)
+		}
+	}
+	return nil
+}
+
+// brokerChecks dials RabbitMQ as `walbox run` does, which declares the exchanges.
+func (d doctor) brokerChecks(ctx context.Context) []check {
+	cfg := d.broker
+	cfg.DialTimeout = doctorTimeout
+	addr := amqpHost(cfg.URL)
+	s, err := publisher.Dial(ctx, cfg)
+	if err != nil {
+		msg := err.Error()
+		if strings.HasPrefix(msg, "declare ") || strings.HasPrefix(msg, "bind ") {
+			return []check{passCheck("broker", "RabbitMQ at %s accepts the connection", addr),
+				failCheck("exchange", "walbox declares it durable, of type topic, with its alternate exchange as argument: "+
+					"delete the exchange or match --exchange/--alternate-exchange; the user needs configure, write and "+
+					"read permission on the vhost", "exchange %s: %s", cfg.Exchange, msg)}
+		}
+		return []check{failCheck("broker", brokerFix(msg), "RabbitMQ at %s: %s", addr, msg)}
+	}
+	_ = s.Close()
+	alt := "no alternate exchange"
+	if cfg.AlternateExchange != publisher.NoExchange {
+		alt = "alternate exchange " + cfg.AlternateExchange
+	}
+	return []check{passCheck("broker", "RabbitMQ at %s accepts the connection in confirm mode", addr),
+		passCheck("exchange", "exchange %s declared or already there (topic, durable, %s); park exchange %s",
+			cfg.Exchange, alt, cfg.ParkExchange)}
+}
+
+// brokerFix suggests a fix for a failed dial, from its error text.
+func brokerFix(msg string) string {
+	low := strings.ToLower(msg)
+	switch {
+	case strings.Contains(low, "certificate") || strings.Contains(low, "x509") || strings.Contains(low, "tls"):
+		return "the broker's certificate was not accepted: set --amqp-ca-file to the CA that signed it, and use the host name the certificate names"
+	case strings.Contains(low, "403") || strings.Contains(low, "access_refused") || strings.Contains(low, "password"):
+		return "check the user and password (--amqp-password or WALBOX_AMQP_PASSWORD_FILE); the user needs permissions on the vhost " +
+			"(rabbitmqctl set_permissions), and guest may only connect from localhost"
+	case strings.Contains(low, "vhost"):
+		return "check the vhost in --amqp-url (the path after the host, %2F for the default /)"
+	}
+	return "check the host and port in --amqp-url (WALBOX_AMQP_URL), that RabbitMQ runs and that this host can reach it"
+}
+
+// amqpHost returns the host:port of an AMQP URL, without credentials.
+func amqpHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(unparsable url)"
+	}
+	return u.Host
+}
+
+// amqpTLS checks whether the broker connection is encrypted.
+func (d doctor) amqpTLS() check {
+	u, err := url.Parse(d.broker.URL)
+	if err == nil && u.Scheme == "amqps" {
+		roots := "the system roots"
+		if d.broker.TLS != nil && d.broker.TLS.RootCAs != nil {
+			roots = "--amqp-ca-file"
+		}
+		return passCheck("amqp_tls", "RabbitMQ connection uses TLS (amqps), the broker verified against %s", roots)
+	}
+	return warnCheck("amqp_tls", "use amqps:// (port 5671 by default) with --amqp-ca-file, unless the broker is on this host",
+		"RabbitMQ connection is plaintext (amqp://): credentials and messages cross the network unencrypted")
+}
+
+// postgresTLS checks the sslmode of the database URL: only verify-full authenticates the server.
+func (d doctor) postgresTLS() check {
+	cfg, err := pgconn.ParseConfig(d.dsn)
+	if err == nil && strings.HasPrefix(cfg.Host, "/") {
+		return passCheck("postgres_tls", "PostgreSQL connection uses a Unix socket (%s): TLS does not apply", cfg.Host)
+	}
+	mode := sslmode(d.dsn)
+	const fix = "add sslmode=verify-full (and sslrootcert=<CA file>) to --database-url"
+	switch mode {
+	case "verify-full":
+		return passCheck("postgres_tls", "sslmode = verify-full: the connection is encrypted and the server authenticated")
+	case "require", "verify-ca":
+		return warnCheck("postgres_tls", fix, "sslmode = %s: encrypted, but the server's host name is not verified", mode)
+	case "disable", "allow", "prefer":
+		return warnCheck("postgres_tls", fix, "sslmode = %s: the connection may be plaintext and the server is not authenticated", mode)
+	}
+	return warnCheck("postgres_tls", fix, "sslmode = %q: not a mode walbox knows", mode)
+}
+
+// sslmode returns the sslmode of a PostgreSQL URL or keyword string, else of PGSSLMODE, else
+// libpq's default "prefer".
+func sslmode(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		if u, err := url.Parse(dsn); err == nil && u.Query().Get("sslmode") != "" {
+			return u.Query().Get("sslmode")
+		}
+	} else {
+		for _, f := range strings.Fields(dsn) {
+			if k, v, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "sslmode" {
+				return strings.Trim(v, "'")
+			}
+		}
+	}
+	if m := os.Getenv("PGSSLMODE"); m != "" {
+		return m
+	}
+	return "prefer"
+}
+
+// brokerSettings are the RabbitMQ settings of `walbox run`, for the commands that dial the broker
+// as it does.
+type brokerSettings struct {
+	url, password, caFile, certFile, keyFile, exchange, alternate, park *setting
+}
+
+func addBrokerSettings(s *settings) *brokerSettings {
+	return &brokerSettings{
+		url: s.add("amqp-url", "WALBOX_AMQP_URL", "", "RabbitMQ URL, amqp:// or amqps://"),
+		password: s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
+			"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)"),
+		caFile:   s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)"),
+		certFile: s.add("amqp-cert-file", "WALBOX_AMQP_CERT_FILE", "", "PEM client certificate for amqps"),
+		keyFile:  s.add("amqp-key-file", "WALBOX_AMQP_KEY_FILE", "", "PEM key of the client certificate"),
+		exchange: s.add("exchange", "WALBOX_EXCHANGE", "outbox", "topic exchange to publish to (declared durable)"),
+		alternate: s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
+			"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\" for no alternate exchange)"),
+		park: s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)"),
+	}
+}
+
+// config builds the publisher configuration; a bad setting is a configError.
+func (b *brokerSettings) config(c *common) (publisher.Config, error) {
+	var (
+		cfg publisher.Config
+		err error
+	)
+	if cfg.URL, err = b.url.required(); err != nil {
+		return cfg, err
+	}
+	if b.password.value != "" {
+		if cfg.URL, err = withURLPassword(cfg.URL, b.password.value); err != nil {
+			return cfg, badSetting(b.password, "%v", err)
+		}
+	}
+	if cfg.TLS, err = amqpTLS(b.caFile.value, b.certFile.value, b.keyFile.value); err != nil {
+		return cfg, badSetting(b.caFile, "%v", err)
+	}
+	cfg.Exchange, cfg.AlternateExchange, cfg.ParkExchange = b.exchange.value, b.alternate.value, b.park.value
+	cfg.AppID = "walbox-doctor"
+	if err := cfg.Validate(); err != nil {
+		return cfg, configError{redact.Text(err.Error(), c.secrets()...)}
+	}
+	return cfg, nil
+}
+
+// hostPort renders a PostgreSQL host for messages.
+func hostPort(cfg *pgconn.Config) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return cfg.Host
+	}
+	return net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
+}

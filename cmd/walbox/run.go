@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/metrics"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/tracing"
+)
+
+func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
+	c := newCommon()
+	amqpURL := c.s.add("amqp-url", "WALBOX_AMQP_URL", "", "RabbitMQ URL, amqp:// or amqps://")
+	amqpPassword := c.s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
+		"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)")
+	caFile := c.s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)")
+	certFile := c.s.add("amqp-cert-file", "WALBOX_AMQP_CERT_FILE", "", "PEM client certificate for amqps")
+	keyFile := c.s.add("amqp-key-file", "WALBOX_AMQP_KEY_FILE", "", "PEM key of the client certificate")
+	exchange := c.s.add("exchange", "WALBOX_EXCHANGE", "outbox", "topic exchange to publish to (declared durable)")
+	alternate := c.s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
+		"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\": unroutable messages stall the stream until a queue is bound)")
+	park := c.s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)")
+	maxSize := c.s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "134217728",
+		"largest message body in bytes; larger rows are parked (keep at or below the broker's max_message_size)")
+	window := c.s.add("window", "WALBOX_WINDOW", "1024", "most messages published and not yet confirmed")
+	status := c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
+		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
+	shutdown := c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
+	createSlot := c.s.addBool("create-slot", "WALBOX_CREATE_SLOT", "true",
+		"create the slot at start if it does not exist (rows committed before that are not covered)")
+	wait := c.s.addBool("wait-for-servers", "WALBOX_WAIT_FOR_SERVERS", "false",
+		"keep retrying when PostgreSQL or RabbitMQ cannot be reached at start, instead of exiting")
+	listen := c.s.add("listen", "WALBOX_LISTEN", "127.0.0.1:9187",
+		"address for /metrics, /healthz, /readyz and /status (\"off\" to disable)")
+	otlp := c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "",
+		"OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing")
+	logLevel := c.s.add("log-level", "WALBOX_LOG_LEVEL", "info", "debug, info, warn or error")
+	logFormat := c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
+
+	fs := newFlagSet("run", "Relay outbox inserts from the replication slot to RabbitMQ until SIGINT or SIGTERM", stderr)
+	c.s.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.s.resolve(); err != nil {
+		return err
+	}
+
+	cfg, pcfg, err := relayConfig(c, amqpURL, exchange, window, status, shutdown, createSlot)
+	if err != nil {
+		return err
+	}
+	if c.s.file != nil && len(c.s.file.tables) > 0 {
+		cfg.Mappings = c.s.file.tables
+	}
+	if amqpPassword.value != "" {
+		if pcfg.URL, err = withURLPassword(pcfg.URL, amqpPassword.value); err != nil {
+			return badSetting(amqpPassword, "%v", err)
+		}
+	}
+	if pcfg.TLS, err = amqpTLS(caFile.value, certFile.value, keyFile.value); err != nil {
+		return badSetting(caFile, "%v", err)
+	}
+	pcfg.AlternateExchange, pcfg.ParkExchange = alternate.value, park.value
+	if pcfg.MaxMessageSize, err = maxSize.int(); err != nil {
+		return err
+	}
+	if err := pcfg.Validate(); err != nil {
+		return configError{redact.Text(err.Error(), c.secrets()...)}
+	}
+	log, err := newLogger(stderr, logLevel.value, logFormat.value, c.secrets())
+	if err != nil {
+		return configError{"--log-level/--log-format: " + err.Error()}
+	}
+	if cfg.WaitForServers, err = wait.bool(); err != nil {
+		return err
+	}
+	cfg.Logger = log
+	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) {
+		return publisher.Dial(ctx, pcfg)
+	}
+	reg := newRegistry()
+	m := metrics.New(reg)
+	cfg.Observer = m
+	if otlp.value != "" {
+		tp, err := tracing.NewOTLPProvider(ctx, otlp.value, version)
+		if err != nil {
+			return badSetting(otlp, "%v", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+		}()
+		cfg.Observer = observers{m, tracing.New(tp, pcfg.Exchange)}
+	}
+	relay, err := replication.New(cfg)
+	if err != nil {
+		return configError{err.Error()}
+	}
+	stats := relay.Stats()
+	m.WatchStats(stats)
+
+	ctx, stop := signalContext(ctx, func() { log.Warn("second signal: exiting at once") })
+	defer stop()
+	if listen.value != "off" && listen.value != "" {
+		// Metrics are not the product: a taken port is logged loudly, and the relay relays anyway.
+		stopHTTP, err := serveHTTP(ctx, listen.value, newMux(reg, stats, cfg.Slot, c.secrets()), log)
+		if err != nil {
+			log.Error("no metrics or health endpoints; fix --listen (WALBOX_LISTEN)", "error", err)
+		} else {
+			defer stopHTTP()
+		}
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go m.PollSlot(pollCtx, cfg.DatabaseURL, cfg.Slot, 15*time.Second)
+	log.Info("starting", "version", version, "slot", cfg.Slot, "publication", cfg.Publication,
+		"table", cfg.Table.String(), "exchange", pcfg.Exchange, "window", cfg.Window)
+	if err := relay.Run(ctx); err != nil {
+		log.Error("relay stopped", "slot", cfg.Slot, "error", err)
+		return errors.New(redact.Text(err.Error(), c.secrets()...))
+	}
+	st := relay.Stats()
+	log.Info("exiting", "published", st.Published.Load(), "confirmed", st.Confirmed.Load())
+	return nil
+}
+
+// observers tells every one of them.
+type observers []replication.Observer
+
+func (os observers) Observe(e replication.Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}
+
+func relayConfig(c *common, amqpURL, exchange, window, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
+	var (
+		cfg  replication.Config
+		pcfg publisher.Config
+		err  error
+	)
+	if cfg.DatabaseURL, err = c.dsn(); err != nil {
+		return cfg, pcfg, err
+	}
+	if pcfg.URL, err = amqpURL.required(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.Table, err = c.outboxTable(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.Window, err = window.int(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.StatusInterval, err = status.duration(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.ShutdownTimeout, err = shutdown.duration(); err != nil {
+		return cfg, pcfg, err
+	}
+	create, err := createSlot.bool()
+	if err != nil {
+		return cfg, pcfg, err
+	}
+	cfg.CreateSlot = &create
+	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
+	pcfg.Exchange, pcfg.Window, pcfg.AppID = exchange.value, cfg.Window, "walbox"
+	if err := pcfg.Validate(); err != nil {
+		return cfg, pcfg, configError{redact.Text(err.Error(), c.secrets()...)}
+	}
+	// Validate the rest with a placeholder dialer; the real one is set by the caller.
+	probe := cfg
+	probe.Dial = func(context.Context) (replication.Publisher, error) { return nil, errors.New("unused") }
+	probe.Logger = slog.New(slog.DiscardHandler)
+	if err := probe.Validate(); err != nil {
+		return cfg, pcfg, configError{err.Error()}
+	}
+	return cfg, pcfg, nil
+}

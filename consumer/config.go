@@ -1,0 +1,204 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultPrefetch            = 16
+	DefaultMaxAttempts         = 5
+	DefaultRetryBackoff        = time.Second
+	DefaultRetryBackoffMax     = time.Minute
+	DefaultReconnectBackoff    = 500 * time.Millisecond
+	DefaultReconnectBackoffMax = 30 * time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultProcessedTable      = "processed_messages"
+)
+
+// maxQueueName leaves room in an AMQP short string (255 bytes) for the retry queue suffixes.
+const maxQueueName = 200
+
+// Binding binds the queue to an exchange with a routing key pattern ("order.*", "#").
+type Binding struct {
+	Exchange string
+	Key      string
+	// AlternateExchange is the exchange's alternate-exchange argument. The consumer declares the
+	// exchange exactly as walbox does, so that either may start first: durable, topic, with
+	// outbox.DefaultAlternateExchange(Exchange) unless set here. "none" declares it without one
+	// (match `walbox run --alternate-exchange none`).
+	AlternateExchange string
+}
+
+// Config configures a Consumer. The zero value of every field but AMQPURL and Queue selects its
+// default.
+type Config struct {
+	// AMQPURL is the broker address, amqp://user:password@host:port/vhost or amqps://…
+	// The password never appears in errors.
+	AMQPURL string
+
+	// Queue is the durable queue consumed. It is declared on every connect, with QueueArgs, and
+	// bound as Bindings say.
+	Queue string
+
+	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say).
+	// They must match those of an existing queue.
+	QueueArgs map[string]any
+
+	// Bindings bind Queue to exchanges. Each exchange is declared as a durable topic exchange,
+	// the way the relay declares its own, so the consumer may start first.
+	Bindings []Binding
+
+	// Prefetch is how many unacknowledged deliveries the broker sends ahead (basic.qos).
+	// Default 16.
+	Prefetch int
+
+	// MaxAttempts is how often a message is handed to the handler before it is dead-lettered.
+	// 1 means no retries. Default 5.
+	MaxAttempts int
+
+	// RetryBackoff is the delay before the second attempt; each later one waits twice as long,
+	// up to RetryBackoffMax. Defaults 1s and 1m. Delays are whole milliseconds.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+
+	// DeadLetterQueue receives messages that failed MaxAttempts times or cannot be handled at
+	// all (no message id). Declared durable. Default Queue + ".dlq".
+	DeadLetterQueue string
+
+	// ProcessedTable is the table of handled message ids, "schema.name" or "name"
+	// (migrations.ApplyConsumer creates the default). Default "processed_messages".
+	ProcessedTable string
+
+	// ConsumerName identifies this consumer in ProcessedTable, so that several consumers can
+	// share one table and each handle every message once. It is also the AMQP consumer tag
+	// and connection name. Default Queue.
+	ConsumerName string
+
+	// ReconnectBackoff is the delay before the first reconnect after the broker connection is
+	// lost (or a database error); it doubles up to ReconnectBackoffMax. Defaults 500ms and 30s.
+	ReconnectBackoff    time.Duration
+	ReconnectBackoffMax time.Duration
+
+	// ShutdownTimeout bounds how long Run lets the in-flight handler finish after its context
+	// ends; then the handler's context is cancelled and the connection cut. Default 30s.
+	ShutdownTimeout time.Duration
+
+	// OnError, if set, is called with every error Run recovers from: a lost connection, a
+	// failed database call, a handler error (then a *MessageError). Run calls it from its own
+	// goroutine; it must not block for long.
+	OnError func(error)
+}
+
+// Validate fills in defaults for zero values and reports the first bad setting.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	if err := checkURL(c.AMQPURL); err != nil {
+		return err
+	}
+	if _, err := outbox.ParseTable(c.ProcessedTable); err != nil {
+		return fmt.Errorf("processed table: %w", err)
+	}
+	switch {
+	case c.Queue == "":
+		return errors.New("queue: empty")
+	case len(c.Queue) > maxQueueName:
+		return fmt.Errorf("queue %.20q...: longer than %d bytes", c.Queue, maxQueueName)
+	case len(c.DeadLetterQueue) > 255:
+		return fmt.Errorf("dead letter queue %.20q...: longer than 255 bytes", c.DeadLetterQueue)
+	case c.DeadLetterQueue == c.Queue:
+		return fmt.Errorf("dead letter queue %q: same as queue", c.DeadLetterQueue)
+	case c.Prefetch < 0:
+		return fmt.Errorf("prefetch %d: negative", c.Prefetch)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("max attempts %d: negative", c.MaxAttempts)
+	case c.RetryBackoff < 0:
+		return fmt.Errorf("retry backoff %s: negative", c.RetryBackoff)
+	case c.RetryBackoffMax < c.RetryBackoff:
+		return fmt.Errorf("retry backoff max %s: less than retry backoff %s", c.RetryBackoffMax, c.RetryBackoff)
+	case c.ReconnectBackoff < 0:
+		return fmt.Errorf("reconnect backoff %s: negative", c.ReconnectBackoff)
+	case c.ReconnectBackoffMax < c.ReconnectBackoff:
+		return fmt.Errorf("reconnect backoff max %s: less than reconnect backoff %s", c.ReconnectBackoffMax, c.ReconnectBackoff)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("shutdown timeout %s: negative", c.ShutdownTimeout)
+	case len(c.ConsumerName) > maxQueueName:
+		return fmt.Errorf("consumer name %.20q...: longer than %d bytes", c.ConsumerName, maxQueueName)
+	}
+	for i, b := range c.Bindings {
+		if b.Exchange == "" {
+			return fmt.Errorf("binding %d: exchange empty (the default exchange takes no bindings)", i)
+		}
+		if len(b.Exchange) > 255 || len(b.Key) > 255 {
+			return fmt.Errorf("binding %d: exchange or key longer than 255 bytes", i)
+		}
+	}
+	if err := amqp.Table(c.QueueArgs).Validate(); err != nil {
+		return fmt.Errorf("queue args: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	setDefault(&c.Prefetch, DefaultPrefetch)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
+	setDefault(&c.RetryBackoffMax, max(DefaultRetryBackoffMax, c.RetryBackoff))
+	setDefault(&c.ReconnectBackoff, DefaultReconnectBackoff)
+	setDefault(&c.ReconnectBackoffMax, max(DefaultReconnectBackoffMax, c.ReconnectBackoff))
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.ProcessedTable, DefaultProcessedTable)
+	setDefault(&c.ConsumerName, c.Queue)
+	if c.DeadLetterQueue == "" && c.Queue != "" {
+		c.DeadLetterQueue = c.Queue + ".dlq"
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// checkURL parses an AMQP URL; its error never contains the password.
+func checkURL(raw string) error {
+	if raw == "" {
+		return errors.New("amqp url: empty")
+	}
+	if _, err := amqp.ParseURI(raw); err != nil {
+		u, perr := url.Parse(raw)
+		if perr != nil {
+			return errors.New("amqp url: malformed")
+		}
+		msg := err.Error()
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+			msg = strings.ReplaceAll(msg, url.QueryEscape(p), "xxxxx")
+		}
+		return fmt.Errorf("amqp url: %s", msg)
+	}
+	return nil
+}
+
+// retryDelay is how long a message waits after failing attempt n (1-based).
+func (c *Config) retryDelay(attempt int) time.Duration {
+	d := c.RetryBackoff
+	for i := 1; i < attempt && d < c.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, c.RetryBackoffMax).Truncate(time.Millisecond)
+}
+
+// retryQueue names the queue a message waits d in before it returns to Queue.
+func (c *Config) retryQueue(d time.Duration) string {
+	return fmt.Sprintf("%s.retry.%dms", c.Queue, d.Milliseconds())
+}

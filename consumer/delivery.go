@@ -1,0 +1,129 @@
+package consumer
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Handler handles one message within tx, the transaction that also records the message as
+// processed. It must not commit or roll back tx. A nil return commits tx and then acknowledges
+// the message; an error (or a panic, recovered) rolls tx back and schedules a retry, or
+// dead-letters the message after Config.MaxAttempts attempts. ctx outlives Run's context by up
+// to Config.ShutdownTimeout, so that a graceful stop lets the handler finish.
+type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
+
+// Headers the consumer sets on messages it retries or dead-letters.
+const (
+	// HeaderAttempts is the number of attempts made so far (an int64): on a retried message, the
+	// attempts before this one; on a dead-lettered message, all of them.
+	HeaderAttempts = "x-walbox-attempts"
+	// HeaderError is the last handler error (or why the message could not be handled at all),
+	// cut to 4 KiB.
+	HeaderError = "x-walbox-error"
+	// HeaderRoutingKey and HeaderExchange keep where the message was first published: a retried
+	// message comes back through the default exchange with the queue's name as routing key.
+	HeaderRoutingKey = "x-walbox-routing-key"
+	HeaderExchange   = "x-walbox-exchange"
+	// HeaderConsumer names the consumer (Config.ConsumerName) that dead-lettered the message.
+	HeaderConsumer = "x-walbox-consumer"
+)
+
+// maxErrorHeader bounds HeaderError: headers travel in one frame.
+const maxErrorHeader = 4 << 10
+
+// Delivery is one message as the handler sees it.
+type Delivery struct {
+	MessageID string // AMQP message-id; the deduplication key
+	Type      string // AMQP type; the outbox event type
+	// RoutingKey is the routing key the message was published with, also on a retry.
+	RoutingKey  string
+	Body        []byte
+	Headers     map[string]any
+	Timestamp   time.Time
+	Redelivered bool // the broker delivered it before without an acknowledgement
+	Attempt     int  // 1 on the first attempt, 2 on the first retry, ...
+}
+
+func newDelivery(d *amqp.Delivery) Delivery {
+	rk, _ := d.Headers[HeaderRoutingKey].(string)
+	if rk == "" {
+		rk = d.RoutingKey
+	}
+	return Delivery{
+		MessageID:   d.MessageId,
+		Type:        d.Type,
+		RoutingKey:  rk,
+		Body:        d.Body,
+		Headers:     d.Headers,
+		Timestamp:   d.Timestamp,
+		Redelivered: d.Redelivered,
+		Attempt:     attemptsBefore(d.Headers) + 1,
+	}
+}
+
+// attemptsBefore reads HeaderAttempts, whatever integer type it arrived as.
+func attemptsBefore(h amqp.Table) int {
+	switch v := h[HeaderAttempts].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	case int16:
+		return int(v)
+	case int8:
+		return int(v)
+	case int:
+		return v
+	case uint8:
+		return int(v)
+	case uint16:
+		return int(v)
+	case uint32:
+		return int(v)
+	case float64:
+		return int(v)
+	}
+	return 0
+}
+
+// republish returns a copy of d to publish to a retry or dead-letter queue, with extra headers.
+// The user-id property is dropped: the broker checks it against the publishing user.
+func republish(d *amqp.Delivery, extra amqp.Table) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+len(extra)+2)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	if _, ok := h[HeaderRoutingKey]; !ok {
+		h[HeaderRoutingKey] = d.RoutingKey
+		h[HeaderExchange] = d.Exchange
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+func errorHeader(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorHeader {
+		s = strings.ToValidUTF8(s[:maxErrorHeader], "")
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// MessageError reports a message whose handling failed. OnError receives it; Run goes on.
+type MessageError struct {
+	MessageID string
+	Attempt   int  // the attempt that failed, 1-based
+	Retry     bool // a later attempt is scheduled
+	// DeadLettered is true when the message went to the dead-letter queue; false with Retry
+	// false means it stays in the queue and is delivered again (a database error).
+	DeadLettered bool
+	Err          error
+}
+
+func (e *MessageError) Error() string {
+	switch {
+	case e.DeadLettered:
+		return fmt.Sprintf("message %s: attempt %d: dead-lettered: %v", e.MessageID, e.Attempt, e.Err)
+	case e.Retry:
+		return fmt.Sprintf("message %s: attempt %d: will retry: %v", e.MessageID, e.Attempt, e.Err)
+	}
+	return fmt.Sprintf("message %s: attempt %d: %v", e.MessageID, e.Attempt, e.Err)
+}
+
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// ErrMissingMessageID is the reason given for a message without a message-id, which is
+// dead-lettered unhandled.
+var ErrMissingMessageID = errors.New("missing message id")
+
+// Fatal reports whether err is one Run does not retry: the broker refused access, the declared
+// topology conflicts with what exists, or the database rejected the consumer's own statements as
+// wrong (a missing processed table, no privilege). These need a change of configuration.
+func Fatal(err error) bool {
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) {
+		switch amqpErr.Code {
+		case amqp.AccessRefused, amqp.PreconditionFailed, amqp.NotAllowed:
+			return true
+		}
+	}
+	var fatal *fatalError
+	return errors.As(err, &fatal)
+}
+
+// fatalError marks a database error of the consumer's own statements as not retryable.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// classifyDB marks SQLSTATE class 42 (syntax error or access rule violation: an undefined
+// table, an insufficient privilege) as fatal.
+func classifyDB(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "42" {
+		return &fatalError{err}
+	}
+	return err
+}

@@ -1,0 +1,146 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// handle processes one delivery and settles it: ack (handled, or a duplicate), republish then
+// ack (retry or dead letter), or nack with requeue (a database error). ctx is Run's context,
+// hctx the in-flight message's. An error means the channel is unusable, or a fatal database
+// error: the session ends, and the broker requeues what was not acknowledged.
+func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
+	if d.MessageId == "" {
+		return c.deadLetter(hctx, ch, d, attemptsBefore(d.Headers), ErrMissingMessageID)
+	}
+	del := newDelivery(d)
+	handlerErr, err := c.process(hctx, del)
+	switch {
+	case err != nil:
+		return c.requeue(ctx, d, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
+	case handlerErr != nil:
+		c.dbBackoff = 0
+		return c.retry(hctx, ch, d, del.Attempt, handlerErr)
+	}
+	c.dbBackoff = 0
+	if err := d.Ack(false); err != nil {
+		return fmt.Errorf("ack message %s: %w", del.MessageID, err)
+	}
+	return nil
+}
+
+// process runs the handler for d in a transaction that first records d as processed; a message
+// already recorded is a duplicate and skipped. It returns the handler's error, or err when the
+// consumer's own statements failed (then whether the handler ran is unknown, and the message
+// is delivered again: the processed row keeps it from being handled twice).
+func (c *Consumer) process(ctx context.Context, d Delivery) (handlerErr, err error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	tag, err := tx.Exec(ctx, c.insertProcessed, d.MessageID, c.cfg.ConsumerName)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("record processed message: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, nil // handled before
+	}
+	if err := c.call(ctx, tx, d); err != nil {
+		return err, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+			// The handler left tx failed, or ended it itself. Retrying is right either way: a
+			// transaction the handler committed makes the retry a duplicate.
+			return fmt.Errorf("handler left the transaction unusable: %w", err), nil
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return nil, nil
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, d Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return c.handler(ctx, tx, d)
+}
+
+// requeue returns d to the queue after a database error, pausing first (with growing backoff
+// while such errors repeat) so that an unavailable database is not hammered.
+func (c *Consumer) requeue(ctx context.Context, d *amqp.Delivery, merr *MessageError) error {
+	if Fatal(merr.Err) {
+		_ = d.Nack(false, true) // the session ends anyway, requeueing d
+		return merr
+	}
+	c.report(merr)
+	c.dbBackoff = min(max(2*c.dbBackoff, c.cfg.ReconnectBackoff), c.cfg.ReconnectBackoffMax)
+	sleep(ctx, c.dbBackoff)
+	if err := d.Nack(false, true); err != nil {
+		return fmt.Errorf("requeue message %s: %w", merr.MessageID, err)
+	}
+	return nil
+}
+
+// retry schedules another attempt through the retry queue for this attempt's delay, or
+// dead-letters d after the last attempt. d is acknowledged once the broker confirmed the copy.
+func (c *Consumer) retry(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery, attempt int, handlerErr error) error {
+	if attempt >= c.cfg.MaxAttempts {
+		return c.deadLetter(ctx, ch, d, attempt, handlerErr)
+	}
+	p := republish(d, amqp.Table{
+		HeaderAttempts: int64(attempt),
+		HeaderError:    errorHeader(handlerErr),
+	})
+	if err := publish(ctx, ch, c.cfg.retryQueue(c.cfg.retryDelay(attempt)), p); err != nil {
+		return fmt.Errorf("schedule retry of message %s: %w", d.MessageId, err)
+	}
+	c.report(&MessageError{MessageID: d.MessageId, Attempt: attempt, Retry: true, Err: handlerErr})
+	if err := d.Ack(false); err != nil {
+		return fmt.Errorf("ack message %s: %w", d.MessageId, err)
+	}
+	return nil
+}
+
+// deadLetter moves d to the dead-letter queue with the reason in its headers.
+func (c *Consumer) deadLetter(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery, attempts int, reason error) error {
+	p := republish(d, amqp.Table{
+		HeaderAttempts: int64(attempts),
+		HeaderError:    errorHeader(reason),
+		HeaderConsumer: c.cfg.ConsumerName,
+	})
+	if err := publish(ctx, ch, c.cfg.DeadLetterQueue, p); err != nil {
+		return fmt.Errorf("dead-letter message %q: %w", d.MessageId, err)
+	}
+	c.report(&MessageError{MessageID: d.MessageId, Attempt: attempts, DeadLettered: true, Err: reason})
+	if err := d.Ack(false); err != nil {
+		return fmt.Errorf("ack message %q: %w", d.MessageId, err)
+	}
+	return nil
+}
+
+// publish sends p to queue through the default exchange and waits for the broker's confirm.
+func publish(ctx context.Context, ch *amqp.Channel, queue string, p amqp.Publishing) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, p)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", queue, err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("confirm from %s: %w", queue, err)
+	}
+	if !acked {
+		return fmt.Errorf("publish to %s: nacked by the broker", queue)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package consumer
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// setup opens the session's channel in confirm mode, declares the topology and starts
+// consuming. closed receives the reason when the channel closes.
+func (c *Consumer) setup(conn *amqp.Connection) (ch *amqp.Channel, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, err error) {
+	ch, err = conn.Channel()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("open channel: %w", err)
+	}
+	closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Confirm(false); err != nil {
+		return nil, nil, nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	if err := c.declare(ch); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return nil, nil, nil, fmt.Errorf("set prefetch: %w", err)
+	}
+	deliveries, err = ch.Consume(c.cfg.Queue, c.cfg.ConsumerName, false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+	}
+	return ch, deliveries, closed, nil
+}
+
+// declare declares the queue and its bindings, the dead-letter queue and the retry queues, all
+// durable. Declaring is idempotent, so it runs on every connect.
+func (c *Consumer) declare(ch *amqp.Channel) error {
+	q := c.cfg.Queue
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table(c.cfg.QueueArgs)); err != nil {
+		return fmt.Errorf("declare queue %s: %w", q, err)
+	}
+	for _, b := range c.cfg.Bindings {
+		if err := declareExchange(ch, b); err != nil {
+			return err
+		}
+		if err := ch.QueueBind(q, b.Key, b.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s to %s with %q: %w", q, b.Exchange, b.Key, err)
+		}
+	}
+	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare dead letter queue %s: %w", c.cfg.DeadLetterQueue, err)
+	}
+	for _, d := range c.cfg.retryDelays() {
+		name := c.cfg.retryQueue(d)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, c.cfg.retryArgs(d)); err != nil {
+			return fmt.Errorf("declare retry queue %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// retryDelays lists the distinct delays of the retries, each of which has its own retry queue
+// with a fixed message TTL, so expiry is in order (per-message TTLs expire only at the head of a
+// queue).
+func (c *Config) retryDelays() []time.Duration {
+	var delays []time.Duration
+	for attempt := 1; attempt < c.MaxAttempts; attempt++ {
+		if d := c.retryDelay(attempt); !slices.Contains(delays, d) {
+			delays = append(delays, d)
+		}
+	}
+	return delays
+}
+
+// retryArgs makes a retry queue hold messages for d and then dead-letter them back to the queue,
+// through the default exchange, so they reach this queue alone and not every queue bound to
+// the exchange they were first published to.
+func (c *Config) retryArgs(d time.Duration) amqp.Table {
+	return amqp.Table{
+		"x-message-ttl":             d.Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": c.Queue,
+	}
+}
+
+// declareExchange declares a binding's exchange as walbox declares it, alternate exchange included.
+func declareExchange(ch *amqp.Channel, b Binding) error {
+	ae := b.AlternateExchange
+	if ae == "" {
+		ae = outbox.DefaultAlternateExchange(b.Exchange)
+	}
+	var args amqp.Table
+	if ae != "none" {
+		if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", ae, err)
+		}
+		args = amqp.Table{"alternate-exchange": ae}
+	}
+	if err := ch.ExchangeDeclare(b.Exchange, amqp.ExchangeTopic, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", b.Exchange, err)
+	}
+	return nil
+}

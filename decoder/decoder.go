@@ -1,0 +1,196 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/outbox"
+)
+
+// Kind says what an Event carries.
+type Kind uint8
+
+const (
+	// KindSkip: nothing for the caller (Relation, Type, Origin, Update, Delete, Truncate and
+	// logical decoding messages).
+	KindSkip Kind = iota
+	// KindBegin: a transaction starts; FinalLSN, CommitTime and Xid are set.
+	KindBegin
+	// KindRow: an outbox row; Message is set.
+	KindRow
+	// KindCommit: the transaction ends; CommitLSN, EndLSN and CommitTime are set.
+	KindCommit
+)
+
+// String returns "skip", "begin", "row" or "commit".
+func (k Kind) String() string {
+	switch k {
+	case KindSkip:
+		return "skip"
+	case KindBegin:
+		return "begin"
+	case KindRow:
+		return "row"
+	case KindCommit:
+		return "commit"
+	}
+	return "unknown"
+}
+
+// Event is one decoded pgoutput message. Only the fields of its Kind are set.
+type Event struct {
+	Kind Kind
+
+	// FinalLSN (KindBegin) is the LSN of the transaction's commit record, as announced by Begin.
+	FinalLSN pglogrepl.LSN
+	// CommitTime (KindBegin, KindCommit) is when the transaction committed, in UTC.
+	CommitTime time.Time
+	// Xid (KindBegin) is the transaction id.
+	Xid uint32
+
+	// Message (KindRow) is the outbox row. It shares no memory with the decoded data.
+	Message outbox.Message
+	// Table (KindRow) is the row's table, "schema.name".
+	Table string
+
+	// CommitLSN (KindCommit) is the LSN of the commit record (equal to Begin's FinalLSN).
+	CommitLSN pglogrepl.LSN
+	// EndLSN (KindCommit) is the end of the commit record (Commit's TransactionEndLSN): the only
+	// LSN the relay may confirm to the server.
+	EndLSN pglogrepl.LSN
+}
+
+// Decoder turns pgoutput messages into Events. It caches the relations the server announces,
+// so one Decoder must see every message of one replication stream, in order. It is not safe
+// for concurrent use.
+type Decoder struct {
+	maps []outbox.Mapping
+	rels map[uint32]*relation
+
+	// The transaction being decoded: position ids are derived from them.
+	finalLSN pglogrepl.LSN
+	inserts  int // inserts decoded since its Begin
+}
+
+// New returns a Decoder for the given outbox tables, each with its column mapping
+// (outbox.DefaultMapping(outbox.DefaultTable) if none are given). Each mapping is completed
+// with outbox.Mapping.WithDefaults. An insert into a table no mapping names is an
+// ErrForeignTable error; if two mappings name one table, the first is used.
+func New(maps ...outbox.Mapping) *Decoder {
+	if len(maps) == 0 {
+		maps = []outbox.Mapping{outbox.DefaultMapping(outbox.DefaultTable)}
+	}
+	d := &Decoder{maps: make([]outbox.Mapping, len(maps)), rels: make(map[uint32]*relation)}
+	for i, m := range maps {
+		d.maps[i] = m.WithDefaults()
+	}
+	return d
+}
+
+// Decode decodes one pgoutput (protocol version 1) message: the payload of one XLogData
+// message, starting at the message type byte. lsn is the XLogData's WALStart; it only labels
+// errors. Decode never panics, never retains data, and every error it returns is an *Error.
+func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
+	ev, err := d.decode(data)
+	if err == nil {
+		return ev, nil
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Err: err}
+	}
+	e.LSN = lsn
+	return Event{}, e
+}
+
+func (d *Decoder) decode(data []byte) (Event, error) {
+	if len(data) == 0 {
+		return Event{}, malformed("empty message")
+	}
+	r := &reader{b: data[1:]}
+	switch t := data[0]; t {
+	case 'B':
+		return d.decodeBegin(r)
+	case 'C':
+		return decodeCommit(r)
+	case 'I':
+		return d.decodeInsert(r)
+	case 'R':
+		return Event{}, d.decodeRelation(r)
+	case 'Y':
+		return Event{}, skipType(r)
+	case 'O':
+		return Event{}, skipOrigin(r)
+	case 'U':
+		return Event{}, skipUpdate(r)
+	case 'D':
+		return Event{}, skipDelete(r)
+	case 'T':
+		return Event{}, skipTruncate(r)
+	case 'M':
+		return Event{}, skipLogicalMessage(r)
+	case 'S', 'E', 'c', 'A':
+		return Event{}, streamingError(t)
+	default:
+		return Event{}, malformed("unknown message type %q", []byte{t})
+	}
+}
+
+func (d *Decoder) decodeBegin(r *reader) (Event, error) {
+	ev := Event{Kind: KindBegin, FinalLSN: r.lsn(), CommitTime: r.time(), Xid: r.uint32()}
+	if !r.done() {
+		return Event{}, malformed("begin message of %d bytes, want 21", len(r.b)+1)
+	}
+	d.finalLSN, d.inserts = ev.FinalLSN, 0
+	return ev, nil
+}
+
+func decodeCommit(r *reader) (Event, error) {
+	r.uint8() // flags, unused
+	ev := Event{Kind: KindCommit, CommitLSN: r.lsn(), EndLSN: r.lsn(), CommitTime: r.time()}
+	if !r.done() {
+		return Event{}, malformed("commit message of %d bytes, want 26", len(r.b)+1)
+	}
+	return ev, nil
+}
+
+func (d *Decoder) decodeInsert(r *reader) (Event, error) {
+	relID := r.uint32()
+	if tag := r.uint8(); !r.ok() || tag != 'N' {
+		return Event{}, malformed("insert message without a new tuple")
+	}
+	rel, ok := d.rels[relID]
+	if !ok {
+		return Event{}, malformed("insert into relation %d, which was never announced", relID)
+	}
+	pos := position{finalLSN: d.finalLSN, ordinal: d.inserts}
+	d.inserts++
+	var buf [16]value // on the stack: room for the columns of nearly every mapping
+	var row []value
+	if rel.nslots <= len(buf) {
+		row = buf[:rel.nslots]
+	} else {
+		row = make([]value, rel.nslots)
+	}
+	if err := readTuple(r, rel, row); err != nil {
+		return Event{}, err
+	}
+	if !r.done() {
+		return Event{}, &Error{Table: rel.table, Err: malformed("%d trailing bytes after insert", r.remaining())}
+	}
+	if rel.mapping == nil {
+		return Event{}, &Error{Table: rel.table, Err: ErrForeignTable}
+	}
+	msg, err := rel.message(row, pos)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{Kind: KindRow, Message: msg, Table: rel.table}, nil
+}
+
+func streamingError(t byte) error {
+	name := map[byte]string{'S': "stream start", 'E': "stream stop", 'c': "stream commit", 'A': "stream abort"}[t]
+	return fmt.Errorf("%w: %s", ErrStreaming, name)
+}

@@ -1,0 +1,131 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/xml"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/bench"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// TestMain also serves as the benchmark's relays: Run starts this binary again in a child role.
+func TestMain(m *testing.M) {
+	if bench.IsChild() {
+		os.Exit(bench.RunChild())
+	}
+	os.Exit(testenv.Main(m))
+}
+
+// TestSmoke runs the whole benchmark at tiny sizes, so that it cannot rot: every contender, both
+// kinds of scenario, both queue types, large payloads and a large transaction. It checks that
+// every figure was measured, never how good it is.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("benchmark smoke run: needs PostgreSQL and RabbitMQ")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := bench.BuildWalbox(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := testenv.StartPostgres(t, bench.PostgresOptions()...)
+	rabbit := testenv.StartRabbit(t)
+	all := bench.AllContenders
+	scenarios := []bench.Scenario{
+		{Name: "drain", Kind: bench.Drain, Rows: 300, TxSize: 1, Payload: 300, Queue: bench.Classic, Contenders: all},
+		{Name: "steady", Kind: bench.Steady, Rate: 200, Duration: 2 * time.Second, Payload: 300, Queue: bench.Classic, Contenders: all},
+		{Name: "one tx, 10 KB, quorum", Kind: bench.Drain, Rows: 200, TxSize: 200, Payload: 10 << 10, Queue: bench.Quorum,
+			Contenders: []bench.Contender{bench.Walbox, bench.Poll100ms}, Memory: true},
+	}
+	rep, err := bench.Run(ctx, bench.Config{Scenarios: scenarios, WalboxBin: bin, WorkDir: dir, Log: testLog{t}},
+		bench.ServersOf(pg, rabbit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.Results), 10; got != want {
+		t.Fatalf("got %d results, want %d", got, want)
+	}
+	for _, r := range rep.Results {
+		checkResult(t, r)
+	}
+	checkOutput(t, rep)
+}
+
+func checkResult(t *testing.T, r bench.Result) {
+	t.Helper()
+	name := r.Scenario.Name + "/" + string(r.Contender)
+	if r.Err != "" {
+		t.Errorf("%s: %s", name, r.Err)
+		return
+	}
+	// Duplicates are legitimate (delivery is at least once), so only throughput is checked.
+	if r.Throughput <= 0 {
+		t.Errorf("%s: throughput %.0f msg/s", name, r.Throughput)
+	}
+	if r.RelayCPU < 0 || r.PGCPU < 0 || r.BrokerCPU < 0 || r.RelayRSS <= 0 {
+		t.Errorf("%s: CPU relay %.2f, postgres %.2f, broker %.2f; RSS %d: want all measured",
+			name, r.RelayCPU, r.PGCPU, r.BrokerCPU, r.RelayRSS)
+	}
+	dbContender := r.Contender != bench.Ceiling
+	if got := !math.IsNaN(r.WALInsert) && !math.IsNaN(r.WALRelay); got != dbContender {
+		t.Errorf("%s: WAL measured %v, want %v", name, got, dbContender)
+	}
+	polls := r.Contender == bench.Poll100ms || r.Contender == bench.Poll1s
+	if polls && !(r.WALRelay > 0 && r.WALVacuum > 0) {
+		t.Errorf("%s: polling relay WAL %.0f B/msg, vacuum %.0f B/msg: want both positive", name, r.WALRelay, r.WALVacuum)
+	}
+	if r.Scenario.Kind != bench.Steady {
+		return
+	}
+	if r.Latency == nil || r.Latency.N != r.Messages {
+		t.Errorf("%s: latency %+v, want one sample per message (%d)", name, r.Latency, r.Messages)
+	}
+	if r.Confirm == nil || r.Confirm.N < r.Messages {
+		t.Errorf("%s: commit-to-confirm latency %+v, want at least %d samples", name, r.Confirm, r.Messages)
+	}
+}
+
+func checkOutput(t *testing.T, rep *bench.Report) {
+	t.Helper()
+	var md strings.Builder
+	rep.Markdown(&md)
+	for _, want := range []string{"## Drain", "## Steady", "## Targets", "| steady | walbox |", "| drain | polling 1s |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	var svg strings.Builder
+	rep.SVG(&svg)
+	checkXML(t, svg.String())
+}
+
+// checkXML fails unless s is well-formed XML.
+func checkXML(t *testing.T, s string) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed: %v", err)
+		}
+	}
+}
+
+// testLog routes progress lines to t.Log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

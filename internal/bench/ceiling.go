@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/publisher"
+)
+
+// runCeiling publishes spec.Count messages with pipelined confirms (at most spec.Window in
+// flight), as fast as the broker takes them or at spec.Rate per second. The messages are built as
+// walbox builds them (publisher.Message) and published like walbox publishes them: persistent,
+// mandatory, to the same exchange. Then it waits to be stopped, so that its CPU time and peak
+// RSS can be read while it still exists.
+func runCeiling(ctx context.Context, spec childSpec) error {
+	conn, err := amqp.Dial(spec.AMQPURL)
+	if err != nil {
+		return fmt.Errorf("dial broker: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("confirm mode: %w", err)
+	}
+	p := &pipeline{ch: ch, window: spec.Window, acks: ch.NotifyPublish(make(chan amqp.Confirmation, spec.Window+64))}
+	start := time.Now()
+	for seq := range spec.Count {
+		if spec.Rate > 0 {
+			due := start.Add(time.Duration(float64(seq) / float64(spec.Rate) * float64(time.Second)))
+			if err := p.idleUntil(ctx, due); err != nil {
+				return err
+			}
+		}
+		now := time.Now()
+		m := message(seq, spec.Payload, now)
+		if err := p.publish(ctx, spec.Exchange, m.EventType, publisher.Message(m, "walbox"), now.UnixNano()); err != nil {
+			return err
+		}
+	}
+	if err := p.waitAll(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("published %d messages, all confirmed, in %v\n", spec.Count, time.Since(start))
+	<-ctx.Done()
+	return writeResult(spec.ResultFile, p.latencies)
+}
+
+// pipeline publishes with at most window messages awaiting their confirm, and records the time
+// from each message's start (a publish or commit time) to its confirm.
+type pipeline struct {
+	ch        *amqp.Channel
+	window    int
+	acks      <-chan amqp.Confirmation
+	starts    []int64 // Unix nanoseconds of each message in flight, in publish order; 0: not measured
+	latencies []time.Duration
+}
+
+// publish publishes msg; start is the time its confirm latency counts from, or 0.
+func (p *pipeline) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, start int64) error {
+	for len(p.starts) >= p.window {
+		if err := p.waitOne(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.ch.PublishWithContext(ctx, exchange, key, true, false, msg); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	p.starts = append(p.starts, start)
+	return nil
+}
+
+func (p *pipeline) waitOne(ctx context.Context) error {
+	select {
+	case c, ok := <-p.acks:
+		return p.take(c, ok)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// idleUntil takes confirms as they arrive until t, so that their latency is measured when they
+// come and not when the window next fills.
+func (p *pipeline) idleUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	for {
+		select {
+		case c, ok := <-p.acks:
+			if err := p.take(c, ok); err != nil {
+				return err
+			}
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *pipeline) take(c amqp.Confirmation, ok bool) error {
+	if !ok {
+		return errors.New("channel closed with messages unconfirmed")
+	}
+	if !c.Ack {
+		return fmt.Errorf("broker nacked delivery tag %d", c.DeliveryTag)
+	}
+	// amqp091 hands confirmations over in delivery-tag order, which is publish order.
+	if start := p.starts[0]; start != 0 {
+		p.latencies = append(p.latencies, time.Duration(time.Now().UnixNano()-start))
+	}
+	p.starts = p.starts[1:]
+	return nil
+}
+
+func (p *pipeline) waitAll(ctx context.Context) error {
+	for len(p.starts) > 0 {
+		if err := p.waitOne(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// childResult is what a child reports when it stops.
+type childResult struct {
+	Confirm *Percentiles `json:"confirm"` // start to broker confirm
+}
+
+// writeResult writes the confirm latencies to path, if set.
+func writeResult(path string, latencies []time.Duration) error {
+	if path == "" {
+		return nil
+	}
+	data, err := json.Marshal(childResult{Confirm: percentilesOf(latencies)})
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write result: %w", err)
+	}
+	return nil
+}
+
+// readResult reads what a child wrote with writeResult.
+func readResult(path string) (childResult, error) {
+	var r childResult
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("read child result: %w", err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("read child result: %w", err)
+	}
+	return r, nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}

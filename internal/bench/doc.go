@@ -1,0 +1,35 @@
+// Package bench measures walbox beside the broker's ceiling and a polling relay, on the same data,
+// in one run, and reports the figures as a markdown table and an SVG chart. cmd/walbox-bench is its
+// command; docs/performance.md explains the results.
+//
+// # Contenders
+//
+//   - ceiling: a raw amqp091 publisher with pipelined confirms (the same window as walbox), the
+//     same messages, exchange and queue type, and no database;
+//   - walbox: the real `walbox run` binary;
+//   - polling: the classic relay, UPDATE … SET published_at = now() WHERE id IN (SELECT … ORDER BY
+//     seq LIMIT batch FOR UPDATE SKIP LOCKED) RETURNING …, publish the batch with pipelined
+//     confirms, wait for all of them, commit; poll again at once after a full batch, else after the
+//     poll interval (100 ms or 1 s).
+//
+// Every contender is a process of its own, so that its CPU time and peak RSS can be read from
+// /proc/<pid>. The ceiling and the polling relay are this program (or test binary) run again in a
+// child role; see RunChild.
+//
+// # What is measured
+//
+// A drain scenario commits a backlog first, then starts the relay with a consumer attached to the
+// queue, and measures throughput as messages over the time between the first and the last
+// delivery to that consumer. A steady scenario starts the relay, commits rows at a fixed rate
+// (single-row transactions from several connections), and measures for every row the time from
+// the producer seeing its COMMIT return to the consumer receiving the message: end-to-end latency,
+// which bounds commit-to-confirm from above within the broker's delivery time. walbox's confirm
+// time cannot be observed from outside its process.
+//
+// CPU seconds (utime+stime from /proc/<pid>/stat, before and after the measured window) are
+// reported for the relay process, for all PostgreSQL processes together (children of the
+// postmaster, plus the postmaster's reaped children) and for the broker's Erlang VM. Peak RSS is
+// the relay's VmHWM. WAL is pg_current_wal_insert_lsn() before and after: the inserts' WAL is
+// measured on its own (the backlog, or a warm-up batch in steady runs), and what the relay adds
+// is the rest.
+package bench

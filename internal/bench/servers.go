@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// Servers are the PostgreSQL and RabbitMQ servers a run uses.
+type Servers struct {
+	DatabaseURL string // superuser URL of a database in which other databases can be created
+	AMQPURL     string
+	PostgresPID int // the postmaster, for CPU accounting; 0 if unknown (external server)
+	BrokerPID   int // the broker's Erlang VM; 0 if unknown
+}
+
+// PostgresOptions are the server settings of a benchmark run, on top of the test harness's
+// (wal_level=logical, fsync=off). Full page writes are on as in production; max_wal_size and
+// checkpoint_timeout are large enough that no checkpoint falls inside a measured window (each
+// trial starts with a CHECKPOINT), so that no contender pays for full-page images the others
+// escape.
+func PostgresOptions() []testenv.PGOption {
+	return []testenv.PGOption{
+		testenv.WithSetting("full_page_writes", "on"),
+		testenv.WithSetting("shared_buffers", "256MB"),
+		testenv.WithSetting("max_wal_size", "8GB"),
+		testenv.WithSetting("checkpoint_timeout", "1h"),
+	}
+}
+
+// ServersOf returns the Servers of servers the test harness started.
+func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
+	return Servers{DatabaseURL: pg.URL(), AMQPURL: rabbit.URL(), PostgresPID: pg.PID(), BrokerPID: rabbit.PID()}
+}
+
+// StartServers starts a throwaway PostgreSQL (wal_level=logical) and RabbitMQ node from the local
+// binaries, through the test harness. stop kills them and removes their directories; it must be
+// called, also after an error.
+func StartServers() (srv Servers, stop func(), err error) {
+	h := &harness{}
+	var pg *testenv.Postgres
+	var rabbit *testenv.Rabbit
+	if err := h.do(func() { pg = testenv.StartPostgres(h, PostgresOptions()...) }); err != nil {
+		return srv, h.close, fmt.Errorf("start postgres: %w", err)
+	}
+	if err := h.do(func() { rabbit = testenv.StartRabbit(h) }); err != nil {
+		return srv, h.close, fmt.Errorf("start rabbitmq: %w", err)
+	}
+	return ServersOf(pg, rabbit), h.close, nil
+}
+
+// harness adapts the test harness, whose server starters take a testing.TB, to a program: Fatal
+// and Skip end the calling goroutine with an error (as in a test), and cleanups run at close.
+// Methods the harness does not use are left to the embedded nil TB.
+type harness struct {
+	testing.TB
+
+	mu       sync.Mutex
+	err      error
+	cleanups []func()
+}
+
+func (h *harness) Helper()                      {}
+func (h *harness) Name() string                 { return "walbox-bench" }
+func (h *harness) Logf(string, ...any)          {}
+func (h *harness) Fatal(args ...any)            { h.fail(fmt.Sprint(args...)) }
+func (h *harness) Fatalf(f string, args ...any) { h.fail(fmt.Sprintf(f, args...)) }
+func (h *harness) Skipf(f string, args ...any)  { h.fail(fmt.Sprintf(f, args...)) }
+func (h *harness) Errorf(f string, args ...any) { h.record(fmt.Sprintf(f, args...)) }
+
+func (h *harness) Failed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err != nil
+}
+
+func (h *harness) Cleanup(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cleanups = append(h.cleanups, f)
+}
+
+func (h *harness) fail(msg string) {
+	h.record(msg)
+	runtime.Goexit()
+}
+
+func (h *harness) record(msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.err = errors.Join(h.err, errors.New(msg))
+}
+
+// do runs f on a goroutine of its own, so that a Fatal ends only that goroutine, and returns the
+// failure.
+func (h *harness) do(f func()) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err := h.err
+	h.err = nil
+	return err
+}
+
+// close runs the cleanups, last registered first.
+func (h *harness) close() {
+	h.mu.Lock()
+	fs := h.cleanups
+	h.cleanups = nil
+	h.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+// BuildWalbox builds cmd/walbox into dir and returns the binary's path.
+func BuildWalbox(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "walbox")
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.version=bench", "-o", bin,
+		"github.com/walbox/walbox/cmd/walbox")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build walbox: %w\n%s", err, out)
+	}
+	return bin, nil
+}

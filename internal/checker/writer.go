@@ -1,0 +1,379 @@
+package checker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/outbox"
+)
+
+// WriterConfig configures a Writer. The zero value of every field but DatabaseURL selects its
+// default.
+type WriterConfig struct {
+	// DatabaseURL is the database holding the outbox table. Required.
+	DatabaseURL string
+	// Table is the outbox table (default public.outbox). The Writer fills id, aggregate_type,
+	// aggregate_id, event_type and payload; the other columns keep their defaults.
+	Table outbox.Table
+	// Name tells writers sharing a table apart: it prefixes the aggregate names and is mixed into
+	// the seed of the ids (default "agg").
+	Name string
+	// Seed makes the workload reproducible: transaction sizes, aggregates and ids.
+	Seed uint64
+	// Aggregates is how many aggregates rows are spread over (default 8).
+	Aggregates int
+	// MaxTx is the largest transaction Run writes; sizes are uniform in [1, MaxTx] (default 20).
+	MaxTx int
+	// EventType is every row's event type, hence the routing key (default "checker.event").
+	EventType string
+	// Pause is the wait between transactions in Run (default none).
+	Pause time.Duration
+	// MaxRows ends Run once this many rows committed (default: no limit; ctx ends Run).
+	MaxRows int
+	// Pad adds this many bytes of filler to each payload.
+	Pad int
+	// Logf, if set, receives a line for each failed transaction and reconnect.
+	Logf func(format string, args ...any)
+}
+
+func (c *WriterConfig) defaults() error {
+	if c.DatabaseURL == "" {
+		return errors.New("checker: writer: database url required")
+	}
+	if c.Table == (outbox.Table{}) {
+		c.Table = outbox.DefaultTable
+	}
+	if c.Name == "" {
+		c.Name = "agg"
+	}
+	if c.Aggregates <= 0 {
+		c.Aggregates = 8
+	}
+	if c.MaxTx <= 0 {
+		c.MaxTx = 20
+	}
+	if c.EventType == "" {
+		c.EventType = "checker.event"
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// WriterStats counts what a Writer did.
+type WriterStats struct {
+	Transactions int // committed transactions
+	Rows         int // committed rows
+	Failed       int // transactions known not to have committed
+	Unknown      int // commits whose outcome was unknown when they returned
+	Resolved     int // of those, found committed in the table afterwards
+	Unresolved   int // rows of commits whose outcome is still unknown
+	Reconnects   int
+}
+
+// Writer commits outbox rows and records which ones committed. Run and Tx must be called from one
+// goroutine at a time; Committed, Stats and Unresolved may be called from any.
+type Writer struct {
+	cfg     WriterConfig
+	rng     *rand.Rand // sizes and aggregates
+	ids     *rand.Rand // row ids
+	seqs    map[string]int64
+	conn    *pgx.Conn
+	columns []string
+
+	mu        sync.Mutex
+	committed []Row
+	pending   [][]Row // transactions whose commit outcome is unknown
+	stats     WriterStats
+}
+
+// NewWriter returns a Writer; it connects on first use.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte(cfg.Name))
+	return &Writer{
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x77616c626f78)),
+		ids:     rand.New(rand.NewPCG(cfg.Seed, h.Sum64())),
+		seqs:    map[string]int64{},
+		columns: []string{outbox.ColID, outbox.ColAggregateType, outbox.ColAggregateID, outbox.ColEventType, outbox.ColPayload},
+	}, nil
+}
+
+// Run commits transactions of random size until ctx ends or MaxRows rows committed. Failed
+// transactions are logged and the Writer reconnects, so it rides out server restarts. It returns
+// nil when ctx ends or the rows are written.
+func (w *Writer) Run(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		if w.cfg.MaxRows > 0 && w.Stats().Rows >= w.cfg.MaxRows {
+			return nil
+		}
+		n := 1 + w.rng.IntN(w.cfg.MaxTx)
+		if w.cfg.MaxRows > 0 {
+			n = min(n, w.cfg.MaxRows-w.Stats().Rows)
+		}
+		if err := w.Tx(ctx, n); err != nil {
+			if ctx.Err() == nil {
+				w.cfg.Logf("checker: writer: %v (retrying in %v)", err, backoff)
+			}
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if w.cfg.Pause > 0 {
+			sleep(ctx, w.cfg.Pause)
+		}
+	}
+	return nil
+}
+
+// Tx commits one transaction of n rows. An error means the rows did not commit, or that the
+// outcome is unknown and will be resolved by a later Tx or Flush.
+func (w *Writer) Tx(ctx context.Context, n int) error {
+	if err := w.ensureConn(ctx); err != nil {
+		return err
+	}
+	if err := w.resolvePending(ctx); err != nil {
+		return err
+	}
+	rows := w.next(n)
+	err := w.insert(ctx, rows)
+	if err == nil {
+		w.record(rows)
+	}
+	return err
+}
+
+// next assigns ids, aggregates and sequence numbers to n new rows.
+func (w *Writer) next(n int) []Row {
+	rows := make([]Row, n)
+	for i := range rows {
+		agg := fmt.Sprintf("%s-%d", w.cfg.Name, w.rng.IntN(w.cfg.Aggregates))
+		w.seqs[agg]++
+		rows[i] = Row{ID: w.newID(), Aggregate: agg, Seq: w.seqs[agg]}
+	}
+	return rows
+}
+
+// newID returns a version 4 UUID drawn from the seeded generator.
+func (w *Writer) newID() string {
+	var u uuid.UUID
+	binary.LittleEndian.PutUint64(u[:8], w.ids.Uint64())
+	binary.LittleEndian.PutUint64(u[8:], w.ids.Uint64())
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u.String()
+}
+
+type payload struct {
+	Aggregate string `json:"aggregate"`
+	Seq       int64  `json:"seq"`
+	Pad       string `json:"pad,omitempty"`
+}
+
+// insert writes rows in one transaction. COMMIT runs on a context of its own, so that the end of
+// ctx does not make its outcome unknown.
+func (w *Writer) insert(ctx context.Context, rows []Row) error {
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return w.broken(fmt.Errorf("begin: %w", err))
+	}
+	pad := strings.Repeat("x", w.cfg.Pad)
+	values := make([][]any, len(rows))
+	for i, r := range rows {
+		body, err := json.Marshal(payload{Aggregate: r.Aggregate, Seq: r.Seq, Pad: pad})
+		if err != nil {
+			return err
+		}
+		values[i] = []any{r.ID, "checker", r.Aggregate, w.cfg.EventType, string(body)}
+	}
+	table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}
+	if _, err := tx.CopyFrom(ctx, table, w.columns, pgx.CopyFromRows(values)); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		w.fail()
+		return w.broken(fmt.Errorf("copy %d rows: %w", len(rows), err))
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err = tx.Commit(cctx)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr), errors.Is(err, pgx.ErrTxCommitRollback):
+		w.fail() // the server answered: rolled back
+		return fmt.Errorf("commit: %w", err)
+	}
+	// No answer: the transaction may or may not have committed. Look it up later.
+	w.mu.Lock()
+	w.pending = append(w.pending, rows)
+	w.stats.Unknown++
+	w.mu.Unlock()
+	return w.broken(fmt.Errorf("commit of %d rows, outcome unknown: %w", len(rows), err))
+}
+
+func (w *Writer) fail() {
+	w.mu.Lock()
+	w.stats.Failed++
+	w.mu.Unlock()
+}
+
+// broken drops the connection when err left it unusable.
+func (w *Writer) broken(err error) error {
+	if w.conn != nil && (w.conn.IsClosed() || w.conn.PgConn().IsBusy() || !isServerError(err)) {
+		_ = w.conn.Close(context.Background())
+		w.conn = nil
+	}
+	return err
+}
+
+func isServerError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
+func (w *Writer) record(rows []Row) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.committed = append(w.committed, rows...)
+	w.stats.Transactions++
+	w.stats.Rows += len(rows)
+}
+
+func (w *Writer) ensureConn(ctx context.Context) error {
+	if w.conn != nil && !w.conn.IsClosed() {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, w.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	w.conn = conn
+	w.mu.Lock()
+	w.stats.Reconnects++
+	w.mu.Unlock()
+	return nil
+}
+
+// resolvePending looks up every transaction whose commit outcome is unknown: all of its ids in
+// the table means it committed, none means it did not.
+func (w *Writer) resolvePending(ctx context.Context) error {
+	w.mu.Lock()
+	pending := w.pending
+	w.mu.Unlock()
+	for len(pending) > 0 {
+		rows := pending[0]
+		committed, err := w.lookup(ctx, rows)
+		if err != nil {
+			return w.broken(fmt.Errorf("resolve unknown commit: %w", err))
+		}
+		w.mu.Lock()
+		w.pending = w.pending[1:]
+		if committed {
+			w.committed = append(w.committed, rows...)
+			w.stats.Transactions++
+			w.stats.Rows += len(rows)
+			w.stats.Resolved++
+		}
+		pending = w.pending
+		w.mu.Unlock()
+		w.cfg.Logf("checker: writer: unknown commit of %d rows resolved: committed=%t", len(rows), committed)
+	}
+	return nil
+}
+
+func (w *Writer) lookup(ctx context.Context, rows []Row) (bool, error) {
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		id, err := uuid.Parse(r.ID)
+		if err != nil {
+			return false, err
+		}
+		ids[i] = id
+	}
+	table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}.Sanitize()
+	var n int
+	err := w.conn.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+outbox.ColID+" = ANY($1)", ids).Scan(&n)
+	switch {
+	case err != nil:
+		return false, err
+	case n == len(ids):
+		return true, nil
+	case n == 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("transaction half committed: %d of %d rows in the table", n, len(ids))
+}
+
+// Flush resolves every commit whose outcome is unknown, retrying until ctx ends, and closes the
+// connection.
+func (w *Writer) Flush(ctx context.Context) error {
+	defer w.Close()
+	for {
+		err := w.ensureConn(ctx)
+		if err == nil {
+			err = w.resolvePending(ctx)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("checker: writer: flush: %w", err)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// Close closes the connection; unknown outcomes stay unresolved.
+func (w *Writer) Close() {
+	if w.conn != nil {
+		_ = w.conn.Close(context.Background())
+		w.conn = nil
+	}
+}
+
+// Committed returns a copy of the rows known to have committed, in commit order.
+func (w *Writer) Committed() []Row {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Row(nil), w.committed...)
+}
+
+// Stats returns the Writer's counters.
+func (w *Writer) Stats() WriterStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.stats
+	for _, rows := range w.pending {
+		s.Unresolved += len(rows)
+	}
+	return s
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

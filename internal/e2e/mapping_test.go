@@ -1,0 +1,78 @@
+package e2e_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// An existing outbox table with other column names and types, beside the default one in the same
+// publication, mapped by the config file.
+func TestMappedLegacyTable(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	ctx := context.Background()
+	for _, sql := range []string{
+		`CREATE TABLE legacy_events (event_id bigserial PRIMARY KEY, kind text NOT NULL, body jsonb NOT NULL,
+			entity text, entity_id bigint, meta jsonb, occurred_at timestamptz DEFAULT now())`,
+		`ALTER PUBLICATION walbox ADD TABLE legacy_events`,
+	} {
+		if _, err := w.conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(t.TempDir(), "walbox.yaml")
+	yaml := `tables:
+  - table: public.outbox
+  - table: public.legacy_events
+    id: event_id
+    event-type: kind
+    payload: body
+    aggregate-type: entity
+    aggregate-id: entity_id
+    headers: meta
+    created-at: occurred_at
+    routing-key: "{entity}.{kind}"
+`
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := w.insertTx(w.conn, 2, "order.created")
+	var legacyID string
+	if err := w.conn.QueryRow(ctx, `INSERT INTO legacy_events (kind, body, entity, entity_id, meta)
+		VALUES ('shipped', '{"parcel": 7}', 'parcel', 7, '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}')
+		RETURNING event_id::text`).Scan(&legacyID); err != nil {
+		t.Fatal(err)
+	}
+	w.startRelay("WALBOX_CONFIG=" + conf)
+	got := w.drain([]txn{x}, nil, time.Minute)
+	got = append(got, w.drainQuiet(2*time.Second)...)
+	var found bool
+	for _, d := range got {
+		if d.MessageId != legacyID {
+			continue
+		}
+		found = true
+		if d.RoutingKey != "parcel.shipped" || d.Type != "shipped" || string(d.Body) != `{"parcel": 7}` ||
+			d.Headers["aggregate_id"] != "7" || d.Headers["traceparent"] == nil {
+			t.Errorf("legacy row delivered as key %q type %q body %s headers %v", d.RoutingKey, d.Type, d.Body, d.Headers)
+		}
+	}
+	if !found {
+		t.Fatalf("the legacy row %s never arrived (got %d messages)", legacyID, len(got))
+	}
+
+	// A mapping naming a column the table lacks stops walbox with an error naming it.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(yaml, "payload: body", "payload: data", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := w.walbox([]string{"WALBOX_CONFIG=" + bad, "WALBOX_SLOT=" + w.slot + "_x"}, "run")
+	if code != 1 || !strings.Contains(out, `"data"`) {
+		t.Fatalf("exit %d, output %q: want exit 1 naming the column data", code, out)
+	}
+}

@@ -1,0 +1,42 @@
+package example_e2e_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var summaryLine = regexp.MustCompile(`demo: done: placed (\d+), failed (\d+), published (\d+), notified (\d+), duplicates (\d+), lag (-?\d+)`)
+
+// The demo starts its own servers and services, places orders for a few seconds, and every
+// order is notified exactly once before it stops everything.
+func TestDemoNotifiesEveryOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and RabbitMQ")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "demo"), "-duration", "8s", "-rate", "50")
+	out, err := cmd.CombinedOutput()
+	t.Logf("demo output:\n%s", out)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	m := summaryLine.FindSubmatch(out)
+	if m == nil {
+		t.Fatal("no summary line in the demo output")
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(string(m[i])); return v }
+	placed, failed, published, notified, dups := n(1), n(2), n(3), n(4), n(5)
+	if placed < 100 || failed != 0 {
+		t.Errorf("placed %d, failed %d: want at least 100 placed in 8s at 50/s, none failed", placed, failed)
+	}
+	if notified != placed || published != placed || dups != 0 {
+		t.Errorf("placed %d, published %d, notified %d, duplicates %d: want all published and notified once",
+			placed, published, notified, dups)
+	}
+}

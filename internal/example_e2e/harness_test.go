@@ -1,0 +1,288 @@
+package example_e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/orders"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "walbox-example-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	build := exec.Command("go", "build", "-o", dir+"/",
+		"github.com/walbox/walbox/cmd/walbox", "github.com/walbox/walbox/cmd/demo")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build walbox and demo:", err)
+		return 1
+	}
+	return testenv.Main(m)
+}
+
+// system is one test's database, exchange and queue, with the order API served in-process,
+// and the relay and the notifier started on demand.
+type system struct {
+	t        *testing.T
+	rabbit   *testenv.Rabbit
+	db       string
+	pool     *pgxpool.Pool
+	slot     string
+	exchange string
+	queue    string
+	api      *httptest.Server
+}
+
+func newSystem(t *testing.T, rabbit *testenv.Rabbit) *system {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
+	}
+	pg := testenv.SharedPostgres(t)
+	s := &system{t: t, rabbit: rabbit, db: pg.NewDatabase(t), slot: testenv.UniqueName("slot"),
+		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
+	if out, err := s.walbox("migrate").CombinedOutput(); err != nil {
+		t.Fatalf("walbox migrate: %v\n%s", err, out)
+	}
+	pool, err := pgxpool.New(context.Background(), s.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s.pool = pool
+	if err := orders.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	s.api = httptest.NewServer(orders.Handler(orders.NewStore(pool), testLogger(t, slog.LevelWarn)))
+	t.Cleanup(s.api.Close)
+	return s
+}
+
+func testLogger(t *testing.T, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+func (s *system) walbox(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir, "walbox"), args...)
+	cmd.Env = append(os.Environ(),
+		"WALBOX_DATABASE_URL="+s.db,
+		"WALBOX_AMQP_URL="+s.rabbit.URL(),
+		"WALBOX_SLOT="+s.slot,
+		"WALBOX_EXCHANGE="+s.exchange,
+		"WALBOX_STATUS_INTERVAL=100ms",
+		"WALBOX_LOG_FORMAT=text",
+	)
+	return cmd
+}
+
+// relay is a `walbox run` subprocess.
+type relay struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+}
+
+// startRelay starts `walbox run`; cleanup kills it and shows its output if the test failed.
+func (s *system) startRelay() *relay {
+	s.t.Helper()
+	r := &relay{cmd: s.walbox("run"), out: &lockedBuffer{}, done: make(chan struct{})}
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	if err := r.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() {
+		_ = r.cmd.Wait()
+		close(r.done)
+	}()
+	s.waitExchange(r)
+	s.t.Cleanup(func() {
+		r.kill()
+		if s.t.Failed() {
+			s.t.Logf("walbox run output:\n%s", r.out.String())
+		}
+	})
+	return r
+}
+
+// waitExchange waits until the relay has declared its exchange, which it does with arguments
+// of its own (an alternate exchange) that a consumer declaring it first would lack.
+func (s *system) waitExchange(r *relay) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if exchangeExists(s.rabbit.URL(), s.exchange) {
+			return
+		}
+		select {
+		case <-r.done:
+			s.t.Fatalf("walbox run exited:\n%s", r.out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.t.Fatalf("exchange %s not declared after 30s:\n%s", s.exchange, r.out.String())
+}
+
+func exchangeExists(url, name string) bool {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false
+	}
+	return ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil) == nil
+}
+
+// kill SIGKILLs the relay, as in a crash, and waits for it to exit.
+func (r *relay) kill() {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGKILL)
+	<-r.done
+}
+
+// startNotifier runs the notification service's consumer in-process until cleanup.
+func (s *system) startNotifier() {
+	s.t.Helper()
+	log := testLogger(s.t, slog.LevelWarn)
+	ctx := context.Background()
+	if err := orders.BindQueue(ctx, s.rabbit.URL(), s.exchange, s.queue); err != nil {
+		s.t.Fatal(err)
+	}
+	cfg := orders.ConsumerConfig(s.rabbit.URL(), s.queue)
+	cfg.ReconnectBackoffMax = time.Second
+	cfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := migrations.ApplyConsumer(ctx, conn.Conn()); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := orders.MigrateNotifications(ctx, conn); err != nil {
+		s.t.Fatal(err)
+	}
+	c, err := consumer.New(s.pool, cfg, orders.NotificationHandler(log))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	s.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			s.t.Errorf("notifier: %v", err)
+		}
+	})
+}
+
+// post sends body to POST /orders and returns the status and decoded JSON response.
+func (s *system) post(body string) (int, map[string]any) {
+	s.t.Helper()
+	resp, err := http.Post(s.api.URL+"/orders", "application/json", bytes.NewBufferString(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		s.t.Fatalf("POST /orders %s: status %d, body %q is not JSON", body, resp.StatusCode, data)
+	}
+	return resp.StatusCode, got
+}
+
+// placeOrder places an order over HTTP and returns it as the API returned it.
+func (s *system) placeOrder(customer string, cents int64) orders.Order {
+	s.t.Helper()
+	status, got := s.post(fmt.Sprintf(`{"customer_id": %q, "amount_cents": %d}`, customer, cents))
+	if status != http.StatusCreated {
+		s.t.Fatalf("POST /orders: status %d, %v", status, got)
+	}
+	data, _ := json.Marshal(got)
+	var o orders.Order
+	if err := json.Unmarshal(data, &o); err != nil {
+		s.t.Fatalf("decode order %s: %v", data, err)
+	}
+	return o
+}
+
+func (s *system) count(sql string, args ...any) int {
+	s.t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		s.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// waitNotified waits until the notifications table holds n rows.
+func (s *system) waitNotified(n int, timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := s.count("SELECT count(*) FROM notifications")
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d of %d notifications after %v", got, n, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

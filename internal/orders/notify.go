@@ -1,0 +1,43 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/consumer"
+)
+
+// NotificationHandler returns a consumer handler that records the notification for each
+// order.created message in the notifications table, within the consumer's transaction, and
+// logs the notification it would send. Other event types are acknowledged and ignored.
+func NotificationHandler(log *slog.Logger) consumer.Handler {
+	return func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if d.Type != EventCreated {
+			return nil
+		}
+		var c Created
+		if err := json.Unmarshal(d.Body, &c); err != nil {
+			return fmt.Errorf("decode %s payload: %w", d.Type, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO notifications (message_id, order_id, customer_id, amount_cents)
+			VALUES ($1, $2, $3, $4)`, d.MessageID, c.OrderID.UUID, c.CustomerID.UUID, c.AmountCents); err != nil {
+			return fmt.Errorf("insert notification: %w", err)
+		}
+		log.Info("notify customer: order created", "msg_id", d.MessageID, "order_id", c.OrderID,
+			"customer_id", c.CustomerID, "amount_cents", c.AmountCents)
+		return nil
+	}
+}
+
+// ConsumerConfig is the consumer configuration of the notification service: the durable queue
+// that BindQueue binds to every order event.
+//
+// It sets no Bindings: the consumer would declare the exchange without the alternate-exchange
+// argument the relay declares it with, and the broker refuses the mismatch (PRECONDITION_FAILED).
+func ConsumerConfig(amqpURL, queue string) consumer.Config {
+	return consumer.Config{AMQPURL: amqpURL, Queue: queue}
+}

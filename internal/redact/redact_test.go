@@ -1,0 +1,51 @@
+package redact_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/internal/redact"
+)
+
+func TestText(t *testing.T) {
+	tests := []struct {
+		name, in string
+	}{
+		{"postgres url", "dial postgres://walbox:s3cr3t-pw@db:5432/app failed"},
+		{"amqp url", "dial amqp://user:s3cr3t-pw@mq:5672/ refused"},
+		{"keyword form", "connect host=db user=walbox password=s3cr3t-pw dbname=app"},
+		{"quoted keyword", "connect host=db password='s3cr3t-pw' dbname=app"},
+		{"query parameter", "postgres://db/app?sslmode=disable&password=s3cr3t-pw"},
+		{"bare secret elsewhere", `auth failed for "s3cr3t-pw"`},
+	}
+	secrets := redact.Secrets("postgres://walbox:s3cr3t-pw@db/app")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := redact.Text(tt.in, secrets...)
+			if strings.Contains(got, "s3cr3t-pw") {
+				t.Errorf("Text(%q) = %q: password still there", tt.in, got)
+			}
+		})
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	got := redact.Secrets("host=db password='a b c'", "amqp://u:p%40ss@h/", "postgres://h/db?password=qwerty")
+	want := map[string]bool{"a b c": true, "p@ss": true, "qwerty": true}
+	for w := range want {
+		found := false
+		for _, g := range got {
+			found = found || g == w
+		}
+		if !found {
+			t.Errorf("Secrets missed %q (got %q)", w, got)
+		}
+	}
+}
+
+func TestTextKeepsOrdinaryText(t *testing.T) {
+	in := "streaming slot=walbox lsn=0/16B3748"
+	if got := redact.Text(in); got != in {
+		t.Errorf("Text(%q) = %q, want it unchanged", in, got)
+	}
+}

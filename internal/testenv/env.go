@@ -1,0 +1,202 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment variables that switch the harness to external servers.
+const (
+	EnvDatabaseURL = "WALBOX_TEST_DATABASE_URL"
+	EnvAMQPURL     = "WALBOX_TEST_AMQP_URL"
+)
+
+// dirPrefix names every directory the harness creates under os.TempDir, followed by the pid
+// of the owning test binary, so Main can remove what a crashed run left behind.
+const dirPrefix = "walbox-testenv-"
+
+var seq atomic.Int64
+
+// errInUse marks a start that failed because a port or the node name was
+// still taken; the caller may retry.
+var errInUse = errors.New("address or name in use")
+
+// UniqueName returns prefix followed by a suffix unique within this process,
+// lowercased and restricted to [a-z0-9_], for slots, publications, exchanges and queues.
+func UniqueName(prefix string) string {
+	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), seq.Add(1))
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		default:
+			return '_'
+		}
+	}, name)
+}
+
+// RequireOwn skips the test when s is an external server: the test needs a
+// server that the harness started itself (to stop, kill or restart it).
+func RequireOwn(tb testing.TB, s interface{ External() bool }) {
+	tb.Helper()
+	if !s.External() {
+		return
+	}
+	env := EnvDatabaseURL
+	if _, ok := s.(*Rabbit); ok {
+		env = EnvAMQPURL
+	}
+	tb.Skipf("testenv: test needs a server the harness started itself, but %s selects an external one", env)
+}
+
+// EnvTimeoutScale multiplies the harness's start and stop timeouts, for slow
+// or overloaded machines (e.g. 2 or 3).
+const EnvTimeoutScale = "WALBOX_TEST_TIMEOUT_SCALE"
+
+func scaled(d time.Duration) time.Duration {
+	f, err := strconv.ParseFloat(os.Getenv(EnvTimeoutScale), 64)
+	if err != nil || f <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * f)
+}
+
+// inCI reports whether the tests run under CI, where missing servers are failures.
+func inCI() bool {
+	v, _ := strconv.ParseBool(os.Getenv("CI"))
+	return v
+}
+
+// requireBinary finds a server binary; outside CI a missing one skips the
+// test. urlEnv names the variable that selects an external server instead.
+func requireBinary(tb testing.TB, path, urlEnv string) {
+	tb.Helper()
+	if _, err := exec.LookPath(path); err != nil {
+		if inCI() {
+			tb.Fatalf("testenv: %s not found (CI=true): %v", path, err)
+		}
+		tb.Skipf("testenv: %s not found; install it (.ci/install-deps.sh) or set %s", path, urlEnv)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Callers retry with a new port when the server then fails to bind.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// makeDir creates a fresh directory for one server instance.
+func makeDir(kind string) (string, error) {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-%s-", dirPrefix, os.Getpid(), kind))
+	if err != nil {
+		return "", fmt.Errorf("create %s dir: %w", kind, err)
+	}
+	return dir, nil
+}
+
+// removeDirs removes the harness directories of this test binary and of
+// test binaries that no longer run.
+func removeDirs() {
+	paths, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, path := range paths {
+		rest := strings.TrimPrefix(filepath.Base(path), dirPrefix)
+		pid, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '-'), 0)])
+		if err != nil || (pid != os.Getpid() && pidAlive(pid)) {
+			continue
+		}
+		_ = os.RemoveAll(path)
+	}
+}
+
+// Shared servers, one of each per test binary, stopped by Main.
+var (
+	mainRunning atomic.Bool
+	sharedPGMu  sync.Mutex // held while the shared server starts
+	sharedPG    *Postgres
+	sharedPGErr error
+	sharedMQMu  sync.Mutex
+	sharedMQ    *Rabbit
+	sharedMQErr error
+)
+
+// Main runs the tests and then stops the shared servers. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+//
+// On SIGINT, SIGTERM or SIGHUP it kills every server the harness started and
+// exits. If the binary dies any other way (panic, timeout, SIGKILL), the
+// kernel kills the servers (parent-death signal) and the next run removes
+// their directories.
+func Main(m *testing.M) int {
+	removeDirs()
+	mainRunning.Store(true)
+	stop := handleSignals()
+	code := m.Run()
+	stop()
+	stopShared()
+	killAll()
+	removeDirs()
+	return code
+}
+
+func handleSignals() (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		select {
+		case sig := <-sigs:
+			// No locks here: a test may hold a shared lock while a server starts.
+			fmt.Fprintf(os.Stderr, "testenv: %v: killing test servers\n", sig)
+			killAll()
+			removeDirs()
+			os.Exit(2)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
+
+func stopShared() {
+	sharedPGMu.Lock()
+	if sharedPG != nil {
+		sharedPG.shutdown()
+		sharedPG = nil
+	}
+	sharedPGMu.Unlock()
+	sharedMQMu.Lock()
+	if sharedMQ != nil {
+		sharedMQ.shutdown()
+		sharedMQ = nil
+	}
+	sharedMQMu.Unlock()
+}
+
+func requireMain(tb testing.TB, fn string) {
+	tb.Helper()
+	if !mainRunning.Load() {
+		tb.Fatalf("testenv: %s needs TestMain to call testenv.Main so the shared server is stopped", fn)
+	}
+}

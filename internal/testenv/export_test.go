@@ -1,0 +1,7 @@
+package testenv
+
+// Internals for the black-box tests.
+var (
+	Descendants = descendants
+	PidAlive    = pidAlive
+)

@@ -1,0 +1,441 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rabbitBinDir holds rabbitmq-server and rabbitmqctl; the environment
+// variable WALBOX_TEST_RABBITMQ_BIN overrides it.
+const rabbitBinDir = "/usr/lib/rabbitmq/bin"
+
+const (
+	rabbitStartTimeout = 60 * time.Second
+	rabbitStopTimeout  = 30 * time.Second
+	rabbitCtlTimeout   = 60 * time.Second
+)
+
+// Rabbit is a RabbitMQ node of its own started by the harness, or an
+// external broker named by WALBOX_TEST_AMQP_URL.
+type Rabbit struct {
+	url      string
+	external bool
+	shared   bool
+
+	dir      string // node home: config, cookie, mnesia, logs; removed at cleanup
+	node     string // walbox-test-<pid>-<n>@localhost
+	port     int
+	distPort int
+	tls      *Certs // with a TLS listener on tlsPort when set
+	tlsPort  int
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+const rabbitConf = `loopback_users.guest = true
+disk_free_limit.absolute = 10MB
+vm_memory_high_watermark.relative = 0.6
+log.console = false
+log.file.level = info
+`
+
+// StartRabbit starts a RabbitMQ node with its own name, ports and
+// directories, and waits until it accepts AMQP connections. tb.Cleanup kills
+// it and removes its directory. With WALBOX_TEST_AMQP_URL set it starts
+// nothing and returns that broker.
+func StartRabbit(tb testing.TB) *Rabbit {
+	tb.Helper()
+	if u := os.Getenv(EnvAMQPURL); u != "" {
+		return &Rabbit{url: u, external: true}
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbit(nil)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StartRabbitTLS starts a node like StartRabbit with, besides its plain listener, a TLS listener
+// on 127.0.0.1 serving the certificate of certs; TLSURL addresses it. It needs its own node, so
+// in external mode it skips.
+func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a TLS node the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbit(certs)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// TLSURL is the amqps URL of the TLS listener (host localhost, which the certificate names).
+func (r *Rabbit) TLSURL() string {
+	return fmt.Sprintf("amqps://guest:guest@localhost:%d/", r.tlsPort)
+}
+
+// SharedRabbit returns the test binary's shared node, starting it on first
+// use (a node takes seconds to boot). Tests must not stop it and should use
+// UniqueName for their exchanges and queues. It needs TestMain to call Main.
+func SharedRabbit(tb testing.TB) *Rabbit {
+	tb.Helper()
+	if u := os.Getenv(EnvAMQPURL); u != "" {
+		return &Rabbit{url: u, external: true}
+	}
+	requireMain(tb, "SharedRabbit")
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	sharedMQMu.Lock()
+	defer sharedMQMu.Unlock()
+	if sharedMQ == nil && sharedMQErr == nil {
+		sharedMQ, sharedMQErr = startRabbit(nil)
+		if sharedMQ != nil {
+			sharedMQ.shared = true
+		}
+	}
+	if sharedMQErr != nil {
+		tb.Fatalf("testenv: shared rabbitmq: %v", sharedMQErr)
+	}
+	return sharedMQ
+}
+
+func rabbitBin(name string) string {
+	dir := rabbitBinDir
+	if d := os.Getenv("WALBOX_TEST_RABBITMQ_BIN"); d != "" {
+		dir = d
+	}
+	return filepath.Join(dir, name)
+}
+
+func startRabbit(certs *Certs) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs}
+	if err := r.initDir(); err != nil {
+		r.shutdown()
+		return nil, err
+	}
+	var err error
+	for range startAttempts {
+		if r.port, err = freePort(); err != nil {
+			break
+		}
+		if r.distPort, err = freePort(); err != nil {
+			break
+		}
+		if r.tls != nil {
+			if r.tlsPort, err = freePort(); err != nil {
+				break
+			}
+		}
+		if err = r.start(); !errors.Is(err, errInUse) {
+			break
+		}
+	}
+	if err != nil {
+		r.shutdown()
+		return nil, err
+	}
+	return r, nil
+}
+
+// initDir creates the node directory: config, an empty plugins file, an
+// empty rabbitmq-env.conf (so the system one is not read) and the cookie.
+func (r *Rabbit) initDir() error {
+	dir, err := makeDir("rabbit")
+	if err != nil {
+		return err
+	}
+	r.dir = dir
+	files := []struct {
+		name, data string
+		mode       os.FileMode
+	}{
+		{"rabbitmq.conf", rabbitConf, 0o644},
+		{"enabled_plugins", "", 0o644},
+		{"rabbitmq-env.conf", "", 0o644},
+		{".erlang.cookie", UniqueName("cookie"), 0o400},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.data), f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.name, err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "log"), 0o755); err != nil {
+		return fmt.Errorf("create rabbitmq log dir: %w", err)
+	}
+	return nil
+}
+
+func (r *Rabbit) env() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + r.dir,
+		"LC_ALL=C.UTF-8",
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(r.dir, "rabbitmq-env.conf"),
+		"RABBITMQ_NODENAME=" + r.node,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT=" + strconv.Itoa(r.port),
+		"RABBITMQ_DIST_PORT=" + strconv.Itoa(r.distPort),
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(r.dir, "mnesia"),
+		"RABBITMQ_LOG_BASE=" + filepath.Join(r.dir, "log"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(r.dir, "rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(r.dir, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(r.dir, "enabled_plugins"),
+		"RABBITMQ_PID_FILE=" + r.pidFile(),
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+		"ERL_EPMD_ADDRESS=127.0.0.1", // if the node has to start epmd, keep it on loopback
+		// Makes rabbitmq-server exec the VM instead of running it in the
+		// background of a shell: the VM is then our child, in our process
+		// group, and inherits the parent-death signal.
+		"RUNNING_UNDER_SYSTEMD=true",
+	}
+}
+
+func (r *Rabbit) pidFile() string    { return filepath.Join(r.dir, "rabbit.pid") }
+func (r *Rabbit) startupLog() string { return filepath.Join(r.dir, "log", "startup.log") }
+func (r *Rabbit) nodeLog() string    { return filepath.Join(r.dir, "log", r.node+".log") }
+
+func (r *Rabbit) logTail() string { return logTail(r.startupLog(), r.nodeLog()) }
+
+// writeConf writes rabbitmq.conf, with the TLS listener when there is one.
+func (r *Rabbit) writeConf() error {
+	conf := rabbitConf
+	if r.tls != nil {
+		conf += fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\n", r.tlsPort) +
+			"ssl_options.cacertfile = " + r.tls.CAFile + "\n" +
+			"ssl_options.certfile = " + r.tls.CertFile + "\n" +
+			"ssl_options.keyfile = " + r.tls.KeyFile + "\n" +
+			"ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n"
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("write rabbitmq.conf: %w", err)
+	}
+	return nil
+}
+
+// start boots the node and waits until it accepts AMQP connections.
+func (r *Rabbit) start() error {
+	r.url = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", r.port)
+	if err := r.writeConf(); err != nil {
+		return err
+	}
+	_ = os.Remove(r.pidFile()) // a killed node leaves it behind
+	logf, err := os.OpenFile(r.startupLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open rabbitmq startup log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(rabbitBin("rabbitmq-server"))
+	cmd.Dir, cmd.Env = r.dir, r.env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	proc, err := startProcess("rabbitmq", cmd)
+	if err != nil {
+		return err
+	}
+	if err := r.waitReady(proc); err != nil {
+		r.killProc(proc)
+		return err
+	}
+	r.mu.Lock()
+	r.proc = proc
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Rabbit) waitReady(proc *process) error {
+	deadline := time.Now().Add(scaled(rabbitStartTimeout))
+	for time.Now().Before(deadline) {
+		if proc.exited() {
+			tail := r.logTail()
+			if strings.Contains(tail, "eaddrinuse") {
+				return fmt.Errorf("rabbitmq on port %d or %d: %w", r.port, r.distPort, errInUse)
+			}
+			if strings.Contains(tail, "seems to be in use by another Erlang node") {
+				// epmd has not yet noticed that the killed incarnation is gone.
+				return fmt.Errorf("rabbitmq node name %s: %w", r.node, errInUse)
+			}
+			return fmt.Errorf("rabbitmq exited during start: %v%s", proc.cmd.ProcessState, tail)
+		}
+		if pingRabbit(r.url) == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("rabbitmq not accepting connections after %v%s", scaled(rabbitStartTimeout), r.logTail())
+}
+
+func pingRabbit(url string) error {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(time.Second)})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// beamPid reads the Erlang VM's OS pid from the pid file (0 if unknown).
+func (r *Rabbit) beamPid() int {
+	data, err := os.ReadFile(r.pidFile())
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+// killProc SIGKILLs the node's process group, the VM named in the pid file
+// and the VM's descendants (erl_child_setup, which leaves the group with
+// setsid, and its port programs).
+func (r *Rabbit) killProc(proc *process) {
+	pids := []int{proc.pid()}
+	if pid := r.beamPid(); pid != 0 && pid != proc.pid() {
+		pids = append(pids, pid)
+	}
+	for _, pid := range pids[:len(pids):len(pids)] {
+		pids = append(pids, descendants(pid)...)
+	}
+	proc.kill()
+	for _, pid := range pids {
+		killPid(pid, 5*time.Second)
+	}
+}
+
+// URL returns the AMQP URL for the guest user.
+func (r *Rabbit) URL() string { return r.url }
+
+// External reports whether the broker comes from WALBOX_TEST_AMQP_URL.
+func (r *Rabbit) External() bool { return r.external }
+
+// Node returns the Erlang node name; "" when external.
+func (r *Rabbit) Node() string { return r.node }
+
+// Port returns the AMQP port; 0 when external.
+func (r *Rabbit) Port() int { return r.port }
+
+// Dir returns the node directory; "" when external.
+func (r *Rabbit) Dir() string { return r.dir }
+
+// PID returns the OS pid of the node's Erlang VM, or 0 when stopped or external.
+func (r *Rabbit) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil || r.proc.exited() {
+		return 0
+	}
+	if pid := r.beamPid(); pid != 0 {
+		return pid
+	}
+	return r.proc.pid()
+}
+
+// Stop shuts the node down gracefully with rabbitmqctl stop and waits until
+// its processes are gone.
+func (r *Rabbit) Stop(tb testing.TB) {
+	tb.Helper()
+	r.mustOwn(tb, "Stop")
+	proc := r.takeProc(tb)
+	_, err := r.ctl("stop", r.pidFile())
+	if !proc.wait(scaled(rabbitStopTimeout)) || err != nil {
+		r.killProc(proc)
+		tb.Fatalf("testenv: rabbitmq did not stop gracefully (%v); killed it%s", err, r.logTail())
+	}
+	r.killProc(proc) // reaps leftovers, if any
+}
+
+// Kill SIGKILLs the node's VM and its children, as in a crash. The shared
+// epmd is left alone.
+func (r *Rabbit) Kill(tb testing.TB) {
+	tb.Helper()
+	r.mustOwn(tb, "Kill")
+	r.killProc(r.takeProc(tb))
+}
+
+// Start boots a stopped or killed node again on the same ports and mnesia
+// directory.
+func (r *Rabbit) Start(tb testing.TB) {
+	tb.Helper()
+	r.mustOwn(tb, "Start")
+	if r.PID() != 0 {
+		tb.Fatal("testenv: rabbitmq is already running")
+	}
+	var err error
+	for range startAttempts {
+		// Retry a bind failure: sockets of the old node may linger briefly.
+		if err = r.start(); !errors.Is(err, errInUse) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		tb.Fatalf("testenv: restart rabbitmq: %v", err)
+	}
+}
+
+func (r *Rabbit) takeProc(tb testing.TB) *process {
+	tb.Helper()
+	r.mu.Lock()
+	proc := r.proc
+	r.proc = nil
+	r.mu.Unlock()
+	if proc == nil {
+		tb.Fatal("testenv: rabbitmq is not running")
+	}
+	return proc
+}
+
+func (r *Rabbit) mustOwn(tb testing.TB, op string) {
+	tb.Helper()
+	switch {
+	case r.external:
+		tb.Fatalf("testenv: %s on an external rabbitmq (%s); call RequireOwn first", op, EnvAMQPURL)
+	case r.shared:
+		tb.Fatalf("testenv: %s on the shared rabbitmq; use StartRabbit for a node of your own", op)
+	}
+}
+
+// Ctl runs rabbitmqctl against this node and returns its output; it fails
+// the test on error.
+func (r *Rabbit) Ctl(tb testing.TB, args ...string) string {
+	tb.Helper()
+	if r.external {
+		tb.Fatalf("testenv: Ctl on an external rabbitmq (%s); call RequireOwn first", EnvAMQPURL)
+	}
+	out, err := r.ctl(args...)
+	if err != nil {
+		tb.Fatalf("testenv: %v (args %s)\n%s", err, strings.Join(args, " "), out)
+	}
+	return out
+}
+
+func (r *Rabbit) ctl(args ...string) (string, error) {
+	cmd := exec.Command(rabbitBin("rabbitmqctl"), append([]string{"-n", r.node}, args...)...)
+	cmd.Dir, cmd.Env = r.dir, r.env()
+	return run("rabbitmqctl", cmd, scaled(rabbitCtlTimeout))
+}
+
+// shutdown kills the node and removes its directory; nothing in it is kept.
+func (r *Rabbit) shutdown() {
+	r.mu.Lock()
+	proc := r.proc
+	r.proc = nil
+	r.mu.Unlock()
+	if proc != nil {
+		r.killProc(proc)
+	}
+	if r.dir != "" {
+		_ = os.RemoveAll(r.dir)
+	}
+}

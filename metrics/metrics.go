@@ -1,0 +1,208 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+)
+
+// Metrics implements replication.Observer. Observe must be called from one goroutine (the relay's).
+type Metrics struct {
+	published, confirmed  *prometheus.CounterVec
+	parked                *prometheus.CounterVec
+	returned, nacked      prometheus.Counter
+	retried               prometheus.Counter
+	reconnects            *prometheus.CounterVec
+	confirmLat, commitLat prometheus.Histogram
+	retained              prometheus.Gauge
+	walStatus             *prometheus.GaugeVec
+	pollErrors            prometheus.Counter
+	byType                map[string]typeCounters // cache of the label lookups, by event type
+	reg                   prometheus.Registerer
+}
+
+type typeCounters struct{ published, confirmed prometheus.Counter }
+
+var _ replication.Observer = (*Metrics)(nil)
+
+// New registers the relay's metrics with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	f := factory{reg}
+	m := &Metrics{
+		published: f.counterVec("walbox_messages_published_total", "Messages handed to the broker.", "event_type"),
+		confirmed: f.counterVec("walbox_messages_confirmed_total", "Messages the broker confirmed.", "event_type"),
+		parked: f.counterVec("walbox_messages_parked_total",
+			"Messages set aside as undeliverable, to the park exchange.", "event_type", "reason_kind"),
+		returned: f.counter("walbox_messages_returned_total", "Messages the broker returned as unroutable."),
+		nacked:   f.counter("walbox_messages_nacked_total", "Messages the broker refused (basic.nack)."),
+		retried: f.counter("walbox_messages_retried_total",
+			"Messages in flight when a session failed; they are sent again from the slot."),
+		reconnects: f.counterVec("walbox_reconnects_total", "Sessions that ended in an error, by reason.", "reason"),
+		confirmLat: f.histogram("walbox_confirm_latency_seconds", "Time from publish to the broker's confirm."),
+		commitLat: f.histogram("walbox_commit_to_confirm_seconds",
+			"Time from the transaction's commit (its Begin message's timestamp) to the broker's confirm."),
+		retained: f.gauge("walbox_slot_retained_wal_bytes",
+			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
+		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),
+		pollErrors: f.counter("walbox_slot_poll_errors_total", "Failed reads of the slot's state."),
+		byType:     map[string]typeCounters{},
+		reg:        reg,
+	}
+	return m
+}
+
+// WatchStats registers the gauges read from the relay's stats at each scrape.
+func (m *Metrics) WatchStats(stats *replication.Stats) { factory{m.reg}.statsGauges(stats) }
+
+// Observe counts one relay event.
+func (m *Metrics) Observe(e replication.Event) {
+	switch e.Kind {
+	case replication.Published:
+		m.counters(e.EventType).published.Inc()
+	case replication.Confirmed:
+		m.counters(e.EventType).confirmed.Inc()
+		m.confirmLat.Observe(e.ConfirmLatency.Seconds())
+		if e.CommitLatency > 0 {
+			m.commitLat.Observe(e.CommitLatency.Seconds())
+		}
+	case replication.ConfirmFailed:
+		switch {
+		case errors.Is(e.Err, publisher.ErrReturned):
+			m.returned.Inc()
+		case errors.Is(e.Err, publisher.ErrNacked):
+			m.nacked.Inc()
+		}
+	case replication.Parked:
+		m.parked.WithLabelValues(e.EventType, e.Reason).Inc()
+	case replication.SessionEnded:
+		if e.Err == nil || errors.Is(e.Err, context.Canceled) {
+			return
+		}
+		m.retried.Add(float64(e.Retried))
+		m.reconnects.WithLabelValues(Reason(e.Err)).Inc()
+	}
+}
+
+func (m *Metrics) counters(eventType string) typeCounters {
+	c, ok := m.byType[eventType]
+	if !ok {
+		c = typeCounters{m.published.WithLabelValues(eventType), m.confirmed.WithLabelValues(eventType)}
+		m.byType[eventType] = c
+	}
+	return c
+}
+
+// Reason classifies the error that ended a session: slot_active, nack, returned, broker, decode
+// or database.
+func Reason(err error) string {
+	var de *decoder.Error
+	switch {
+	case errors.Is(err, replication.ErrSlotActive):
+		return "slot_active"
+	case errors.Is(err, publisher.ErrNacked):
+		return "nack"
+	case errors.Is(err, publisher.ErrReturned):
+		return "returned"
+	case replication.IsBrokerError(err):
+		return "broker"
+	case errors.As(err, &de):
+		return "decode"
+	}
+	return "database"
+}
+
+// SetSlot records the slot's retained WAL and wal_status.
+func (m *Metrics) SetSlot(retained int64, walStatus string) {
+	m.retained.Set(float64(retained))
+	m.walStatus.Reset()
+	if walStatus != "" {
+		m.walStatus.WithLabelValues(walStatus).Set(1)
+	}
+}
+
+// PollError counts a failed read of the slot's state.
+func (m *Metrics) PollError() { m.pollErrors.Inc() }
+
+// factory creates and registers metrics.
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help,
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}) // 0.5 ms to 16 s
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) gaugeFunc(name, help string, fn func() float64) {
+	f.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn))
+}
+
+// statsGauges registers the gauges read from the relay's Stats at scrape time.
+func (f factory) statsGauges(s *replication.Stats) {
+	f.gaugeFunc("walbox_inflight_messages", "Messages published and not yet confirmed.",
+		func() float64 { return float64(s.InFlight.Load()) })
+	f.gaugeFunc("walbox_oldest_unconfirmed_age_seconds", "Age of the oldest message awaiting the broker's confirm.",
+		func() float64 { return ageSeconds(s.OldestSent.Load()) })
+	f.gaugeFunc("walbox_confirmed_lsn_bytes", "Position last confirmed to the server as flushed, as a number.",
+		func() float64 { return float64(s.ConfirmedLSN.Load()) })
+	f.gaugeFunc("walbox_received_lsn_bytes", "End of the last transaction received, as a number.",
+		func() float64 { return float64(s.ReceivedLSN.Load()) })
+	f.gaugeFunc("walbox_server_wal_lsn_bytes", "The server's WAL end from its last keepalive, as a number.",
+		func() float64 { return float64(s.ServerLSN.Load()) })
+	f.gaugeFunc("walbox_replication_lag_bytes", "Server WAL end minus the confirmed position.",
+		func() float64 { return lag(s.ServerLSN.Load(), s.ConfirmedLSN.Load()) })
+	f.gaugeFunc("walbox_active", "1 while this instance streams from the slot, 0 as a standby or between sessions.",
+		func() float64 { return boolFloat(s.Streaming.Load()) })
+	f.gaugeFunc("walbox_last_confirm_timestamp_seconds", "Unix time of the broker's last confirm.",
+		func() float64 { return float64(s.LastConfirm.Load()) / 1e9 })
+}
+
+func ageSeconds(unixNano int64) float64 {
+	if unixNano == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, unixNano)).Seconds()
+}
+
+func lag(server, confirmed uint64) float64 {
+	if server < confirmed {
+		return 0
+	}
+	return float64(server - confirmed)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,32 @@
+package migrations
+
+import (
+	"context"
+	"embed"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/outbox"
+)
+
+//go:embed consumer/*.sql
+var consumerFS embed.FS
+
+// DefaultProcessedTable is the table the consumer package records handled messages in.
+var DefaultProcessedTable = outbox.Table{Schema: "public", Name: "processed_messages"}
+
+// ApplyConsumer creates DefaultProcessedTable, the table consumers deduplicate messages with.
+// It is idempotent.
+func ApplyConsumer(ctx context.Context, conn *pgx.Conn) error {
+	return ApplyConsumerTable(ctx, conn, DefaultProcessedTable)
+}
+
+// ApplyConsumerTable creates the processed-messages table under another name (a consumer's
+// Config.ProcessedTable). It is idempotent.
+func ApplyConsumerTable(ctx context.Context, conn *pgx.Conn, table outbox.Table) error {
+	ms, err := load(consumerFS, "consumer", map[string]string{"Table": table.Quoted()})
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, conn, "consumer:"+table.String(), ms)
+	return err
+}

@@ -1,0 +1,8 @@
+// Package migrations holds the SQL walbox needs in the database, embedded in the binary, and applies
+// it idempotently: every migration runs at most once per target and is recorded with its version in
+// the table walbox_migrations. Concurrent appliers are serialised by an advisory lock.
+//
+// The outbox migrations create the outbox table and the publication walbox reads it through. The
+// publication must exist before the replication slot: pgoutput looks publications up as of the WAL
+// it decodes, so a slot created first fails with "publication does not exist".
+package migrations

@@ -1,0 +1,142 @@
+package migrations
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/outbox"
+)
+
+//go:embed outbox/*.sql
+var outboxFS embed.FS
+
+// lockKey serialises concurrent migrations (an arbitrary constant: "walbox" in ASCII).
+const lockKey = 0x77616c626f78
+
+// Config names what the outbox migrations create.
+type Config struct {
+	Table       outbox.Table // default outbox.DefaultTable
+	Publication string       // default "walbox"
+}
+
+func (c Config) withDefaults() Config {
+	if c.Table == (outbox.Table{}) {
+		c.Table = outbox.DefaultTable
+	}
+	if c.Publication == "" {
+		c.Publication = "walbox"
+	}
+	return c
+}
+
+// Migration is one embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	sql     string
+}
+
+// Apply creates the outbox table and its publication, running each migration not yet recorded for
+// this table. It returns the names of the migrations it ran (none when all were applied before).
+func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
+	cfg = cfg.withDefaults()
+	vars := map[string]string{
+		"Table":              cfg.Table.Quoted(),
+		"Publication":        pgx.Identifier{cfg.Publication}.Sanitize(),
+		"PublicationLiteral": quoteLiteral(cfg.Publication),
+	}
+	ms, err := load(outboxFS, "outbox", vars)
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, conn, "outbox:"+cfg.Table.String(), ms)
+}
+
+// load reads the migrations in dir, ordered by the version their names start with, and expands
+// their template variables.
+func load(fsys fs.FS, dir string, vars map[string]string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
+	}
+	var ms []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a version number", name)
+		}
+		raw, err := fs.ReadFile(fsys, path.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+		if err != nil {
+			return nil, fmt.Errorf("parse migration %s: %w", name, err)
+		}
+		var buf bytes.Buffer
+		if err := tmpl.Execute(&buf, vars); err != nil {
+			return nil, fmt.Errorf("expand migration %s: %w", name, err)
+		}
+		ms = append(ms, Migration{Version: v, Name: name, sql: buf.String()})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
+
+// run applies ms for target in one transaction, holding the advisory lock.
+func run(ctx context.Context, conn *pgx.Conn, target string, ms []Migration) ([]string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin migration: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+		return nil, fmt.Errorf("lock migrations: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS walbox_migrations (
+		target     text        NOT NULL,
+		version    int         NOT NULL,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (target, version))`); err != nil {
+		return nil, fmt.Errorf("create walbox_migrations: %w", err)
+	}
+	var applied []string
+	for _, m := range ms {
+		var done bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM walbox_migrations WHERE target = $1 AND version = $2)",
+			target, m.Version).Scan(&done); err != nil {
+			return nil, fmt.Errorf("check migration %s: %w", m.Name, err)
+		}
+		if done {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return nil, fmt.Errorf("apply migration %s: %w", m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO walbox_migrations (target, version, name) VALUES ($1, $2, $3)",
+			target, m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("record migration %s: %w", m.Name, err)
+		}
+		applied = append(applied, m.Name)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit migrations: %w", err)
+	}
+	return applied, nil
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}

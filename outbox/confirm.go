@@ -1,0 +1,31 @@
+package outbox
+
+import "errors"
+
+// Confirm is the broker's verdict on one published message.
+type Confirm struct {
+	Seq uint64 // the sequence number Publish returned (the delivery tag)
+	Err error  // nil: the broker confirmed it and it was routed. Otherwise nacked, returned, or the session died.
+}
+
+// ErrUnpublishable marks a message the broker can never accept as it stands (too large, or a
+// routing key or header the protocol cannot carry). Sending it again fails again, so the relay
+// parks it instead of retrying.
+var ErrUnpublishable = errors.New("message can never be published")
+
+// Parked is a message that can never be delivered as written, set aside with the reason.
+type Parked struct {
+	// Message is the row as far as it could be decoded.
+	Message Message
+	// Reason says why it was parked.
+	Reason string
+	// Table and LSN say where it came from.
+	Table string
+	LSN   string
+}
+
+// DefaultAlternateExchange is the alternate exchange walbox declares for exchange: messages no
+// queue is bound for are kept there. Whoever declares the exchange (the relay, a consumer binding
+// to it) must declare it with the same alternate-exchange argument, or the broker refuses the
+// second declaration.
+func DefaultAlternateExchange(exchange string) string { return exchange + ".unroutable" }

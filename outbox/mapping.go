@@ -1,0 +1,147 @@
+package outbox
+
+import (
+	"fmt"
+	"strings"
+)
+
+// IDSource says where a message's id comes from.
+type IDSource string
+
+const (
+	// IDFromColumn takes the id from the mapped id column (a uuid, or any type as text).
+	IDFromColumn IDSource = "column"
+	// IDFromPosition derives a UUID from the transaction's commit position and the row's place in
+	// it: the same on every replay, for tables without a usable id column.
+	IDFromPosition IDSource = "position"
+)
+
+// Mapping says how the columns of an outbox table become a message. The zero value of every field
+// but Table selects the default table's contract (see the Col constants).
+type Mapping struct {
+	Table Table
+
+	// Column names. "-" means the table has no such column (allowed for AggregateType,
+	// AggregateID, Headers and CreatedAt; for ID only with IDFromPosition).
+	ID, AggregateType, AggregateID, EventType, Payload, Headers, CreatedAt string
+
+	// ExchangeColumn names a column holding each row's exchange; empty publishes every row to the
+	// relay's exchange.
+	ExchangeColumn string
+
+	// RoutingKey is a template for the routing key: literal text with {column} placeholders
+	// replaced by that column's text value, e.g. "{aggregate_type}.{event_type}". Empty means the
+	// event type.
+	RoutingKey string
+
+	// MessageID is where the message id comes from (default IDFromColumn).
+	MessageID IDSource
+}
+
+// DefaultMapping is the contract of the table `walbox migrate` creates.
+func DefaultMapping(t Table) Mapping { return Mapping{Table: t}.WithDefaults() }
+
+// WithDefaults fills in the default column names.
+func (m Mapping) WithDefaults() Mapping {
+	def := func(s *string, name string) {
+		if *s == "" {
+			*s = name
+		}
+	}
+	if m.Table == (Table{}) {
+		m.Table = DefaultTable
+	}
+	def(&m.ID, ColID)
+	def(&m.AggregateType, ColAggregateType)
+	def(&m.AggregateID, ColAggregateID)
+	def(&m.EventType, ColEventType)
+	def(&m.Payload, ColPayload)
+	def(&m.Headers, ColHeaders)
+	def(&m.CreatedAt, ColCreatedAt)
+	if m.MessageID == "" {
+		m.MessageID = IDFromColumn
+	}
+	return m
+}
+
+// Absent is the column name that says the table has no such column.
+const Absent = "-"
+
+// Columns returns the columns the mapping reads, by the role they play ("id", "event_type", ...,
+// "exchange", and "routing_key" for every placeholder of the template), absent ones left out.
+func (m Mapping) Columns() map[string][]string {
+	m = m.WithDefaults()
+	out := map[string][]string{}
+	add := func(role, col string) {
+		if col != "" && col != Absent {
+			out[col] = append(out[col], role)
+		}
+	}
+	if m.MessageID == IDFromColumn {
+		add("id", m.ID)
+	}
+	add("aggregate_type", m.AggregateType)
+	add("aggregate_id", m.AggregateID)
+	add("event_type", m.EventType)
+	add("payload", m.Payload)
+	add("headers", m.Headers)
+	add("created_at", m.CreatedAt)
+	add("exchange", m.ExchangeColumn)
+	for _, p := range m.Placeholders() {
+		add("routing_key", p)
+	}
+	return out
+}
+
+// Placeholders returns the column names the routing key template refers to.
+func (m Mapping) Placeholders() []string {
+	var out []string
+	rest := m.RoutingKey
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return out
+		}
+		out = append(out, rest[i+1:i+j])
+		rest = rest[i+j+1:]
+	}
+}
+
+// Validate checks the mapping on its own (not against a table: see CheckColumns).
+func (m Mapping) Validate() error {
+	m = m.WithDefaults()
+	switch {
+	case m.MessageID != IDFromColumn && m.MessageID != IDFromPosition:
+		return fmt.Errorf("table %s: message id source %q: want %q or %q", m.Table, m.MessageID, IDFromColumn, IDFromPosition)
+	case m.ID == Absent && m.MessageID == IDFromColumn:
+		return fmt.Errorf("table %s: no id column: set the message id source to %q", m.Table, IDFromPosition)
+	case m.EventType == Absent, m.Payload == Absent:
+		return fmt.Errorf("table %s: the event type and payload columns are required", m.Table)
+	case strings.Count(m.RoutingKey, "{") != strings.Count(m.RoutingKey, "}"):
+		return fmt.Errorf("table %s: routing key template %q: unbalanced braces", m.Table, m.RoutingKey)
+	}
+	for _, p := range m.Placeholders() {
+		if p == "" {
+			return fmt.Errorf("table %s: routing key template %q: empty placeholder", m.Table, m.RoutingKey)
+		}
+	}
+	return nil
+}
+
+// CheckColumns checks the mapping against the table's actual columns (name to type name, as
+// information_schema.columns gives them) and names the first column that is missing.
+func (m Mapping) CheckColumns(actual map[string]string) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	for col, roles := range m.Columns() {
+		if _, ok := actual[col]; !ok {
+			return fmt.Errorf("table %s has no column %q (mapped as %s)", m.WithDefaults().Table, col, strings.Join(roles, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+// Package outbox is walbox's shared vocabulary: the message that travels from an outbox row to the
+// broker, and the contract of the table it is stored in. It has no behaviour of its own beyond
+// validation, so every other package can depend on it.
+package outbox
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Message is one outbox row, as written by a producer and as published by the relay.
+type Message struct {
+	// ID identifies the message. It becomes the AMQP MessageId; consumers deduplicate on it.
+	ID uuid.UUID
+	// AggregateType and AggregateID name the entity the event is about ("order", "42").
+	AggregateType string
+	AggregateID   string
+	// EventType is the event's name ("order.created"). It becomes the routing key and the AMQP Type.
+	EventType string
+	// Payload is the message body, a JSON document.
+	Payload []byte
+	// Headers are extra AMQP headers (a W3C traceparent, say). Values are JSON values: string,
+	// float64, bool, nil, []any or map[string]any.
+	Headers map[string]any
+	// CreatedAt is when the row was written; it becomes the AMQP Timestamp.
+	CreatedAt time.Time
+
+	// Set by the relay from a table's Mapping; empty for the default table.
+
+	// MessageID is the AMQP MessageId when the id is not a UUID (a bigint key, say); empty means
+	// ID.String().
+	MessageID string
+	// RoutingKey overrides the routing key (default EventType).
+	RoutingKey string
+	// Exchange overrides the exchange the relay publishes to.
+	Exchange string
+}
+
+// AMQPMessageID returns the id the message carries on the wire.
+func (m *Message) AMQPMessageID() string {
+	if m.MessageID != "" {
+		return m.MessageID
+	}
+	return m.ID.String()
+}
+
+// Key returns the routing key: RoutingKey, or else EventType.
+func (m *Message) Key() string {
+	if m.RoutingKey != "" {
+		return m.RoutingKey
+	}
+	return m.EventType
+}

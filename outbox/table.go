@@ -1,0 +1,47 @@
+package outbox
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Column names of the default outbox table (migrations/ creates it).
+const (
+	ColID            = "id"
+	ColAggregateType = "aggregate_type"
+	ColAggregateID   = "aggregate_id"
+	ColEventType     = "event_type"
+	ColPayload       = "payload"
+	ColHeaders       = "headers"
+	ColCreatedAt     = "created_at"
+)
+
+// DefaultTable is the outbox table walbox uses unless told otherwise.
+var DefaultTable = Table{Schema: "public", Name: "outbox"}
+
+// Table names an outbox table.
+type Table struct {
+	Schema string
+	Name   string
+}
+
+// ParseTable parses "schema.name" or "name" (schema public). Names are taken as written, without
+// SQL quoting or case folding.
+func ParseTable(s string) (Table, error) {
+	schema, name, ok := strings.Cut(s, ".")
+	if !ok {
+		schema, name = "public", s
+	}
+	if schema == "" || name == "" || strings.Contains(name, ".") {
+		return Table{}, fmt.Errorf("table %q: want schema.name or name", s)
+	}
+	return Table{Schema: schema, Name: name}, nil
+}
+
+// String returns "schema.name", unquoted.
+func (t Table) String() string { return t.Schema + "." + t.Name }
+
+// Quoted returns the table name quoted for use in SQL.
+func (t Table) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }

@@ -1,0 +1,232 @@
+package publisher
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultExchange     = "outbox"
+	DefaultWindow       = 1024
+	DefaultAppID        = "walbox"
+	DefaultDialTimeout  = 15 * time.Second
+	DefaultHeartbeat    = 10 * time.Second
+	DefaultCloseTimeout = 5 * time.Second
+
+	// DefaultMaxMessageSize is RabbitMQ 3.x's default max_message_size (128 MiB).
+	DefaultMaxMessageSize = 128 << 20
+
+	// NoExchange as AlternateExchange publishes without an alternate exchange.
+	NoExchange = "none"
+
+	// MaxWindow bounds Window: the notification buffers are sized from it.
+	MaxWindow = 1 << 16
+)
+
+// Config configures a Session. The zero value of every field but URL selects its default.
+type Config struct {
+	// URL is the broker address, amqp://user:password@host:port/vhost or amqps://…
+	// The password never appears in errors.
+	URL string
+
+	// Exchange is the exchange messages are published to, unless a message names its own.
+	// Dial declares it as a durable topic exchange. Default "outbox".
+	Exchange string
+
+	// AlternateExchange receives messages that no queue is bound for, so that they are kept
+	// rather than returned. Dial declares it (fanout, durable) with a durable queue of the same
+	// name bound to it, and declares Exchange with it as its alternate-exchange argument. Default
+	// Exchange+".unroutable"; NoExchange turns it off, and unroutable messages then come back as
+	// ErrReturned.
+	AlternateExchange string
+
+	// ParkExchange receives the messages Park sets aside. Dial declares it (fanout, durable) with
+	// a durable queue of the same name bound to it. Default Exchange+".parked".
+	ParkExchange string
+
+	// MaxMessageSize is the largest body Publish sends; a larger one is refused with
+	// ErrInvalidMessage before anything is written, since the broker would close the channel.
+	// Keep it at or below the broker's max_message_size. Default 128 MiB.
+	MaxMessageSize int
+
+	// Window is the most messages in flight (published, not yet confirmed); Publish waits for a
+	// confirm beyond it. It sizes the internal notification buffers. Default 1024, at most
+	// MaxWindow.
+	Window int
+
+	// AppID is the AMQP app-id property of every message and the connection name shown by the
+	// broker. Default "walbox".
+	AppID string
+
+	// DialTimeout bounds Dial: TCP connect, TLS and AMQP handshakes, channel setup and the
+	// exchange declaration. Default 15s.
+	DialTimeout time.Duration
+
+	// Heartbeat is the AMQP heartbeat interval proposed to the broker; a heartbeat=N parameter
+	// in URL takes precedence. Default 10s.
+	Heartbeat time.Duration
+
+	// CloseTimeout bounds Close, after which the connection is cut. Default 5s.
+	CloseTimeout time.Duration
+
+	// TLS configures amqps connections; nil means the system roots (or the TLS parameters of
+	// URL). It is cloned, never modified.
+	TLS *tls.Config
+}
+
+// Validate fills in defaults for zero values and reports the first bad setting.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	uri, err := parseURL(c.URL)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.TLS != nil && uri.Scheme != "amqps":
+		return errors.New("tls: set, but url scheme is not amqps")
+	case len(c.Exchange) > 255:
+		return fmt.Errorf("exchange %.20q...: longer than 255 bytes", c.Exchange)
+	case len(c.AlternateExchange) > 255:
+		return fmt.Errorf("alternate exchange %.20q...: longer than 255 bytes", c.AlternateExchange)
+	case len(c.ParkExchange) > 255:
+		return fmt.Errorf("park exchange %.20q...: longer than 255 bytes", c.ParkExchange)
+	case c.ParkExchange == c.Exchange || c.AlternateExchange == c.Exchange:
+		return fmt.Errorf("park and alternate exchanges must differ from exchange %q", c.Exchange)
+	case c.MaxMessageSize < 0:
+		return fmt.Errorf("max message size %d: negative", c.MaxMessageSize)
+	case c.Window < 1 || c.Window > MaxWindow:
+		return fmt.Errorf("window %d: want 1 to %d", c.Window, MaxWindow)
+	case len(c.AppID) > 255:
+		return fmt.Errorf("app id %.20q...: longer than 255 bytes", c.AppID)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("dial timeout %s: negative", c.DialTimeout)
+	case c.Heartbeat < 0:
+		return fmt.Errorf("heartbeat %s: negative", c.Heartbeat)
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("close timeout %s: negative", c.CloseTimeout)
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Exchange == "" {
+		c.Exchange = DefaultExchange
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.AlternateExchange == "" {
+		c.AlternateExchange = outbox.DefaultAlternateExchange(c.Exchange)
+	}
+	if c.ParkExchange == "" {
+		c.ParkExchange = c.Exchange + ".parked"
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.AppID == "" {
+		c.AppID = DefaultAppID
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+}
+
+// parseURL parses an AMQP URL; its error never contains the password.
+func parseURL(rawURL string) (amqp.URI, error) {
+	if rawURL == "" {
+		return amqp.URI{}, errors.New("url: empty")
+	}
+	uri, err := amqp.ParseURI(rawURL)
+	if err != nil {
+		return amqp.URI{}, fmt.Errorf("url: %w", redact(err, rawURL))
+	}
+	return uri, nil
+}
+
+// redact returns err unchanged unless its text contains the password of rawURL, either as
+// written or percent-decoded. Then it returns a plain error with each occurrence replaced by
+// "xxxxx"; the original chain is dropped, since any error in it would print the password.
+func redact(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	found := false
+	for _, p := range passwords(rawURL) {
+		if strings.Contains(msg, p) {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+			found = true
+		}
+	}
+	if !found {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// passwords returns the forms in which the password of rawURL may appear in an error text,
+// longest first. It does not rely on URL parsing: the URL at hand may be malformed, and an
+// unescaped password may itself contain '@', '/' or '#'. So every '@' is taken in turn as the
+// end of the userinfo, and the pieces between reserved characters count too; redacting too much
+// is harmless.
+func passwords(rawURL string) []string {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		rest = rawURL
+	}
+	var forms []string
+	add := func(p string) {
+		if p != "" && !slices.Contains(forms, p) {
+			forms = append(forms, p)
+		}
+	}
+	for i := range len(rest) {
+		if rest[i] != '@' {
+			continue
+		}
+		_, pass, ok := strings.Cut(rest[:i], ":")
+		if !ok {
+			continue
+		}
+		add(pass)
+		if dec, err := url.PathUnescape(pass); err == nil {
+			add(dec)
+		}
+		add(url.QueryEscape(pass))
+		q := strconv.Quote(pass)
+		add(q[1 : len(q)-1])
+		// A parser may split an unescaped password at a reserved character and quote a piece.
+		for _, piece := range strings.FieldsFunc(pass, isReserved) {
+			if len(piece) >= 3 {
+				add(piece)
+			}
+		}
+	}
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return forms
+}
+
+func isReserved(r rune) bool { return strings.ContainsRune(":/?#[]@!$&'()*+,;=% ", r) }
+
+// host returns host:port of a parsed URL, for error context.
+func host(uri amqp.URI) string {
+	return fmt.Sprintf("%s:%d", uri.Host, uri.Port)
+}

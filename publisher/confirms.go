@@ -1,0 +1,228 @@
+package publisher
+
+import (
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// tracker is the state of run, the goroutine that turns amqp091's notifications into Confirms.
+//
+// amqp091 delivers acks and returns on separate Go channels, but both from its single reader
+// goroutine, in wire order, and it hands a basic.return to the returns channel before it
+// processes the frames after it. The broker sends an unroutable message's basic.return before
+// its basic.ack. So once run receives the ack for delivery tag t, the return for t, if any, is
+// already buffered: run drains returns before it judges an ack. Returns carry no delivery tag;
+// they are matched to in-flight tags by message id.
+type tracker struct {
+	acks    <-chan amqp.Confirmation // nil once closed
+	returns <-chan amqp.Return       // nil once closed
+	blocks  <-chan amqp.Blocking     // nil once closed
+
+	acked    uint64                  // last delivery tag with a verdict
+	returned map[uint64]*ReturnError // returns waiting for their ack, by delivery tag
+	queue    []outbox.Confirm        // verdicts waiting for room in Session.confirms
+	head     int                     // first waiting verdict in queue
+	final    bool                    // the last Confirm is queued
+	closed   bool                    // Session.confirms is closed
+}
+
+func (s *Session) run() {
+	defer close(s.done)
+	s.tr.acks, s.tr.returns, s.tr.blocks = s.acks, s.returns, s.blocks
+	for {
+		var out chan<- outbox.Confirm
+		var next outbox.Confirm
+		if s.tr.head < len(s.tr.queue) {
+			out, next = s.confirms, s.tr.queue[s.tr.head]
+		} else if s.tr.final && !s.tr.closed {
+			close(s.confirms)
+			s.tr.closed = true
+		}
+		select {
+		case out <- next:
+			s.pop()
+		case c, ok := <-s.tr.acks:
+			s.onAck(c, ok)
+		case r, ok := <-s.tr.returns:
+			s.onReturn(r, ok)
+		case b, ok := <-s.tr.blocks:
+			if !ok {
+				s.tr.blocks = nil
+				s.setBlocked(false)
+				continue
+			}
+			s.setBlocked(b.Active)
+		case <-s.stop:
+			s.flush()
+			return
+		}
+	}
+}
+
+func (s *Session) onAck(c amqp.Confirmation, ok bool) {
+	if !ok {
+		s.end(s.closeCause())
+		return
+	}
+	s.drainReturns()
+	if err := s.judge(c); err != nil {
+		s.cut()
+		s.end(err)
+	}
+}
+
+// judge turns the confirmation of the next delivery tag into a Confirm. amqp091 re-sequences
+// confirmations, so anything but the next tag means a confirmation was lost.
+func (s *Session) judge(c amqp.Confirmation) error {
+	tag := s.tr.acked + 1
+	if c.DeliveryTag != tag || tag > s.lastPublished() {
+		return fmt.Errorf("%w: confirmation for delivery tag %d, want %d", ErrClosed, c.DeliveryTag, tag)
+	}
+	s.tr.acked = tag
+	var err error
+	if re := s.tr.returned[tag]; re != nil {
+		delete(s.tr.returned, tag)
+		err = re
+	} else if !c.Ack {
+		err = fmt.Errorf("message %s: %w", s.idOf(tag), ErrNacked)
+	}
+	s.release()
+	s.emit(outbox.Confirm{Seq: tag, Err: err})
+	return nil
+}
+
+func (s *Session) drainReturns() {
+	for s.tr.returns != nil {
+		select {
+		case r, ok := <-s.tr.returns:
+			s.onReturn(r, ok)
+		default:
+			return
+		}
+	}
+}
+
+// onReturn marks every in-flight delivery tag with the returned message's id. Ids are unique in
+// practice; should one be in flight twice, both are marked, since a false ErrReturned costs a
+// replay while a false success loses a message. A return that matches nothing in flight means
+// its ack was judged before it: the session ends rather than vouch for what it has confirmed.
+func (s *Session) onReturn(r amqp.Return, ok bool) {
+	if !ok {
+		s.tr.returns = nil
+		return
+	}
+	re := &ReturnError{MessageID: r.MessageId, Code: r.ReplyCode, Text: r.ReplyText}
+	found := false
+	s.mu.Lock()
+	for tag := s.tr.acked + 1; tag <= s.published; tag++ {
+		if s.ids[tag%uint64(len(s.ids))] == r.MessageId {
+			if s.tr.returned == nil {
+				s.tr.returned = make(map[uint64]*ReturnError)
+			}
+			s.tr.returned[tag] = re
+			found = true
+		}
+	}
+	s.mu.Unlock()
+	if !found && !s.tr.final {
+		s.cut()
+		s.end(fmt.Errorf("%w: basic.return for message %s matches no message in flight", ErrClosed, r.MessageId))
+	}
+}
+
+func (s *Session) lastPublished() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.published
+}
+
+func (s *Session) idOf(tag uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[tag%uint64(len(s.ids))]
+}
+
+// closeCause reads why amqp091 closed the channel; the connection's reason comes second, since
+// a connection failure reaches both listeners. Both are buffered before the acks are closed.
+func (s *Session) closeCause() error {
+	for _, c := range []chan *amqp.Error{s.chClose, s.connClose} {
+		select {
+		case e, ok := <-c:
+			if ok && e != nil {
+				return fmt.Errorf("%w: %w", ErrClosed, e)
+			}
+		default:
+		}
+	}
+	return fmt.Errorf("%w: channel closed", ErrClosed)
+}
+
+// end records the failure and queues the last Confirm, carrying the first failure recorded.
+func (s *Session) end(err error) {
+	s.tr.acks = nil
+	if s.tr.final {
+		return
+	}
+	s.fail(err)
+	s.emit(outbox.Confirm{Err: s.failure()})
+	s.tr.final = true
+}
+
+// emit hands c to the reader of Confirms, or queues it when the buffer is full; it never blocks,
+// so amqp091's notifications are always drained.
+func (s *Session) emit(c outbox.Confirm) {
+	if s.tr.head == len(s.tr.queue) {
+		select {
+		case s.confirms <- c:
+			return
+		default:
+		}
+	}
+	s.tr.queue = append(s.tr.queue, c)
+}
+
+func (s *Session) pop() {
+	s.tr.queue[s.tr.head] = outbox.Confirm{}
+	s.tr.head++
+	switch {
+	case s.tr.head == len(s.tr.queue):
+		s.tr.queue, s.tr.head = s.tr.queue[:0], 0
+	case s.tr.head >= 1024 && 2*s.tr.head >= len(s.tr.queue):
+		n := copy(s.tr.queue, s.tr.queue[s.tr.head:])
+		s.tr.queue, s.tr.head = s.tr.queue[:n], 0
+	}
+}
+
+// flush ends run for Close: whatever fits in the buffer is delivered, then Confirms is closed.
+func (s *Session) flush() {
+	if s.tr.closed {
+		return
+	}
+	if !s.tr.final {
+		s.tr.queue = append(s.tr.queue, outbox.Confirm{Err: s.failure()})
+	}
+	for _, c := range s.tr.queue[s.tr.head:] {
+		select {
+		case s.confirms <- c:
+			continue
+		default:
+		}
+		break // no gaps: a reader may take one now and expect the next
+	}
+	close(s.confirms)
+}
+
+func (s *Session) setBlocked(active bool) {
+	s.blockMu.Lock()
+	defer s.blockMu.Unlock()
+	switch {
+	case active && s.unblock == nil:
+		s.unblock = make(chan struct{})
+	case !active && s.unblock != nil:
+		close(s.unblock)
+		s.unblock = nil
+	}
+}

@@ -1,0 +1,59 @@
+// Package publisher publishes outbox messages to RabbitMQ with publisher confirms. It is the only
+// package that speaks AMQP.
+//
+// A Session is one connection with one channel in confirm mode. It never retries and never
+// reconnects: the relay replays from the database after any failure, so a failed session is
+// simply closed and a new one dialed.
+//
+// # Publishing
+//
+// Publish sends one message to the configured exchange (a durable topic exchange, declared by
+// Dial), or to the exchange the message names, with its routing key (its event type unless the
+// table's mapping gives another), persistent, and mandatory, so that an unroutable message comes
+// back instead of vanishing. Message documents the exact AMQP properties and headers.
+//
+// An exchange a message names is not declared: the session checks once that it exists, with a
+// passive declare on a short-lived channel of its own, before it publishes there. A missing one
+// makes Publish fail with ErrInvalidMessage (so outbox.ErrUnpublishable) and the session lives
+// on, where publishing would have closed its channel. The verdict is kept for the session; a
+// missing exchange is asked about again after a few seconds, so one created meanwhile is used.
+// Such an exchange has no alternate exchange unless its owner gave it one: an unroutable message
+// there comes back as ErrReturned. Publish returns the message's sequence number, its delivery tag: 1, 2, 3… within the
+// session. Call it from a single goroutine, so that sequence order is the caller's order.
+//
+// At most Config.Window messages are in flight; Publish waits for a confirm beyond that. While
+// the broker blocks the connection (a memory or disk alarm), Publish waits before writing. Both
+// waits end with ctx, and the session stays usable. A write that blocks anyway ignores ctx
+// inside amqp091; then Publish cuts the TCP connection when ctx ends, which ends the session.
+//
+// # Confirms
+//
+// Confirms delivers exactly one outbox.Confirm per published message, in sequence order, with a
+// nil Err only if the broker acknowledged the message and did not return it:
+//
+//   - a nack gives an error wrapping ErrNacked;
+//   - a basic.return gives a *ReturnError, which wraps ErrReturned;
+//   - when the session ends (the broker or network closes the channel or connection, a cut, a
+//     protocol violation, Close), a last Confirm with Seq 0 and an error wrapping ErrClosed
+//     follows, and the channel is closed. Messages published but without a Confirm by then have
+//     an unknown fate and must be replayed.
+//
+// The broker sends an unroutable message's basic.return before its basic.ack, and amqp091
+// hands each return to its listener, from the same reader goroutine, before it processes the
+// next frame. The session's goroutine therefore drains returns before it judges each ack and
+// attributes a return to the in-flight message with the same message id. A return that matches
+// no message in flight would mean this ordering broke; the session then ends rather than stand
+// by a success it may already have reported.
+//
+// Verdicts are never blocked on the reader: amqp091 drops a notification its listener does not
+// take within 5 s, so the session always drains amqp091 and queues verdicts the reader of
+// Confirms has not yet taken.
+//
+// # Closing
+//
+// Close closes the connection, waiting at most Config.CloseTimeout for the broker (a blocked
+// broker may never answer), then closes the socket, and returns once the session's goroutine
+// has stopped. It does not wait for outstanding confirms: read them first.
+//
+// Errors never contain the URL's password, and the package never logs.
+package publisher

@@ -1,0 +1,43 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+var (
+	// ErrNacked marks a Confirm for a message the broker refused (basic.nack): an internal error,
+	// or a full queue with overflow = reject-publish.
+	ErrNacked = errors.New("nacked by the broker")
+
+	// ErrReturned marks a Confirm for a message the broker could not route to any queue
+	// (basic.return). The error is a *ReturnError.
+	ErrReturned = errors.New("returned by the broker")
+
+	// ErrClosed marks the end of a session: the final Confirm, and every Publish after it. It
+	// wraps the cause, an *amqp091.Error when the broker or the network ended the session.
+	ErrClosed = errors.New("session closed")
+
+	// ErrInvalidMessage marks a message that cannot be published as it stands: it cannot be
+	// encoded as an AMQP publish (a routing key, message id, exchange or header name over 255
+	// bytes, a body over MaxMessageSize), or the exchange it names does not exist. Publishing it
+	// again will fail again: it wraps outbox.ErrUnpublishable.
+	ErrInvalidMessage = fmt.Errorf("invalid message: %w", outbox.ErrUnpublishable)
+)
+
+// ReturnError is the error of a Confirm for a message the broker returned as unroutable.
+// errors.Is(err, ErrReturned) reports true for it.
+type ReturnError struct {
+	MessageID string // the AMQP MessageId, outbox.Message.AMQPMessageID()
+	Code      uint16 // the reply code, 312 NO_ROUTE for an unroutable mandatory message
+	Text      string // the reply text
+}
+
+func (e *ReturnError) Error() string {
+	return fmt.Sprintf("message %s returned: %d %s", e.MessageID, e.Code, e.Text)
+}
+
+// Unwrap returns ErrReturned.
+func (e *ReturnError) Unwrap() error { return ErrReturned }

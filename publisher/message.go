@@ -1,0 +1,242 @@
+package publisher
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// Header names set on every message, from the outbox row. They win over headers of the same
+// name in outbox.Message.Headers.
+const (
+	HeaderAggregateType = "aggregate_type"
+	HeaderAggregateID   = "aggregate_id"
+)
+
+// ContentType is the content type of every message: the payload is a JSON document.
+const ContentType = "application/json"
+
+// Message builds the AMQP publishing for m, which must not be nil; the routing key, m.Key(),
+// and the exchange go beside it.
+//
+// Properties: MessageId m.AMQPMessageID() (m.MessageID, or else m.ID), Type m.EventType, Timestamp m.CreatedAt (whole seconds on the
+// wire), AppId appID, ContentType application/json, DeliveryMode persistent, Body m.Payload
+// (shared, not copied). Headers: aggregate_type, aggregate_id and every key of m.Headers, with
+// values made legal in an AMQP table: strings, bools, float64 and nil pass as they are, []any
+// becomes a field array and map[string]any a nested table (both converted recursively), other
+// integers become int64, json.Number an int64 or a float64, and any other type its fmt.Sprint
+// text.
+func Message(m *outbox.Message, appID string) amqp.Publishing {
+	h := make(amqp.Table, len(m.Headers)+2)
+	for k, v := range m.Headers {
+		h[k] = tableValue(v)
+	}
+	h[HeaderAggregateType] = m.AggregateType
+	h[HeaderAggregateID] = m.AggregateID
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.AMQPMessageID(),
+		Timestamp:    m.CreatedAt,
+		Type:         m.EventType,
+		AppId:        appID,
+		Body:         m.Payload,
+	}
+}
+
+// tableValue converts a header value to a type amqp091 encodes faithfully. Plain int is avoided
+// on purpose: amqp091 writes it as 32 bits.
+func tableValue(v any) any {
+	switch v := v.(type) {
+	case nil, string, bool, float64, int64, []byte, time.Time, amqp.Decimal:
+		return v
+	case map[string]any:
+		return tableOf(v)
+	case amqp.Table:
+		return tableOf(v)
+	case []any:
+		a := make([]any, len(v))
+		for i, e := range v {
+			a[i] = tableValue(e)
+		}
+		return a
+	case []string:
+		a := make([]any, len(v))
+		for i, e := range v {
+			a[i] = e
+		}
+		return a
+	case map[string]string:
+		t := make(amqp.Table, len(v))
+		for k, e := range v {
+			t[k] = e
+		}
+		return t
+	case float32:
+		return float64(v)
+	case int:
+		return int64(v)
+	case int8:
+		return int64(v)
+	case int16:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case uint8:
+		return int64(v)
+	case uint16:
+		return int64(v)
+	case uint32:
+		return int64(v)
+	case uint:
+		return uintValue(uint64(v))
+	case uint64:
+		return uintValue(v)
+	case json.Number:
+		return numberValue(v)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+func tableOf(m map[string]any) amqp.Table {
+	t := make(amqp.Table, len(m))
+	for k, v := range m {
+		t[k] = tableValue(v)
+	}
+	return t
+}
+
+func uintValue(u uint64) any {
+	if u > math.MaxInt64 {
+		return strconv.FormatUint(u, 10)
+	}
+	return int64(u)
+}
+
+func numberValue(n json.Number) any {
+	if i, err := n.Int64(); err == nil {
+		return i
+	}
+	if f, err := n.Float64(); err == nil {
+		return f
+	}
+	return n.String()
+}
+
+// checkMessage reports what would make amqp091 fail in the middle of writing the publish, which
+// kills the connection: short strings over 255 bytes.
+func checkMessage(m *outbox.Message) error {
+	for _, f := range []struct{ name, value string }{
+		{"routing key", m.Key()}, {"event type", m.EventType}, {"message id", m.AMQPMessageID()}, {"exchange", m.Exchange},
+	} {
+		if len(f.value) > 255 {
+			return fmt.Errorf("%w: %s longer than 255 bytes", ErrInvalidMessage, f.name)
+		}
+	}
+	return checkKeys(m.Headers)
+}
+
+func checkKeys(h map[string]any) error {
+	for k, v := range h {
+		if len(k) > 255 {
+			return fmt.Errorf("%w: header name %.20q... longer than 255 bytes", ErrInvalidMessage, k)
+		}
+		if err := checkValue(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		return checkKeys(v)
+	case amqp.Table:
+		return checkKeys(v)
+	case map[string]string:
+		for k := range v {
+			if len(k) > 255 {
+				return fmt.Errorf("%w: header name %.20q... longer than 255 bytes", ErrInvalidMessage, k)
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if err := checkValue(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Headers of a parked message.
+const (
+	HeaderParkReason     = "x-walbox-reason"
+	HeaderParkTable      = "x-walbox-table"
+	HeaderParkLSN        = "x-walbox-lsn"
+	HeaderParkEventType  = "x-walbox-event-type"
+	HeaderParkExchange   = "x-walbox-exchange"    // the row's own exchange, if it has one
+	HeaderParkRoutingKey = "x-walbox-routing-key" // the row's own routing key, if it has one
+)
+
+// Parked builds the publishing for a parked message: the row's id, type, timestamp and payload
+// (dropped if over maxBody) as far as they were decoded, its aggregate headers, and headers naming
+// the reason, the table and the WAL position, and the row's own exchange and routing key if it
+// has them. The row's own headers are left out: they may be what made it unpublishable.
+func Parked(p *outbox.Parked, appID string, maxBody int) amqp.Publishing {
+	m := &p.Message
+	body := m.Payload
+	if len(body) > maxBody {
+		body = nil
+	}
+	h := amqp.Table{
+		HeaderAggregateType: truncate(m.AggregateType),
+		HeaderAggregateID:   truncate(m.AggregateID),
+		HeaderParkReason:    truncate(p.Reason),
+		HeaderParkTable:     p.Table,
+		HeaderParkLSN:       p.LSN,
+		HeaderParkEventType: truncate(m.EventType),
+	}
+	if m.Exchange != "" {
+		h[HeaderParkExchange] = truncate(m.Exchange)
+	}
+	if m.RoutingKey != "" {
+		h[HeaderParkRoutingKey] = truncate(m.RoutingKey)
+	}
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  "application/octet-stream",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    truncate255(m.AMQPMessageID()),
+		Timestamp:    m.CreatedAt,
+		Type:         "walbox.parked",
+		AppId:        appID,
+		Body:         body,
+	}
+}
+
+// truncate255 keeps a short string property to the 255 bytes AMQP can carry.
+func truncate255(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
+}
+
+// truncate keeps a header value to a size any broker accepts.
+func truncate(s string) string {
+	const max = 4096
+	if len(s) > max {
+		return s[:max]
+	}
+	return s
+}

@@ -1,0 +1,74 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+)
+
+// By default an unroutable message goes to the alternate exchange's queue and is confirmed, so
+// the stream does not stall on it.
+func TestUnroutableMessageGoesToTheAlternateExchange(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	s, exchange := dial(t, r.URL(), publisher.Config{})
+	m := newMessage("nobody.listens")
+	seq := publish(t, s, m)
+	if c := next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("Confirm = %+v, want seq %d acked", c, seq)
+	}
+	d := get(t, admin(t, r.URL()), exchange+".unroutable")
+	if d.MessageId != m.ID.String() || d.RoutingKey != "nobody.listens" {
+		t.Fatalf("alternate queue got %s with key %q, want %s", d.MessageId, d.RoutingKey, m.ID)
+	}
+}
+
+func TestParkedMessageCarriesTheReason(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	s, exchange := dial(t, r.URL(), publisher.Config{})
+	m := newMessage("")
+	seq, err := s.Park(context.Background(), &outbox.Parked{
+		Message: *m, Reason: "event_type is empty", Table: "public.outbox", LSN: "0/16B3748"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("Confirm = %+v, want seq %d acked", c, seq)
+	}
+	d := get(t, admin(t, r.URL()), exchange+".parked")
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"message id", d.MessageId, m.ID.String()},
+		{"reason", d.Headers[publisher.HeaderParkReason], "event_type is empty"},
+		{"table", d.Headers[publisher.HeaderParkTable], "public.outbox"},
+		{"lsn", d.Headers[publisher.HeaderParkLSN], "0/16B3748"},
+		{"body", string(d.Body), string(m.Payload)},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// A body over MaxMessageSize is refused before anything is written: the session lives on.
+func TestOversizedMessageIsRefusedUpFront(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	s, _ := dial(t, r.URL(), publisher.Config{MaxMessageSize: 1024})
+	m := newMessage("big.one")
+	m.Payload = []byte(`"` + strings.Repeat("x", 2000) + `"`)
+	_, err := s.Publish(context.Background(), m)
+	if !errors.Is(err, outbox.ErrUnpublishable) {
+		t.Fatalf("Publish = %v, want ErrUnpublishable", err)
+	}
+	seq := publish(t, s, newMessage("small.one"))
+	if c := next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("Confirm after the refusal = %+v, want seq %d acked", c, seq)
+	}
+}

@@ -1,0 +1,403 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// notifySlack is added to Window for the buffers amqp091 notifies into, so that they never fill
+// up: amqp091 drops a notification it cannot deliver within 5 s.
+const notifySlack = 64
+
+// errCloseCalled is the failure recorded by Close.
+var errCloseCalled = fmt.Errorf("%w: Close called", ErrClosed)
+
+// Session is one AMQP connection with one channel in confirm mode. It never reconnects: once it
+// fails, Publish returns an error wrapping ErrClosed and the caller dials a new one.
+type Session struct {
+	cfg  Config
+	conn *amqp.Connection
+	ch   *amqp.Channel
+
+	// Notifications registered with amqp091 before the first publish.
+	acks      chan amqp.Confirmation
+	returns   chan amqp.Return
+	chClose   chan *amqp.Error
+	connClose chan *amqp.Error
+	blocks    chan amqp.Blocking
+
+	confirms chan outbox.Confirm // owned by run
+	window   chan struct{}       // a token per message in flight
+
+	netMu  sync.Mutex
+	netc   net.Conn // the TCP connection under conn, for cutting it
+	netCut bool
+
+	mu        sync.Mutex
+	published uint64   // last delivery tag handed out
+	ids       []string // message id of in-flight delivery tag t at t % Window
+
+	blockMu sync.Mutex
+	unblock chan struct{} // non-nil while the broker blocks the connection; closed on unblock
+
+	failOnce sync.Once
+	failErr  error         // the first failure; written before dead is closed
+	dead     chan struct{} // closed on the first failure
+
+	stop      chan struct{} // closed by Close to end run
+	done      chan struct{} // closed when run returns
+	closeOnce sync.Once
+	closeErr  error
+
+	tr tracker // owned by run
+
+	exchanges map[string]exchangeVerdict // exchanges rows name, by name; used by Publish only
+}
+
+// Dial connects to the broker, opens a channel in confirm mode and declares the exchange.
+// ctx and Config.DialTimeout bound Dial only; the session outlives ctx.
+func Dial(ctx context.Context, cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	uri, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		cfg:       cfg,
+		confirms:  make(chan outbox.Confirm, cfg.Window),
+		window:    make(chan struct{}, cfg.Window),
+		ids:       make([]string, cfg.Window),
+		exchanges: make(map[string]exchangeVerdict),
+		dead:      make(chan struct{}),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, s.cut)
+	err = s.open(ctx, uri)
+	if !stop() && err == nil {
+		err = errors.New("interrupted")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("dial %s: %w", host(uri), ctx.Err())
+		}
+		s.closeConn()
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+// open dials and sets up the channel. All listeners are registered before the first publish.
+func (s *Session) open(ctx context.Context, uri amqp.URI) error {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(s.cfg.AppID)
+	conn, err := amqp.DialConfig(s.cfg.URL, amqp.Config{
+		Heartbeat:       s.cfg.Heartbeat,
+		TLSClientConfig: s.cfg.TLS.Clone(), // amqp091 sets ServerName on it
+		Properties:      props,
+		Dial:            s.dialer(ctx),
+	})
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", host(uri), redact(err, s.cfg.URL))
+	}
+	s.conn = conn
+	s.connClose = conn.NotifyClose(make(chan *amqp.Error, 1))
+	s.blocks = conn.NotifyBlocked(make(chan amqp.Blocking, notifySlack))
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	s.ch = ch
+	s.chClose = ch.NotifyClose(make(chan *amqp.Error, 1))
+	s.acks = ch.NotifyPublish(make(chan amqp.Confirmation, s.cfg.Window+notifySlack))
+	s.returns = ch.NotifyReturn(make(chan amqp.Return, s.cfg.Window+notifySlack))
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("confirm mode: %w", err)
+	}
+	return s.declare(ch)
+}
+
+// declare sets up the park exchange and queue, the alternate exchange and queue, and the exchange.
+func (s *Session) declare(ch *amqp.Channel) error {
+	if err := declareSink(ch, s.cfg.ParkExchange); err != nil {
+		return err
+	}
+	var args amqp.Table
+	if ae := s.cfg.AlternateExchange; ae != NoExchange {
+		if err := declareSink(ch, ae); err != nil {
+			return err
+		}
+		args = amqp.Table{"alternate-exchange": ae}
+	}
+	if err := ch.ExchangeDeclare(s.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, args); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("declare exchange %s: it exists with other settings (walbox declares it durable, "+
+				"topic, with alternate-exchange %q); delete it or match the alternate exchange setting: %w",
+				s.cfg.Exchange, s.cfg.AlternateExchange, err)
+		}
+		return fmt.Errorf("declare exchange %s: %w", s.cfg.Exchange, err)
+	}
+	return nil
+}
+
+// declareSink declares a durable fanout exchange and a durable queue of the same name bound to it.
+func declareSink(ch *amqp.Channel, name string) error {
+	if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", name, err)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	if err := ch.QueueBind(name, "", name, false, nil); err != nil {
+		return fmt.Errorf("bind queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// dialer returns the amqp091 dial function. It keeps the net.Conn so that cut can close it: Dial
+// cuts it when ctx ends, which bounds the TLS and AMQP handshakes too.
+func (s *Session) dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		s.netMu.Lock()
+		defer s.netMu.Unlock()
+		s.netc = c
+		if s.netCut {
+			c.Close()
+		}
+		return c, nil
+	}
+}
+
+// cut closes the TCP connection under the session, which no amqp091 call can block.
+func (s *Session) cut() {
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	s.netCut = true
+	if s.netc != nil {
+		s.netc.Close()
+	}
+}
+
+// Publish publishes m, mandatory, and returns its sequence number, the delivery tag its Confirm
+// will carry: 1, 2, 3… in the session. The routing key is m.Key() (m.RoutingKey, or else
+// m.EventType). The exchange is m.Exchange if set, or else the configured one. Before the first
+// publish to an exchange named by a message, the session checks that it exists, on a channel
+// of its own, since publishing to a missing exchange would close the session's channel; it
+// declares nothing for it. Call Publish from one goroutine only.
+//
+// Publish waits while Window messages are in flight or the broker blocks the connection; ctx
+// ends the wait. An error wrapping ErrClosed means the session has ended and the message may or
+// may not have reached the broker. Any other error means nothing was written and the session
+// is still usable: ctx ended first, or the message cannot be published as it stands
+// (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). If ctx ends while
+// the message is being written or its exchange checked (a broker that stops reading the
+// socket, and the write ignores ctx), the connection is cut and the session ends.
+func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
+	if m == nil {
+		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
+	}
+	if err := checkMessage(m); err != nil {
+		return 0, fmt.Errorf("publish %.255s: %w", m.AMQPMessageID(), err)
+	}
+	if len(m.Payload) > s.cfg.MaxMessageSize {
+		return 0, fmt.Errorf("publish %s: %w: body of %d bytes exceeds the maximum of %d",
+			m.AMQPMessageID(), ErrInvalidMessage, len(m.Payload), s.cfg.MaxMessageSize)
+	}
+	exchange, err := s.exchangeFor(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
+	}
+	seq, err := s.publish(ctx, exchange, m.Key(), Message(m, s.cfg.AppID))
+	if err != nil {
+		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
+	}
+	return seq, nil
+}
+
+// Park publishes a message that can never be delivered as written to the park exchange, with
+// headers saying why and where it came from (see Parked). It is confirmed like any other message,
+// and takes the next sequence number.
+func (s *Session) Park(ctx context.Context, p *outbox.Parked) (uint64, error) {
+	if p == nil {
+		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
+	}
+	seq, err := s.publish(ctx, s.cfg.ParkExchange, "", Parked(p, s.cfg.AppID, s.cfg.MaxMessageSize))
+	if err != nil {
+		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
+	}
+	return seq, nil
+}
+
+func (s *Session) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
+	if err := s.acquire(ctx); err != nil {
+		return 0, err
+	}
+	return s.send(ctx, exchange, key, msg)
+}
+
+// acquire takes a window token once the connection is not blocked.
+func (s *Session) acquire(ctx context.Context) error {
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if err := s.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	select {
+	case s.window <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.failure()
+	}
+}
+
+func (s *Session) waitUnblocked(ctx context.Context) error {
+	s.blockMu.Lock()
+	unblock := s.unblock
+	s.blockMu.Unlock()
+	if unblock == nil {
+		return nil
+	}
+	select {
+	case <-unblock:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.failure()
+	}
+}
+
+// send writes the publish. The message id is recorded before the write, since a basic.return
+// can arrive before the write returns.
+func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
+	if err := ctx.Err(); err != nil { // the watch below would cut at once
+		s.release()
+		return 0, err
+	}
+	s.mu.Lock()
+	s.published++
+	seq := s.published
+	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
+	s.mu.Unlock()
+
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			s.fail(fmt.Errorf("%w: publish interrupted: %w", ErrClosed, ctx.Err()))
+			s.cut()
+		})
+	}
+	err := s.ch.Publish(exchange, key, true, false, msg)
+	interrupted := stop != nil && !stop()
+	if err == nil {
+		// Written in full, even if ctx ended just now: the Confirm tells what became of it.
+		return seq, nil
+	}
+	s.mu.Lock()
+	s.published-- // amqp091 did the same with its counter
+	s.mu.Unlock()
+	s.release()
+	if interrupted {
+		return 0, fmt.Errorf("%w: publish interrupted: %w", ErrClosed, ctx.Err())
+	}
+	s.cut() // a failed write leaves a stream that cannot be resumed
+	if f := s.failure(); f != nil {
+		return 0, f
+	}
+	return 0, fmt.Errorf("%w: %w", ErrClosed, err)
+}
+
+// release returns a window token. It never blocks, so a stray confirm cannot wedge run.
+func (s *Session) release() {
+	select {
+	case <-s.window:
+	default:
+	}
+}
+
+// Confirms returns the broker's verdicts, one per published message in publish order. When the
+// session fails, a last Confirm with Seq 0 and an error wrapping ErrClosed follows the verdicts
+// that arrived before, and the channel is closed; sequence numbers without a verdict by then
+// are unknown. Close closes it too, dropping what was not yet read. Read it promptly: verdicts
+// beyond Window wait in an unbounded queue.
+func (s *Session) Confirms() <-chan outbox.Confirm { return s.confirms }
+
+// Blocked reports whether the broker is blocking the connection (a memory or disk alarm).
+func (s *Session) Blocked() bool {
+	s.blockMu.Lock()
+	defer s.blockMu.Unlock()
+	return s.unblock != nil
+}
+
+// Err returns the error that ended the session, wrapping ErrClosed, or nil while it is alive.
+func (s *Session) Err() error { return s.failure() }
+
+// Close ends the session: it closes the connection, waiting at most Config.CloseTimeout for the
+// broker before cutting it, and stops the internal goroutine. Messages without a Confirm may or
+// may not have reached the broker. It is safe to call more than once and from any goroutine.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		s.fail(errCloseCalled)
+		if err := s.closeConn(); err != nil {
+			s.closeErr = fmt.Errorf("close: %w", err)
+		}
+		close(s.stop)
+		<-s.done
+	})
+	return s.closeErr
+}
+
+// closeConn closes the AMQP connection, bounded by CloseTimeout: the deadline interrupts a
+// publish stuck in a socket write too, and the timer cuts the socket whatever happens.
+func (s *Session) closeConn() error {
+	defer s.cut()
+	if s.conn == nil {
+		return nil
+	}
+	t := time.AfterFunc(s.cfg.CloseTimeout+s.cfg.CloseTimeout/10, s.cut) // after the deadline
+	defer t.Stop()
+	err := s.conn.CloseDeadline(time.Now().Add(s.cfg.CloseTimeout))
+	if err == nil || errors.Is(err, amqp.ErrClosed) || s.failure() != errCloseCalled {
+		return nil // closed already, or nothing left to report: the session had failed before
+	}
+	return err
+}
+
+// fail records the first failure and wakes Publish.
+func (s *Session) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.dead)
+	})
+}
+
+func (s *Session) failure() error {
+	select {
+	case <-s.dead:
+		return s.failErr
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,143 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// Publisher is what the relay needs from the broker side: one session of publishing with confirms.
+// Publish is called from one goroutine, in stream order; it returns the message's sequence number
+// (1, 2, 3, ... within the session). Confirms yields one verdict per published message; a nil Err
+// means the broker confirmed and routed it. After a failure the channel yields an error and closes.
+//
+// Park sets aside a message that can never be delivered as written, with the reason; it is
+// confirmed like any other message. Publish reports such a message with an error wrapping
+// outbox.ErrUnpublishable, having written nothing.
+type Publisher interface {
+	Publish(ctx context.Context, m *outbox.Message) (uint64, error)
+	Park(ctx context.Context, p *outbox.Parked) (uint64, error)
+	Confirms() <-chan outbox.Confirm
+	Close() error
+}
+
+// Dialer opens a new publishing session.
+type Dialer func(ctx context.Context) (Publisher, error)
+
+// Config configures a Relay.
+type Config struct {
+	// DatabaseURL is the libpq connection string or URL of the database holding the outbox. The
+	// role needs LOGIN REPLICATION. Required.
+	DatabaseURL string
+	// Slot is the logical replication slot's name (default "walbox").
+	Slot string
+	// Publication is the publication that contains the outbox table (default "walbox").
+	Publication string
+	// Table is the outbox table (default public.outbox), when Mappings is empty.
+	Table outbox.Table
+	// Mappings are the outbox tables of the publication with their column mappings; empty means
+	// Table with the default contract. At the start of every session each is checked against the
+	// table's actual columns.
+	Mappings []outbox.Mapping
+	// Window bounds the messages published but not yet confirmed (default 1024).
+	Window int
+	// StatusInterval is how often the relay reports its position to the server; keep it well
+	// under the server's wal_sender_timeout (default 1s).
+	StatusInterval time.Duration
+	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
+	ShutdownTimeout time.Duration
+	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
+	// not covered (default true; `walbox migrate` creates it ahead of time).
+	CreateSlot *bool
+	// MaxBackoff caps the wait between sessions after an error (default 30s).
+	MaxBackoff time.Duration
+	// StandbyRetry is how often a standby checks whether the slot was released (default 1s).
+	StandbyRetry time.Duration
+	// WaitForServers makes Run retry when PostgreSQL or the broker cannot be reached at start.
+	// By default such a failure ends Run, since it usually means a wrong URL; outages after the
+	// first contact are always waited out.
+	WaitForServers bool
+	// Dial opens publishing sessions. Required.
+	Dial Dialer
+	// Logger receives the relay's logs (default: discard).
+	Logger *slog.Logger
+	// Observer is told about every message and session, for metrics (default: nobody).
+	Observer Observer
+}
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// Validate fills in defaults and reports the first bad setting.
+func (c *Config) Validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("database url: required")
+	}
+	if c.Slot == "" {
+		c.Slot = "walbox"
+	}
+	if !slotName.MatchString(c.Slot) {
+		return fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", c.Slot)
+	}
+	if c.Publication == "" {
+		c.Publication = "walbox"
+	}
+	if c.Table == (outbox.Table{}) {
+		c.Table = outbox.DefaultTable
+	}
+	if len(c.Mappings) == 0 {
+		c.Mappings = []outbox.Mapping{outbox.DefaultMapping(c.Table)}
+	}
+	for i, m := range c.Mappings {
+		if err := m.Validate(); err != nil {
+			return err
+		}
+		c.Mappings[i] = m.WithDefaults()
+	}
+	if c.Window == 0 {
+		c.Window = 1024
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("window %d: must be at least 1", c.Window)
+	}
+	if err := positive(&c.StatusInterval, time.Second, "status interval"); err != nil {
+		return err
+	}
+	if err := positive(&c.ShutdownTimeout, 10*time.Second, "shutdown timeout"); err != nil {
+		return err
+	}
+	if err := positive(&c.MaxBackoff, 30*time.Second, "max backoff"); err != nil {
+		return err
+	}
+	if err := positive(&c.StandbyRetry, time.Second, "standby retry"); err != nil {
+		return err
+	}
+	if c.CreateSlot == nil {
+		yes := true
+		c.CreateSlot = &yes
+	}
+	if c.Dial == nil {
+		return errors.New("dial: required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
+	}
+	return nil
+}
+
+func positive(d *time.Duration, def time.Duration, name string) error {
+	if *d == 0 {
+		*d = def
+	}
+	if *d < 0 {
+		return fmt.Errorf("%s %v: must be positive", name, *d)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	// ErrWalLevel means the server's wal_level is not logical.
+	ErrWalLevel = errors.New("wal_level is not logical")
+	// ErrNoPublication means the configured publication does not exist.
+	ErrNoPublication = errors.New("publication does not exist")
+	// ErrSlotLost means the slot was invalidated (wal_status = lost): changes after its position
+	// are gone. walbox never recreates such a slot by itself.
+	ErrSlotLost = errors.New("replication slot is invalidated")
+	// ErrSlotMissing means the slot disappeared while walbox was using it.
+	ErrSlotMissing = errors.New("replication slot does not exist")
+	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
+	// physical slot).
+	ErrSlotMismatch = errors.New("replication slot cannot be used")
+	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
+	ErrSlotActive = errors.New("replication slot is active in another process")
+)
+
+// permanent marks an error that retrying cannot fix.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+func fatal(err error) error { return permanent{err} }
+
+// Retryable reports whether a new session may get past err. Errors about the server's setup, the
+// slot's loss and rows that can never be published are not retryable.
+func Retryable(err error) bool {
+	var p permanent
+	return err != nil && !errors.As(err, &p)
+}
+
+// classify maps server errors met while starting or streaming to walbox's errors.
+func classify(err error, slot string) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "55006": // object_in_use: the slot is active for another PID
+		return fmt.Errorf("%w: slot %s: %s", ErrSlotActive, slot, pgErr.Message)
+	case "55000": // object_not_in_prerequisite_state: "can no longer get changes from replication slot"
+		return fatal(fmt.Errorf("%w: slot %s: %s", ErrSlotLost, slot, pgErr.Message))
+	case "42704": // undefined_object: slot or publication
+		if strings.Contains(pgErr.Message, "publication") {
+			return fatal(fmt.Errorf("%w: %s", ErrNoPublication, pgErr.Message))
+		}
+		return fatal(fmt.Errorf("%w: slot %s: %s", ErrSlotMissing, slot, pgErr.Message))
+	}
+	return err
+}
+
+// brokerError marks an error of the broker side: dialing, publishing, or a message the broker did
+// not confirm.
+type brokerError struct{ err error }
+
+func (b brokerError) Error() string { return b.err.Error() }
+func (b brokerError) Unwrap() error { return b.err }
+
+// IsBrokerError reports whether err came from the broker side rather than from PostgreSQL.
+func IsBrokerError(err error) bool {
+	var b brokerError
+	return errors.As(err, &b)
+}

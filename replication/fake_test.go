@@ -1,0 +1,248 @@
+package replication_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/replication"
+)
+
+// fakeBroker is a scriptable stand-in for the publisher: it records what was published and
+// confirms only when the test says so (or at once in auto mode). Every Dial starts a new session.
+type fakeBroker struct {
+	mu          sync.Mutex
+	auto        bool
+	sessions    []*fakeSession
+	published   []outbox.Message           // across sessions, in publish order
+	parked      []outbox.Parked            // across sessions
+	refuse      func(*outbox.Message) bool // Publish refuses these as unpublishable
+	maxInFlight int
+	changed     chan struct{} // closed and replaced on every publish
+	dialErr     error
+	blocked     chan struct{} // while non-nil, Publish waits for it to close (a broker alarm)
+}
+
+func newFakeBroker(auto bool) *fakeBroker {
+	return &fakeBroker{auto: auto, changed: make(chan struct{})}
+}
+
+type fakeSession struct {
+	b        *fakeBroker
+	seq      uint64
+	pending  []uint64
+	confirms chan outbox.Confirm
+	closed   bool
+}
+
+var _ replication.Publisher = (*fakeSession)(nil)
+
+func (b *fakeBroker) dial(context.Context) (replication.Publisher, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dialErr != nil {
+		return nil, b.dialErr
+	}
+	s := &fakeSession{b: b, confirms: make(chan outbox.Confirm, 1<<16)}
+	b.sessions = append(b.sessions, s)
+	return s, nil
+}
+
+func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
+	b := s.b
+	b.mu.Lock()
+	if wait := b.blocked; wait != nil {
+		// Like the real publisher: held up before writing, and nothing written if ctx ends.
+		b.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
+	if s.closed {
+		return 0, errors.New("fake: session closed")
+	}
+	if b.refuse != nil && b.refuse(m) {
+		return 0, fmt.Errorf("fake: %w", outbox.ErrUnpublishable)
+	}
+	s.seq++
+	b.published = append(b.published, *m)
+	if b.auto {
+		s.confirms <- outbox.Confirm{Seq: s.seq}
+	} else {
+		s.pending = append(s.pending, s.seq)
+		b.maxInFlight = max(b.maxInFlight, len(s.pending))
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
+	return s.seq, nil
+}
+
+func (s *fakeSession) Park(_ context.Context, p *outbox.Parked) (uint64, error) {
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s.closed {
+		return 0, errors.New("fake: session closed")
+	}
+	s.seq++
+	b.parked = append(b.parked, *p)
+	if b.auto {
+		s.confirms <- outbox.Confirm{Seq: s.seq}
+	} else {
+		s.pending = append(s.pending, s.seq)
+	}
+	return s.seq, nil
+}
+
+func (b *fakeBroker) parkedMessages() []outbox.Parked {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]outbox.Parked(nil), b.parked...)
+}
+
+func (s *fakeSession) Confirms() <-chan outbox.Confirm { return s.confirms }
+
+func (s *fakeSession) Close() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	s.closeLocked(nil)
+	return nil
+}
+
+func (s *fakeSession) closeLocked(err error) {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if err != nil {
+		s.confirms <- outbox.Confirm{Err: err}
+	}
+	close(s.confirms)
+}
+
+// block holds every publish until unblock is called.
+func (b *fakeBroker) block() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.blocked = make(chan struct{})
+}
+
+func (b *fakeBroker) unblock() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.blocked)
+	b.blocked = nil
+}
+
+func (b *fakeBroker) sessionCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.sessions)
+}
+
+// current returns the newest session.
+func (b *fakeBroker) current() *fakeSession {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.sessions) == 0 {
+		return nil
+	}
+	return b.sessions[len(b.sessions)-1]
+}
+
+// ack confirms the oldest n pending messages of the newest session.
+func (b *fakeBroker) ack(n int) {
+	b.verdict(n, nil)
+}
+
+// verdict gives the oldest n pending messages of the newest session the verdict err.
+func (b *fakeBroker) verdict(n int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sessions[len(b.sessions)-1]
+	n = min(n, len(s.pending))
+	for _, seq := range s.pending[:n] {
+		if !s.closed {
+			s.confirms <- outbox.Confirm{Seq: seq, Err: err}
+		}
+	}
+	s.pending = s.pending[n:]
+}
+
+// ackAll confirms everything pending, now and from now on.
+func (b *fakeBroker) ackAll() {
+	b.mu.Lock()
+	b.auto = true
+	b.mu.Unlock()
+	b.ack(1 << 30)
+}
+
+// kill ends the newest session as a dropped connection would.
+func (b *fakeBroker) kill(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sessions[len(b.sessions)-1].closeLocked(err)
+}
+
+func (b *fakeBroker) pendingCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.sessions) == 0 {
+		return 0
+	}
+	return len(b.sessions[len(b.sessions)-1].pending)
+}
+
+func (b *fakeBroker) messages() []outbox.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]outbox.Message(nil), b.published...)
+}
+
+// waitPublished waits until at least n messages were published in all.
+func (b *fakeBroker) waitPublished(t *testing.T, n int) []outbox.Message {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		b.mu.Lock()
+		got, ch := len(b.published), b.changed
+		b.mu.Unlock()
+		if got >= n {
+			return b.messages()
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("published %d messages, want %d", got, n)
+		}
+	}
+}
+
+// waitSessions waits until at least n sessions were dialled.
+func (b *fakeBroker) waitSessions(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "sessions", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.sessions) >= n
+	})
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

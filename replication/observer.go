@@ -1,0 +1,62 @@
+package replication
+
+import (
+	"time"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// Observer is told what the relay does, for metrics. Observe is called on the relay's goroutine,
+// once per message at least, so it must be quick and must not block.
+type Observer interface {
+	Observe(Event)
+}
+
+// EventKind says what happened.
+type EventKind uint8
+
+// The events an Observer sees.
+const (
+	// Published: a message was handed to the broker.
+	Published EventKind = iota + 1
+	// Confirmed: the broker confirmed a message (ConfirmLatency and CommitLatency are set).
+	Confirmed
+	// ConfirmFailed: the broker nacked or returned a message, or the session died (Err).
+	ConfirmFailed
+	// Parked: a message was set aside as undeliverable (Reason "bad_row" or "unpublishable").
+	Parked
+	// SessionEnded: a session ended with Err; Retried messages in flight will be sent again.
+	SessionEnded
+)
+
+// Event is one thing the relay did.
+type Event struct {
+	Kind EventKind
+	// Seq is the message's sequence number in its session (Published, Confirmed, ConfirmFailed,
+	// Parked); sessions start again from 1.
+	Seq uint64
+	// Message is the message (Published and Parked only), valid during the call.
+	Message        *outbox.Message
+	EventType      string
+	ConfirmLatency time.Duration // publish to broker ack
+	CommitLatency  time.Duration // transaction commit to broker ack; 0 when unknown
+	Reason         string
+	Retried        int
+	Err            error
+}
+
+type noObserver struct{}
+
+func (noObserver) Observe(Event) {}
+
+// sent remembers a message in flight, by sequence number, for the latencies of its confirm.
+type sent struct {
+	at, commit time.Time
+	eventType  string
+}
+
+// flightLog is a ring of the messages in flight, indexed by sequence number.
+type flightLog []sent
+
+func (f flightLog) put(seq uint64, s sent) { f[seq%uint64(len(f))] = s }
+func (f flightLog) get(seq uint64) sent    { return f[seq%uint64(len(f))] }

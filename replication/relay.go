@@ -1,0 +1,182 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/decoder"
+)
+
+// Relay moves outbox rows from the slot to the broker. Create it with New and call Run once.
+type Relay struct {
+	cfg   Config
+	stats Stats
+	// slotSeen is set once this process has streamed from the slot: from then on a missing slot
+	// is a loss to report, not a slot to create.
+	slotSeen bool
+	// dbReached and brokerReached record that each server answered once. Until then a connection
+	// failure is taken for a configuration error and ends Run; afterwards it is an outage to wait out.
+	dbReached, brokerReached bool
+}
+
+// New validates cfg and returns a Relay.
+func New(cfg Config) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg}, nil
+}
+
+// Stats returns the relay's live counters.
+func (r *Relay) Stats() *Stats { return &r.stats }
+
+// Run relays until ctx ends, starting a new session after each retryable error. It returns nil
+// after a graceful shutdown and an error when a problem cannot be fixed by retrying.
+func (r *Relay) Run(ctx context.Context) error {
+	log := r.cfg.Logger
+	backoff := newBackoff(r.cfg.MaxBackoff)
+	defer r.stats.State.Store(int32(StateStopped))
+	for {
+		r.stats.State.Store(int32(StateStarting))
+		streamed, err := r.session(ctx)
+		r.endSession(err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !Retryable(err) {
+			return err
+		}
+		wait := backoff.next(streamed)
+		if errors.Is(err, ErrSlotActive) {
+			wait = r.cfg.StandbyRetry
+			r.stats.State.Store(int32(StateStandby))
+			log.Info("standby: slot is in use by another process", "slot", r.cfg.Slot, "error", err)
+		} else {
+			r.stats.State.Store(int32(StateRetrying))
+			log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// endSession records how a session ended: messages still in flight will be sent again.
+func (r *Relay) endSession(err error) {
+	r.cfg.Observer.Observe(Event{Kind: SessionEnded, Err: err, Retried: int(r.stats.InFlight.Load())})
+	r.stats.setLastError(err)
+	r.stats.InFlight.Store(0)
+	r.stats.OldestSent.Store(0)
+}
+
+// session runs one session: connect, check, start at the slot's position, stream. It reports
+// whether it got as far as streaming.
+func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
+	conn, err := connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		return false, r.firstContact(err, &r.dbReached)
+	}
+	r.dbReached = true
+	defer conn.Close(context.Background())
+
+	if err := checkServer(ctx, conn, r.cfg.Publication); err != nil {
+		return false, err
+	}
+	if err := checkTables(ctx, conn, r.cfg.Mappings); err != nil {
+		return false, err
+	}
+	slot, err := r.prepareSlot(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	pub, err := r.cfg.Dial(ctx)
+	if err != nil {
+		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
+	}
+	r.brokerReached = true
+	defer pub.Close()
+
+	if err := start(ctx, conn, r.cfg.Slot, r.cfg.Publication, slot.confirmedFlush); err != nil {
+		return false, err
+	}
+	r.slotSeen = true
+	r.stats.Sessions.Add(1)
+	r.stats.Streaming.Store(true)
+	r.stats.State.Store(int32(StateStreaming))
+	defer r.stats.Streaming.Store(false)
+	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.confirmedFlush.String())
+
+	s := &stream{
+		cfg:     &r.cfg,
+		log:     r.cfg.Logger,
+		conn:    conn,
+		pub:     pub,
+		dec:     decoder.New(r.cfg.Mappings...),
+		track:   checkpoint.New(slot.confirmedFlush),
+		sent:    slot.confirmedFlush,
+		stats:   &r.stats,
+		obs:     r.cfg.Observer,
+		flights: make(flightLog, r.cfg.Window+1),
+	}
+	return true, s.run(ctx)
+}
+
+// firstContact makes a connection failure permanent when the server was never reached, unless the
+// relay is configured to wait for it.
+func (r *Relay) firstContact(err error, reached *bool) error {
+	if *reached || r.cfg.WaitForServers || !Retryable(err) {
+		return err
+	}
+	return fatal(fmt.Errorf("%w (never reached since start; check the URL, or set wait-for-servers)", err))
+}
+
+// prepareSlot reads the slot, creating it when it is missing and allowed, and refuses a slot that
+// another process is streaming from.
+func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn) (slotInfo, error) {
+	info, err := readSlot(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return info, err
+	}
+	if info.exists {
+		if info.active {
+			return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, info.activePID)
+		}
+		return info, nil
+	}
+	if r.slotSeen || !*r.cfg.CreateSlot {
+		// Recreating would start from now and silently skip every row committed since the old
+		// slot's position: fail closed and let an operator decide.
+		return info, fatal(fmt.Errorf("%w: slot %s; walbox will not recreate it on its own because rows committed "+
+			"since it vanished would be skipped. Account for those rows, then run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
+	}
+	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return info, err
+	}
+	r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
+		"slot", r.cfg.Slot, "lsn", lsn.String())
+	return slotInfo{exists: true, plugin: "pgoutput", slotType: "logical", confirmedFlush: lsn}, nil
+}
+
+// backoff grows exponentially with jitter up to max, and starts over after a session that streamed.
+type backoff struct {
+	max, cur time.Duration
+}
+
+func newBackoff(max time.Duration) *backoff { return &backoff{max: max} }
+
+func (b *backoff) next(streamed bool) time.Duration {
+	if streamed || b.cur == 0 {
+		b.cur = 100 * time.Millisecond
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur/2 + rand.N(b.cur/2+1)
+}

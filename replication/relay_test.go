@@ -1,0 +1,442 @@
+package replication_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/replication"
+)
+
+func ids(ms []outbox.Message) []uuid.UUID {
+	out := make([]uuid.UUID, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func equalIDs(t *testing.T, got, want []uuid.UUID) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d ids, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("id %d = %s, want %s (order or content differs)", i, got[i], want[i])
+		}
+	}
+}
+
+func TestSlotMovesOnlyPastConfirmedTransactions(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(nil)
+	start := e.slotLSN()
+
+	first, before1 := e.insertTx(2, "a.one")
+	second, before2 := e.insertTx(3, "a.two")
+	third, before3 := e.insertTx(1, "a.three")
+	e.broker.waitPublished(t, 6)
+
+	notPast := func(limit pglogrepl.LSN) func() error {
+		return func() error {
+			if got := e.slotLSN(); got > limit {
+				return fmt.Errorf("confirmed_flush_lsn %s passed %s with messages unconfirmed", got, limit)
+			}
+			return nil
+		}
+	}
+	// Nothing confirmed: the slot stays where it was.
+	holdsFor(t, 500*time.Millisecond, "no confirms", notPast(before1))
+
+	// The first transaction and one message of the second: only the first counts.
+	e.broker.ack(3)
+	waitFor(t, 10*time.Second, "slot past the first transaction", func() bool { return e.slotLSN() > before1 })
+	holdsFor(t, 500*time.Millisecond, "second transaction half confirmed", notPast(before2))
+
+	e.broker.ack(2)
+	waitFor(t, 10*time.Second, "slot past the second transaction", func() bool { return e.slotLSN() > before2 })
+	holdsFor(t, 300*time.Millisecond, "third transaction unconfirmed", notPast(before3))
+
+	e.broker.ack(1)
+	waitFor(t, 10*time.Second, "slot past the third transaction", func() bool { return e.slotLSN() > before3 })
+
+	if e.slotLSN() <= start {
+		t.Fatal("slot never moved")
+	}
+	equalIDs(t, ids(e.broker.messages()), append(append(first, second...), third...))
+}
+
+func TestFailuresReplayFromTheSlot(t *testing.T) {
+	tests := []struct {
+		name string
+		fail func(b *fakeBroker)
+	}{
+		{"nack", func(b *fakeBroker) { b.verdict(1, errors.New("nacked")) }},
+		{"returned as unroutable", func(b *fakeBroker) { b.verdict(1, errors.New("returned: NO_ROUTE")) }},
+		{"connection lost", func(b *fakeBroker) { b.kill(errors.New("connection reset")) }},
+	}
+	pg := testenv.SharedPostgres(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := setup(t, pg, newFakeBroker(false))
+			e.start(nil)
+			a, beforeA := e.insertTx(2, "x.a")
+			b, beforeB := e.insertTx(2, "x.b")
+			e.broker.waitPublished(t, 4)
+
+			e.broker.ack(2) // transaction a
+			waitFor(t, 10*time.Second, "slot past a", func() bool { return e.slotLSN() > beforeA })
+			tt.fail(e.broker) // the first message of b
+			e.broker.ack(1)   // the second message of b is confirmed, but b as a whole is not
+
+			// The relay starts a new session and sends b again, from the slot.
+			e.broker.waitSessions(t, 2)
+			if got := e.slotLSN(); got > beforeB {
+				t.Fatalf("slot %s passed transaction b (before %s) although its first message failed", got, beforeB)
+			}
+			e.broker.ackAll()
+			got := e.broker.waitPublished(t, 6)
+			equalIDs(t, ids(got[4:]), b)
+			waitFor(t, 10*time.Second, "slot past b", func() bool { return e.slotLSN() > beforeB })
+			equalIDs(t, ids(got[:2]), a)
+		})
+	}
+}
+
+func TestRolledBackRowsAreNeverPublished(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	ctx := context.Background()
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'rolled.back', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, before := e.insertTx(1, "committed")
+	e.broker.waitPublished(t, 1)
+	waitFor(t, 10*time.Second, "slot past the committed row", func() bool { return e.slotLSN() > before })
+	got := e.broker.messages()
+	equalIDs(t, ids(got), after)
+}
+
+func TestBigTransactionStaysWithinTheWindow(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	const window = 16
+	e.start(func(c *replication.Config) { c.Window = window })
+	want, before := e.insertTx(500, "big")
+	for published := 0; published < len(want); {
+		e.broker.waitPublished(t, min(published+window, len(want)))
+		if n := e.broker.pendingCount(); n > window {
+			t.Fatalf("%d messages in flight, window is %d", n, window)
+		}
+		if e.slotLSN() > before {
+			t.Fatal("slot passed the transaction before all its messages were confirmed")
+		}
+		published = len(e.broker.messages())
+		e.broker.ack(window)
+	}
+	waitFor(t, 10*time.Second, "slot past the transaction", func() bool { return e.slotLSN() > before })
+	equalIDs(t, ids(e.broker.messages()), want)
+	if e.broker.maxInFlight > window {
+		t.Fatalf("max in flight %d exceeded the window %d", e.broker.maxInFlight, window)
+	}
+}
+
+func TestIdleOutboxBesideBusyTables(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, "CREATE TABLE busy (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	e.start(nil)
+	_, before := e.insertTx(1, "first")
+	waitFor(t, 10*time.Second, "first row confirmed", func() bool { return e.slotLSN() > before })
+
+	// A transaction that inserts an outbox row and stays open while other tables are busy.
+	open, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx) //nolint:errcheck
+	openID := uuid.New()
+	if _, err := open.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'order', '1', 'long.open', '{}')`, openID); err != nil {
+		t.Fatal(err)
+	}
+	other := e.pg.Conn(t, e.db)
+	busyUntil := func(cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("confirmed_flush_lsn stuck at %s while other tables were busy", e.slotLSN())
+			}
+			if _, err := other.Exec(ctx, "INSERT INTO busy SELECT generate_series(1, 100)"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The slot follows the WAL even though the outbox is idle.
+	mark := e.currentLSN()
+	busyUntil(func() bool { return e.slotLSN() > mark })
+	mark = e.currentLSN()
+	busyUntil(func() bool { return e.slotLSN() > mark })
+
+	// The open transaction began before the slot's position; it must still be delivered.
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := e.broker.waitPublished(t, 2)
+	if got[1].ID != openID {
+		t.Fatalf("second message is %s, want the long-open transaction's %s", got[1].ID, openID)
+	}
+}
+
+func TestAlterTableMidStream(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	want, _ := e.insertTx(3, "before.alter")
+	e.broker.waitPublished(t, 3)
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, "ALTER TABLE outbox ADD COLUMN tenant text DEFAULT 'acme'"); err != nil {
+		t.Fatal(err)
+	}
+	more, _ := e.insertTx(3, "after.add")
+	want = append(want, more...)
+	if _, err := e.conn.Exec(ctx, "ALTER TABLE outbox DROP COLUMN tenant"); err != nil {
+		t.Fatal(err)
+	}
+	more, before := e.insertTx(3, "after.drop")
+	want = append(want, more...)
+	e.broker.waitPublished(t, 9)
+	waitFor(t, 10*time.Second, "slot past the last row", func() bool { return e.slotLSN() > before })
+	got := e.broker.messages()
+	equalIDs(t, ids(got), want)
+	if got[4].EventType != "after.add" || string(got[4].Payload) != `{"n": 1}` {
+		t.Fatalf("row after ALTER decoded as %+v", got[4])
+	}
+}
+
+func TestGracefulShutdownWaitsForConfirms(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(func(c *replication.Config) { c.StatusInterval = time.Hour }) // only the final update may move the slot
+	_, before := e.insertTx(5, "shutdown")
+	e.broker.waitPublished(t, 5)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.broker.ack(5)
+	}()
+	if err := e.stop(); err != nil {
+		t.Fatalf("Run after shutdown = %v, want nil", err)
+	}
+	if got := e.slotLSN(); got <= before {
+		t.Fatalf("slot %s not past the confirmed transaction (before %s) after shutdown", got, before)
+	}
+}
+
+func TestShutdownWithUnconfirmedMessagesKeepsThem(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(func(c *replication.Config) { c.ShutdownTimeout = 300 * time.Millisecond })
+	_, before := e.insertTx(2, "kept")
+	e.broker.waitPublished(t, 2)
+	e.broker.ack(1)
+	if err := e.stop(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := e.slotLSN(); got > before {
+		t.Fatalf("slot %s passed a transaction with an unconfirmed message", got)
+	}
+}
+
+func TestServerChecks(t *testing.T) {
+	t.Run("missing publication", func(t *testing.T) {
+		e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+		e.start(func(c *replication.Config) { c.Publication = "nope" })
+		err := e.wait(20 * time.Second)
+		if !errors.Is(err, replication.ErrNoPublication) || replication.Retryable(err) {
+			t.Fatalf("Run = %v, want a permanent ErrNoPublication", err)
+		}
+	})
+	t.Run("wal_level replica", func(t *testing.T) {
+		pg := testenv.StartPostgres(t, testenv.WithSetting("wal_level", "replica"))
+		testenv.RequireOwn(t, pg)
+		e := &env{t: t, pg: pg, db: pg.NewDatabase(t), slot: "walbox", broker: newFakeBroker(true)}
+		e.start(nil)
+		err := e.wait(20 * time.Second)
+		if !errors.Is(err, replication.ErrWalLevel) {
+			t.Fatalf("Run = %v, want ErrWalLevel", err)
+		}
+	})
+	t.Run("unreachable database", func(t *testing.T) {
+		e := &env{t: t, db: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2", slot: "walbox", broker: newFakeBroker(true)}
+		e.start(nil)
+		if err := e.wait(20 * time.Second); err == nil || replication.Retryable(err) {
+			t.Fatalf("Run = %v, want a permanent error", err)
+		}
+	})
+	t.Run("unreachable broker", func(t *testing.T) {
+		b := newFakeBroker(true)
+		b.dialErr = errors.New("dial tcp 127.0.0.1:1: connection refused")
+		e := setup(t, testenv.SharedPostgres(t), b)
+		e.start(nil)
+		err := e.wait(20 * time.Second)
+		if err == nil || replication.Retryable(err) {
+			t.Fatalf("Run = %v, want a permanent error", err)
+		}
+	})
+}
+
+func TestSlotDroppedUnderTheRelayFailsClosed(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "slot dropped", func() bool {
+		_, err := e.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", e.slot)
+		return err == nil
+	})
+	err := e.wait(20 * time.Second)
+	if !errors.Is(err, replication.ErrSlotMissing) {
+		t.Fatalf("Run = %v, want ErrSlotMissing", err)
+	}
+	var exists bool
+	if err := e.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", e.slot).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Fatal("the relay recreated the dropped slot")
+	}
+}
+
+func TestStandbyTakesOverWhenTheSlotIsReleased(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	first := e.cancel
+
+	standby := newFakeBroker(true)
+	s := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: standby}
+	s.start(nil)
+	holdsFor(t, 500*time.Millisecond, "standby stays idle", func() error {
+		if n := len(standby.messages()); n > 0 {
+			return fmt.Errorf("standby published %d messages while the slot was active", n)
+		}
+		return nil
+	})
+	first()
+	want, _ := e.insertTx(1, "two")
+	got := standby.waitPublished(t, 1)
+	equalIDs(t, ids(got[len(got)-1:]), want)
+}
+
+// The slot must be confirmed at a transaction's end, not at its commit record's start: otherwise a
+// restart sends the last confirmed transaction again. A later transaction is kept in flight so that
+// no keepalive can move the slot past both.
+func TestRestartResendsOnlyUnconfirmedTransactions(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(func(c *replication.Config) { c.ShutdownTimeout = 200 * time.Millisecond })
+	_, before := e.insertTx(2, "confirmed")
+	unconfirmed, _ := e.insertTx(1, "unconfirmed")
+	e.broker.waitPublished(t, 3)
+	e.broker.ack(2)
+	waitFor(t, 10*time.Second, "slot past the first transaction", func() bool { return e.slotLSN() > before })
+	if err := e.stop(); err != nil {
+		t.Fatal(err)
+	}
+	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	again.start(nil)
+	again.broker.waitPublished(t, 1)
+	time.Sleep(300 * time.Millisecond)
+	equalIDs(t, ids(again.broker.messages()), unconfirmed)
+}
+
+// While the broker blocks publishers, the relay keeps answering the server, so the walsender
+// (here with a 1 s wal_sender_timeout) does not drop the session.
+func TestBlockedBrokerKeepsTheSessionAlive(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
+	testenv.RequireOwn(t, pg)
+	e := setup(t, pg, newFakeBroker(true))
+	e.start(nil)
+	first, _ := e.insertTx(1, "before.block")
+	e.broker.waitPublished(t, 1)
+	e.broker.block()
+	second, before := e.insertTx(3, "during.block")
+	time.Sleep(3 * time.Second)
+	if n := e.broker.sessionCount(); n != 1 {
+		t.Fatalf("%d sessions: the blocked publish let the replication session time out", n)
+	}
+	if got := e.slotLSN(); got > before {
+		t.Fatalf("slot %s passed messages that were never published", got)
+	}
+	e.broker.unblock()
+	e.broker.waitPublished(t, 4)
+	waitFor(t, 10*time.Second, "slot past the blocked transaction", func() bool { return e.slotLSN() > before })
+	equalIDs(t, ids(e.broker.messages()), append(first, second...))
+}
+
+// Rows that can never become deliverable messages are parked, counted, and the stream moves on;
+// the slot passes them only once the parked copies are confirmed.
+func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	ctx := context.Background()
+	// A text payload column lets a row hold something that is not JSON.
+	if _, err := e.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN payload TYPE text"); err != nil {
+		t.Fatal(err)
+	}
+	e.broker.refuse = func(m *outbox.Message) bool { return m.EventType == "too.big" }
+	e.start(nil)
+	good1, _ := e.insertTx(1, "good.one")
+	empty, _ := e.insertTx(1, "")
+	notJSON := uuid.New()
+	if _, err := e.conn.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'order', '1', 'bad.json', 'not json')`, notJSON); err != nil {
+		t.Fatal(err)
+	}
+	big, _ := e.insertTx(1, "too.big")
+	good2, before := e.insertTx(1, "good.two")
+
+	e.broker.waitPublished(t, 2)
+	waitFor(t, 10*time.Second, "three parked", func() bool { return len(e.broker.parkedMessages()) == 3 })
+	if e.slotLSN() > before {
+		t.Fatal("slot moved before the parked messages were confirmed")
+	}
+	e.broker.ackAll()
+	waitFor(t, 10*time.Second, "slot past the last row", func() bool { return e.slotLSN() > before })
+
+	equalIDs(t, ids(e.broker.messages()), append(good1, good2...))
+	parked := e.broker.parkedMessages()
+	wantParked := []uuid.UUID{empty[0], notJSON, big[0]}
+	for i, p := range parked {
+		if p.Message.ID != wantParked[i] || p.Reason == "" || p.Table != "public.outbox" || p.LSN == "" {
+			t.Errorf("parked %d = %+v, want id %s with a reason, table and LSN", i, p, wantParked[i])
+		}
+	}
+	if !strings.Contains(parked[1].Reason, "JSON") {
+		t.Errorf("reason for the non-JSON payload = %q", parked[1].Reason)
+	}
+	if got := e.relay.Stats().Parked.Load(); got != 3 {
+		t.Errorf("parked counter = %d, want 3", got)
+	}
+}

@@ -1,0 +1,334 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/outbox"
+)
+
+// stream is one replication session: it owns the replication connection and the publishing
+// session, and runs in a single goroutine.
+type stream struct {
+	cfg     *Config
+	log     *slog.Logger
+	conn    *pgconn.PgConn
+	pub     Publisher
+	dec     *decoder.Decoder
+	track   *checkpoint.Tracker
+	sent    pglogrepl.LSN // flush position last reported to the server
+	nextMsg time.Time     // when the next status update is due
+	stats   *Stats
+	obs     Observer
+	flights flightLog // messages in flight, for confirm latencies
+	commit  time.Time // commit time of the transaction being read
+}
+
+// run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the
+// session.
+func (s *stream) run(ctx context.Context) error {
+	// Publishing outlives ctx by the shutdown timeout: a message received just before the end is
+	// still published, and its confirm awaited, rather than failing the final status update.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.ShutdownTimeout, cancel) })
+	defer stop()
+
+	confirms := s.pub.Confirms()
+	for {
+		if err := s.drainConfirms(confirms); err != nil {
+			return err
+		}
+		if err := s.maybeSendStatus(false); err != nil {
+			return err
+		}
+		readCtx := ctx
+		if ctx.Err() != nil {
+			// Stop reading at a transaction boundary, so that the final status covers what was
+			// published; give up on that when the shutdown timeout runs out.
+			if !s.track.Open() || pctx.Err() != nil {
+				return s.shutdown(pctx, confirms)
+			}
+			readCtx = pctx
+		}
+		if s.track.InFlight() >= s.cfg.Window {
+			if err := s.waitConfirm(readCtx, confirms); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.receive(readCtx, pctx); err != nil {
+			return err
+		}
+	}
+}
+
+// receive reads one message from the server, waiting at most until the next status update is due,
+// and publishes with pctx.
+func (s *stream) receive(ctx, pctx context.Context) error {
+	rctx, cancel := context.WithDeadline(ctx, s.nextMsg)
+	defer cancel()
+	msg, err := s.conn.ReceiveMessage(rctx)
+	if err != nil {
+		if pgconn.Timeout(err) || ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
+	}
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		return s.handleCopyData(pctx, msg.Data)
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("replication stream: %w", classify(pgconn.ErrorResponseToPgError(msg), s.cfg.Slot))
+	case *pgproto3.CopyDone:
+		return errors.New("replication stream: server ended the stream")
+	case *pgproto3.NoticeResponse:
+		return nil
+	default:
+		return fmt.Errorf("replication stream: unexpected message %T", msg)
+	}
+}
+
+func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("replication stream: empty CopyData message")
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("replication stream: keepalive: %w", err)
+		}
+		s.stats.serverWALEnd(ka.ServerWALEnd)
+		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
+		// flight and no transaction open that position is safe to confirm.
+		s.track.Idle(ka.ServerWALEnd)
+		if ka.ReplyRequested {
+			return s.maybeSendStatus(true)
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("replication stream: %w", err)
+		}
+		return s.handleWAL(ctx, xld)
+	default:
+		return fmt.Errorf("replication stream: unknown CopyData message type %q", data[0])
+	}
+}
+
+func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
+	ev, err := s.dec.Decode(xld.WALStart, xld.WALData)
+	if decoder.IsBadRow(err) {
+		var de *decoder.Error
+		errors.As(err, &de)
+		return s.park(ctx, &de.Partial, de.Table, xld.WALStart, err)
+	}
+	if err != nil {
+		return fatal(fmt.Errorf("decode: %w", err))
+	}
+	switch ev.Kind {
+	case decoder.KindBegin:
+		s.track.Begin()
+		s.stats.begin(ev.CommitTime)
+		s.commit = ev.CommitTime
+	case decoder.KindRow:
+		seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
+		if errors.Is(err, outbox.ErrUnpublishable) {
+			return s.park(ctx, &ev.Message, ev.Table, xld.WALStart, err)
+		}
+		if err != nil {
+			return brokerError{fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err)}
+		}
+		if err := s.dispatch(seq, ev.Message.EventType); err != nil {
+			return err
+		}
+		s.stats.published()
+		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
+	case decoder.KindCommit:
+		s.track.Commit(ev.EndLSN)
+		s.stats.received(ev.EndLSN)
+	}
+	return nil
+}
+
+// publish hands m to the broker. A publish held up by the broker (a memory or disk alarm blocks
+// publishers) is given up at each status deadline, so that the status update still goes out and
+// the server keeps the session, and then tried again. The publisher guarantees that a publish
+// ended by its context before writing wrote nothing.
+func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64, error)) (uint64, error) {
+	defer s.stats.Blocked.Store(false)
+	for {
+		dctx, cancel := context.WithDeadline(ctx, s.nextMsg)
+		seq, err := send(dctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return seq, err
+		}
+		s.stats.Blocked.Store(true)
+		if err := s.sendStatus(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// park sets aside a row that can never become a deliverable message, so that the stream moves
+// on. The parked copy is confirmed like any message: the slot passes the row only once the broker
+// has it.
+func (s *stream) park(ctx context.Context, m *outbox.Message, table string, lsn pglogrepl.LSN, why error) error {
+	p := &outbox.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
+	seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
+	if err != nil {
+		return brokerError{fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err)}
+	}
+	if err := s.dispatch(seq, m.EventType); err != nil {
+		return err
+	}
+	s.stats.Parked.Add(1)
+	kind := "unpublishable"
+	if decoder.IsBadRow(why) {
+		kind = "bad_row"
+	}
+	s.obs.Observe(Event{Kind: Parked, Seq: seq, Message: m, EventType: m.EventType, Reason: kind, Err: why})
+	s.log.Warn("parked a message that can never be delivered", "msg_id", m.AMQPMessageID(), "lsn", lsn.String(),
+		"table", table, "reason", why.Error())
+	return nil
+}
+
+// drainConfirms applies every confirm already waiting, without blocking.
+func (s *stream) drainConfirms(confirms <-chan outbox.Confirm) error {
+	for {
+		select {
+		case c, ok := <-confirms:
+			if err := s.applyConfirm(c, ok); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// waitConfirm blocks until a confirm arrives, a status update is due, or ctx ends.
+func (s *stream) waitConfirm(ctx context.Context, confirms <-chan outbox.Confirm) error {
+	timer := time.NewTimer(time.Until(s.nextMsg))
+	defer timer.Stop()
+	select {
+	case c, ok := <-confirms:
+		return s.applyConfirm(c, ok)
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
+	if !ok {
+		return brokerError{errors.New("publisher: session closed")}
+	}
+	if c.Err != nil {
+		s.track.Nack(c.Seq)
+		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
+		return brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
+	}
+	if err := s.track.Ack(c.Seq); err != nil {
+		return err
+	}
+	now := time.Now()
+	f := s.flights.get(c.Seq)
+	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
+	if !f.commit.IsZero() {
+		ev.CommitLatency = now.Sub(f.commit)
+	}
+	s.obs.Observe(ev)
+	s.stats.confirmed()
+	s.stats.LastConfirm.Store(now.UnixNano())
+	s.updateInFlight()
+	return nil
+}
+
+// dispatch records a published message with the tracker and in the flight log.
+func (s *stream) dispatch(seq uint64, eventType string) error {
+	if err := s.track.Dispatch(seq); err != nil {
+		return err
+	}
+	s.flights.put(seq, sent{at: time.Now(), commit: s.commit, eventType: eventType})
+	s.updateInFlight()
+	return nil
+}
+
+// updateInFlight publishes the in-flight count and the age of the oldest unconfirmed message.
+func (s *stream) updateInFlight() {
+	n := s.track.InFlight()
+	s.stats.InFlight.Store(int64(n))
+	if n == 0 {
+		s.stats.OldestSent.Store(0)
+		return
+	}
+	s.stats.OldestSent.Store(s.flights.get(s.track.Acked() + 1).at.UnixNano())
+}
+
+// maybeSendStatus reports the watermark when the status interval has passed, or at once when
+// force is set.
+func (s *stream) maybeSendStatus(force bool) error {
+	if !force && time.Now().Before(s.nextMsg) {
+		return nil
+	}
+	return s.sendStatus()
+}
+
+// sendStatus reports the watermark as written, flushed and applied. All three are set explicitly:
+// pglogrepl would otherwise copy the write position into a zero flush position.
+func (s *stream) sendStatus() error {
+	w := s.track.Watermark()
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: w,
+		WALFlushPosition: w,
+		WALApplyPosition: w,
+		ClientTime:       time.Now(),
+	})
+	if err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	if w != s.sent {
+		s.log.Debug("confirmed position", "slot", s.cfg.Slot, "lsn", w.String())
+	}
+	s.sent = w
+	s.stats.confirmedLSN(w)
+	s.nextMsg = time.Now().Add(s.cfg.StatusInterval)
+	return nil
+}
+
+// shutdown waits for outstanding confirms until pctx ends (the shutdown timeout after the stop)
+// and reports the final position. Whatever is still unconfirmed is not lost: the slot has not
+// moved past it, so the next run sends it again.
+func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) error {
+	for s.track.InFlight() > 0 {
+		var err error
+		select {
+		case c, ok := <-confirms:
+			err = s.applyConfirm(c, ok)
+		case <-pctx.Done():
+			err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
+		}
+		if err != nil {
+			s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
+				"unconfirmed", s.track.InFlight(), "error", err)
+			break
+		}
+	}
+	if err := s.sendStatus(); err != nil {
+		return err
+	}
+	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.track.Watermark().String())
+	return nil
+}
