@@ -13,6 +13,12 @@ type Confirm struct {
 // parks it instead of retrying.
 var ErrUnpublishable = errors.New("message can never be published")
 
+// ErrSessionClosed marks the end of a publishing session: whatever it was doing, it will do no
+// more, and messages without a verdict may or may not have reached the broker. A publisher's
+// error wraps it when the session is gone, whatever else the error also wraps (a context's
+// deadline, say), so that a caller never retries on a dead session.
+var ErrSessionClosed = errors.New("session closed")
+
 // Parked is a message that can never be delivered as written, set aside with the reason.
 type Parked struct {
 	// Message is the row as far as it could be decoded.

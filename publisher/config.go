@@ -23,6 +23,7 @@ const (
 	DefaultDialTimeout  = 15 * time.Second
 	DefaultHeartbeat    = 10 * time.Second
 	DefaultCloseTimeout = 5 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
 
 	// DefaultMaxMessageSize is RabbitMQ 3.x's default max_message_size (128 MiB).
 	DefaultMaxMessageSize = 128 << 20
@@ -80,6 +81,13 @@ type Config struct {
 	// CloseTimeout bounds Close, after which the connection is cut. Default 5s.
 	CloseTimeout time.Duration
 
+	// WriteTimeout bounds the socket write of one publish. A broker under flow control can hold
+	// a write briefly; one that stops reading altogether (amqp091-go#111) would hold it for ever,
+	// and the write ignores every context. Past WriteTimeout the connection is cut and the session
+	// ends. Keep it well under PostgreSQL's wal_sender_timeout, since the relay cannot answer the
+	// server while a write holds it. Default 10s.
+	WriteTimeout time.Duration
+
 	// TLS configures amqps connections; nil means the system roots (or the TLS parameters of
 	// URL). It is cloned, never modified.
 	TLS *tls.Config
@@ -115,6 +123,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("heartbeat %s: negative", c.Heartbeat)
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("close timeout %s: negative", c.CloseTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("write timeout %s: negative", c.WriteTimeout)
 	}
 	return nil
 }
@@ -146,6 +156,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 }
 

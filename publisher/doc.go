@@ -18,13 +18,14 @@
 // on, where publishing would have closed its channel. The verdict is kept for the session; a
 // missing exchange is asked about again after a few seconds, so one created meanwhile is used.
 // Such an exchange has no alternate exchange unless its owner gave it one: an unroutable message
-// there comes back as ErrReturned. Publish returns the message's sequence number, its delivery tag: 1, 2, 3… within the
-// session. Call it from a single goroutine, so that sequence order is the caller's order.
+// there comes back as ErrReturned. Publish returns the message's sequence number, its delivery
+// tag: 1, 2, 3… within the session. Call it from a single goroutine, so that sequence order is the caller's order.
 //
 // At most Config.Window messages are in flight; Publish waits for a confirm beyond that. While
 // the broker blocks the connection (a memory or disk alarm), Publish waits before writing. Both
 // waits end with ctx, and the session stays usable. A write that blocks anyway ignores ctx
-// inside amqp091; then Publish cuts the TCP connection when ctx ends, which ends the session.
+// inside amqp091, and is bounded by Config.WriteTimeout instead: past it, Publish cuts the TCP
+// connection, which ends the session. Brief stalls of the broker's flow control pass unharmed.
 //
 // # Confirms
 //

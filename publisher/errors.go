@@ -18,7 +18,8 @@ var (
 
 	// ErrClosed marks the end of a session: the final Confirm, and every Publish after it. It
 	// wraps the cause, an *amqp091.Error when the broker or the network ended the session.
-	ErrClosed = errors.New("session closed")
+	// It is outbox.ErrSessionClosed, so that the relay can tell without importing this package.
+	ErrClosed = outbox.ErrSessionClosed
 
 	// ErrInvalidMessage marks a message that cannot be published as it stands: it cannot be
 	// encoded as an AMQP publish (a routing key, message id, exchange or header name over 255

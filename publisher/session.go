@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -208,9 +209,10 @@ func (s *Session) cut() {
 // ends the wait. An error wrapping ErrClosed means the session has ended and the message may or
 // may not have reached the broker. Any other error means nothing was written and the session
 // is still usable: ctx ended first, or the message cannot be published as it stands
-// (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). If ctx ends while
-// the message is being written or its exchange checked (a broker that stops reading the
-// socket, and the write ignores ctx), the connection is cut and the session ends.
+// (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). The write itself
+// is not bounded by ctx but by Config.WriteTimeout: a broker that stops reading the socket (the
+// write ignores ctx) gets the connection cut, and the session ends. If ctx ends while the
+// message's exchange is being checked, the connection is cut too.
 func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
@@ -290,9 +292,11 @@ func (s *Session) waitUnblocked(ctx context.Context) error {
 }
 
 // send writes the publish. The message id is recorded before the write, since a basic.return
-// can arrive before the write returns.
+// can arrive before the write returns. ctx is not watched during the write: a write cut at a
+// caller's deadline would end the session on every brief stall of flow control. WriteTimeout
+// bounds it instead.
 func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
-	if err := ctx.Err(); err != nil { // the watch below would cut at once
+	if err := ctx.Err(); err != nil {
 		s.release()
 		return 0, err
 	}
@@ -302,17 +306,14 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
 	s.mu.Unlock()
 
-	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() {
-			s.fail(fmt.Errorf("%w: publish interrupted: %w", ErrClosed, ctx.Err()))
-			s.cut()
-		})
-	}
+	watchdog := time.AfterFunc(s.cfg.WriteTimeout, func() {
+		s.fail(s.stalled())
+		s.cut()
+	})
 	err := s.ch.Publish(exchange, key, true, false, msg)
-	interrupted := stop != nil && !stop()
+	interrupted := !watchdog.Stop()
 	if err == nil {
-		// Written in full, even if ctx ended just now: the Confirm tells what became of it.
+		// Written in full, even if the watchdog fired just now: the Confirm tells what became of it.
 		return seq, nil
 	}
 	s.mu.Lock()
@@ -320,13 +321,18 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.mu.Unlock()
 	s.release()
 	if interrupted {
-		return 0, fmt.Errorf("%w: publish interrupted: %w", ErrClosed, ctx.Err())
+		return 0, s.stalled()
 	}
 	s.cut() // a failed write leaves a stream that cannot be resumed
 	if f := s.failure(); f != nil {
 		return 0, f
 	}
 	return 0, fmt.Errorf("%w: %w", ErrClosed, err)
+}
+
+// stalled is the failure of a write that the broker did not take within WriteTimeout.
+func (s *Session) stalled() error {
+	return fmt.Errorf("%w: the broker took no publish for %v: %w", ErrClosed, s.cfg.WriteTimeout, os.ErrDeadlineExceeded)
 }
 
 // release returns a window token. It never blocks, so a stray confirm cannot wedge run.

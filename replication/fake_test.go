@@ -25,6 +25,10 @@ type fakeBroker struct {
 	changed     chan struct{} // closed and replaced on every publish
 	dialErr     error
 	blocked     chan struct{} // while non-nil, Publish waits for it to close (a broker alarm)
+	// dieOnDeadline makes a Publish held up by blocked end the session when its ctx ends, as a
+	// publisher that cuts a stalled write does: the error wraps both outbox.ErrSessionClosed and
+	// the ctx's error, and so does every later Publish of that session.
+	dieOnDeadline bool
 }
 
 func newFakeBroker(auto bool) *fakeBroker {
@@ -37,6 +41,7 @@ type fakeSession struct {
 	pending  []uint64
 	confirms chan outbox.Confirm
 	closed   bool
+	err      error // why the session closed, returned by every later Publish
 }
 
 var _ replication.Publisher = (*fakeSession)(nil)
@@ -61,13 +66,23 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			if !b.dieOnDeadline {
+				return 0, ctx.Err()
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			s.err = fmt.Errorf("fake: %w: publish interrupted: %w", outbox.ErrSessionClosed, ctx.Err())
+			s.closeLocked(s.err)
+			return 0, s.err
 		}
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
 	if s.closed {
-		return 0, errors.New("fake: session closed")
+		if s.err != nil {
+			return 0, s.err
+		}
+		return 0, fmt.Errorf("fake: %w", outbox.ErrSessionClosed)
 	}
 	if b.refuse != nil && b.refuse(m) {
 		return 0, fmt.Errorf("fake: %w", outbox.ErrUnpublishable)

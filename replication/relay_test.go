@@ -396,6 +396,25 @@ func TestBlockedBrokerKeepsTheSessionAlive(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), append(first, second...))
 }
 
+// A publish that ends its session at the status deadline (a publisher cutting a stalled write)
+// returns an error wrapping the deadline as well as the session's end. The relay must start a
+// new session, not take it for a wait to retry: that retry would spin on the dead session for
+// ever, delivering nothing.
+func TestPublishEndingTheSessionAtItsDeadlineStartsANewSession(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.broker.dieOnDeadline = true
+	e.start(nil)
+	first, lsn := e.insertTx(1, "before.stall")
+	e.broker.waitPublished(t, 1)
+	waitFor(t, 10*time.Second, "slot past the first transaction", func() bool { return e.slotLSN() > lsn })
+	e.broker.block()
+	second, _ := e.insertTx(2, "during.stall")
+	e.broker.waitSessions(t, 2)
+	e.broker.unblock()
+	e.broker.waitPublished(t, 3)
+	equalIDs(t, ids(e.broker.messages()), append(first, second...))
+}
+
 // Rows that can never become deliverable messages are parked, counted, and the stream moves on;
 // the slot passes them only once the parked copies are confirmed.
 func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {

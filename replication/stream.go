@@ -164,14 +164,16 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 // publish hands m to the broker. A publish held up by the broker (a memory or disk alarm blocks
 // publishers) is given up at each status deadline, so that the status update still goes out and
 // the server keeps the session, and then tried again. The publisher guarantees that a publish
-// ended by its context before writing wrote nothing.
+// ended by its context while waiting wrote nothing and left the session usable; an error that
+// says the session is gone ends the session here too, whatever else it wraps, or the retry
+// would spin on a dead session.
 func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
 		dctx, cancel := context.WithDeadline(ctx, s.nextMsg)
 		seq, err := send(dctx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		if !waitedOut(ctx, err) {
 			return seq, err
 		}
 		s.stats.Blocked.Store(true)
@@ -179,6 +181,13 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 			return 0, err
 		}
 	}
+}
+
+// waitedOut reports whether err says only that a publish waited until its status deadline, with
+// the session still alive and nothing written.
+func waitedOut(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, outbox.ErrSessionClosed)
 }
 
 // park sets aside a row that can never become a deliverable message, so that the stream moves

@@ -3,6 +3,8 @@
 //	walbox migrate   create the outbox table, its publication and the replication slot
 //	walbox run       relay outbox inserts to the broker until stopped
 //	walbox status    show the slot's position, lag and state
+//	walbox doctor    preflight checks of PostgreSQL and RabbitMQ, with fixes
+//	walbox prune     delete old outbox rows in short batches
 //	walbox version   print the version
 package main
 
@@ -29,6 +31,8 @@ var commands = []command{
 	{"migrate", "create the outbox table, its publication and the replication slot", runMigrate},
 	{"run", "relay outbox inserts to RabbitMQ until stopped", runRelay},
 	{"status", "show the replication slot's position, lag and state", runStatus},
+	{"doctor", "check PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure", runDoctor},
+	{"prune", "delete outbox rows older than a duration, in short batches", runPrune},
 	{"version", "print the version", runVersion},
 }
 
