@@ -4,14 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	secrets "github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/outbox"
 )
 
@@ -183,7 +181,7 @@ func redact(err error, rawURL string) error {
 	}
 	msg := err.Error()
 	found := false
-	for _, p := range passwords(rawURL) {
+	for _, p := range secrets.PasswordForms(rawURL) {
 		if strings.Contains(msg, p) {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 			found = true
@@ -194,50 +192,6 @@ func redact(err error, rawURL string) error {
 	}
 	return errors.New(msg)
 }
-
-// passwords returns the forms in which the password of rawURL may appear in an error text,
-// longest first. It does not rely on URL parsing: the URL at hand may be malformed, and an
-// unescaped password may itself contain '@', '/' or '#'. So every '@' is taken in turn as the
-// end of the userinfo, and the pieces between reserved characters count too; redacting too much
-// is harmless.
-func passwords(rawURL string) []string {
-	_, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		rest = rawURL
-	}
-	var forms []string
-	add := func(p string) {
-		if p != "" && !slices.Contains(forms, p) {
-			forms = append(forms, p)
-		}
-	}
-	for i := range len(rest) {
-		if rest[i] != '@' {
-			continue
-		}
-		_, pass, ok := strings.Cut(rest[:i], ":")
-		if !ok {
-			continue
-		}
-		add(pass)
-		if dec, err := url.PathUnescape(pass); err == nil {
-			add(dec)
-		}
-		add(url.QueryEscape(pass))
-		q := strconv.Quote(pass)
-		add(q[1 : len(q)-1])
-		// A parser may split an unescaped password at a reserved character and quote a piece.
-		for _, piece := range strings.FieldsFunc(pass, isReserved) {
-			if len(piece) >= 3 {
-				add(piece)
-			}
-		}
-	}
-	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
-	return forms
-}
-
-func isReserved(r rune) bool { return strings.ContainsRune(":/?#[]@!$&'()*+,;=% ", r) }
 
 // host returns host:port of a parsed URL, for error context.
 func host(uri amqp.URI) string {

@@ -131,6 +131,47 @@ func numberValue(n json.Number) any {
 	return n.String()
 }
 
+// frameOverhead is what a content header frame needs besides the properties: the frame's own
+// header and end (8 bytes), class, weight, body size and property flags (14 bytes), rounded up.
+const frameOverhead = 32
+
+// propertiesSize returns how many bytes the properties of msg take in its content header frame,
+// which amqp091 sends whole: a broker closes the connection on a frame over its frame_max. Field
+// values of types this package does not produce count as 9 bytes, more than any of them takes.
+func propertiesSize(msg *amqp.Publishing) int {
+	n := 1 + len(msg.ContentType) + 1 + len(msg.ContentEncoding) + 1 + len(msg.CorrelationId) +
+		1 + len(msg.ReplyTo) + 1 + len(msg.Expiration) + 1 + len(msg.MessageId) + 1 + len(msg.Type) +
+		1 + len(msg.UserId) + 1 + len(msg.AppId) + 2 + 8 // delivery mode, priority, timestamp
+	return n + tableSize(msg.Headers)
+}
+
+func tableSize(t amqp.Table) int {
+	n := 4
+	for k, v := range t {
+		n += 1 + len(k) + fieldSize(v)
+	}
+	return n
+}
+
+func fieldSize(v any) int {
+	switch v := v.(type) {
+	case string:
+		return 5 + len(v)
+	case []byte:
+		return 5 + len(v)
+	case amqp.Table:
+		return 1 + tableSize(v)
+	case []any:
+		n := 5
+		for _, e := range v {
+			n += fieldSize(e)
+		}
+		return n
+	default:
+		return 9
+	}
+}
+
 // checkMessage reports what would make amqp091 fail in the middle of writing the publish, which
 // kills the connection: short strings over 255 bytes.
 func checkMessage(m *outbox.Message) error {

@@ -228,7 +228,12 @@ func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
 	}
-	seq, err := s.publish(ctx, exchange, m.Key(), Message(m, s.cfg.AppID))
+	msg := Message(m, s.cfg.AppID)
+	if n, max := propertiesSize(&msg), s.conn.Config.FrameSize-frameOverhead; max > 0 && n > max {
+		return 0, fmt.Errorf("publish %s: %w: properties and headers take %d bytes, more than the %d a frame "+
+			"of the broker's frame_max (%d) can carry", m.AMQPMessageID(), ErrInvalidMessage, n, max, s.conn.Config.FrameSize)
+	}
+	seq, err := s.publish(ctx, exchange, m.Key(), msg)
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
 	}

@@ -377,7 +377,13 @@ func TestInvalidMessageLeavesSessionUsable(t *testing.T) {
 	longID.MessageID = strings.Repeat("1", 256)
 	longExchange := newMessage("order.created")
 	longExchange.Exchange = strings.Repeat("e", 256)
-	for _, m := range []*outbox.Message{nil, long, badHeader, longKey, longID, longExchange} {
+	// A content header frame over the broker's frame_max (128 KiB) would make it close the
+	// connection: amqp091 sends the properties in one frame.
+	hugeHeader := newMessage("order.created")
+	hugeHeader.Headers = map[string]any{"blob": strings.Repeat("h", 200<<10)}
+	hugeAggregate := newMessage("order.created")
+	hugeAggregate.AggregateID = strings.Repeat("a", 140<<10)
+	for _, m := range []*outbox.Message{nil, long, badHeader, longKey, longID, longExchange, hugeHeader, hugeAggregate} {
 		if _, err := s.Publish(context.Background(), m); !errors.Is(err, publisher.ErrInvalidMessage) {
 			t.Errorf("Publish: got %v, want ErrInvalidMessage", err)
 		}
@@ -387,5 +393,14 @@ func TestInvalidMessageLeavesSessionUsable(t *testing.T) {
 	}
 	if c := next(t, s); c.Seq != 1 || c.Err != nil {
 		t.Errorf("Confirm: got %+v, want seq 1, nil error", c)
+	}
+	// Large headers that do fit in a frame still go through.
+	big := newMessage("order.created")
+	big.Headers = map[string]any{"blob": strings.Repeat("h", 100<<10)}
+	if seq := publish(t, s, big); seq != 2 {
+		t.Errorf("Publish with 100 KiB of headers: seq %d, want 2", seq)
+	}
+	if c := next(t, s); c.Seq != 2 || c.Err != nil {
+		t.Errorf("Confirm: got %+v, want seq 2, nil error", c)
 	}
 }

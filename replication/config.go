@@ -49,6 +49,12 @@ type Config struct {
 	// StatusInterval is how often the relay reports its position to the server; keep it well
 	// under the server's wal_sender_timeout (default 1s).
 	StatusInterval time.Duration
+	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
+	// it to reply, before it takes the replication connection for dead and starts a new session
+	// (default 10s). The relay asks for a reply in every status update once it has heard nothing
+	// for a status interval, and a live server answers at once; without this a silent network
+	// partition would hold the relay until TCP gives up, many minutes later.
+	ServerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
 	ShutdownTimeout time.Duration
 	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
@@ -90,13 +96,14 @@ func (c *Config) Validate() error {
 		c.Table = outbox.DefaultTable
 	}
 	if len(c.Mappings) == 0 {
-		c.Mappings = []outbox.Mapping{outbox.DefaultMapping(c.Table)}
+		// Defaults left empty: the column check tells a default optional column, which a table
+		// may lack, from one the user named.
+		c.Mappings = []outbox.Mapping{{Table: c.Table}}
 	}
-	for i, m := range c.Mappings {
+	for _, m := range c.Mappings {
 		if err := m.Validate(); err != nil {
 			return err
 		}
-		c.Mappings[i] = m.WithDefaults()
 	}
 	if c.Window == 0 {
 		c.Window = 1024
@@ -105,6 +112,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("window %d: must be at least 1", c.Window)
 	}
 	if err := positive(&c.StatusInterval, time.Second, "status interval"); err != nil {
+		return err
+	}
+	if err := positive(&c.ServerTimeout, 10*time.Second, "server timeout"); err != nil {
 		return err
 	}
 	if err := positive(&c.ShutdownTimeout, 10*time.Second, "shutdown timeout"); err != nil {

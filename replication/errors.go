@@ -23,6 +23,9 @@ var (
 	ErrSlotMismatch = errors.New("replication slot cannot be used")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
 	ErrSlotActive = errors.New("replication slot is active in another process")
+	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
+	// connection is taken for dead and a new session starts.
+	ErrServerSilent = errors.New("no message from the server")
 )
 
 // permanent marks an error that retrying cannot fix.

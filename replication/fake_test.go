@@ -21,6 +21,7 @@ type fakeBroker struct {
 	published   []outbox.Message           // across sessions, in publish order
 	parked      []outbox.Parked            // across sessions
 	refuse      func(*outbox.Message) bool // Publish refuses these as unpublishable
+	reject      func(*outbox.Message) bool // in auto mode, these get a failed confirm (a nack)
 	maxInFlight int
 	changed     chan struct{} // closed and replaced on every publish
 	dialErr     error
@@ -90,7 +91,11 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 	s.seq++
 	b.published = append(b.published, *m)
 	if b.auto {
-		s.confirms <- outbox.Confirm{Seq: s.seq}
+		c := outbox.Confirm{Seq: s.seq}
+		if b.reject != nil && b.reject(m) {
+			c.Err = errors.New("fake: nacked")
+		}
+		s.confirms <- c
 	} else {
 		s.pending = append(s.pending, s.seq)
 		b.maxInFlight = max(b.maxInFlight, len(s.pending))

@@ -43,7 +43,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.stats.State.Store(int32(StateStopped))
 	for {
 		r.stats.State.Store(int32(StateStarting))
-		streamed, err := r.session(ctx)
+		progressed, err := r.session(ctx)
 		r.endSession(err)
 		if ctx.Err() != nil {
 			return nil
@@ -51,7 +51,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if !Retryable(err) {
 			return err
 		}
-		wait := backoff.next(streamed)
+		wait := backoff.next(progressed)
 		if errors.Is(err, ErrSlotActive) {
 			wait = r.cfg.StandbyRetry
 			r.stats.State.Store(int32(StateStandby))
@@ -77,8 +77,9 @@ func (r *Relay) endSession(err error) {
 }
 
 // session runs one session: connect, check, start at the slot's position, stream. It reports
-// whether it got as far as streaming.
-func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
+// whether the slot moved forward in it, so that a failure that recurs at the same message backs
+// off instead of replaying from the slot again and again at full speed.
+func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	conn, err := connect(ctx, r.cfg.DatabaseURL)
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
@@ -121,11 +122,19 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		dec:     decoder.New(r.cfg.Mappings...),
 		track:   checkpoint.New(slot.confirmedFlush),
 		sent:    slot.confirmedFlush,
+		heard:   time.Now(),
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		flights: make(flightLog, r.cfg.Window+1),
 	}
-	return true, s.run(ctx)
+	err = s.run(ctx)
+	if IsBrokerError(err) {
+		// The replication connection is still good: report what the broker did confirm before
+		// it failed, so that the next session does not send that again. The watermark stopped
+		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
+		_ = s.sendStatus()
+	}
+	return s.track.Watermark() > slot.confirmedFlush, err
 }
 
 // firstContact makes a connection failure permanent when the server was never reached, unless the
@@ -165,15 +174,16 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn) (slotInfo,
 	return slotInfo{exists: true, plugin: "pgoutput", slotType: "logical", confirmedFlush: lsn}, nil
 }
 
-// backoff grows exponentially with jitter up to max, and starts over after a session that streamed.
+// backoff grows exponentially with jitter up to max, and starts over after a session that moved
+// the slot.
 type backoff struct {
 	max, cur time.Duration
 }
 
 func newBackoff(max time.Duration) *backoff { return &backoff{max: max} }
 
-func (b *backoff) next(streamed bool) time.Duration {
-	if streamed || b.cur == 0 {
+func (b *backoff) next(progressed bool) time.Duration {
+	if progressed || b.cur == 0 {
 		b.cur = 100 * time.Millisecond
 	} else {
 		b.cur = min(2*b.cur, b.max)

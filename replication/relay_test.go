@@ -415,6 +415,47 @@ func TestPublishEndingTheSessionAtItsDeadlineStartsANewSession(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), append(first, second...))
 }
 
+// A message the broker refuses every time it is sent stalls the stream there (transient failures
+// are never skipped), but the relay must neither replay from the slot at full speed nor resend
+// what the broker already confirmed: it reports the confirmed transactions before the failure
+// even when the failure comes before the next status update is due, and backs off while the
+// failing sessions make no progress.
+func TestRepeatedRefusalBacksOffAndKeepsConfirmedProgress(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.broker.mu.Lock()
+	e.broker.reject = func(m *outbox.Message) bool { return m.EventType == "always.refused" }
+	e.broker.mu.Unlock()
+	e.start(func(c *replication.Config) {
+		c.StatusInterval = 30 * time.Second // only the report at the failure can move the slot
+		c.MaxBackoff = 2 * time.Second
+	})
+	_, good := e.insertTx(3, "fine")
+	e.insertTx(1, "always.refused")
+	waitFor(t, 10*time.Second, "slot past the confirmed transaction", func() bool { return e.slotLSN() > good })
+	e.broker.waitSessions(t, 2)
+	start, before := time.Now(), e.broker.sessionCount()
+	time.Sleep(4 * time.Second)
+	n := e.broker.sessionCount() - before
+	t.Logf("%d sessions in %v while the broker refused the same message", n, time.Since(start).Round(time.Millisecond))
+	if n > 8 {
+		t.Errorf("%d sessions in 4s: the relay replays at full speed instead of backing off", n)
+	}
+	if got := countType(e.broker.messages(), "fine"); got != 3 {
+		t.Errorf("the 3 rows of the confirmed transaction were published %d times in all, want 3: "+
+			"the relay sent them again", got)
+	}
+}
+
+func countType(ms []outbox.Message, eventType string) int {
+	n := 0
+	for _, m := range ms {
+		if m.EventType == eventType {
+			n++
+		}
+	}
+	return n
+}
+
 // Rows that can never become deliverable messages are parked, counted, and the stream moves on;
 // the slot passes them only once the parked copies are confirmed.
 func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {

@@ -34,8 +34,11 @@ func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 // checkTables checks every mapping against its table's actual columns.
 func checkTables(ctx context.Context, conn *pgconn.PgConn, maps []outbox.Mapping) error {
 	for _, m := range maps {
-		rows, err := query(ctx, conn, `SELECT column_name, data_type FROM information_schema.columns
-			WHERE table_schema = `+quoteLiteral(m.Table.Schema)+` AND table_name = `+quoteLiteral(m.Table.Name))
+		// The catalogs, not information_schema, which hides the columns of a table the role may
+		// not SELECT from: a least-privilege relay role (LOGIN REPLICATION) has no grant on it.
+		rel := quoteLiteral(quoteIdent(m.Table.Schema) + "." + quoteIdent(m.Table.Name))
+		rows, err := query(ctx, conn, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+			WHERE attrelid = to_regclass(`+rel+`) AND attnum > 0 AND NOT attisdropped`)
 		if err != nil {
 			return fmt.Errorf("read the columns of %s: %w", m.Table, err)
 		}

@@ -26,6 +26,7 @@ type stream struct {
 	track   *checkpoint.Tracker
 	sent    pglogrepl.LSN // flush position last reported to the server
 	nextMsg time.Time     // when the next status update is due
+	heard   time.Time     // when the last message from the server arrived
 	stats   *Stats
 	obs     Observer
 	flights flightLog // messages in flight, for confirm latencies
@@ -78,11 +79,15 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 	defer cancel()
 	msg, err := s.conn.ReceiveMessage(rctx)
 	if err != nil {
-		if pgconn.Timeout(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return nil
+		}
+		if pgconn.Timeout(err) {
+			return s.checkHeard()
 		}
 		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
 	}
+	s.heard = time.Now()
 	switch msg := msg.(type) {
 	case *pgproto3.CopyData:
 		return s.handleCopyData(pctx, msg.Data)
@@ -95,6 +100,17 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 	default:
 		return fmt.Errorf("replication stream: unexpected message %T", msg)
 	}
+}
+
+// checkHeard fails the session when the server has been silent for longer than ServerTimeout.
+// Every status update asks for a reply once a status interval passed without a word, so only a
+// dead connection (a silent network partition, a server gone without closing it) stays silent.
+func (s *stream) checkHeard() error {
+	if silent := time.Since(s.heard); silent > s.cfg.ServerTimeout {
+		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
+			ErrServerSilent, silent.Round(time.Millisecond))
+	}
+	return nil
 }
 
 func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
@@ -170,6 +186,13 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
+		if time.Until(s.nextMsg) < s.cfg.StatusInterval/2 {
+			// Send the status now rather than give the publish a deadline a moment away: a
+			// publish that checks a new exchange is cut, session and all, when its ctx ends.
+			if err := s.sendStatus(); err != nil {
+				return 0, err
+			}
+		}
 		dctx, cancel := context.WithDeadline(ctx, s.nextMsg)
 		seq, err := send(dctx)
 		cancel()
@@ -304,6 +327,7 @@ func (s *stream) sendStatus() error {
 		WALFlushPosition: w,
 		WALApplyPosition: w,
 		ClientTime:       time.Now(),
+		ReplyRequested:   time.Since(s.heard) >= s.cfg.StatusInterval,
 	})
 	if err != nil {
 		return fmt.Errorf("send status update: %w", err)

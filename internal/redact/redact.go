@@ -5,6 +5,8 @@ package redact
 import (
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -30,6 +32,10 @@ func Secrets(conns ...string) []string {
 				}
 			}
 		}
+		if strings.Contains(c, "://") {
+			// Also when the URL does not parse, or parses with the password cut short.
+			out = append(out, PasswordForms(c)...)
+		}
 		for _, m := range keyword.FindAllStringSubmatch(c, -1) {
 			out = append(out, strings.Trim(m[2], "'"))
 		}
@@ -48,3 +54,47 @@ func Text(s string, secrets ...string) string {
 	}
 	return s
 }
+
+// PasswordForms returns the forms in which the password of rawURL may appear in an error text,
+// longest first. It does not rely on URL parsing: the URL at hand may be malformed, and an
+// unescaped password may itself contain '@', '/' or '#'. So every '@' is taken in turn as the
+// end of the userinfo, and the pieces between reserved characters count too; redacting too much
+// is harmless.
+func PasswordForms(rawURL string) []string {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		rest = rawURL
+	}
+	var forms []string
+	add := func(p string) {
+		if p != "" && !slices.Contains(forms, p) {
+			forms = append(forms, p)
+		}
+	}
+	for i := range len(rest) {
+		if rest[i] != '@' {
+			continue
+		}
+		_, pass, ok := strings.Cut(rest[:i], ":")
+		if !ok {
+			continue
+		}
+		add(pass)
+		if dec, err := url.PathUnescape(pass); err == nil {
+			add(dec)
+		}
+		add(url.QueryEscape(pass))
+		q := strconv.Quote(pass)
+		add(q[1 : len(q)-1])
+		// A parser may split an unescaped password at a reserved character and quote a piece.
+		for _, piece := range strings.FieldsFunc(pass, isReserved) {
+			if len(piece) >= 3 {
+				add(piece)
+			}
+		}
+	}
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return forms
+}
+
+func isReserved(r rune) bool { return strings.ContainsRune(":/?#[]@!$&'()*+,;=% ", r) }

@@ -49,3 +49,18 @@ func TestTextKeepsOrdinaryText(t *testing.T) {
 		t.Errorf("Text(%q) = %q, want it unchanged", in, got)
 	}
 }
+
+// A password with an unescaped '@' or '/' makes parsers disagree on where it ends, and a
+// library's error may quote any piece of it (pgx once reported "lookup s3cr3t@pw: no such host"
+// and "database=42@db:5432/app" for this one).
+func TestSecretsOfAMalformedURL(t *testing.T) {
+	secrets := redact.Secrets("postgres://walbox:Zx9-@s3cr3t@pw/42@db:5432/app")
+	for _, text := range []string{
+		"hostname resolving error: lookup s3cr3t@pw: no such host",
+		"failed to connect to `user=walbox database=42@db:5432/app`: Zx9-@s3cr3t@pw",
+	} {
+		if got := redact.Text(text, secrets...); strings.Contains(got, "s3cr3t") {
+			t.Errorf("Text(%q) = %q: part of the password still there", text, got)
+		}
+	}
+}

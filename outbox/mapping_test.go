@@ -1,0 +1,56 @@
+package outbox_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+func TestCheckColumns(t *testing.T) {
+	full := map[string]string{
+		"id": "uuid", "aggregate_type": "text", "aggregate_id": "text", "event_type": "text",
+		"payload": "jsonb", "headers": "jsonb", "created_at": "timestamp with time zone",
+	}
+	without := func(cols ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range full {
+			m[k] = v
+		}
+		for _, c := range cols {
+			delete(m, c)
+		}
+		return m
+	}
+	legacy := outbox.Mapping{Table: outbox.Table{Schema: "app", Name: "events"}, Headers: "meta", EventType: "kind"}
+	tests := []struct {
+		name    string
+		m       outbox.Mapping
+		actual  map[string]string
+		wantErr string // empty: no error
+	}{
+		{"the default table passes", outbox.Mapping{}, full, ""},
+		{"default optional columns may be missing", outbox.Mapping{},
+			without("headers", "created_at", "aggregate_type", "aggregate_id"), ""},
+		{"a missing event type is named", outbox.Mapping{}, without("event_type"), `no column "event_type"`},
+		{"a missing payload is named", outbox.Mapping{}, without("payload"), `no column "payload"`},
+		{"a missing id is named", outbox.Mapping{}, without("id"), `no column "id"`},
+		{"an explicitly mapped optional column must exist", legacy,
+			map[string]string{"id": "uuid", "kind": "text", "payload": "jsonb"}, `no column "meta" (mapped as headers)`},
+		{"a routing key placeholder must exist even if it is a default optional column",
+			outbox.Mapping{RoutingKey: "{aggregate_type}.{event_type}"}, without("aggregate_type"),
+			`no column "aggregate_type"`},
+		{"an id from the position needs no id column", outbox.Mapping{MessageID: outbox.IDFromPosition}, without("id"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.m.CheckColumns(tt.actual)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("got %v, want no error", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
