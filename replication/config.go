@@ -50,10 +50,12 @@ type Config struct {
 	// under the server's wal_sender_timeout (default 1s).
 	StatusInterval time.Duration
 	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
-	// it to reply, before it takes the replication connection for dead and starts a new session
-	// (default 10s). The relay asks for a reply in every status update once it has heard nothing
-	// for a status interval, and a live server answers at once; without this a silent network
-	// partition would hold the relay until TCP gives up, many minutes later.
+	// it to reply, before it takes the replication connection for dead and starts a new session.
+	// Zero (the default) means the server's wal_sender_timeout, after which the server drops the
+	// relay anyway, but at least two status intervals. The relay asks for a reply in every status
+	// update once it has heard nothing for a status interval, and a live server answers at once;
+	// without this a silent network partition would hold the relay until TCP gives up, many
+	// minutes later.
 	ServerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
 	ShutdownTimeout time.Duration
@@ -114,8 +116,8 @@ func (c *Config) Validate() error {
 	if err := positive(&c.StatusInterval, time.Second, "status interval"); err != nil {
 		return err
 	}
-	if err := positive(&c.ServerTimeout, 10*time.Second, "server timeout"); err != nil {
-		return err
+	if c.ServerTimeout < 0 {
+		return fmt.Errorf("server timeout %v: must be positive", c.ServerTimeout)
 	}
 	if err := positive(&c.ShutdownTimeout, 10*time.Second, "shutdown timeout"); err != nil {
 		return err

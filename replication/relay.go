@@ -93,6 +93,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := checkTables(ctx, conn, r.cfg.Mappings); err != nil {
 		return false, err
 	}
+	silence := r.cfg.ServerTimeout
+	if silence == 0 {
+		if silence, err = serverTimeout(ctx, conn, r.cfg.StatusInterval); err != nil {
+			return false, err
+		}
+	}
 	slot, err := r.prepareSlot(ctx, conn)
 	if err != nil {
 		return false, err
@@ -123,6 +129,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		track:   checkpoint.New(slot.confirmedFlush),
 		sent:    slot.confirmedFlush,
 		heard:   time.Now(),
+		silence: silence,
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		flights: make(flightLog, r.cfg.Window+1),

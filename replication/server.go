@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -90,6 +92,28 @@ func checkServer(ctx context.Context, conn *pgconn.PgConn, publication string) e
 			ErrNoPublication, publication, quoteIdent(publication)))
 	}
 	return nil
+}
+
+// serverTimeout returns how long the relay may hear nothing from the server, having asked it to
+// reply, before it takes the connection for dead: the server's wal_sender_timeout, after which
+// the server has given up on the relay anyway (a minute when it is off), but at least two status
+// intervals.
+func serverTimeout(ctx context.Context, conn *pgconn.PgConn, statusInterval time.Duration) (time.Duration, error) {
+	rows, err := query(ctx, conn, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'")
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
+	}
+	d := time.Minute
+	if len(rows) == 1 {
+		ms, err := strconv.Atoi(rows[0][0])
+		if err != nil {
+			return 0, fmt.Errorf("read wal_sender_timeout: %q: %w", rows[0][0], err)
+		}
+		if ms > 0 {
+			d = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return max(d, 2*statusInterval), nil
 }
 
 // readSlot returns the slot's state.

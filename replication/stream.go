@@ -27,10 +27,21 @@ type stream struct {
 	sent    pglogrepl.LSN // flush position last reported to the server
 	nextMsg time.Time     // when the next status update is due
 	heard   time.Time     // when the last message from the server arrived
+	silence time.Duration // how long the server may stay silent, having been asked to reply
 	stats   *Stats
 	obs     Observer
 	flights flightLog // messages in flight, for confirm latencies
 	commit  time.Time // commit time of the transaction being read
+
+	deadline statusDeadline // see untilStatus
+}
+
+// statusDeadline is a context ending at the status deadline at, derived from parent.
+type statusDeadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	parent context.Context
+	at     time.Time
 }
 
 // run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the
@@ -42,6 +53,14 @@ func (s *stream) run(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.ShutdownTimeout, cancel) })
 	defer stop()
+
+	// receive waits on a read deadline, not on a context: cut the wait short when either ends.
+	wake := func() { _ = s.conn.Conn().SetReadDeadline(time.Now()) }
+	stopWake := context.AfterFunc(ctx, wake)
+	defer stopWake()
+	stopWakeP := context.AfterFunc(pctx, wake)
+	defer stopWakeP()
+	defer s.dropDeadline()
 
 	confirms := s.pub.Confirms()
 	for {
@@ -72,12 +91,17 @@ func (s *stream) run(ctx context.Context) error {
 	}
 }
 
-// receive reads one message from the server, waiting at most until the next status update is due,
-// and publishes with pctx.
+// receive reads one message from the server, waiting at most until the next status update is due
+// or ctx ends, and publishes with pctx.
+//
+// The wait is bounded by a read deadline on the socket rather than by a context: pgconn watches
+// a cancellable context with a goroutine of its own on every call, which costs more than
+// decoding the message. run wakes a read blocked when ctx ends.
 func (s *stream) receive(ctx, pctx context.Context) error {
-	rctx, cancel := context.WithDeadline(ctx, s.nextMsg)
-	defer cancel()
-	msg, err := s.conn.ReceiveMessage(rctx)
+	if err := s.conn.Conn().SetReadDeadline(s.nextMsg); err != nil {
+		return fmt.Errorf("receive: set read deadline: %w", err)
+	}
+	msg, err := s.conn.ReceiveMessage(context.Background())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -106,7 +130,7 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 // Every status update asks for a reply once a status interval passed without a word, so only a
 // dead connection (a silent network partition, a server gone without closing it) stays silent.
 func (s *stream) checkHeard() error {
-	if silent := time.Since(s.heard); silent > s.cfg.ServerTimeout {
+	if silent := time.Since(s.heard); silent > s.silence {
 		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
 			ErrServerSilent, silent.Round(time.Millisecond))
 	}
@@ -193,9 +217,7 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 				return 0, err
 			}
 		}
-		dctx, cancel := context.WithDeadline(ctx, s.nextMsg)
-		seq, err := send(dctx)
-		cancel()
+		seq, err := send(s.untilStatus(ctx))
 		if !waitedOut(ctx, err) {
 			return seq, err
 		}
@@ -204,6 +226,24 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 			return 0, err
 		}
 	}
+}
+
+// untilStatus returns a context that ends with parent or at the next status deadline. It is
+// made once per status interval, not once per message.
+func (s *stream) untilStatus(parent context.Context) context.Context {
+	if d := &s.deadline; d.ctx == nil || d.parent != parent || !d.at.Equal(s.nextMsg) {
+		s.dropDeadline()
+		d.ctx, d.cancel = context.WithDeadline(parent, s.nextMsg)
+		d.parent, d.at = parent, s.nextMsg
+	}
+	return s.deadline.ctx
+}
+
+func (s *stream) dropDeadline() {
+	if s.deadline.cancel != nil {
+		s.deadline.cancel()
+	}
+	s.deadline = statusDeadline{}
 }
 
 // waitedOut reports whether err says only that a publish waited until its status deadline, with
