@@ -26,6 +26,13 @@ unit: ## the fast tests only (no servers)
 demo: ## run the order/notification demo with throwaway PostgreSQL and RabbitMQ (Ctrl-C stops it)
 	$(GO) run ./cmd/demo $(DEMO_ARGS)
 
+bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway servers (about 30 min; BENCH_ARGS to pass flags)
+	$(GO) run ./cmd/walbox-bench -wait-load 1.5 $(BENCH_ARGS)
+
+soak: ## the long fault soak: 200 relay kills, long outages, 300,000 rows (about 10 min)
+	WALBOX_SOAK=1 $(GO) test -race -count=1 -timeout 3h -v ./internal/faults/ > soak.out 2>&1; rc=$$?; \
+	  grep -E 'SUMMARY|^(--- |ok|FAIL|PASS)' soak.out; echo "full output: soak.out"; exit $$rc
+
 fuzz: ## fuzz the decoder for a while (FUZZTIME, default 2m)
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-2m} ./decoder/
 
