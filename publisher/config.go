@@ -79,11 +79,12 @@ type Config struct {
 	// CloseTimeout bounds Close, after which the connection is cut. Default 5s.
 	CloseTimeout time.Duration
 
-	// WriteTimeout bounds the socket write of one publish. A broker under flow control can hold
-	// a write briefly; one that stops reading altogether (amqp091-go#111) would hold it for ever,
-	// and the write ignores every context. Past WriteTimeout the connection is cut and the session
-	// ends. Keep it well under PostgreSQL's wal_sender_timeout, since the relay cannot answer the
-	// server while a write holds it. Default 10s.
+	// WriteTimeout bounds each write to the broker's socket: a write that makes no progress for
+	// this long (a broker that stopped reading without telling, amqp091-go#111; the write
+	// ignores every context) fails, the connection is cut and the session ends. A large message
+	// that keeps moving is never cut, and brief stalls of flow control pass. Keep it well under
+	// PostgreSQL's wal_sender_timeout, since the relay cannot answer the server while a write
+	// holds it. Default 10s.
 	WriteTimeout time.Duration
 
 	// TLS configures amqps connections; nil means the system roots (or the TLS parameters of

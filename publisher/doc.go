@@ -24,8 +24,9 @@
 // At most Config.Window messages are in flight; Publish waits for a confirm beyond that. While
 // the broker blocks the connection (a memory or disk alarm), Publish waits before writing. Both
 // waits end with ctx, and the session stays usable. A write that blocks anyway ignores ctx
-// inside amqp091, and is bounded by Config.WriteTimeout instead: past it, Publish cuts the TCP
-// connection, which ends the session. Brief stalls of the broker's flow control pass unharmed.
+// inside amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write
+// that makes no progress for that long fails and ends the session. Brief stalls of the broker's
+// flow control, and large messages that keep moving, pass unharmed.
 //
 // # Confirms
 //

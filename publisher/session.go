@@ -184,7 +184,7 @@ func (s *Session) dialer(ctx context.Context) func(network, addr string) (net.Co
 		if s.netCut {
 			c.Close()
 		}
-		return c, nil
+		return writeBound{Conn: c, timeout: s.cfg.WriteTimeout}, nil
 	}
 }
 
@@ -210,8 +210,8 @@ func (s *Session) cut() {
 // may not have reached the broker. Any other error means nothing was written and the session
 // is still usable: ctx ended first, or the message cannot be published as it stands
 // (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). The write itself
-// is not bounded by ctx but by Config.WriteTimeout: a broker that stops reading the socket (the
-// write ignores ctx) gets the connection cut, and the session ends. If ctx ends while the
+// is not bounded by ctx but by Config.WriteTimeout on each socket write: a broker that stops
+// reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If ctx ends while the
 // message's exchange is being checked, the connection is cut too.
 func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
 	if m == nil {
@@ -298,8 +298,9 @@ func (s *Session) waitUnblocked(ctx context.Context) error {
 
 // send writes the publish. The message id is recorded before the write, since a basic.return
 // can arrive before the write returns. ctx is not watched during the write: a write cut at a
-// caller's deadline would end the session on every brief stall of flow control. WriteTimeout
-// bounds it instead.
+// caller's deadline would end the session on every brief stall of flow control. Each write to
+// the socket is bounded by WriteTimeout instead (see writeBound), so a large message that is
+// making progress is never cut, and a broker that stopped reading ends the session.
 func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		s.release()
@@ -311,33 +312,39 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
 	s.mu.Unlock()
 
-	watchdog := time.AfterFunc(s.cfg.WriteTimeout, func() {
-		s.fail(s.stalled())
-		s.cut()
-	})
 	err := s.ch.Publish(exchange, key, true, false, msg)
-	interrupted := !watchdog.Stop()
 	if err == nil {
-		// Written in full, even if the watchdog fired just now: the Confirm tells what became of it.
+		// Written in full: the Confirm tells what became of it.
 		return seq, nil
 	}
 	s.mu.Lock()
 	s.published-- // amqp091 did the same with its counter
 	s.mu.Unlock()
 	s.release()
-	if interrupted {
-		return 0, s.stalled()
-	}
 	s.cut() // a failed write leaves a stream that cannot be resumed
-	if f := s.failure(); f != nil {
+	if f := s.failure(); f != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return 0, f
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("the broker took nothing for %v: %w", s.cfg.WriteTimeout, err)
+	}
+	s.fail(fmt.Errorf("%w: %w", ErrClosed, err))
 	return 0, fmt.Errorf("%w: %w", ErrClosed, err)
 }
 
-// stalled is the failure of a write that the broker did not take within WriteTimeout.
-func (s *Session) stalled() error {
-	return fmt.Errorf("%w: the broker took no publish for %v: %w", ErrClosed, s.cfg.WriteTimeout, os.ErrDeadlineExceeded)
+// writeBound gives every write to the broker's socket its own deadline, WriteTimeout from when
+// the write starts: a write that makes no progress for that long fails (and amqp091 then closes
+// the connection), however large the message and however long it takes in all.
+type writeBound struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c writeBound) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 // release returns a window token. It never blocks, so a stray confirm cannot wedge run.

@@ -52,8 +52,9 @@ type Config struct {
 	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
 	// it to reply, before it takes the replication connection for dead and starts a new session.
 	// Zero (the default) means the server's wal_sender_timeout, after which the server drops the
-	// relay anyway, but at least two status intervals. The relay asks for a reply in every status
-	// update once it has heard nothing for a status interval, and a live server answers at once;
+	// relay anyway, but at least three status intervals. The relay asks for a reply in every
+	// status update once it has heard nothing for half an interval, and a live server answers at
+	// once; any bytes count, so one long message streaming in is not silence;
 	// without this a silent network partition would hold the relay until TCP gives up, many
 	// minutes later.
 	ServerTimeout time.Duration
@@ -116,8 +117,8 @@ func (c *Config) Validate() error {
 	if err := positive(&c.StatusInterval, time.Second, "status interval"); err != nil {
 		return err
 	}
-	if c.ServerTimeout < 0 {
-		return fmt.Errorf("server timeout %v: must be positive", c.ServerTimeout)
+	if c.ServerTimeout != 0 && c.ServerTimeout < 3*c.StatusInterval {
+		return fmt.Errorf("server timeout %v: must be at least three status intervals (%v)", c.ServerTimeout, 3*c.StatusInterval)
 	}
 	if err := positive(&c.ShutdownTimeout, 10*time.Second, "shutdown timeout"); err != nil {
 		return err

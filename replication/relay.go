@@ -80,7 +80,7 @@ func (r *Relay) endSession(err error) {
 // whether the slot moved forward in it, so that a failure that recurs at the same message backs
 // off instead of replaying from the slot again and again at full speed.
 func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
-	conn, err := connect(ctx, r.cfg.DatabaseURL)
+	conn, lastRead, err := connectWatched(ctx, r.cfg.DatabaseURL)
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}
@@ -128,7 +128,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		dec:     decoder.New(r.cfg.Mappings...),
 		track:   checkpoint.New(slot.confirmedFlush),
 		sent:    slot.confirmedFlush,
-		heard:   time.Now(),
+		heard:   lastRead,
 		silence: silence,
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,10 +17,28 @@ import (
 
 // connect opens a logical replication connection (replication=database).
 func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	conn, _, err := connectWatched(ctx, dsn)
+	return conn, err
+}
+
+// connectWatched is connect, and also returns a clock of the last time the connection's socket
+// read any bytes: a server sending one long message is not silent, though no whole message has
+// arrived for a while.
+func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *atomic.Int64, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		// The parser's message may quote the connection string, password included.
-		return nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
+		return nil, nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
+	}
+	lastRead := new(atomic.Int64)
+	lastRead.Store(time.Now().UnixNano())
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return readClock{Conn: c, last: lastRead}, nil
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	// The decoder parses timestamps in ISO format, whatever the server's default style.
@@ -28,9 +48,23 @@ func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return conn, nil
+	return conn, lastRead, nil
+}
+
+// readClock records when its connection last read any bytes.
+type readClock struct {
+	net.Conn
+	last *atomic.Int64
+}
+
+func (c readClock) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // checkTables checks every mapping against its table's actual columns.
@@ -96,8 +130,8 @@ func checkServer(ctx context.Context, conn *pgconn.PgConn, publication string) e
 
 // serverTimeout returns how long the relay may hear nothing from the server, having asked it to
 // reply, before it takes the connection for dead: the server's wal_sender_timeout, after which
-// the server has given up on the relay anyway (a minute when it is off), but at least two status
-// intervals.
+// the server drops an idle client then too (a minute when it is off), but at least three status
+// intervals, since the relay asks for a reply only after half an interval of silence.
 func serverTimeout(ctx context.Context, conn *pgconn.PgConn, statusInterval time.Duration) (time.Duration, error) {
 	rows, err := query(ctx, conn, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'")
 	if err != nil {
@@ -113,7 +147,7 @@ func serverTimeout(ctx context.Context, conn *pgconn.PgConn, statusInterval time
 			d = time.Duration(ms) * time.Millisecond
 		}
 	}
-	return max(d, 2*statusInterval), nil
+	return max(d, 3*statusInterval), nil
 }
 
 // readSlot returns the slot's state.

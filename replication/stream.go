@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -26,7 +27,7 @@ type stream struct {
 	track   *checkpoint.Tracker
 	sent    pglogrepl.LSN // flush position last reported to the server
 	nextMsg time.Time     // when the next status update is due
-	heard   time.Time     // when the last message from the server arrived
+	heard   *atomic.Int64 // when the socket last read bytes from the server, in Unix nanoseconds
 	silence time.Duration // how long the server may stay silent, having been asked to reply
 	stats   *Stats
 	obs     Observer
@@ -111,7 +112,6 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 		}
 		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
 	}
-	s.heard = time.Now()
 	switch msg := msg.(type) {
 	case *pgproto3.CopyData:
 		return s.handleCopyData(pctx, msg.Data)
@@ -127,15 +127,18 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 }
 
 // checkHeard fails the session when the server has been silent for longer than ServerTimeout.
-// Every status update asks for a reply once a status interval passed without a word, so only a
+// Every status update asks for a reply once half a status interval passed without a byte, so only a
 // dead connection (a silent network partition, a server gone without closing it) stays silent.
 func (s *stream) checkHeard() error {
-	if silent := time.Since(s.heard); silent > s.silence {
+	if silent := s.silent(); silent > s.silence {
 		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
 			ErrServerSilent, silent.Round(time.Millisecond))
 	}
 	return nil
 }
+
+// silent returns how long the server has sent nothing at all.
+func (s *stream) silent() time.Duration { return time.Since(time.Unix(0, s.heard.Load())) }
 
 func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
 	if len(data) == 0 {
@@ -367,7 +370,7 @@ func (s *stream) sendStatus() error {
 		WALFlushPosition: w,
 		WALApplyPosition: w,
 		ClientTime:       time.Now(),
-		ReplyRequested:   time.Since(s.heard) >= s.cfg.StatusInterval,
+		ReplyRequested:   s.silent() >= s.cfg.StatusInterval/2,
 	})
 	if err != nil {
 		return fmt.Errorf("send status update: %w", err)

@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +26,46 @@ func TestPostgresFaults(t *testing.T) {
 	t.Run("silent partition of the replication connection", func(t *testing.T) {
 		testReplicationPartition(t, pg, rabbit)
 	})
+	t.Run("a large row over a slow replication link is not silence", func(t *testing.T) {
+		testSlowLink(t, pg, rabbit)
+	})
+}
+
+// One row of 1.5 MB crosses a replication link of 256 KB/s: no whole message arrives for about
+// six seconds, three times the relay's silence bound (here 2 s: the server's wal_sender_timeout). Bytes keep coming, so the relay must not take the connection for dead: if
+// it did, every new session would replay the same row and fail the same way, for ever.
+func testSlowLink(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	w := newWorld(t, pg, rabbit)
+	p := newProxy(t, hostOf(t, pg.URL()))
+	w.relayDB = withHost(t, w.db, p.addr)
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	body := `{"name": "slow", "type": "bandwidth", "stream": "downstream", "attributes": {"rate": 256}}`
+	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+		t.Fatalf("slow the link: %v", err)
+	}
+	payload := `{"blob": "` + strings.Repeat("x", 1500<<10) + `"}`
+	if _, err := w.conn.Exec(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('blob', '1', 'blob.created', $1)`, payload); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, 2*time.Minute, "the large row confirmed", func() bool {
+		st, err := r.status()
+		return err == nil && st.Confirmed >= 1
+	})
+	took := time.Since(start)
+	st, err := r.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sessions != 1 {
+		t.Errorf("%d sessions: the relay took a slow link for a dead one (last error: %s)", st.Sessions, st.LastError)
+	}
+	if took < 2*time.Second {
+		t.Errorf("the row took %v to cross the link; the test needs longer than the 2 s silence bound", took)
+	}
+	t.Logf("SUMMARY %s row_bytes=%d took=%v sessions=%d", t.Name(), len(payload), took.Round(time.Millisecond), st.Sessions)
 }
 
 func testPostgresRestart(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, mode string) {
