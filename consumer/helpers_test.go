@@ -32,7 +32,7 @@ type env struct {
 // skipShort skips an integration test under -short.
 func skipShort(tb testing.TB) {
 	tb.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		tb.Skip("integration test: needs PostgreSQL and RabbitMQ")
 	}
 }

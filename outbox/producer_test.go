@@ -26,7 +26,7 @@ const testTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 // to it and its URL.
 func newDB(tb testing.TB) (*pgx.Conn, string) {
 	tb.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		tb.Skip("integration test: needs PostgreSQL")
 	}
 	p := testenv.SharedPostgres(tb)

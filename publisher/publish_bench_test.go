@@ -42,7 +42,7 @@ func BenchmarkMessageNestedHeaders(b *testing.B) {
 // reading confirms in the publishing goroutine as the relay does, and waits for the last confirm.
 // Compare with BenchmarkRawPublish for the Session's own cost.
 func BenchmarkSessionPublish(b *testing.B) {
-	if testing.Short() {
+	if testenv.Short() {
 		b.Skip("needs RabbitMQ")
 	}
 	r := testenv.SharedRabbit(b)
@@ -83,7 +83,7 @@ func BenchmarkSessionPublish(b *testing.B) {
 // BenchmarkRawPublish publishes the same message with amqp091 alone: confirm mode, the same
 // window of pipelined confirms, no Session.
 func BenchmarkRawPublish(b *testing.B) {
-	if testing.Short() {
+	if testenv.Short() {
 		b.Skip("needs RabbitMQ")
 	}
 	r := testenv.SharedRabbit(b)

@@ -34,7 +34,7 @@ type env struct {
 
 func setup(t *testing.T, pg *testenv.Postgres, broker *fakeBroker) *env {
 	t.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("integration test: needs PostgreSQL")
 	}
 	db := pg.NewDatabase(t)

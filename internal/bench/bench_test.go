@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 // kinds of scenario, both queue types, large payloads and a large transaction. It checks that
 // every figure was measured, never how good it is.
 func TestSmoke(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("benchmark smoke run: needs PostgreSQL and RabbitMQ")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -10,7 +10,7 @@ import (
 // A commit whose outcome is unknown is settled by looking its ids up: all present means
 // committed, none means not, and a transaction found half there is an error.
 func TestFlushResolvesUnknownCommits(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("needs PostgreSQL")
 	}
 	pg := testenv.SharedPostgres(t)

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // outboxDB returns a fresh database with the outbox table.
 func outboxDB(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("needs PostgreSQL")
 	}
 	pg := testenv.SharedPostgres(t)
@@ -104,7 +104,7 @@ func TestWriterIsReproducible(t *testing.T) {
 }
 
 func TestVerifierConsumesAcrossReconnects(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("needs RabbitMQ")
 	}
 	rabbit := testenv.SharedRabbit(t)

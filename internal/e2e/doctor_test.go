@@ -96,7 +96,7 @@ func TestDoctorPassesOnAGoodSetup(t *testing.T) {
 }
 
 func TestDoctorFailsOnWalLevelReplica(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_level", "replica"))

@@ -56,7 +56,7 @@ type world struct {
 
 func newWorld(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) *world {
 	t.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
 	db := pg.NewDatabase(t)

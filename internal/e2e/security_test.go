@@ -13,7 +13,7 @@ import (
 // walbox speaks TLS to both servers and verifies them: sslmode=verify-full for PostgreSQL, amqps
 // with a CA file (and host name check) for RabbitMQ. Passwords come from files.
 func TestTLSAndPasswordFiles(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("end-to-end test")
 	}
 	certs := testenv.NewCerts(t)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 var summaryLine = regexp.MustCompile(`demo: done: placed (\d+), failed (\d+), published (\d+), notified (\d+), duplicates (\d+), lag (-?\d+)`)
@@ -15,7 +17,7 @@ var summaryLine = regexp.MustCompile(`demo: done: placed (\d+), failed (\d+), pu
 // The demo starts its own servers and services, places orders for a few seconds, and every
 // order is notified exactly once before it stops everything.
 func TestDemoNotifiesEveryOrder(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("starts PostgreSQL and RabbitMQ")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

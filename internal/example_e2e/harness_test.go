@@ -63,7 +63,7 @@ type system struct {
 
 func newSystem(t *testing.T, rabbit *testenv.Rabbit) *system {
 	t.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
 	pg := testenv.SharedPostgres(t)

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if testing.Short() {
+	if testenv.Short() {
 		return m.Run() // every test here skips
 	}
 	if bin := os.Getenv("WALBOX_FAULTS_BIN"); bin != "" {
@@ -56,7 +56,7 @@ func soaking() bool {
 // heavy skips t in -short mode.
 func heavy(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("fault test: starts PostgreSQL, RabbitMQ and the walbox binary")
 	}
 }

@@ -75,6 +75,10 @@ func scaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * f)
 }
 
+// Short reports whether integration tests should skip: with -short, except under CI=true, where
+// every integration test runs whatever the flags say.
+func Short() bool { return testing.Short() && !inCI() }
+
 // inCI reports whether the tests run under CI, where missing servers are failures.
 func inCI() bool {
 	v, _ := strconv.ParseBool(os.Getenv("CI"))

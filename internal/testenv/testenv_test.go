@@ -230,7 +230,7 @@ func TestRabbitRoundTrip(t *testing.T) {
 }
 
 func TestRabbitKillStartStop(t *testing.T) {
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("three node boots; skipped with -short")
 	}
 	t.Parallel()
@@ -277,7 +277,7 @@ func TestCrashLeavesNothing(t *testing.T) {
 	if os.Getenv("WALBOX_TESTENV_CRASH_CHILD") != "" {
 		t.Skip("already the child")
 	}
-	if testing.Short() {
+	if testenv.Short() {
 		t.Skip("boots a node in a child process; skipped with -short")
 	}
 	if os.Getenv(testenv.EnvDatabaseURL) != "" || os.Getenv(testenv.EnvAMQPURL) != "" {
