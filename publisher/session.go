@@ -211,8 +211,8 @@ func (s *Session) cut() {
 // is still usable: ctx ended first, or the message cannot be published as it stands
 // (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). The write itself
 // is not bounded by ctx but by Config.WriteTimeout on each socket write: a broker that stops
-// reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If ctx ends while the
-// message's exchange is being checked, the connection is cut too.
+// reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If
+// ctx ends while the message's exchange is being checked, the connection is cut too.
 func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
@@ -322,14 +322,14 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.mu.Unlock()
 	s.release()
 	s.cut() // a failed write leaves a stream that cannot be resumed
-	if f := s.failure(); f != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return 0, f
-	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the broker took nothing for %v: %w", s.cfg.WriteTimeout, err)
+	} else if f := s.failure(); f != nil {
+		return 0, f
 	}
-	s.fail(fmt.Errorf("%w: %w", ErrClosed, err))
-	return 0, fmt.Errorf("%w: %w", ErrClosed, err)
+	err = fmt.Errorf("%w: %w", ErrClosed, err)
+	s.fail(err)
+	return 0, err
 }
 
 // writeBound gives every write to the broker's socket its own deadline, WriteTimeout from when

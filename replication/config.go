@@ -54,9 +54,8 @@ type Config struct {
 	// Zero (the default) means the server's wal_sender_timeout, after which the server drops the
 	// relay anyway, but at least three status intervals. The relay asks for a reply in every
 	// status update once it has heard nothing for half an interval, and a live server answers at
-	// once; any bytes count, so one long message streaming in is not silence;
-	// without this a silent network partition would hold the relay until TCP gives up, many
-	// minutes later.
+	// once. Any byte counts, so one long message streaming in is not silence. Without this a
+	// silent network partition would hold the relay until TCP gives up, many minutes later.
 	ServerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
 	ShutdownTimeout time.Duration
