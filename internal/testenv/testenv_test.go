@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -419,12 +420,21 @@ func publish(t *testing.T, url, queue, body string) {
 	}
 }
 
+// consume takes one message from queue. A node that has just started after a crash may still be
+// recovering its durable queues, and answers NOT_FOUND meanwhile: consume asks again for a while.
 func consume(t *testing.T, url, queue string) string {
 	t.Helper()
-	ch := channel(t, url)
-	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
+	var deliveries <-chan amqp.Delivery
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		deliveries, err = channel(t, url).Consume(queue, "", true, false, false, false, nil)
+		var ae *amqp.Error
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &ae) || ae.Code != amqp.NotFound || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	select {
 	case d := <-deliveries:
