@@ -66,8 +66,9 @@ type Event struct {
 // so one Decoder must see every message of one replication stream, in order. It is not safe
 // for concurrent use.
 type Decoder struct {
-	maps []outbox.Mapping
-	rels map[uint32]*relation
+	maps  []outbox.Mapping
+	given []outbox.Mapping // as given to New: the column check tells defaults from named columns
+	rels  map[uint32]*relation
 
 	// The transaction being decoded: position ids are derived from them.
 	finalLSN pglogrepl.LSN
@@ -80,9 +81,9 @@ type Decoder struct {
 // ErrForeignTable error; if two mappings name one table, the first is used.
 func New(maps ...outbox.Mapping) *Decoder {
 	if len(maps) == 0 {
-		maps = []outbox.Mapping{outbox.DefaultMapping(outbox.DefaultTable)}
+		maps = []outbox.Mapping{{Table: outbox.DefaultTable}}
 	}
-	d := &Decoder{maps: make([]outbox.Mapping, len(maps)), rels: make(map[uint32]*relation)}
+	d := &Decoder{maps: make([]outbox.Mapping, len(maps)), given: maps, rels: make(map[uint32]*relation)}
 	for i, m := range maps {
 		d.maps[i] = m.WithDefaults()
 	}

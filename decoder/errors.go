@@ -22,6 +22,10 @@ var (
 	// ErrForeignTable: an insert into a table that is not one of the configured outbox tables,
 	// so the publication contains a table walbox was not told about. Error.Table names it.
 	ErrForeignTable = errors.New("insert into a table that is not an outbox table")
+	// ErrSchemaDrift: a Relation message announces an outbox table whose columns no longer fit
+	// its mapping (a required column renamed or dropped, or left out by the publication's column
+	// list). It is a configuration error: every later row would be bad.
+	ErrSchemaDrift = errors.New("outbox table no longer fits its mapping")
 	// ErrStreaming: a message of a streamed in-progress transaction. walbox never asks for
 	// streaming, so the server and the relay disagree about the protocol.
 	ErrStreaming = errors.New("unexpected streamed-transaction message")
@@ -41,7 +45,7 @@ type Error struct {
 	// Partial is the row decoded as far as possible, for ErrBadRow: every field that could be
 	// decoded is set (an unusable payload is kept as its raw bytes), the others are zero.
 	Partial outbox.Message
-	// Err wraps one of ErrMalformed, ErrBadRow, ErrForeignTable and ErrStreaming.
+	// Err wraps one of ErrMalformed, ErrBadRow, ErrForeignTable, ErrSchemaDrift and ErrStreaming.
 	Err error
 }
 

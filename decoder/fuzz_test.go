@@ -126,7 +126,7 @@ func checkDecode(t *testing.T, d *decoder.Decoder, lsn pglogrepl.LSN, data []byt
 }
 
 func isSentinel(err error) bool {
-	for _, s := range []error{decoder.ErrMalformed, decoder.ErrBadRow, decoder.ErrForeignTable, decoder.ErrStreaming} {
+	for _, s := range []error{decoder.ErrMalformed, decoder.ErrBadRow, decoder.ErrForeignTable, decoder.ErrSchemaDrift, decoder.ErrStreaming} {
 		if errors.Is(err, s) {
 			return true
 		}

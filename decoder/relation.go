@@ -1,6 +1,7 @@
 package decoder
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/walbox/walbox/outbox"
@@ -99,16 +100,55 @@ func (d *Decoder) decodeRelation(r *reader) error {
 	if !r.done() {
 		return &Error{Table: rel.table, Err: malformed("truncated or overlong relation message")}
 	}
+	if err := d.checkColumns(rel); err != nil {
+		return err
+	}
 	rel.resolve()
 	d.rels[id] = rel
 	return nil
 }
 
 func (d *Decoder) mappingOf(schema, name []byte) *outbox.Mapping {
+	if i := d.mappingIndex(schema, name); i >= 0 {
+		return &d.maps[i]
+	}
+	return nil
+}
+
+func (d *Decoder) mappingIndex(schema, name []byte) int {
 	for i := range d.maps {
 		if t := d.maps[i].Table; string(schema) == t.Schema && string(name) == t.Name {
-			return &d.maps[i]
+			return i
 		}
+	}
+	return -1
+}
+
+// checkColumns holds an outbox table's announced columns against its mapping, as the relay does
+// at the start of every session: a column renamed or dropped mid-stream is a configuration
+// error that stops the relay, not a bad row in every insert that follows.
+func (d *Decoder) checkColumns(rel *relation) error {
+	if rel.mapping == nil {
+		return nil
+	}
+	schema, name, _ := strings.Cut(rel.table, ".")
+	m := d.given[d.mappingIndex([]byte(schema), []byte(name))]
+	// A default optional column may be missing, named or not: the table may lack it.
+	for _, f := range []struct {
+		col *string
+		def string
+	}{{&m.AggregateType, outbox.ColAggregateType}, {&m.AggregateID, outbox.ColAggregateID},
+		{&m.Headers, outbox.ColHeaders}, {&m.CreatedAt, outbox.ColCreatedAt}} {
+		if *f.col == f.def {
+			*f.col = ""
+		}
+	}
+	cols := make(map[string]string, len(rel.columns))
+	for _, c := range rel.columns {
+		cols[c] = ""
+	}
+	if err := m.CheckColumns(cols); err != nil {
+		return &Error{Table: rel.table, Err: fmt.Errorf("%w: %v", ErrSchemaDrift, err)}
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ import (
 //go:embed outbox/*.sql
 var outboxFS embed.FS
 
+//go:embed registry/*.sql
+var registryFS embed.FS
+
 // lockKey serialises concurrent migrations (an arbitrary constant: "walbox" in ASCII).
 const lockKey = 0x77616c626f78
 
@@ -45,7 +48,7 @@ type Migration struct {
 	sql     string
 }
 
-// Apply creates the outbox table and its publication, running each migration not yet recorded for
+// Apply creates the outbox table, its publication and the slot registry (ApplyRegistry), running each migration not yet recorded for
 // this table. It returns the names of the migrations it ran (none when all were applied before).
 func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	cfg = cfg.withDefaults()
@@ -58,7 +61,23 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return run(ctx, conn, "outbox:"+cfg.Table.String(), ms)
+	applied, err := run(ctx, conn, "outbox:"+cfg.Table.String(), ms)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := ApplyRegistry(ctx, conn, cfg.Table.Schema)
+	return append(applied, reg...), err
+}
+
+// ApplyRegistry creates walbox's record of its replication slots (the table walbox_slots and the
+// functions the relay records positions with) in schema, the outbox table's schema. `walbox
+// migrate` applies it; `walbox run` applies it when it is missing and the role may.
+func ApplyRegistry(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
+	ms, err := load(registryFS, "registry", map[string]string{"Schema": pgx.Identifier{schema}.Sanitize()})
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, conn, "registry:"+schema, ms)
 }
 
 // load reads the migrations in dir, ordered by the version their names start with, and expands

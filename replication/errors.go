@@ -21,6 +21,13 @@ var (
 	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
 	// physical slot).
 	ErrSlotMismatch = errors.New("replication slot cannot be used")
+	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
+	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
+	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
+	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
+	ErrNotCovered = errors.New("publication does not cover the outbox table")
+	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
+	ErrNoRegistry = errors.New("slot registry is missing")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
 	ErrSlotActive = errors.New("replication slot is active in another process")
 	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the

@@ -7,18 +7,17 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/registry"
 )
 
 // Relay moves outbox rows from the slot to the broker. Create it with New and call Run once.
 type Relay struct {
 	cfg   Config
 	stats Stats
-	// slotSeen is set once this process has streamed from the slot: from then on a missing slot
-	// is a loss to report, not a slot to create.
-	slotSeen bool
 	// dbReached and brokerReached record that each server answered once. Until then a connection
 	// failure is taken for a configuration error and ends Run; afterwards it is an outage to wait out.
 	dbReached, brokerReached bool
@@ -99,10 +98,23 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			return false, err
 		}
 	}
-	slot, err := r.prepareSlot(ctx, conn)
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return false, fmt.Errorf("identify system: %w", err)
+	}
+	w, err := openWatch(ctx, &r.cfg, sys.Timeline)
 	if err != nil {
 		return false, err
 	}
+	defer w.close()
+	if err := w.check(ctx); err != nil {
+		return false, err
+	}
+	slot, err := r.prepareSlot(ctx, conn, w, sys)
+	if err != nil {
+		return false, err
+	}
+	w.limit = slot.confirmedFlush
 	pub, err := r.cfg.Dial(ctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
@@ -113,7 +125,6 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := start(ctx, conn, r.cfg.Slot, r.cfg.Publication, slot.confirmedFlush); err != nil {
 		return false, err
 	}
-	r.slotSeen = true
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
 	r.stats.State.Store(int32(StateStreaming))
@@ -124,6 +135,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		cfg:     &r.cfg,
 		log:     r.cfg.Logger,
 		conn:    conn,
+		watch:   w,
 		pub:     pub,
 		dec:     decoder.New(r.cfg.Mappings...),
 		track:   checkpoint.New(slot.confirmedFlush),
@@ -153,30 +165,84 @@ func (r *Relay) firstContact(err error, reached *bool) error {
 	return fatal(fmt.Errorf("%w (never reached since start; check the URL, or set wait-for-servers)", err))
 }
 
-// prepareSlot reads the slot, creating it when it is missing and allowed, and refuses a slot that
-// another process is streaming from.
-func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn) (slotInfo, error) {
+// prepareSlot reads the slot and holds it against the registry, the database's record of the
+// slots walbox created or streamed from. It creates the slot only where nothing was ever recorded,
+// and refuses a slot that is missing though recorded, is ahead of the recorded position, or was
+// recorded on another system: each of those is a gap in which rows may have been skipped.
+func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (slotInfo, error) {
 	info, err := readSlot(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return info, err
 	}
-	if info.exists {
-		if info.active {
-			return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, info.activePID)
-		}
-		return info, nil
-	}
-	if r.slotSeen || !*r.cfg.CreateSlot {
-		// Recreating would start from now and silently skip every row committed since the old
-		// slot's position: fail closed and let an operator decide.
-		return info, fatal(fmt.Errorf("%w: slot %s; walbox will not recreate it on its own because rows committed "+
-			"since it vanished would be skipped. Account for those rows, then run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
-	}
-	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
+	rec, recorded, err := w.reg.Get(ctx, r.cfg.Slot)
 	if err != nil {
 		return info, err
 	}
-	r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
+	switch {
+	case !info.exists && recorded:
+		return info, fatal(fmt.Errorf("%w: slot %s was dropped or lost; walbox last confirmed %s on it at %s, and rows committed "+
+			"after that are in no slot. walbox will not recreate it: run `walbox recover` (see the README, Slot lost)",
+			ErrSlotMissing, r.cfg.Slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
+	case !info.exists:
+		return r.createSlot(ctx, conn, w, sys)
+	case !recorded:
+		rec = registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
+			Origin: registry.OriginAdopted, ConfirmedLSN: info.confirmedFlush}
+		if _, err := w.reg.Register(ctx, rec); err != nil {
+			return info, err
+		}
+		if rec, _, err = w.reg.Get(ctx, r.cfg.Slot); err != nil {
+			return info, err
+		}
+		r.cfg.Logger.Info("recorded the replication slot in the registry", "slot", r.cfg.Slot,
+			"lsn", info.confirmedFlush.String(), "registry", w.reg.Table())
+	}
+	if err := checkRecord(r.cfg.Slot, info, rec, sys); err != nil {
+		return info, err
+	}
+	if info.active {
+		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, info.activePID)
+	}
+	w.recorded = rec.ConfirmedLSN
+	return info, nil
+}
+
+// checkRecord holds an existing slot against its record.
+func checkRecord(slot string, info slotInfo, rec registry.Record, sys pglogrepl.IdentifySystemResult) error {
+	if rec.SystemID != sys.SystemID {
+		return fatal(fmt.Errorf("%w: slot %s was recorded on the server with system identifier %s, but this server is %s "+
+			"(a restore or a new cluster); rows committed on the old server after %s may never have been relayed. Run `walbox recover`",
+			ErrSlotGap, slot, rec.SystemID, sys.SystemID, rec.ConfirmedLSN))
+	}
+	if info.confirmedFlush > rec.ConfirmedLSN {
+		return fatal(fmt.Errorf("%w: slot %s is at %s, ahead of %s, the last position walbox recorded (at %s): it was recreated or "+
+			"advanced behind walbox's back, and rows committed in between may have been skipped. Run `walbox recover`",
+			ErrSlotGap, slot, info.confirmedFlush, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
+	}
+	return nil
+}
+
+// createSlot creates the missing slot, which is allowed only because nothing was ever recorded
+// for it, and records it.
+func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (slotInfo, error) {
+	if !*r.cfg.CreateSlot {
+		return slotInfo{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
+	}
+	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return slotInfo{}, err
+	}
+	rec := registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline, Origin: registry.OriginCreated,
+		CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: w.xminAt(lsn)}
+	added, err := w.reg.Register(ctx, rec)
+	if err != nil {
+		return slotInfo{}, err
+	}
+	if !added {
+		return slotInfo{}, fatal(fmt.Errorf("%w: slot %s was recorded by another process while this one created it", ErrSlotGap, r.cfg.Slot))
+	}
+	w.recorded = lsn
+	r.cfg.Logger.Warn("created the replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
 		"slot", r.cfg.Slot, "lsn", lsn.String())
 	return slotInfo{exists: true, plugin: "pgoutput", slotType: "logical", confirmedFlush: lsn}, nil
 }

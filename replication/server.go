@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
 )
 
 // connect opens a logical replication connection (replication=database).
@@ -196,10 +197,11 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrep
 	return lsn, nil
 }
 
-// EnsureSlot creates the slot if it does not exist and reports whether it did. `walbox migrate`
-// calls it right after creating the publication, so rows committed before the first run are
-// covered.
-func EnsureSlot(ctx context.Context, dsn, slot string) (bool, error) {
+// EnsureSlot creates the slot if it does not exist, records it in reg, and reports whether it
+// created it. `walbox migrate` calls it right after creating the publication, so rows committed
+// before the first run are covered. A slot that is missing though recorded is not recreated: that
+// would skip the rows committed since it vanished (walbox recover deals with that).
+func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (bool, error) {
 	if !slotName.MatchString(slot) {
 		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
@@ -212,10 +214,30 @@ func EnsureSlot(ctx context.Context, dsn, slot string) (bool, error) {
 	if err != nil || info.exists {
 		return false, err
 	}
-	if _, err := createSlot(ctx, conn, slot); err != nil {
+	rec, recorded, err := reg.Get(ctx, slot)
+	if err != nil {
 		return false, err
 	}
-	return true, nil
+	if recorded {
+		return false, fmt.Errorf("%w: slot %s was dropped or lost after walbox confirmed %s on it (at %s); "+
+			"recreating it would skip the rows committed since. Run `walbox recover`",
+			ErrSlotMissing, slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339))
+	}
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return false, fmt.Errorf("identify system: %w", err)
+	}
+	_, xmin, err := reg.Horizon(ctx)
+	if err != nil {
+		return false, err
+	}
+	lsn, err := createSlot(ctx, conn, slot)
+	if err != nil {
+		return false, err
+	}
+	_, err = reg.Register(ctx, registry.Record{Slot: slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
+		Origin: registry.OriginCreated, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: xmin})
+	return err == nil, err
 }
 
 // start sends START_REPLICATION for pgoutput protocol 1, without streaming of in-progress

@@ -22,11 +22,13 @@ type stream struct {
 	cfg     *Config
 	log     *slog.Logger
 	conn    *pgconn.PgConn
+	watch   *watch // records positions before they are reported, and checks the publication
 	pub     Publisher
 	dec     *decoder.Decoder
 	track   *checkpoint.Tracker
 	sent    pglogrepl.LSN // flush position last reported to the server
 	nextMsg time.Time     // when the next status update is due
+	lastMsg time.Time     // when the last status update was sent
 	heard   *atomic.Int64 // when the socket last read bytes from the server, in Unix nanoseconds
 	silence time.Duration // how long the server may stay silent, having been asked to reply
 	stats   *Stats
@@ -200,6 +202,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 	case decoder.KindCommit:
 		s.track.Commit(ev.EndLSN)
 		s.stats.received(ev.EndLSN)
+		s.reportSoon()
 	}
 	return nil
 }
@@ -328,6 +331,7 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 	s.stats.confirmed()
 	s.stats.LastConfirm.Store(now.UnixNano())
 	s.updateInFlight()
+	s.reportSoon()
 	return nil
 }
 
@@ -361,11 +365,23 @@ func (s *stream) maybeSendStatus(force bool) error {
 	return s.sendStatus()
 }
 
-// sendStatus reports the watermark as written, flushed and applied. All three are set explicitly:
-// pglogrepl would otherwise copy the write position into a zero flush position.
+// sendStatus reports the watermark as written, flushed and applied, capped at the last position
+// the watch verified the publication for, after recording it in the registry: the slot is never
+// ahead of the record by walbox's doing. The publication is checked again when the check is due or
+// when the cap holds the watermark back. All three positions are set explicitly: pglogrepl would
+// otherwise copy the write position into a zero flush position.
 func (s *stream) sendStatus() error {
-	w := s.track.Watermark()
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+	ctx := context.Background()
+	if time.Since(s.watch.checked) >= s.cfg.StatusInterval || s.track.Watermark() > s.watch.limit {
+		if err := s.watch.check(ctx); err != nil {
+			return err
+		}
+	}
+	w := min(s.track.Watermark(), s.watch.limit)
+	if err := s.watch.record(ctx, w); err != nil {
+		return err
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: w,
 		WALFlushPosition: w,
 		WALApplyPosition: w,
@@ -380,8 +396,25 @@ func (s *stream) sendStatus() error {
 	}
 	s.sent = w
 	s.stats.confirmedLSN(w)
-	s.nextMsg = time.Now().Add(s.cfg.StatusInterval)
+	s.lastMsg = time.Now()
+	s.nextMsg = s.lastMsg.Add(s.cfg.StatusInterval)
+	s.reportSoon()
 	return nil
+}
+
+// reportDelay is how soon a watermark that moved is reported: a relay killed then sends again
+// little more than its window.
+const reportDelay = 100 * time.Millisecond
+
+// reportSoon brings the next status update forward to reportDelay after the last one when the
+// watermark has moved past what was reported.
+func (s *stream) reportSoon() {
+	if s.track.Watermark() <= s.sent {
+		return
+	}
+	if soon := s.lastMsg.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.nextMsg) {
+		s.nextMsg = soon
+	}
 }
 
 // shutdown waits for outstanding confirms until pctx ends (the shutdown timeout after the stop)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 )
 
@@ -57,7 +58,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	// The slot comes after the publication: pgoutput must find the publication in the WAL it decodes.
-	created, err := replication.EnsureSlot(ctx, dsn, c.slot.value)
+	created, err := replication.EnsureSlot(ctx, dsn, c.slot.value, registry.New(conn, table.Schema))
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,15 @@
+// Package registry is walbox's record, in the database, of the replication slots it created or
+// streamed from, with the last position it confirmed on each.
+//
+// A relay process forgets everything when it restarts; the database does not. Before the relay
+// reports a position to the server it records it here, so the slot's confirmed_flush_lsn is never
+// ahead of the recorded position by walbox's doing. A slot that is missing although recorded, or
+// whose confirmed position is ahead of the record, or that lives on another system, was dropped,
+// recreated or advanced behind walbox's back: rows may have been skipped, and the relay stops
+// instead of carrying on (see replication). Only an explicit operator act (walbox recover) resets
+// a record.
+//
+// migrations.ApplyRegistry creates the table walbox_slots and the two functions the relay writes
+// through (walbox_slot_register, walbox_slot_confirm), which run with the owner's rights so that a
+// relay role with nothing but LOGIN REPLICATION can use them.
+package registry

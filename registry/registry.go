@@ -1,0 +1,188 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Origins of a record: how walbox came to know the slot.
+const (
+	OriginCreated   = "created"   // walbox created the slot (migrate or the first run)
+	OriginAdopted   = "adopted"   // the slot existed, unrecorded, when walbox first streamed from it
+	OriginRecovered = "recovered" // walbox recover created it to replace a lost slot
+)
+
+// ErrNotRecorded means the slot has no record (Confirm), or the registry table is missing.
+var ErrNotRecorded = errors.New("slot is not recorded")
+
+// Record is what the database remembers of one slot.
+type Record struct {
+	Slot     string
+	SystemID string // the server's system identifier when the slot was first recorded
+	Timeline int32  // the server's timeline at the last confirm
+	Origin   string
+	// CreatedLSN is the slot's consistent point, when walbox created it; zero otherwise.
+	CreatedLSN pglogrepl.LSN
+	// ConfirmedLSN is the highest position walbox recorded before reporting it to the server.
+	ConfirmedLSN pglogrepl.LSN
+	// ConfirmedXmin is a transaction id no later than that of any transaction that commits after
+	// ConfirmedLSN (zero when unknown): walbox recover republishes rows from there on.
+	ConfirmedXmin uint64
+	ConfirmedAt   time.Time
+	FirstRecorded time.Time
+}
+
+// Querier is the part of a pgx connection, pool or transaction the registry uses.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes the registry in one schema (the outbox table's).
+type Store struct {
+	db     Querier
+	schema string
+	table  string // the quoted table name
+}
+
+// New returns the registry kept in schema, accessed through db.
+func New(db Querier, schema string) *Store {
+	return &Store{db: db, schema: schema, table: pgx.Identifier{schema, "walbox_slots"}.Sanitize()}
+}
+
+// Schema returns the schema the registry lives in.
+func (s *Store) Schema() string { return s.schema }
+
+// Table returns the registry table's name, for messages.
+func (s *Store) Table() string { return s.schema + ".walbox_slots" }
+
+// Exists reports whether the registry table exists.
+func (s *Store) Exists(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
+	}
+	return ok, nil
+}
+
+// Get returns the slot's record, and false if it has none.
+func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
+	var (
+		r                        Record
+		created, confirmed, xmin *string
+	)
+	err := s.db.QueryRow(ctx, `SELECT slot_name, system_identifier, timeline, origin, created_lsn::text,
+		confirmed_lsn::text, confirmed_xmin::text, confirmed_at, first_recorded_at
+		FROM `+s.table+` WHERE slot_name = $1`, slot).Scan(&r.Slot, &r.SystemID, &r.Timeline, &r.Origin,
+		&created, &confirmed, &xmin, &r.ConfirmedAt, &r.FirstRecorded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("read the record of slot %s: %w", slot, err)
+	}
+	if r.CreatedLSN, err = parseLSN(created); err != nil {
+		return r, true, fmt.Errorf("record of slot %s: created_lsn: %w", slot, err)
+	}
+	if r.ConfirmedLSN, err = parseLSN(confirmed); err != nil {
+		return r, true, fmt.Errorf("record of slot %s: confirmed_lsn: %w", slot, err)
+	}
+	if xmin != nil {
+		if r.ConfirmedXmin, err = strconv.ParseUint(*xmin, 10, 64); err != nil {
+			return r, true, fmt.Errorf("record of slot %s: confirmed_xmin %q: %w", slot, *xmin, err)
+		}
+	}
+	return r, true, nil
+}
+
+// Register records a slot that has no record yet, and reports whether it did: false means a
+// record already existed (another process got there first) and was left alone.
+func (s *Store) Register(ctx context.Context, r Record) (bool, error) {
+	var added *bool
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_register")+"($1, $2, $3, $4, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)",
+		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin)).Scan(&added)
+	if err != nil {
+		return false, fmt.Errorf("record slot %s: %w", r.Slot, err)
+	}
+	return added != nil && *added, nil
+}
+
+// Confirm records that walbox is about to confirm lsn on the slot, and returns the recorded
+// position (never lower than before). xmin, if not zero, is a transaction id no later than any
+// transaction that commits after lsn.
+func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pglogrepl.LSN, xmin uint64) (pglogrepl.LSN, error) {
+	var got *string
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_confirm")+"($1, $2, $3::text::pg_lsn, $4::text::xid8)::text",
+		slot, timeline, lsn.String(), xminArg(xmin)).Scan(&got)
+	if err != nil {
+		return 0, fmt.Errorf("record position %s of slot %s: %w", lsn, slot, err)
+	}
+	if got == nil {
+		return 0, fmt.Errorf("record position %s of slot %s: %w (its row in %s was deleted)", lsn, slot, ErrNotRecorded, s.Table())
+	}
+	return pglogrepl.ParseLSN(*got)
+}
+
+// Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
+// gap has been dealt with. It takes the rights of the registry's owner, not the relay's.
+func (s *Store) Reset(ctx context.Context, r Record) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` AS t (slot_name, system_identifier, timeline, origin,
+			created_lsn, confirmed_lsn, confirmed_xmin)
+		VALUES ($1, $2, $3, $4, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)
+		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = excluded.system_identifier,
+			timeline = excluded.timeline, origin = excluded.origin, created_lsn = excluded.created_lsn,
+			confirmed_lsn = excluded.confirmed_lsn, confirmed_xmin = excluded.confirmed_xmin,
+			confirmed_at = now(), first_recorded_at = now()`,
+		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin))
+	if err != nil {
+		return fmt.Errorf("reset the record of slot %s: %w", r.Slot, err)
+	}
+	return nil
+}
+
+// Horizon returns the server's WAL insert position and the xmin horizon of a snapshot taken just
+// before it: any transaction that commits after the position has an id no lower than the horizon.
+func (s *Store) Horizon(ctx context.Context) (pglogrepl.LSN, uint64, error) {
+	var lsn, xmin string
+	err := s.db.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&lsn, &xmin)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the wal position: %w", err)
+	}
+	l, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		return 0, 0, err
+	}
+	x, err := strconv.ParseUint(xmin, 10, 64)
+	return l, x, err
+}
+
+func (s *Store) fn(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
+
+func parseLSN(s *string) (pglogrepl.LSN, error) {
+	if s == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(*s)
+}
+
+func lsnArg(l pglogrepl.LSN) any {
+	if l == 0 {
+		return nil
+	}
+	return l.String()
+}
+
+func xminArg(x uint64) any {
+	if x == 0 {
+		return nil
+	}
+	return strconv.FormatUint(x, 10)
+}

@@ -1,0 +1,183 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/registry"
+)
+
+// watchTimeout bounds each query on the watch connection.
+const watchTimeout = 5 * time.Second
+
+// watch is a session's second, ordinary connection to the database (the replication connection
+// accepts no queries while it streams). Through it the session
+//   - records each position in the registry before reporting it to the server, and
+//   - checks that the publication still publishes the inserts of every outbox table, as it is
+//     now (a publication names tables by OID, so a table swapped in by renames is not covered).
+//
+// The position reported to the server is capped at the WAL insert position read by the check
+// before the last successful one: a change of the publication that the last check could not yet
+// see committed after that point, so nothing the relay confirms lies beyond a verified position.
+type watch struct {
+	conn        *pgx.Conn
+	reg         *registry.Store
+	slot        string
+	publication string
+	schemas     []string // the outbox tables, as parallel arrays for the query
+	names       []string
+	timeline    int32
+
+	checks   []walCheck    // the last successful checks, oldest first
+	limit    pglogrepl.LSN // the position the relay may confirm up to
+	recorded pglogrepl.LSN // the position recorded in the registry
+	checked  time.Time     // when the last check succeeded
+}
+
+// walCheck is what one successful check read: the WAL insert position and the xmin horizon.
+type walCheck struct {
+	wal  pglogrepl.LSN
+	xmin uint64
+}
+
+// maxChecks is how many checks the watch remembers to find an xmin horizon for a position.
+const maxChecks = 64
+
+// openWatch connects the watch connection and makes sure the registry exists.
+func openWatch(ctx context.Context, cfg *Config, timeline int32) (*watch, error) {
+	pcfg, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
+	}
+	if pcfg.RuntimeParams["application_name"] == "" {
+		pcfg.RuntimeParams["application_name"] = "walbox"
+	}
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline,
+		reg: registry.New(conn, cfg.Mappings[0].Table.Schema)}
+	for _, m := range cfg.Mappings {
+		w.schemas = append(w.schemas, m.Table.Schema)
+		w.names = append(w.names, m.Table.Name)
+	}
+	if err := w.ensureRegistry(ctx); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *watch) close() { _ = w.conn.Close(context.Background()) }
+
+// ensureRegistry creates the registry if it is missing and the role may; a relay role with only
+// LOGIN REPLICATION may not, and then `walbox migrate` must run first.
+func (w *watch) ensureRegistry(ctx context.Context) error {
+	ok, err := w.reg.Exists(ctx)
+	if err != nil || ok {
+		return err
+	}
+	if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
+		return fatal(fmt.Errorf("%w: %s is missing and this role cannot create it (%v); run `walbox migrate` as the outbox table's owner",
+			ErrNoRegistry, w.reg.Table(), err))
+	}
+	return nil
+}
+
+// check verifies that the publication publishes inserts of every outbox table and remembers
+// the WAL insert position and xmin horizon it read. A failed check is fatal: rows written to an
+// uncovered table are never decoded, so carrying on would skip them silently.
+func (w *watch) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	var (
+		walText, xminText string
+		inserts           *bool
+		missing           []string
+	)
+	err := w.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
+		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
+		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
+			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
+				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n))`,
+		w.publication, w.schemas, w.names).Scan(&walText, &xminText, &inserts, &missing)
+	if err != nil {
+		return fmt.Errorf("check publication %s: %w", w.publication, err)
+	}
+	switch {
+	case inserts == nil:
+		return fatal(fmt.Errorf("%w: publication %q was dropped or never created; rows written since are not decoded. "+
+			"Recreate it, then run `walbox recover`", ErrNoPublication, w.publication))
+	case !*inserts:
+		return fatal(fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
+			ErrNotCovered, w.publication, quoteIdent(w.publication)))
+	case len(missing) > 0:
+		return fatal(fmt.Errorf("%w: publication %q does not contain table %s as it is now%s; rows written to it are not decoded. "+
+			"Add it (ALTER PUBLICATION %s ADD TABLE ...), then run `walbox recover`",
+			ErrNotCovered, w.publication, strings.Join(missing, ", "), w.covered(ctx), quoteIdent(w.publication)))
+	}
+	wal, err := pglogrepl.ParseLSN(walText)
+	if err != nil {
+		return fmt.Errorf("check publication: wal position %q: %w", walText, err)
+	}
+	xmin, err := strconv.ParseUint(xminText, 10, 64)
+	if err != nil {
+		return fmt.Errorf("check publication: xmin %q: %w", xminText, err)
+	}
+	if n := len(w.checks); n > 0 {
+		w.limit = max(w.limit, w.checks[n-1].wal)
+	}
+	if len(w.checks) == maxChecks {
+		w.checks = w.checks[1:]
+	}
+	w.checks = append(w.checks, walCheck{wal: wal, xmin: xmin})
+	w.checked = time.Now()
+	return nil
+}
+
+// covered lists the tables the publication does contain, for the error message: after a table
+// swap it names the old table.
+func (w *watch) covered(ctx context.Context) string {
+	var tables []string
+	err := w.conn.QueryRow(ctx, `SELECT ARRAY(SELECT quote_ident(schemaname) || '.' || quote_ident(tablename)
+		FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1)`, w.publication).Scan(&tables)
+	if err != nil || len(tables) == 0 {
+		return " (it contains no table)"
+	}
+	return " (it contains " + strings.Join(tables, ", ") + "; a table renamed into place is a new table to a publication)"
+}
+
+// record writes lsn to the registry unless it is recorded already.
+func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
+	if lsn <= w.recorded {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	got, err := w.reg.Confirm(ctx, w.slot, w.timeline, lsn, w.xminAt(lsn))
+	if err != nil {
+		return err
+	}
+	w.recorded = got
+	return nil
+}
+
+// xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn:
+// any transaction committing after lsn committed after that check, so its id is no lower. Zero if
+// no check qualifies (the registry then keeps its older, lower horizon).
+func (w *watch) xminAt(lsn pglogrepl.LSN) uint64 {
+	for i := len(w.checks) - 1; i >= 0; i-- {
+		if w.checks[i].wal <= lsn {
+			return w.checks[i].xmin
+		}
+	}
+	return 0
+}
