@@ -372,7 +372,14 @@ func (s *stream) maybeSendStatus(force bool) error {
 // otherwise copy the write position into a zero flush position.
 func (s *stream) sendStatus() error {
 	ctx := context.Background()
-	if time.Since(s.watch.checked) >= s.cfg.StatusInterval || s.track.Watermark() > s.watch.limit {
+	if time.Since(s.watch.checked) >= s.cfg.StatusInterval {
+		if err := s.watch.check(ctx); err != nil {
+			return err
+		}
+	}
+	// A watermark held back by the cap takes a check whose predecessor read a position past it:
+	// at most two more, one round trip each.
+	for i := 0; i < 2 && s.track.Watermark() > s.watch.limit; i++ {
 		if err := s.watch.check(ctx); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package faults_test
 import (
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -43,4 +44,44 @@ func TestRelayKilledAtRandomMoments(t *testing.T) {
 	w.startRelay()
 	w.verdict(wr.Writer, v, 3*time.Minute, rounds, rounds,
 		"kills_over="+time.Since(start).Round(time.Second).String())
+}
+
+// The relay is SIGKILLed while it drains a backlog, a few times over, with the default status
+// interval (1 s). Everything published after the slot's reported position is sent again by the
+// next process: the window of unconfirmed messages plus whatever was confirmed but not reported
+// yet. walbox reports a moving position within about 100 ms, so a kill costs little more than the
+// window; reported once a second it cost up to a second of traffic more.
+func TestDuplicatesAfterKillWhileDraining(t *testing.T) {
+	heavy(t)
+	const backlog, kills, window = 30000, 3, 1024
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	v := w.startVerifier()
+	cw := w.newWriter(checker.WriterConfig{Seed: 47})
+	for range backlog / 500 {
+		if err := cw.Tx(t.Context(), 500); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"WALBOX_STATUS_INTERVAL=1s", "WALBOX_WINDOW=" + strconv.Itoa(window)}
+	var rates []float64
+	for i := range kills {
+		r := w.startRelay(env...)
+		r.waitState("streaming", time.Minute)
+		from, start := v.Count(), time.Now()
+		waitDelivered(t, v, from+4000, time.Minute)
+		rates = append(rates, float64(v.Count()-from)/time.Since(start).Seconds())
+		r.kill()
+		t.Logf("kill %d after %d deliveries at %.0f msg/s", i+1, v.Count(), rates[i])
+	}
+	w.startRelay(env...)
+	rep := w.verdict(cw, v, 3*time.Minute, kills, kills, "")
+	perKill := float64(rep.Duplicated) / kills
+	slowest := slices.Min(rates)
+	t.Logf("DUPLICATES per kill while draining: %.0f (window %d; %.0f msg/s, so 100 ms is %.0f messages)",
+		perKill, window, slowest, slowest/10)
+	// A bound in messages, from the rate this run measured: the window, plus half a second of
+	// traffic for the reporting delay and the kill landing between two reports.
+	if limit := float64(window) + slowest/2; perKill > limit {
+		t.Errorf("%.0f duplicates per kill, more than the window plus half a second of traffic (%.0f)", perKill, limit)
+	}
 }

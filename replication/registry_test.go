@@ -1,0 +1,109 @@
+package replication_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/replication"
+)
+
+// The refusal to recreate a dropped slot lives in the database: a new Relay, as a supervisor's
+// restart makes, refuses as the one that saw the slot vanish did, even with CreateSlot on.
+func TestDroppedSlotIsRefusedAfterARestart(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "slot dropped", func() bool {
+		_, err := e.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", e.slot)
+		return err == nil
+	})
+	if err := e.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotMissing) {
+		t.Fatalf("Run = %v, want ErrSlotMissing", err)
+	}
+	yes := true
+	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	again.start(func(c *replication.Config) { c.CreateSlot = &yes })
+	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotMissing) {
+		t.Fatalf("a new relay: Run = %v, want ErrSlotMissing", err)
+	}
+	var n int
+	if err := e.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("a new relay recreated the recorded slot")
+	}
+}
+
+// A slot advanced behind walbox's back (pg_replication_slot_advance) is ahead of the record: the
+// rows it skipped were never relayed, so the relay refuses it.
+func TestAdvancedSlotIsAGap(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.insertTx(3, "skipped")
+	if _, err := e.conn.Exec(context.Background(), "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", e.slot); err != nil {
+		t.Fatal(err)
+	}
+	e.start(nil)
+	if err := e.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotGap) {
+		t.Fatalf("Run = %v, want ErrSlotGap", err)
+	}
+	if n := len(e.broker.messages()); n != 0 {
+		t.Errorf("published %d messages from an advanced slot", n)
+	}
+}
+
+// The registry holds a position before the server does: sampled again and again while the slot
+// moves, the slot (read first) is never ahead of the record (read second).
+func TestPositionIsRecordedBeforeItIsReported(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 20 * time.Millisecond })
+	reg := registry.New(e.conn, "public")
+	ctx := context.Background()
+	var moved int
+	last := e.slotLSN()
+	for i := range 200 {
+		if i%4 == 0 {
+			e.insertTx(5, "tick")
+		}
+		slot := e.slotLSN()
+		rec, ok, err := reg.Get(ctx, e.slot)
+		if err != nil || !ok {
+			t.Fatalf("record of %s: %v, %v", e.slot, ok, err)
+		}
+		if slot > rec.ConfirmedLSN {
+			t.Fatalf("the slot is at %s, ahead of the recorded %s", slot, rec.ConfirmedLSN)
+		}
+		if slot != last {
+			moved++
+			last = slot
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if moved < 10 {
+		t.Fatalf("the slot moved only %d times: the test proved little", moved)
+	}
+}
+
+// A position that moves is reported within about 100 ms, not at the next status interval: a
+// relay killed then sends again little more than its window.
+func TestMovingPositionIsReportedSoon(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 10 * time.Second })
+	waitFor(t, 10*time.Second, "a publishing session", func() bool { return e.broker.sessionCount() > 0 })
+	time.Sleep(300 * time.Millisecond) // past the first status update of the session
+	_, before := e.insertTx(1, "one")
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the slot to pass the transaction", func() bool { return e.slotLSN() > before })
+	t.Logf("reported %v after the commit (status interval 10 s)", time.Since(start).Round(time.Millisecond))
+}
