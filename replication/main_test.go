@@ -143,6 +143,22 @@ func (e *env) insertTx(n int, eventType string) ([]uuid.UUID, pglogrepl.LSN) {
 	return ids, before
 }
 
+// dropSlot drops the slot, terminating the walsender that holds it as often as the relay takes
+// it again.
+func (e *env) dropSlot() {
+	e.t.Helper()
+	ctx := context.Background()
+	waitFor(e.t, 10*time.Second, "slot dropped", func() bool {
+		_, err := e.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		_, err = e.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", e.slot)
+		return err == nil
+	})
+}
+
 // slotLSN returns the slot's confirmed_flush_lsn.
 func (e *env) slotLSN() pglogrepl.LSN {
 	e.t.Helper()
