@@ -97,13 +97,20 @@ func (m *Metrics) counters(eventType string) typeCounters {
 	return c
 }
 
-// Reason classifies the error that ended a session: slot_active, nack, returned, broker, decode
-// or database.
+// Reason classifies the error that ended a session: slot_active, slot_gap (the slot is missing,
+// lost, or not the one walbox recorded), not_covered (the publication no longer covers an outbox
+// table), schema_drift, nack, returned, broker, decode or database.
 func Reason(err error) string {
 	var de *decoder.Error
 	switch {
 	case errors.Is(err, replication.ErrSlotActive):
 		return "slot_active"
+	case errors.Is(err, replication.ErrSlotGap), errors.Is(err, replication.ErrSlotMissing), errors.Is(err, replication.ErrSlotLost):
+		return "slot_gap"
+	case errors.Is(err, replication.ErrNotCovered), errors.Is(err, replication.ErrNoPublication):
+		return "not_covered"
+	case errors.Is(err, decoder.ErrSchemaDrift):
+		return "schema_drift"
 	case errors.Is(err, publisher.ErrNacked):
 		return "nack"
 	case errors.Is(err, publisher.ErrReturned):

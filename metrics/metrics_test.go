@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
@@ -89,6 +90,11 @@ func TestReason(t *testing.T) {
 	}{
 		{fmt.Errorf("x: %w", replication.ErrSlotActive), "slot_active"},
 		{fmt.Errorf("x: %w", publisher.ErrReturned), "returned"},
+		{fmt.Errorf("x: %w", replication.ErrSlotGap), "slot_gap"},
+		{fmt.Errorf("x: %w", replication.ErrSlotMissing), "slot_gap"},
+		{fmt.Errorf("x: %w", replication.ErrNotCovered), "not_covered"},
+		{&decoder.Error{Err: fmt.Errorf("%w: no column", decoder.ErrSchemaDrift)}, "schema_drift"},
+		{&decoder.Error{Err: decoder.ErrMalformed}, "decode"},
 		{errors.New("connection reset by peer"), "database"},
 	}
 	for _, tt := range tests {

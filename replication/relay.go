@@ -36,10 +36,16 @@ func (r *Relay) Stats() *Stats { return &r.stats }
 
 // Run relays until ctx ends, starting a new session after each retryable error. It returns nil
 // after a graceful shutdown and an error when a problem cannot be fixed by retrying.
-func (r *Relay) Run(ctx context.Context) error {
+func (r *Relay) Run(ctx context.Context) (err error) {
 	log := r.cfg.Logger
 	backoff := newBackoff(r.cfg.MaxBackoff)
-	defer r.stats.State.Store(int32(StateStopped))
+	defer func() {
+		if err != nil {
+			r.stats.State.Store(int32(StateFailed))
+		} else {
+			r.stats.State.Store(int32(StateStopped))
+		}
+	}()
 	for {
 		r.stats.State.Store(int32(StateStarting))
 		progressed, err := r.session(ctx)

@@ -42,7 +42,8 @@ const (
 	StateStreaming              // streaming from the slot (active)
 	StateStandby                // another process holds the slot
 	StateRetrying               // waiting to start a new session after an error
-	StateStopped                // Run returned
+	StateStopped                // Run returned after a shutdown
+	StateFailed                 // Run returned an error that retrying cannot fix
 )
 
 func (s State) String() string {
@@ -55,6 +56,8 @@ func (s State) String() string {
 		return "retrying"
 	case StateStopped:
 		return "stopped"
+	case StateFailed:
+		return "failed"
 	}
 	return "starting"
 }
