@@ -2,11 +2,10 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 )
 
 // PollSlot reads the slot's retained WAL and wal_status every interval until ctx ends, over a
@@ -44,25 +43,18 @@ func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, interval time.
 }
 
 func (m *Metrics) readSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
-	var retained *int64
-	var status *string
-	err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&retained, &status)
-	if errors.Is(err, pgx.ErrNoRows) {
+	s, err := inspect.ReadSlot(ctx, conn, slot)
+	switch {
+	case err != nil:
+		return err
+	case !s.Exists:
 		m.SetSlot(0, "missing")
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("read slot %s: %w", slot, err)
+	var retained int64
+	if s.RetainedBytes != nil {
+		retained = *s.RetainedBytes
 	}
-	var r int64
-	var st string
-	if retained != nil {
-		r = *retained
-	}
-	if status != nil {
-		st = *status
-	}
-	m.SetSlot(r, st)
+	m.SetSlot(retained, s.WALStatus)
 	return nil
 }

@@ -6,26 +6,27 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 )
 
 var (
 	// ErrWalLevel means the server's wal_level is not logical.
-	ErrWalLevel = errors.New("wal_level is not logical")
+	ErrWalLevel = inspect.ErrWalLevel
 	// ErrNoPublication means the configured publication does not exist.
-	ErrNoPublication = errors.New("publication does not exist")
+	ErrNoPublication = inspect.ErrNoPublication
 	// ErrSlotLost means the slot was invalidated (wal_status = lost): changes after its position
 	// are gone. walbox never recreates such a slot by itself.
-	ErrSlotLost = errors.New("replication slot is invalidated")
+	ErrSlotLost = inspect.ErrSlotLost
 	// ErrSlotMissing means the slot disappeared while walbox was using it.
 	ErrSlotMissing = errors.New("replication slot does not exist")
 	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
 	// physical slot).
-	ErrSlotMismatch = errors.New("replication slot cannot be used")
+	ErrSlotMismatch = inspect.ErrSlotMismatch
 	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
 	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
 	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
 	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
-	ErrNotCovered = errors.New("publication does not cover the outbox table")
+	ErrNotCovered = inspect.ErrNotCovered
 	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
 	ErrNoRegistry = errors.New("slot registry is missing")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 )
 
@@ -31,8 +31,7 @@ type watch struct {
 	reg         *registry.Store
 	slot        string
 	publication string
-	schemas     []string // the outbox tables, as parallel arrays for the query
-	names       []string
+	tables      []outbox.Table
 	timeline    int32
 
 	checks   []walCheck    // the last successful checks, oldest first
@@ -66,8 +65,7 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32) (*watch, error)
 	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline,
 		reg: registry.New(conn, cfg.Mappings[0].Table.Schema)}
 	for _, m := range cfg.Mappings {
-		w.schemas = append(w.schemas, m.Table.Schema)
-		w.names = append(w.names, m.Table.Name)
+		w.tables = append(w.tables, m.Table)
 	}
 	if err := w.ensureRegistry(ctx); err != nil {
 		w.close()
@@ -98,39 +96,12 @@ func (w *watch) ensureRegistry(ctx context.Context) error {
 func (w *watch) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
-	var (
-		walText, xminText string
-		inserts           *bool
-		missing           []string
-	)
-	err := w.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
-		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
-		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
-			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
-				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n))`,
-		w.publication, w.schemas, w.names).Scan(&walText, &xminText, &inserts, &missing)
+	c, err := inspect.ReadCoverage(ctx, w.conn, w.publication, w.tables)
 	if err != nil {
-		return fmt.Errorf("check publication %s: %w", w.publication, err)
+		return err
 	}
-	switch {
-	case inserts == nil:
-		return fatal(fmt.Errorf("%w: publication %q was dropped or never created; rows written since are not decoded. "+
-			"Recreate it, then run `walbox recover`", ErrNoPublication, w.publication))
-	case !*inserts:
-		return fatal(fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
-			ErrNotCovered, w.publication, quoteIdent(w.publication)))
-	case len(missing) > 0:
-		return fatal(fmt.Errorf("%w: publication %q does not contain table %s as it is now%s; rows written to it are not decoded. "+
-			"Add it (ALTER PUBLICATION %s ADD TABLE ...), then run `walbox recover`",
-			ErrNotCovered, w.publication, strings.Join(missing, ", "), w.covered(ctx), quoteIdent(w.publication)))
-	}
-	wal, err := pglogrepl.ParseLSN(walText)
-	if err != nil {
-		return fmt.Errorf("check publication: wal position %q: %w", walText, err)
-	}
-	xmin, err := strconv.ParseUint(xminText, 10, 64)
-	if err != nil {
-		return fmt.Errorf("check publication: xmin %q: %w", xminText, err)
+	if err := c.Err(); err != nil {
+		return fatal(err)
 	}
 	if n := len(w.checks); n > 0 {
 		w.limit = max(w.limit, w.checks[n-1].wal)
@@ -138,21 +109,9 @@ func (w *watch) check(ctx context.Context) error {
 	if len(w.checks) == maxChecks {
 		w.checks = w.checks[1:]
 	}
-	w.checks = append(w.checks, walCheck{wal: wal, xmin: xmin})
+	w.checks = append(w.checks, walCheck{wal: c.WAL, xmin: c.Xmin})
 	w.checked = time.Now()
 	return nil
-}
-
-// covered lists the tables the publication does contain, for the error message: after a table
-// swap it names the old table.
-func (w *watch) covered(ctx context.Context) string {
-	var tables []string
-	err := w.conn.QueryRow(ctx, `SELECT ARRAY(SELECT quote_ident(schemaname) || '.' || quote_ident(tablename)
-		FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1)`, w.publication).Scan(&tables)
-	if err != nil || len(tables) == 0 {
-		return " (it contains no table)"
-	}
-	return " (it contains " + strings.Join(tables, ", ") + "; a table renamed into place is a new table to a publication)"
 }
 
 // record writes lsn to the registry unless it is recorded already.

@@ -45,7 +45,8 @@ type doctor struct {
 	dsn         string
 	slot        string
 	publication string
-	table       outbox.Table
+	table       outbox.Table     // the first outbox table, for fixes
+	mappings    []outbox.Mapping // every outbox table `walbox run` reads, as the config file maps it
 	broker      publisher.Config
 }
 
@@ -69,6 +70,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if d.table, err = c.outboxTable(); err != nil {
 		return err
+	}
+	d.mappings = []outbox.Mapping{{Table: d.table}}
+	if c.s.file != nil && len(c.s.file.tables) > 0 {
+		d.mappings = c.s.file.tables
+		d.table = d.mappings[0].WithDefaults().Table
 	}
 	if d.broker, err = b.config(c); err != nil {
 		return err

@@ -2,36 +2,25 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
 )
 
-// pgFacts are the server settings and the slot, read in one go.
+// pgFacts are the server settings and the slot, read by the same inspection `walbox run` uses.
 type pgFacts struct {
-	version, walLevel, user, database string
+	inspect.Server
 	// Names quoted by the server's quote_ident, for the SQL in fixes.
 	userSQL, publicationSQL, tableSQL string
-	maxSlots, usedSlots               int
-	maxSenders, usedSenders           int
-	keepSizeMB                        int64
-	keepSize                          string
-	inRecovery, replication, super    bool
-	slot                              *slotRow // nil when missing
-}
-
-type slotRow struct {
-	slotType, plugin, database, walStatus string
-	active                                bool
-	activePID                             *int32
-	retainedBytes                         *int64
+	slot                              inspect.Slot
 }
 
 // postgres runs the PostgreSQL checks over one ordinary connection and one replication connection.
@@ -50,96 +39,79 @@ func (d doctor) postgres(ctx context.Context) []check {
 	out := []check{connectCheck(f, conn.Config()), walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
 		roleCheck(f), d.replicationCheck(ctx, f)}
 	out = append(out, d.publicationChecks(ctx, conn, f)...)
-	out = append(out, d.tableCheck(ctx, conn, f))
-	return append(out, slotCheck(f, d.slot))
+	for _, m := range d.mappings {
+		out = append(out, d.tableCheck(ctx, conn, m))
+	}
+	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f))
 }
 
 func (d doctor) readFacts(ctx context.Context, conn *pgx.Conn) (pgFacts, error) {
 	var f pgFacts
-	slot := d.slot
-	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('wal_level'),
-			current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
-			current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)::int,
-			(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
-			current_setting('max_slot_wal_keep_size'), pg_is_in_recovery(), current_user, current_database(),
-			coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = current_user), false),
-			coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
-			quote_ident(current_user), quote_ident($1), quote_ident($2) || '.' || quote_ident($3)`,
-		d.publication, d.table.Schema, d.table.Name).
-		Scan(&f.version, &f.walLevel, &f.maxSlots, &f.usedSlots, &f.maxSenders, &f.usedSenders, &f.keepSizeMB, &f.keepSize,
-			&f.inRecovery, &f.user, &f.database, &f.replication, &f.super, &f.userSQL, &f.publicationSQL, &f.tableSQL)
-	if err != nil {
+	var err error
+	if f.Server, err = inspect.ReadServer(ctx, conn); err != nil {
 		return f, err
 	}
-	var s slotRow
-	err = conn.QueryRow(ctx, `SELECT slot_type, coalesce(plugin, ''), coalesce(database::text, ''), active, active_pid,
-			coalesce(wal_status, ''),
-			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&s.slotType, &s.plugin, &s.database, &s.active, &s.activePID, &s.walStatus, &s.retainedBytes)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return f, nil
-	case err != nil:
-		return f, fmt.Errorf("read slot %s: %w", slot, err)
+	if f.slot, err = inspect.ReadSlot(ctx, conn, d.slot); err != nil {
+		return f, err
 	}
-	f.slot = &s
-	return f, nil
+	err = conn.QueryRow(ctx, `SELECT quote_ident(current_user), quote_ident($1), quote_ident($2) || '.' || quote_ident($3)`,
+		d.publication, d.table.Schema, d.table.Name).Scan(&f.userSQL, &f.publicationSQL, &f.tableSQL)
+	return f, err
 }
 
 func connectCheck(f pgFacts, cfg *pgx.ConnConfig) check {
-	if f.inRecovery {
+	if f.InRecovery {
 		return failCheck("postgres", "point --database-url at the primary",
-			"PostgreSQL %s at %s is a standby (in recovery): logical decoding needs the primary", f.version, hostPort(&cfg.Config))
+			"PostgreSQL %s at %s is a standby (in recovery): logical decoding needs the primary", f.Version, hostPort(&cfg.Config))
 	}
-	return passCheck("postgres", "connected to PostgreSQL %s at %s, database %s as %s", f.version, hostPort(&cfg.Config), f.database, f.user)
+	return passCheck("postgres", "connected to PostgreSQL %s at %s, database %s as %s", f.Version, hostPort(&cfg.Config), f.Database, f.User)
 }
 
 func walLevelCheck(f pgFacts) check {
-	if f.walLevel == "logical" {
+	if f.WalLevel == "logical" {
 		return passCheck("wal_level", "wal_level = logical")
 	}
 	return failCheck("wal_level", "ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf), then restart PostgreSQL",
-		"wal_level = %s: logical decoding needs wal_level = logical", f.walLevel)
+		"wal_level = %s: logical decoding needs wal_level = logical", f.WalLevel)
 }
 
 func slotsCheck(f pgFacts, slot string) check {
 	need := 1
-	if f.slot != nil {
+	if f.slot.Exists {
 		need = 0 // walbox's slot exists and is counted already
 	}
-	free := f.maxSlots - f.usedSlots
+	free := f.MaxSlots - f.UsedSlots
 	const fix = "raise max_replication_slots in postgresql.conf (restart needed), or drop slots nothing uses " +
 		"(SELECT slot_name FROM pg_replication_slots WHERE NOT active)"
 	switch {
 	case free < need:
-		return failCheck("max_replication_slots", fix, "max_replication_slots = %d, all in use: no room for slot %s", f.maxSlots, slot)
+		return failCheck("max_replication_slots", fix, "max_replication_slots = %d, all in use: no room for slot %s", f.MaxSlots, slot)
 	case free == need:
 		return warnCheck("max_replication_slots", fix, "max_replication_slots = %d, %d in use: no room left for another slot after walbox's",
-			f.maxSlots, f.usedSlots+need)
+			f.MaxSlots, f.UsedSlots+need)
 	}
-	return passCheck("max_replication_slots", "max_replication_slots = %d, %d in use", f.maxSlots, f.usedSlots)
+	return passCheck("max_replication_slots", "max_replication_slots = %d, %d in use", f.MaxSlots, f.UsedSlots)
 }
 
 func sendersCheck(f pgFacts) check {
 	need := 1
-	if f.slot != nil && f.slot.active {
+	if f.slot.Active {
 		need = 0 // a WAL sender already streams walbox's slot
 	}
-	free := f.maxSenders - f.usedSenders
+	free := f.MaxSenders - f.UsedSenders
 	const fix = "raise max_wal_senders in postgresql.conf (restart needed); a standby walbox takes one while it retries, too"
 	switch {
 	case free < need:
-		return failCheck("max_wal_senders", fix, "max_wal_senders = %d, all in use: walbox cannot start replication", f.maxSenders)
+		return failCheck("max_wal_senders", fix, "max_wal_senders = %d, all in use: walbox cannot start replication", f.MaxSenders)
 	case free == need:
 		return warnCheck("max_wal_senders", fix, "max_wal_senders = %d, %d in use: no room left for a standby walbox or a replica",
-			f.maxSenders, f.usedSenders+need)
+			f.MaxSenders, f.UsedSenders+need)
 	}
-	return passCheck("max_wal_senders", "max_wal_senders = %d, %d in use", f.maxSenders, f.usedSenders)
+	return passCheck("max_wal_senders", "max_wal_senders = %d, %d in use", f.MaxSenders, f.UsedSenders)
 }
 
 func keepSizeCheck(f pgFacts) check {
-	if f.keepSizeMB < 0 {
+	if f.KeepSizeMB < 0 {
 		return warnCheck("max_slot_wal_keep_size",
 			"set max_slot_wal_keep_size (e.g. 10GB; a reload suffices) to cap it, at a price: a slot further behind is "+
 				"invalidated (wal_status lost) and its rows must be republished from the outbox table. "+
@@ -147,18 +119,18 @@ func keepSizeCheck(f pgFacts) check {
 			"max_slot_wal_keep_size = -1: a stalled slot keeps WAL without bound, until the disk fills")
 	}
 	return passCheck("max_slot_wal_keep_size", "max_slot_wal_keep_size = %s: a slot further behind is invalidated (wal_status lost); "+
-		"alert on walbox_slot_retained_wal_bytes well below it", f.keepSize)
+		"alert on walbox_slot_retained_wal_bytes well below it", f.KeepSize)
 }
 
 func roleCheck(f pgFacts) check {
 	switch {
-	case f.super:
-		return passCheck("role", "role %s is a superuser (LOGIN REPLICATION without superuser is enough)", f.user)
-	case f.replication:
-		return passCheck("role", "role %s has REPLICATION", f.user)
+	case f.Super:
+		return passCheck("role", "role %s is a superuser (LOGIN REPLICATION without superuser is enough)", f.User)
+	case f.Replication:
+		return passCheck("role", "role %s has REPLICATION", f.User)
 	}
 	return failCheck("role", "as a superuser: ALTER ROLE "+f.userSQL+" REPLICATION",
-		"role %s lacks the REPLICATION attribute: it cannot stream from a slot", f.user)
+		"role %s lacks the REPLICATION attribute: it cannot stream from a slot", f.User)
 }
 
 // replicationCheck opens a logical replication connection, as `walbox run` does, and runs
@@ -189,29 +161,40 @@ func (d doctor) replicationCheck(ctx context.Context, f pgFacts) check {
 		fix = "as a superuser: ALTER ROLE " + f.userSQL + " REPLICATION"
 	case strings.Contains(msg, "pg_hba.conf"):
 		fix = fmt.Sprintf("add a pg_hba.conf line for database %s and user %s (logical replication connections match "+
-			"the database name, not \"replication\"), then reload", f.database, f.user)
+			"the database name, not \"replication\"), then reload", f.Database, f.User)
 	case strings.Contains(msg, "max_wal_senders") || strings.Contains(msg, "too many"):
 		fix = "raise max_wal_senders in postgresql.conf (restart needed)"
 	}
 	return failCheck("replication_connection", fix, "replication connection refused: %s", msg)
 }
 
-// publicationChecks checks that the publication exists, publishes inserts and contains the table.
+// publicationChecks judges the publication as `walbox run` does (inspect.Coverage: it exists,
+// publishes inserts and holds every outbox table as it is now), then warns of what run tolerates.
 func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []check {
-	pub := f.publicationSQL
-	var ins, upd, del, trunc, all bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, puballtables
-		FROM pg_publication WHERE pubname = $1`, d.publication).Scan(&ins, &upd, &del, &trunc, &all)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return []check{failCheck("publication", fmt.Sprintf("run `walbox migrate`, or as the table's owner: CREATE PUBLICATION %s "+
-			"FOR TABLE %s WITH (publish = 'insert'). It must exist before the slot: if slot %s exists, drop it and let "+
-			"`walbox migrate` create it again", pub, f.tableSQL, d.slot), "publication %s does not exist", d.publication)}
+	tables := make([]outbox.Table, len(d.mappings))
+	for i, m := range d.mappings {
+		tables[i] = m.WithDefaults().Table
 	}
+	cov, err := inspect.ReadCoverage(ctx, conn, d.publication, tables)
 	if err != nil {
+		return []check{failCheck("publication", "check that the role can read pg_publication", "%v", err)}
+	}
+	if err := cov.Err(); err != nil {
+		fix := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", f.publicationSQL)
+		switch {
+		case !cov.Exists:
+			fix = fmt.Sprintf("run `walbox migrate`, or as the table's owner: CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'). "+
+				"It must exist before the slot: if slot %s exists, drop it and let `walbox migrate` create it again", f.publicationSQL, f.tableSQL, d.slot)
+		case cov.Inserts:
+			fix = fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", f.publicationSQL, strings.Join(cov.Missing, ", "))
+		}
+		return []check{failCheck("publication", fix, "%v", err)}
+	}
+	var upd, del, trunc, all bool
+	if err := conn.QueryRow(ctx, `SELECT pubupdate, pubdelete, pubtruncate, puballtables FROM pg_publication WHERE pubname = $1`,
+		d.publication).Scan(&upd, &del, &trunc, &all); err != nil {
 		return []check{failCheck("publication", "check that the role can read pg_publication", "read publication %s: %v", d.publication, err)}
 	}
-	onlyInsert := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", pub)
-	var ops check
 	var extra []string
 	for _, op := range []struct {
 		on   bool
@@ -221,102 +204,96 @@ func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts
 			extra = append(extra, op.name)
 		}
 	}
-	switch {
-	case !ins:
-		ops = failCheck("publication", onlyInsert, "publication %s does not publish inserts: walbox would receive no rows", d.publication)
-	case len(extra) > 0:
-		ops = warnCheck("publication", onlyInsert, "publication %s also publishes %s: walbox skips them, but every DELETE of outbox rows "+
-			"(prune, delete after insert) is decoded and sent to it, and fails on a table without a replica identity",
-			d.publication, strings.Join(extra, ", "))
-	default:
-		ops = passCheck("publication", "publication %s publishes inserts only", d.publication)
+	ops := passCheck("publication", "publication %s publishes inserts of %s", d.publication, tableList(tables))
+	if len(extra) > 0 {
+		ops = warnCheck("publication", fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", f.publicationSQL),
+			"publication %s also publishes %s: walbox skips them, but every DELETE of outbox rows (prune, delete after insert) "+
+				"is decoded and sent to it, and fails on a table without a replica identity", d.publication, strings.Join(extra, ", "))
 	}
-	return []check{ops, d.publicationTableCheck(ctx, conn, f, all)}
+	out := []check{ops}
+	for _, m := range d.mappings {
+		out = append(out, d.publicationTableCheck(ctx, conn, m, all))
+	}
+	return out
 }
 
-// publicationTableCheck checks that the publication contains the outbox table with every column
-// walbox reads, and warns of a row filter.
-func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, f pgFacts, allTables bool) check {
-	var raw []byte
-	err := conn.QueryRow(ctx, `SELECT to_jsonb(t) FROM pg_publication_tables t
-		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, d.publication, d.table.Schema, d.table.Name).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return failCheck("publication_table", fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", f.publicationSQL, f.tableSQL),
-			"publication %s does not contain table %s", d.publication, d.table)
+func tableList(tables []outbox.Table) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.String()
 	}
+	return strings.Join(names, ", ")
+}
+
+// publicationTableCheck checks that the publication publishes every column walbox reads of the
+// table, and warns of a row filter.
+func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping, allTables bool) check {
+	t := m.WithDefaults().Table
+	var attnames []string
+	var rowfilter *string
+	err := conn.QueryRow(ctx, `SELECT attnames, rowfilter FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, d.publication, t.Schema, t.Name).Scan(&attnames, &rowfilter)
 	if err != nil {
 		return failCheck("publication_table", "check that the role can read pg_publication_tables", "read the tables of publication %s: %v", d.publication, err)
 	}
-	var row struct {
-		Attnames  []string `json:"attnames"`  // PostgreSQL 15+: the published columns
-		Rowfilter *string  `json:"rowfilter"` // PostgreSQL 15+
+	// A column list (PostgreSQL 15) that leaves out a column walbox reads: the column is in the
+	// table, not in what the publication sends. A column missing from the table is tableCheck's.
+	cols, _, err := inspect.ReadColumns(ctx, conn, t)
+	if err != nil {
+		return failCheck("publication_table", "", "%v", err)
 	}
-	if err := json.Unmarshal(raw, &row); err != nil {
-		return failCheck("publication_table", "", "read the tables of publication %s: %v", d.publication, err)
-	}
-	if row.Attnames != nil {
-		var missing []string
-		for col := range outbox.DefaultMapping(d.table).Columns() {
-			if !slices.Contains(row.Attnames, col) {
-				missing = append(missing, col)
-			}
-		}
-		sort.Strings(missing)
-		if len(missing) > 0 {
+	for col := range m.Columns() {
+		if _, inTable := cols[col]; inTable && attnames != nil && !slices.Contains(attnames, col) {
 			return failCheck("publication_table", "drop the column list: ALTER PUBLICATION ... DROP TABLE, then ADD TABLE without a list",
-				"publication %s leaves out column %s of %s", d.publication, strings.Join(missing, ", "), d.table)
+				"publication %s leaves out column %s of %s, which walbox reads", d.publication, col, t)
 		}
 	}
-	if row.Rowfilter != nil {
+	if rowfilter != nil {
 		return warnCheck("publication_table", "drop the row filter unless it is meant: rows it rejects are never relayed",
-			"publication %s contains %s with a row filter: WHERE %s", d.publication, d.table, *row.Rowfilter)
+			"publication %s contains %s with a row filter: WHERE %s", d.publication, t, *rowfilter)
 	}
 	if allTables {
-		return passCheck("publication_table", "publication %s contains %s (FOR ALL TABLES)", d.publication, d.table)
+		return passCheck("publication_table", "publication %s contains %s (FOR ALL TABLES)", d.publication, t)
 	}
-	return passCheck("publication_table", "publication %s contains %s", d.publication, d.table)
+	return passCheck("publication_table", "publication %s contains %s", d.publication, t)
 }
 
-// tableCheck checks that the outbox table has the columns walbox reads, of usable types.
-func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) check {
-	rows, err := conn.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
-		WHERE table_schema = $1 AND table_name = $2`, d.table.Schema, d.table.Name)
-	if err != nil {
-		return failCheck("outbox_table", "", "read the columns of %s: %v", d.table, err)
+// tableCheck checks an outbox table's columns against its mapping, from the catalogs, as `walbox
+// run` does at the start of every session (inspect.CheckTable), then their types.
+func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping) check {
+	cols, err := inspect.CheckTable(ctx, conn, m)
+	switch {
+	case errors.Is(err, inspect.ErrNoTable):
+		return failCheck("outbox_table", "run `walbox migrate`, or set --table (or the config file's tables) to the outbox table", "%v", err)
+	case err != nil && cols == nil:
+		return failCheck("outbox_table", "", "%v", err)
+	case err != nil:
+		return failCheck("outbox_table", "map the table's columns in the config file (tables:), or give the table the columns "+
+			"`walbox migrate` creates: id uuid, aggregate_type text, aggregate_id text, event_type text, payload jsonb, headers jsonb, "+
+			"created_at timestamptz", "%v", err)
 	}
-	cols := map[string]string{}
-	var name, typ string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { cols[name] = typ; return nil }); err != nil {
-		return failCheck("outbox_table", "", "read the columns of %s: %v", d.table, err)
-	}
-	if len(cols) == 0 {
-		var exists bool
-		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", d.table.Quoted()).Scan(&exists); err == nil && exists {
-			return failCheck("outbox_table", fmt.Sprintf("GRANT SELECT ON %s TO %s (walbox reads its columns at start)",
-				f.tableSQL, f.userSQL), "role %s cannot see the columns of %s", f.user, d.table)
-		}
-		return failCheck("outbox_table", "run `walbox migrate`, or set --table to the outbox table (schema.name)", "table %s does not exist", d.table)
-	}
-	if err := outbox.DefaultMapping(d.table).CheckColumns(cols); err != nil {
-		return failCheck("outbox_table", "walbox reads the columns `walbox migrate` creates: id uuid, aggregate_type text, aggregate_id text, "+
-			"event_type text, payload jsonb, headers jsonb, created_at timestamptz", "%v", err)
-	}
-	return columnTypes(d.table, cols)
+	return columnTypes(m.WithDefaults(), cols)
 }
 
-// columnTypes checks the types of the required columns: a wrong one fails, a weak one warns.
-func columnTypes(t outbox.Table, cols map[string]string) check {
-	id, et, pl := cols[outbox.ColID], cols[outbox.ColEventType], cols[outbox.ColPayload]
+// columnTypes checks the types of the required columns as the decoder reads them: a payload that
+// cannot be JSON or an event type that is not text fails; an id of any type is read as text, but
+// the default table's should be a uuid, and a payload should be json or jsonb (a warning).
+func columnTypes(m outbox.Mapping, cols map[string]string) check {
+	t := m.Table
+	id, et, pl := cols[m.ID], cols[m.EventType], cols[m.Payload]
+	if m.MessageID == outbox.IDFromPosition {
+		id = "uuid" // ids come from positions
+	}
 	summary := fmt.Sprintf("id %s, event_type %s, payload %s", id, et, pl)
-	textual := func(typ string) bool { return typ == "text" || typ == "character varying" || typ == "character" }
+	textual := func(typ string) bool {
+		return typ == "text" || strings.HasPrefix(typ, "character varying") || strings.HasPrefix(typ, "character")
+	}
 	switch {
 	case pl != "jsonb" && pl != "json" && !textual(pl):
-		return failCheck("outbox_table", "ALTER TABLE ... ALTER COLUMN payload TYPE jsonb", "table %s: payload is %s, not JSON", t, pl)
-	case id != "uuid" && !textual(id):
-		return failCheck("outbox_table", "ALTER TABLE ... ALTER COLUMN id TYPE uuid", "table %s: id is %s, not a UUID", t, id)
+		return failCheck("outbox_table", "ALTER TABLE ... ALTER COLUMN "+m.Payload+" TYPE jsonb", "table %s: %s (payload) is %s, not JSON", t, m.Payload, pl)
 	case !textual(et):
-		return failCheck("outbox_table", "ALTER TABLE ... ALTER COLUMN event_type TYPE text", "table %s: event_type is %s, not text", t, et)
-	case id != "uuid" || (pl != "jsonb" && pl != "json"):
+		return failCheck("outbox_table", "ALTER TABLE ... ALTER COLUMN "+m.EventType+" TYPE text", "table %s: %s (event_type) is %s, not text", t, m.EventType, et)
+	case (m.ID == outbox.ColID && id != "uuid") || (pl != "jsonb" && pl != "json"):
 		return warnCheck("outbox_table", "use id uuid and payload jsonb: the server then rejects bad values at insert",
 			"table %s (%s): a row whose id is not a UUID or whose payload is not JSON is parked, not delivered", t, summary)
 	}
@@ -326,38 +303,65 @@ func columnTypes(t outbox.Table, cols map[string]string) check {
 // slotCheck checks that the slot is a pgoutput slot of this database that can still deliver.
 func slotCheck(f pgFacts, slot string) check {
 	s := f.slot
-	if s == nil {
+	if !s.Exists {
 		return warnCheck("slot", "run `walbox migrate` (it creates the slot after the publication); otherwise `walbox run` creates it "+
 			"at its first start, and rows committed before then are not relayed", "slot %s does not exist", slot)
 	}
 	recreate := fmt.Sprintf("choose another --slot, or if nothing uses it: SELECT pg_drop_replication_slot('%s'); then `walbox migrate`",
 		strings.ReplaceAll(slot, "'", "''"))
+	err := s.Usable(f.Database)
 	switch {
-	case s.slotType != "logical" || s.plugin != "pgoutput":
-		return failCheck("slot", recreate, "slot %s is a %s slot with plugin %q: walbox needs a logical pgoutput slot", slot, s.slotType, s.plugin)
-	case s.database != f.database:
-		return failCheck("slot", "choose another --slot name for database "+f.database, "slot %s belongs to database %s, not %s", slot, s.database, f.database)
-	case s.walStatus == "lost":
-		return failCheck("slot", "republish the rows committed after the slot's confirmed_flush_lsn from the outbox table, drop the slot "+
-			"and run `walbox migrate`", "slot %s is invalidated (wal_status lost): WAL it needed was removed", slot)
-	case s.walStatus == "unreserved":
+	case errors.Is(err, inspect.ErrSlotLost):
+		return failCheck("slot", "run `walbox recover` to republish the rows committed after the slot's position and replace the slot", "%v", err)
+	case err != nil:
+		return failCheck("slot", recreate, "%v", err)
+	case s.WALStatus == "unreserved":
 		return warnCheck("slot", "let walbox catch up now, or raise max_slot_wal_keep_size",
 			"slot %s has wal_status unreserved: it is invalidated at the next checkpoint unless it catches up", slot)
 	}
 	state := "inactive (no walbox streams from it)"
-	if s.active && s.activePID != nil {
-		state = fmt.Sprintf("active (pid %d)", *s.activePID)
+	if s.Active && s.ActivePID != nil {
+		state = fmt.Sprintf("active (pid %d)", *s.ActivePID)
 	}
 	retained := ""
-	if s.retainedBytes != nil {
-		retained = fmt.Sprintf(", retains %s of WAL", bytesIEC(*s.retainedBytes))
-		if f.keepSizeMB > 0 && *s.retainedBytes > f.keepSizeMB<<20*8/10 {
+	if s.RetainedBytes != nil {
+		retained = fmt.Sprintf(", retains %s of WAL", bytesIEC(*s.RetainedBytes))
+		if f.KeepSizeMB > 0 && *s.RetainedBytes > f.KeepSizeMB<<20*8/10 {
 			return warnCheck("slot", "find out why walbox is behind (walbox status; its log), or raise max_slot_wal_keep_size",
 				"slot %s retains %s of WAL, over 80%% of max_slot_wal_keep_size = %s: it is invalidated beyond that",
-				slot, bytesIEC(*s.retainedBytes), f.keepSize)
+				slot, bytesIEC(*s.RetainedBytes), f.KeepSize)
 		}
 	}
-	return passCheck("slot", "slot %s: pgoutput in database %s, wal_status %s, %s%s", slot, s.database, s.walStatus, state, retained)
+	return passCheck("slot", "slot %s: pgoutput in database %s, wal_status %s, %s%s", slot, s.Database, s.WALStatus, state, retained)
+}
+
+// recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
+// that is missing, or ahead of the record, is a gap that run refuses.
+func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) check {
+	reg := registry.New(conn, d.table.Schema)
+	if ok, err := reg.Exists(ctx); err != nil || !ok {
+		return warnCheck("slot_record", "run `walbox migrate` as the outbox table's owner (walbox run creates it only if its role may)",
+			"%s does not exist: walbox records its slots there", reg.Table())
+	}
+	rec, recorded, err := reg.Get(ctx, d.slot)
+	switch {
+	case err != nil:
+		return failCheck("slot_record", "", "%v", err)
+	case !recorded && f.slot.Exists:
+		return passCheck("slot_record", "slot %s is not recorded yet; walbox run records it when it first streams from it", d.slot)
+	case !recorded:
+		return passCheck("slot_record", "slot %s was never recorded: walbox may create it", d.slot)
+	case !f.slot.Exists:
+		return failCheck("slot_record", "run `walbox recover` (it republishes the rows committed since from the outbox table)",
+			"slot %s was recorded (last confirmed %s at %s) but does not exist: walbox run refuses to recreate it",
+			d.slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339))
+	case f.slot.ConfirmedFlush > rec.ConfirmedLSN:
+		return failCheck("slot_record", "run `walbox recover`",
+			"slot %s is at %s, ahead of %s, the last position walbox recorded: it was recreated or advanced behind walbox's back",
+			d.slot, f.slot.ConfirmedFlush, rec.ConfirmedLSN)
+	}
+	return passCheck("slot_record", "slot %s matches walbox's record (confirmed %s at %s)", d.slot, rec.ConfirmedLSN,
+		rec.ConfirmedAt.UTC().Format(time.RFC3339))
 }
 
 func bytesIEC(n int64) string {

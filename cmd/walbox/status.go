@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/redact"
 )
 
@@ -99,30 +100,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func readStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatus, error) {
-	st := slotStatus{Slot: slot}
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&st.CurrentWALLSN); err != nil {
-		return st, fmt.Errorf("read current wal position: %w", err)
+	sl, err := inspect.ReadSlot(ctx, conn, slot)
+	st := slotStatus{Slot: slot, CurrentWALLSN: sl.CurrentWAL.String()}
+	if err != nil || !sl.Exists {
+		return st, err
 	}
-	var confirmed, restart *string
-	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), active, active_pid,
-			confirmed_flush_lsn::text, restart_lsn::text,
-			pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-			pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
-			wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&st.Plugin, &st.Active, &st.ActivePID, &confirmed, &restart, &st.LagBytes, &st.RetainedWALBytes, &st.WALStatus)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return st, nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("read slot %s: %w", slot, err)
-	}
-	st.Exists = true
-	if confirmed != nil {
-		st.ConfirmedFlushLSN = *confirmed
-	}
-	if restart != nil {
-		st.RestartLSN = *restart
+	st.Exists, st.Plugin, st.Active, st.ActivePID = true, sl.Plugin, sl.Active, sl.ActivePID
+	st.ConfirmedFlushLSN, st.RestartLSN = sl.ConfirmedFlush.String(), sl.Restart.String()
+	st.LagBytes, st.RetainedWALBytes = sl.LagBytes, sl.RetainedBytes
+	if sl.WALStatus != "" {
+		st.WALStatus = &sl.WALStatus
 	}
 	return st, nil
 }

@@ -153,24 +153,25 @@ func TestDoctorFindsMisconfiguration(t *testing.T) {
 	t.Run("role without REPLICATION", func(t *testing.T) {
 		testenv.RequireOwn(t, pg) // the harness's server trusts local connections of any role
 		role := testenv.UniqueName("norepl")
-		ident := pgx.Identifier{role}.Sanitize()
-		pg.Exec(t, w.db, "CREATE ROLE "+ident+" LOGIN")
-		t.Cleanup(func() {
-			pg.Exec(t, w.db, "DROP OWNED BY "+ident)
-			pg.Exec(t, w.db, "DROP ROLE "+ident)
-		})
-		pg.Exec(t, w.db, "GRANT SELECT ON outbox TO "+ident)
-		u, err := url.Parse(w.db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.User(role)
-		r := w.doctor([]string{"WALBOX_DATABASE_URL=" + u.String()})
+		dbURL := roleURL(t, pg, w.db, role, "LOGIN")
+		pg.Exec(t, w.db, "GRANT SELECT ON outbox TO "+pgx.Identifier{role}.Sanitize())
+		r := w.doctor([]string{"WALBOX_DATABASE_URL=" + dbURL})
 		r.wantFail(t, "role", "ALTER ROLE "+role+" REPLICATION")
 		r.wantFail(t, "replication_connection", "ALTER ROLE "+role+" REPLICATION")
 		for _, name := range []string{"wal_level", "publication", "outbox_table", "slot", "broker"} {
 			if c := r.check(t, name); c.Status != "pass" {
 				t.Errorf("%s: %s %q, want pass", name, c.Status, c.Message)
+			}
+		}
+	})
+
+	t.Run("least-privilege relay role passes where run streams", func(t *testing.T) {
+		testenv.RequireOwn(t, pg)
+		dbURL := roleURL(t, pg, w.db, testenv.UniqueName("relay"), "LOGIN REPLICATION") // no SELECT on the outbox
+		r := w.doctor([]string{"WALBOX_DATABASE_URL=" + dbURL})
+		for _, name := range []string{"role", "replication_connection", "publication", "publication_table", "outbox_table", "slot", "slot_record"} {
+			if c := r.check(t, name); c.Status != "pass" {
+				t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)
 			}
 		}
 	})
@@ -200,6 +201,24 @@ func TestDoctorFindsMisconfiguration(t *testing.T) {
 			t.Errorf("slot: %s %q, want pass: PostgreSQL is fine", c.Status, c.Message)
 		}
 	})
+}
+
+// roleURL creates role with attrs in the database at db (dropped with the test) and returns db's
+// URL for that role.
+func roleURL(t *testing.T, pg *testenv.Postgres, db, role, attrs string) string {
+	t.Helper()
+	ident := pgx.Identifier{role}.Sanitize()
+	pg.Exec(t, db, "CREATE ROLE "+ident+" "+attrs)
+	t.Cleanup(func() {
+		pg.Exec(t, db, "DROP OWNED BY "+ident)
+		pg.Exec(t, db, "DROP ROLE "+ident)
+	})
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
 }
 
 // closedPort returns a local port nothing listens on.

@@ -66,6 +66,21 @@ func TestMappedLegacyTable(t *testing.T) {
 		t.Fatalf("the legacy row %s never arrived (got %d messages)", legacyID, len(got))
 	}
 
+	// doctor judges what run needs, table by table, from the same config file.
+	r := w.doctor([]string{"WALBOX_CONFIG=" + conf})
+	var tables int
+	for _, c := range r.Checks {
+		if c.Name == "outbox_table" {
+			tables++
+			if c.Status != "pass" {
+				t.Errorf("doctor with the config file: outbox_table %s %q, want pass", c.Status, c.Message)
+			}
+		}
+	}
+	if r.code != 0 || tables != 2 || !strings.Contains(r.check(t, "publication").Message, "public.legacy_events") {
+		t.Errorf("doctor with the config file: exit %d, %d outbox_table checks, want 0 and 2:\n%s", r.code, tables, r.out)
+	}
+
 	// A mapping naming a column the table lacks stops walbox with an error naming it.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte(strings.Replace(yaml, "payload: body", "payload: data", 1)), 0o600); err != nil {
@@ -74,5 +89,14 @@ func TestMappedLegacyTable(t *testing.T) {
 	out, code := w.walbox([]string{"WALBOX_CONFIG=" + bad, "WALBOX_SLOT=" + w.slot + "_x"}, "run")
 	if code != 1 || !strings.Contains(out, `"data"`) {
 		t.Fatalf("exit %d, output %q: want exit 1 naming the column data", code, out)
+	}
+	r = w.doctor([]string{"WALBOX_CONFIG=" + bad})
+	var named bool
+	for _, c := range r.Checks {
+		named = named || (c.Name == "outbox_table" && c.Status == "fail" && strings.Contains(c.Message, `"data"`) &&
+			strings.Contains(c.Fix, "config file"))
+	}
+	if r.code != 1 || !named {
+		t.Errorf("doctor with the bad config file: exit %d, want 1 and a failed outbox_table check naming the column data:\n%s", r.code, r.out)
 	}
 }

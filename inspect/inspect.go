@@ -1,0 +1,258 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/outbox"
+)
+
+// Errors the judging functions wrap.
+var (
+	// ErrWalLevel means the server's wal_level is not logical.
+	ErrWalLevel = errors.New("wal_level is not logical")
+	// ErrNoPublication means the configured publication does not exist.
+	ErrNoPublication = errors.New("publication does not exist")
+	// ErrNotCovered means the publication does not publish the inserts of an outbox table.
+	ErrNotCovered = errors.New("publication does not cover the outbox table")
+	// ErrNoTable means an outbox table does not exist (or the role cannot see it).
+	ErrNoTable = errors.New("outbox table does not exist")
+	// ErrSlotLost means the slot was invalidated (wal_status = lost).
+	ErrSlotLost = errors.New("replication slot is invalidated")
+	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
+	// physical slot).
+	ErrSlotMismatch = errors.New("replication slot cannot be used")
+)
+
+// Querier is the part of a pgx connection, pool or transaction inspect uses.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Server is the server's settings that walbox depends on.
+type Server struct {
+	Version, WalLevel, User, Database string
+	MaxSlots, UsedSlots               int
+	MaxSenders, UsedSenders           int
+	KeepSizeMB                        int64  // max_slot_wal_keep_size in MB; -1 for no limit
+	KeepSize                          string // as the server shows it
+	SenderTimeout                     time.Duration
+	InRecovery, Replication, Super    bool
+}
+
+// ReadServer reads the server's settings.
+func ReadServer(ctx context.Context, q Querier) (Server, error) {
+	var s Server
+	var timeoutMS int64
+	err := q.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('wal_level'),
+			current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
+			current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)::int,
+			(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
+			current_setting('max_slot_wal_keep_size'),
+			(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'),
+			pg_is_in_recovery(), current_user, current_database(),
+			coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = current_user), false),
+			coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false)`).
+		Scan(&s.Version, &s.WalLevel, &s.MaxSlots, &s.UsedSlots, &s.MaxSenders, &s.UsedSenders, &s.KeepSizeMB, &s.KeepSize,
+			&timeoutMS, &s.InRecovery, &s.User, &s.Database, &s.Replication, &s.Super)
+	if err != nil {
+		return s, fmt.Errorf("read server settings: %w", err)
+	}
+	s.SenderTimeout = time.Duration(timeoutMS) * time.Millisecond
+	return s, nil
+}
+
+// CheckWalLevel reports a wal_level other than logical.
+func (s Server) CheckWalLevel() error {
+	if s.WalLevel == "logical" {
+		return nil
+	}
+	return fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf and restart the server", ErrWalLevel, s.WalLevel)
+}
+
+// Slot is a replication slot's row in pg_replication_slots.
+type Slot struct {
+	Name                   string
+	Exists                 bool
+	Type, Plugin, Database string
+	Active                 bool
+	ActivePID              *int32
+	WALStatus              string
+	ConfirmedFlush         pglogrepl.LSN
+	Restart                pglogrepl.LSN
+	CurrentWAL             pglogrepl.LSN // the server's WAL write position when read
+	LagBytes               *int64        // from confirmed_flush_lsn to CurrentWAL
+	RetainedBytes          *int64        // from restart_lsn to CurrentWAL: the WAL the slot keeps
+}
+
+// ReadSlot reads the slot named name; Exists is false when there is none.
+func ReadSlot(ctx context.Context, q Querier, name string) (Slot, error) {
+	s := Slot{Name: name}
+	var current string
+	var confirmed, restart, status *string
+	err := q.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text,
+			coalesce(s.slot_type, ''), coalesce(s.plugin, ''), coalesce(s.database::text, ''), coalesce(s.active, false), s.active_pid, s.wal_status,
+			s.confirmed_flush_lsn::text, s.restart_lsn::text,
+			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
+			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
+		FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`, name).
+		Scan(&current, &s.Type, &s.Plugin, &s.Database, &s.Active, &s.ActivePID, &status, &confirmed, &restart, &s.LagBytes, &s.RetainedBytes)
+	if err != nil {
+		return s, fmt.Errorf("read slot %s: %w", name, err)
+	}
+	return s, s.parse(current, confirmed, restart, status)
+}
+
+func (s *Slot) parse(current string, confirmed, restart, status *string) error {
+	var err error
+	if s.CurrentWAL, err = pglogrepl.ParseLSN(current); err != nil {
+		return fmt.Errorf("read slot %s: current wal position %q: %w", s.Name, current, err)
+	}
+	s.Exists = s.Type != ""
+	if status != nil {
+		s.WALStatus = *status
+	}
+	for _, p := range []struct {
+		text *string
+		lsn  *pglogrepl.LSN
+	}{{confirmed, &s.ConfirmedFlush}, {restart, &s.Restart}} {
+		if p.text == nil {
+			continue
+		}
+		if *p.lsn, err = pglogrepl.ParseLSN(*p.text); err != nil {
+			return fmt.Errorf("read slot %s: %q: %w", s.Name, *p.text, err)
+		}
+	}
+	return nil
+}
+
+// Usable reports why an existing slot cannot serve walbox in database: not a logical pgoutput
+// slot, another database's, or invalidated.
+func (s Slot) Usable(database string) error {
+	switch {
+	case !s.Exists:
+		return nil
+	case s.Type != "logical" || s.Plugin != "pgoutput":
+		return fmt.Errorf("%w: slot %s is a %s slot with plugin %q; walbox needs a logical pgoutput slot",
+			ErrSlotMismatch, s.Name, s.Type, s.Plugin)
+	case s.Database != database:
+		return fmt.Errorf("%w: slot %s belongs to database %s, not %s", ErrSlotMismatch, s.Name, s.Database, database)
+	case s.WALStatus == "lost":
+		return fmt.Errorf("%w: slot %s has wal_status lost (max_slot_wal_keep_size exceeded); rows after %s are gone from WAL. "+
+			"Run `walbox recover` to republish them from the outbox table", ErrSlotLost, s.Name, s.ConfirmedFlush)
+	}
+	return nil
+}
+
+// Coverage is what the publication covers now, with the WAL insert position and the xmin horizon
+// read in the same statement.
+type Coverage struct {
+	Publication string
+	Exists      bool
+	Inserts     bool     // the publication publishes inserts
+	Missing     []string // outbox tables it does not contain as they are now (quoted schema.name)
+	Contains    []string // the tables it does contain, when some are missing
+	WAL         pglogrepl.LSN
+	Xmin        uint64
+}
+
+// ReadCoverage reads whether publication publishes inserts of every table, by the tables' current
+// identity: pg_publication_tables lists tables by what the publication holds (OIDs), so a table
+// renamed into place is not covered. It is cheap enough to run several times a second.
+func ReadCoverage(ctx context.Context, q Querier, publication string, tables []outbox.Table) (Coverage, error) {
+	c := Coverage{Publication: publication}
+	schemas, names := make([]string, len(tables)), make([]string, len(tables))
+	for i, t := range tables {
+		schemas[i], names[i] = t.Schema, t.Name
+	}
+	var wal, xmin string
+	var inserts *bool
+	err := q.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
+		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
+		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
+			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
+				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n))`,
+		publication, schemas, names).Scan(&wal, &xmin, &inserts, &c.Missing)
+	if err != nil {
+		return c, fmt.Errorf("check publication %s: %w", publication, err)
+	}
+	c.Exists, c.Inserts = inserts != nil, inserts != nil && *inserts
+	if c.WAL, err = pglogrepl.ParseLSN(wal); err != nil {
+		return c, fmt.Errorf("check publication: wal position %q: %w", wal, err)
+	}
+	if c.Xmin, err = strconv.ParseUint(xmin, 10, 64); err != nil {
+		return c, fmt.Errorf("check publication: xmin %q: %w", xmin, err)
+	}
+	if c.Exists && len(c.Missing) > 0 {
+		err = q.QueryRow(ctx, `SELECT ARRAY(SELECT quote_ident(schemaname) || '.' || quote_ident(tablename)
+			FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1)`, publication).Scan(&c.Contains)
+		if err != nil {
+			return c, fmt.Errorf("list the tables of publication %s: %w", publication, err)
+		}
+	}
+	return c, nil
+}
+
+// Err reports what the coverage lacks: the publication, its inserts, or a table.
+func (c Coverage) Err() error {
+	pub := quoteIdent(c.Publication)
+	switch {
+	case !c.Exists:
+		return fmt.Errorf("%w: publication %q; run `walbox migrate`, or CREATE PUBLICATION %s FOR TABLE ... WITH (publish = 'insert'). "+
+			"If it existed and was dropped, rows written since were not decoded: recreate it, then run `walbox recover`",
+			ErrNoPublication, c.Publication, pub)
+	case !c.Inserts:
+		return fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
+			ErrNotCovered, c.Publication, pub)
+	case len(c.Missing) > 0:
+		has := " (it contains no table)"
+		if len(c.Contains) > 0 {
+			has = " (it contains " + strings.Join(c.Contains, ", ") + "; a table renamed into place is a new table to a publication)"
+		}
+		return fmt.Errorf("%w: publication %q does not contain table %s as it is now%s; rows written to it are not decoded. "+
+			"Add it (ALTER PUBLICATION %s ADD TABLE %s); if rows were written to it meanwhile, run `walbox recover`",
+			ErrNotCovered, c.Publication, strings.Join(c.Missing, ", "), has, pub, c.Missing[0])
+	}
+	return nil
+}
+
+// ReadColumns returns an outbox table's columns (name to type, as format_type shows it) from the
+// catalogs, which hide nothing from a role without SELECT on the table; exists is false when there
+// is no such table.
+func ReadColumns(ctx context.Context, q Querier, t outbox.Table) (cols map[string]string, exists bool, err error) {
+	var names, types []string
+	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+		ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum),
+		ARRAY(SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum)`,
+		t.Quoted()).Scan(&exists, &names, &types)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the columns of %s: %w", t, err)
+	}
+	cols = make(map[string]string, len(names))
+	for i, n := range names {
+		cols[n] = types[i]
+	}
+	return cols, exists, nil
+}
+
+// CheckTable reads an outbox table's columns and checks them against its mapping, as every
+// session of `walbox run` does before it streams.
+func CheckTable(ctx context.Context, q Querier, m outbox.Mapping) (map[string]string, error) {
+	t := m.WithDefaults().Table
+	cols, exists, err := ReadColumns(ctx, q, t)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, fmt.Errorf("%w: %s (or the role cannot see it); run `walbox migrate`, or map the outbox table in the config file", ErrNoTable, t)
+	}
+	return cols, m.CheckColumns(cols)
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
