@@ -1,6 +1,8 @@
 package chart_test
 
 import (
+	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,6 +20,8 @@ import (
 )
 
 const chartDir = "walbox"
+
+var update = flag.Bool("update", false, "rewrite testdata/e2e-env.json from the chart")
 
 // render runs helm template on the chart in dir with the values files given, and decodes the
 // result strictly.
@@ -172,6 +176,14 @@ func TestStrictDecodeRejectsUnknownField(t *testing.T) {
 	_, err := render(t, chartDir, "testdata/broken-typo.yaml")
 	if err == nil || !strings.Contains(err.Error(), `unknown field "spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem"`) {
 		t.Fatalf("rendering a misspelt securityContext field: got %v, want an unknown field error", err)
+	}
+}
+
+// values.schema.json rejects a misspelt value, which Helm would otherwise ignore silently.
+func TestValuesSchemaRejectsMisspeltValue(t *testing.T) {
+	_, err := render(t, chartDir, "testdata/broken-value.yaml")
+	if err == nil || !strings.Contains(err.Error(), "additional properties 'replicaCont' not allowed") {
+		t.Fatalf("rendering a misspelt value: got %v, want a schema error naming it", err)
 	}
 }
 
@@ -502,4 +514,55 @@ func copyChart(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// e2eEnv is what a pod of the chart runs: the command line and environment of the relay and of
+// the migrate job, and the config file. internal/e2e runs the real binary with it.
+type e2eEnv struct {
+	Relay, Migrate container
+	Config         string
+}
+
+type container struct {
+	Args []string
+	Env  map[string]string
+}
+
+// TestE2EEnvironmentIsCurrent keeps testdata/e2e-env.json equal to what the chart renders, so
+// that the end-to-end test of the main module runs walbox as the chart does (go test -update
+// rewrites it).
+func TestE2EEnvironmentIsCurrent(t *testing.T) {
+	o := mustRender(t, "testdata/e2e-values.yaml")
+	relay, migrate := relayContainer(t, o.Deployments[0]), o.Jobs[0].Spec.Template.Spec.Containers[0]
+	got := e2eEnv{
+		Relay:   container{Args: relay.Args, Env: envOf(relay)},
+		Migrate: container{Args: migrate.Args, Env: envOf(migrate)},
+		Config:  o.ConfigMaps[0].Data["walbox.yaml"],
+	}
+	for _, c := range []corev1.Container{relay, migrate} {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.Name != "GOMEMLIMIT" {
+				t.Errorf("%s: %s comes from %v, which the end-to-end test cannot reproduce", c.Name, e.Name, e.ValueFrom)
+			}
+		}
+	}
+	delete(got.Relay.Env, "GOMEMLIMIT")
+	b, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, '\n')
+	const path = "testdata/e2e-env.json"
+	if *update {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(b) {
+		t.Errorf("%s is not what the chart renders; run go test -update in deploy/helm and check the diff:\n%s", path, b)
+	}
 }
