@@ -15,6 +15,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
@@ -302,6 +303,9 @@ func checkRelays(t *testing.T, o *objects) {
 				pdbs++
 				if p.Spec.MaxUnavailable == nil || p.Spec.MaxUnavailable.IntValue() != 1 {
 					t.Errorf("%s: maxUnavailable %v, want 1", p.Name, p.Spec.MaxUnavailable)
+				}
+				if pol := p.Spec.UnhealthyPodEvictionPolicy; pol == nil || *pol != policyv1.AlwaysAllow {
+					t.Errorf("%s: unhealthyPodEvictionPolicy %v: an outage would block node drains", p.Name, pol)
 				}
 			}
 		}
