@@ -4,7 +4,7 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: help build test check unit fuzz demo bench soak clean
+.PHONY: help build test check chart unit fuzz demo bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -17,8 +17,11 @@ check: ## gofmt and go vet
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-test: check ## the full suite: gofmt, vet, and every test (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
+test: check chart ## the full suite: gofmt, vet, the chart's tests, and every test (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+chart: ## the Helm chart's tests (deploy/helm, a module of its own): helm lint, render, strict decode; the first run builds Helm into the user cache
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
 
 unit: ## the fast tests only (no servers)
 	$(GO) test -race -count=1 -short $(PKGS)

@@ -111,8 +111,14 @@ type relay struct {
 
 func (w *world) startRelay(extraEnv ...string) *relay {
 	w.t.Helper()
-	cmd := exec.Command(walboxBin, "run")
-	cmd.Env = append(w.env(), extraEnv...)
+	return w.startRelayEnv(append(w.env(), extraEnv...), "run")
+}
+
+// startRelayEnv starts walbox with exactly env and args.
+func (w *world) startRelayEnv(env []string, args ...string) *relay {
+	w.t.Helper()
+	cmd := exec.Command(walboxBin, args...)
+	cmd.Env = env
 	r := &relay{t: w.t, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.out, r.out
 	if err := cmd.Start(); err != nil {
