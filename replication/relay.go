@@ -248,7 +248,7 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 		return slotInfo{}, fatal(fmt.Errorf("%w: slot %s was recorded by another process while this one created it", ErrSlotGap, r.cfg.Slot))
 	}
 	w.recorded = lsn
-	r.cfg.Logger.Warn("created the replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
+	r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
 		"slot", r.cfg.Slot, "lsn", lsn.String())
 	return slotInfo{exists: true, plugin: "pgoutput", slotType: "logical", confirmedFlush: lsn}, nil
 }
