@@ -30,6 +30,10 @@ type RecoverConfig struct {
 	// AcceptLoss recreates the slot and resets the record although the gap's rows are gone
 	// from the table (producers delete rows as they insert them).
 	AcceptLoss bool
+	// Force recovers although the slot continues from the record: for rows the publication did
+	// not cover (a table swapped in by renames, the publication dropped or altered), which no
+	// slot decoded.
+	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *outbox.Parked)
 }
@@ -61,10 +65,12 @@ type Gap struct {
 	SystemID string        // this server's system identifier
 	Active   string        // the pid streaming from the slot, if any
 	exists   bool
+	forced   bool
 }
 
-// None reports whether there is no gap: the slot continues from the recorded position.
-func (g Gap) None() bool { return g.State == SlotHealthy }
+// None reports whether there is no gap: the slot continues from the recorded position, and no
+// recovery was forced.
+func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced }
 
 // LowerBound returns the transaction id from which rows may belong to the gap, and false if the
 // record holds none that applies here.
@@ -136,7 +142,8 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 	if err != nil && !errors.Is(err, ErrSlotLost) {
 		return Gap{}, err
 	}
-	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.confirmedFlush, exists: info.exists, Active: info.activePID}
+	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.confirmedFlush, exists: info.exists, Active: info.activePID,
+		forced: r.cfg.Force}
 	switch {
 	case !info.exists:
 		g.State = SlotMissing

@@ -48,7 +48,7 @@ type tableYAML struct {
 // rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
 var knownSettings = []string{
 	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
-	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "json", "listen",
+	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "listen",
 	"log-format", "log-level", "max-message-size", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
 	"publication", "relay-url", "require-relay", "shutdown-timeout", "slot", "status-interval", "table", "wait-for-servers", "window",
 }

@@ -28,6 +28,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
 	acceptLoss := c.s.addBool("accept-loss", "", "false",
 		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
+	force := c.s.addBool("force", "", "false",
+		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	c.s.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -36,7 +38,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := c.s.resolve(); err != nil {
 		return err
 	}
-	cfg, pcfg, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss)
+	cfg, pcfg, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss *setting) (replication.RecoverConfig, publisher.Config, bool, error) {
+func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (replication.RecoverConfig, publisher.Config, bool, error) {
 	var (
 		cfg  replication.RecoverConfig
 		pcfg publisher.Config
@@ -109,6 +111,9 @@ func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss *se
 	if cfg.AcceptLoss, err = acceptLoss.bool(); err != nil {
 		return cfg, pcfg, dry, err
 	}
+	if cfg.Force, err = force.bool(); err != nil {
+		return cfg, pcfg, dry, err
+	}
 	if !dry {
 		pcfg, err = b.config(c, "walbox")
 	}
@@ -129,6 +134,9 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 	switch g.State {
 	case replication.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
+		if !g.None() {
+			state += "; replaced on request (--force)"
+		}
 	case replication.SlotMissing:
 		state = "missing (dropped, or left behind by a failover)"
 	case replication.SlotLost:

@@ -181,6 +181,14 @@ func TestRecoverRefusals(t *testing.T) {
 			t.Errorf("the slot or its record changed: %s %s, was %s %s", w.confirmedLSNOrZero(), record(), slot, rec)
 		}
 	})
+	t.Run("forced on a healthy slot: for rows the publication did not cover", func(t *testing.T) {
+		slot := w.confirmedLSNOrZero()
+		expect(0, "replaced on request", nil, "--force")
+		if w.confirmedLSNOrZero() == slot {
+			t.Error("the slot was not replaced")
+		}
+		expect(0, "no gap", nil)
+	})
 	t.Run("no record: nothing to recover from", func(t *testing.T) {
 		expect(1, "no record of slot", []string{"WALBOX_SLOT=never_recorded"})
 	})
