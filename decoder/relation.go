@@ -83,29 +83,39 @@ func (d *Decoder) decodeRelation(r *reader) error {
 	}
 	// Each column takes at least 10 bytes: do not let a garbled count allocate more.
 	capacity := min(n, r.remaining()/10)
-	rel := &relation{
-		table:   string(schema) + "." + string(name),
-		mapping: d.mappingOf(schema, name),
-		columns: make([]string, 0, capacity),
-		types:   make([]uint32, 0, capacity),
-	}
+	columns, types := make([]string, 0, capacity), make([]uint32, 0, capacity)
 	for i := 0; i < n && r.ok(); i++ {
 		r.uint8() // flags
 		col := r.cstring()
 		typ := r.uint32()
 		r.uint32() // type modifier
-		rel.columns = append(rel.columns, string(col))
-		rel.types = append(rel.types, typ)
+		columns = append(columns, string(col))
+		types = append(types, typ)
 	}
 	if !r.done() {
-		return &Error{Table: rel.table, Err: malformed("truncated or overlong relation message")}
+		return &Error{Table: string(schema) + "." + string(name), Err: malformed("truncated or overlong relation message")}
 	}
-	if err := d.checkColumns(rel); err != nil {
+	rel, err := d.newRelation(schema, name, columns, types)
+	if err != nil {
 		return err
 	}
-	rel.resolve()
 	d.rels[id] = rel
 	return nil
+}
+
+// newRelation resolves a table's columns, in tuple order, against its mapping.
+func (d *Decoder) newRelation(schema, name []byte, columns []string, types []uint32) (*relation, error) {
+	rel := &relation{
+		table:   string(schema) + "." + string(name),
+		mapping: d.mappingOf(schema, name),
+		columns: columns,
+		types:   types,
+	}
+	if err := d.checkColumns(rel); err != nil {
+		return nil, err
+	}
+	rel.resolve()
+	return rel, nil
 }
 
 func (d *Decoder) mappingOf(schema, name []byte) *outbox.Mapping {

@@ -205,7 +205,7 @@ func (c Coverage) Err() error {
 	switch {
 	case !c.Exists:
 		return fmt.Errorf("%w: publication %q; run `walbox migrate`, or CREATE PUBLICATION %s FOR TABLE ... WITH (publish = 'insert'). "+
-			"If it existed and was dropped, rows written since were not decoded: recreate it, then run `walbox recover`",
+			"If it existed and was dropped, rows written since were not decoded: recreate it, then run `walbox recover --force`",
 			ErrNoPublication, c.Publication, pub)
 	case !c.Inserts:
 		return fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
@@ -216,7 +216,7 @@ func (c Coverage) Err() error {
 			has = " (it contains " + strings.Join(c.Contains, ", ") + "; a table renamed into place is a new table to a publication)"
 		}
 		return fmt.Errorf("%w: publication %q does not contain table %s as it is now%s; rows written to it are not decoded. "+
-			"Add it (ALTER PUBLICATION %s ADD TABLE %s); if rows were written to it meanwhile, run `walbox recover`",
+			"Add it (ALTER PUBLICATION %s ADD TABLE %s); if rows were written to it meanwhile, run `walbox recover --force`",
 			ErrNotCovered, c.Publication, strings.Join(c.Missing, ", "), has, pub, c.Missing[0])
 	}
 	return nil

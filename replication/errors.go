@@ -34,6 +34,17 @@ var (
 	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
 	// connection is taken for dead and a new session starts.
 	ErrServerSilent = errors.New("no message from the server")
+	// ErrNothingRecorded means the slot has no record: there is no known position to recover from.
+	ErrNothingRecorded = errors.New("nothing is recorded for the slot")
+	// ErrNoLowerBound means the record holds no transaction horizon that row ids can be held
+	// against, so only republishing every row (AllRows) covers the gap.
+	ErrNoLowerBound = errors.New("no lower bound for the rows of the gap")
+	// ErrRowsGone means the gap's rows are not in the table: producers delete rows as they
+	// insert them, or they were pruned.
+	ErrRowsGone = errors.New("the rows of the gap are not in the outbox table")
+	// ErrPositionIDs means a table's message ids come from stream positions, which rows read
+	// from the table do not have.
+	ErrPositionIDs = errors.New("message ids come from stream positions")
 )
 
 // permanent marks an error that retrying cannot fix.

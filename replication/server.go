@@ -178,7 +178,7 @@ func readSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (slotInfo, 
 		return info, fatal(fmt.Errorf("%w: slot %s belongs to database %s, not %s", ErrSlotMismatch, slot, info.database, r[7]))
 	case info.walStatus == "lost":
 		return info, fatal(fmt.Errorf("%w: slot %s has wal_status lost (max_slot_wal_keep_size exceeded); rows after %s are gone from WAL. "+
-			"Recover them from the outbox table, then drop and recreate the slot", ErrSlotLost, slot, info.confirmedFlush))
+			"Run `walbox recover` (see the README, Slot lost)", ErrSlotLost, slot, info.confirmedFlush))
 	}
 	return info, nil
 }

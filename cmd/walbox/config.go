@@ -47,8 +47,8 @@ type tableYAML struct {
 // knownSettings lists every setting of every command, so that a typo in the file is an error
 // rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
 var knownSettings = []string{
-	"alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
-	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "json", "listen",
+	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
+	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "listen",
 	"log-format", "log-level", "max-message-size", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
 	"publication", "relay-url", "require-relay", "shutdown-timeout", "slot", "status-interval", "table", "wait-for-servers", "window",
 }

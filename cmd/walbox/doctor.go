@@ -76,7 +76,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		d.mappings = c.s.file.tables
 		d.table = d.mappings[0].WithDefaults().Table
 	}
-	if d.broker, err = b.config(c); err != nil {
+	if d.broker, err = b.config(c, "walbox-doctor"); err != nil {
 		return err
 	}
 	wantJSON, err := asJSON.bool()
@@ -232,52 +232,6 @@ func sslmode(dsn string) string {
 		return m
 	}
 	return "prefer"
-}
-
-// brokerSettings are the RabbitMQ settings of `walbox run`, for the commands that dial the broker
-// as it does.
-type brokerSettings struct {
-	url, password, caFile, certFile, keyFile, exchange, alternate, park *setting
-}
-
-func addBrokerSettings(s *settings) *brokerSettings {
-	return &brokerSettings{
-		url: s.add("amqp-url", "WALBOX_AMQP_URL", "", "RabbitMQ URL, amqp:// or amqps://"),
-		password: s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
-			"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)"),
-		caFile:   s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)"),
-		certFile: s.add("amqp-cert-file", "WALBOX_AMQP_CERT_FILE", "", "PEM client certificate for amqps"),
-		keyFile:  s.add("amqp-key-file", "WALBOX_AMQP_KEY_FILE", "", "PEM key of the client certificate"),
-		exchange: s.add("exchange", "WALBOX_EXCHANGE", "outbox", "topic exchange to publish to (declared durable)"),
-		alternate: s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
-			"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\" for no alternate exchange)"),
-		park: s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)"),
-	}
-}
-
-// config builds the publisher configuration; a bad setting is a configError.
-func (b *brokerSettings) config(c *common) (publisher.Config, error) {
-	var (
-		cfg publisher.Config
-		err error
-	)
-	if cfg.URL, err = b.url.required(); err != nil {
-		return cfg, err
-	}
-	if b.password.value != "" {
-		if cfg.URL, err = withURLPassword(cfg.URL, b.password.value); err != nil {
-			return cfg, badSetting(b.password, "%v", err)
-		}
-	}
-	if cfg.TLS, err = amqpTLS(b.caFile.value, b.certFile.value, b.keyFile.value); err != nil {
-		return cfg, badSetting(b.caFile, "%v", err)
-	}
-	cfg.Exchange, cfg.AlternateExchange, cfg.ParkExchange = b.exchange.value, b.alternate.value, b.park.value
-	cfg.AppID = "walbox-doctor"
-	if err := cfg.Validate(); err != nil {
-		return cfg, configError{redact.Text(err.Error(), c.secrets()...)}
-	}
-	return cfg, nil
 }
 
 // hostPort renders a PostgreSQL host for messages.

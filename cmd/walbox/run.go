@@ -16,19 +16,7 @@ import (
 
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c := newCommon()
-	amqpURL := c.s.add("amqp-url", "WALBOX_AMQP_URL", "", "RabbitMQ URL, amqp:// or amqps://")
-	amqpPassword := c.s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
-		"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)")
-	caFile := c.s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)")
-	certFile := c.s.add("amqp-cert-file", "WALBOX_AMQP_CERT_FILE", "", "PEM client certificate for amqps")
-	keyFile := c.s.add("amqp-key-file", "WALBOX_AMQP_KEY_FILE", "", "PEM key of the client certificate")
-	exchange := c.s.add("exchange", "WALBOX_EXCHANGE", "outbox", "topic exchange to publish to (declared durable)")
-	alternate := c.s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
-		"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\": unroutable messages stall the stream until a queue is bound)")
-	park := c.s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)")
-	maxSize := c.s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "134217728",
-		"largest message body in bytes; larger rows are parked (keep at or below the broker's max_message_size)")
-	window := c.s.add("window", "WALBOX_WINDOW", "1024", "most messages published and not yet confirmed")
+	b := addBrokerSettings(&c.s)
 	status := c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
 		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
 	shutdown := c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
@@ -52,27 +40,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 
-	cfg, pcfg, err := relayConfig(c, amqpURL, exchange, window, status, shutdown, createSlot)
+	cfg, pcfg, err := relayConfig(c, b, status, shutdown, createSlot)
 	if err != nil {
 		return err
-	}
-	if c.s.file != nil && len(c.s.file.tables) > 0 {
-		cfg.Mappings = c.s.file.tables
-	}
-	if amqpPassword.value != "" {
-		if pcfg.URL, err = withURLPassword(pcfg.URL, amqpPassword.value); err != nil {
-			return badSetting(amqpPassword, "%v", err)
-		}
-	}
-	if pcfg.TLS, err = amqpTLS(caFile.value, certFile.value, keyFile.value); err != nil {
-		return badSetting(caFile, "%v", err)
-	}
-	pcfg.AlternateExchange, pcfg.ParkExchange = alternate.value, park.value
-	if pcfg.MaxMessageSize, err = maxSize.int(); err != nil {
-		return err
-	}
-	if err := pcfg.Validate(); err != nil {
-		return configError{redact.Text(err.Error(), c.secrets()...)}
 	}
 	log, err := newLogger(stderr, logLevel.value, logFormat.value, c.secrets())
 	if err != nil {
@@ -141,7 +111,7 @@ func (os observers) Observe(e replication.Event) {
 	}
 }
 
-func relayConfig(c *common, amqpURL, exchange, window, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
+func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
 	var (
 		cfg  replication.Config
 		pcfg publisher.Config
@@ -150,15 +120,14 @@ func relayConfig(c *common, amqpURL, exchange, window, status, shutdown, createS
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return cfg, pcfg, err
 	}
-	if pcfg.URL, err = amqpURL.required(); err != nil {
-		return cfg, pcfg, err
-	}
 	if cfg.Table, err = c.outboxTable(); err != nil {
 		return cfg, pcfg, err
 	}
-	if cfg.Window, err = window.int(); err != nil {
+	cfg.Mappings = c.mappings()
+	if pcfg, err = b.config(c, "walbox"); err != nil {
 		return cfg, pcfg, err
 	}
+	cfg.Window = pcfg.Window
 	if cfg.StatusInterval, err = status.duration(); err != nil {
 		return cfg, pcfg, err
 	}
@@ -171,10 +140,6 @@ func relayConfig(c *common, amqpURL, exchange, window, status, shutdown, createS
 	}
 	cfg.CreateSlot = &create
 	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
-	pcfg.Exchange, pcfg.Window, pcfg.AppID = exchange.value, cfg.Window, "walbox"
-	if err := pcfg.Validate(); err != nil {
-		return cfg, pcfg, configError{redact.Text(err.Error(), c.secrets()...)}
-	}
 	// Validate the rest with a placeholder dialer; the real one is set by the caller.
 	probe := cfg
 	probe.Dial = func(context.Context) (replication.Publisher, error) { return nil, errors.New("unused") }

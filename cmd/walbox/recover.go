@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+)
+
+const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, in keep-rows retention: " +
+	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
+	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
+	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
+	"Takes run's database, table (config file tables) and broker settings. The role needs REPLICATION, SELECT on the " +
+	"outbox tables and write on walbox_slots (the role that ran walbox migrate, given REPLICATION)"
+
+func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommon()
+	b := addBrokerSettings(&c.s)
+	dryRun := c.s.addBool("dry-run", "", "false", "show the gap and count the rows that would be republished (counted now: an upper bound); change nothing")
+	allRows := c.s.addBool("all-rows", "", "false",
+		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
+	acceptLoss := c.s.addBool("accept-loss", "", "false",
+		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
+	force := c.s.addBool("force", "", "false",
+		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
+	fs := newFlagSet("recover", recoverSummary, stderr)
+	c.s.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.s.resolve(); err != nil {
+		return err
+	}
+	cfg, pcfg, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) { return publisher.Dial(ctx, pcfg) }
+	cfg.OnParked = func(p *outbox.Parked) {
+		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
+	}
+
+	ctx, stop := signalContext(ctx, func() {})
+	defer stop()
+	rec, err := replication.OpenRecovery(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer rec.Close()
+	gap, err := rec.Inspect(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	showGap(stdout, cfg.Slot, gap)
+	if gap.None() {
+		fmt.Fprintf(stdout, "no gap: slot %s continues from the recorded position; nothing to do\n", cfg.Slot)
+		return nil
+	}
+	if dry {
+		counts, err := rec.Count(ctx, gap)
+		if err != nil {
+			return fail(err)
+		}
+		showCounts(stdout, gap, counts)
+		return nil
+	}
+	res, err := rec.Recover(ctx, gap)
+	if err != nil {
+		if res.ConsistentPoint != 0 {
+			err = fmt.Errorf("%w (the new slot exists at %s but is not recorded yet, so walbox run refuses it; "+
+				"run walbox recover again: it repeats the recovery, which can only publish duplicates)", err, res.ConsistentPoint)
+		}
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "created slot %s at %s; rows committed after that stream from it\n", cfg.Slot, res.ConsistentPoint)
+	fmt.Fprintf(stdout, "republished %d rows (%d parked), every one confirmed by the broker, in %s\n",
+		res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "recorded slot %s at %s: start walbox run\n", cfg.Slot, res.ConsistentPoint)
+	return nil
+}
+
+func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (replication.RecoverConfig, publisher.Config, bool, error) {
+	var (
+		cfg  replication.RecoverConfig
+		pcfg publisher.Config
+		dry  bool
+		err  error
+	)
+	if cfg.DatabaseURL, err = c.dsn(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	if cfg.Table, err = c.outboxTable(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	cfg.Mappings = c.mappings()
+	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
+	if dry, err = dryRun.bool(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	if cfg.AllRows, err = allRows.bool(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	if cfg.AcceptLoss, err = acceptLoss.bool(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	if cfg.Force, err = force.bool(); err != nil {
+		return cfg, pcfg, dry, err
+	}
+	if !dry {
+		pcfg, err = b.config(c, "walbox")
+	}
+	return cfg, pcfg, dry, err
+}
+
+func showGap(w io.Writer, slot string, g replication.Gap) {
+	r := g.Record
+	fmt.Fprintf(w, "slot %s\n", slot)
+	fmt.Fprintf(w, "  last recorded position  %s at %s (origin %s)\n", r.ConfirmedLSN,
+		r.ConfirmedAt.UTC().Format(time.RFC3339), r.Origin)
+	if r.ConfirmedXmin != 0 {
+		fmt.Fprintf(w, "  recorded xmin horizon   %d\n", r.ConfirmedXmin)
+	} else {
+		fmt.Fprintf(w, "  recorded xmin horizon   none\n")
+	}
+	var state string
+	switch g.State {
+	case replication.SlotHealthy:
+		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
+		if !g.None() {
+			state += "; replaced on request (--force)"
+		}
+	case replication.SlotMissing:
+		state = "missing (dropped, or left behind by a failover)"
+	case replication.SlotLost:
+		state = fmt.Sprintf("lost (invalidated at %s: max_slot_wal_keep_size)", g.SlotLSN)
+	case replication.SlotAhead:
+		state = fmt.Sprintf("ahead at %s (recreated or advanced behind walbox's back)", g.SlotLSN)
+	case replication.SlotOtherSystem:
+		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
+	}
+	fmt.Fprintf(w, "  slot                    %s\n", state)
+}
+
+func showCounts(w io.Writer, g replication.Gap, counts []replication.Count) {
+	var total int64
+	for _, c := range counts {
+		total += c.Rows
+		empty := ""
+		if c.Empty {
+			empty = " (the table is empty)"
+		}
+		fmt.Fprintf(w, "  %-22s  %d rows%s\n", c.Table.String(), c.Rows, empty)
+	}
+	fmt.Fprintf(w, "dry run: would republish %d rows that may have committed after %s (counted now: an upper bound, "+
+		"rows committed before it are published again too); nothing changed\n", total, g.Record.ConfirmedLSN)
+}

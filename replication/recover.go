@@ -1,0 +1,291 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
+)
+
+// RecoverConfig configures a Recovery.
+type RecoverConfig struct {
+	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in Config. The role needs
+	// REPLICATION, SELECT on the outbox tables and write on the registry (the table owner's).
+	DatabaseURL string
+	Slot        string
+	Publication string
+	Table       outbox.Table
+	Mappings    []outbox.Mapping
+	// Dial opens the publishing session; required to Recover, not to Inspect or Count.
+	Dial Dialer
+	// AllRows republishes every row of the outbox tables where the record holds no usable lower
+	// bound (a slot adopted and never confirmed on, or a record from another server).
+	AllRows bool
+	// AcceptLoss recreates the slot and resets the record although the gap's rows are gone
+	// from the table (producers delete rows as they insert them).
+	AcceptLoss bool
+	// Force recovers although the slot continues from the record: for rows the publication did
+	// not cover (a table swapped in by renames, the publication dropped or altered), which no
+	// slot decoded.
+	Force bool
+	// OnParked, if set, is told about every row parked as one that can never be delivered.
+	OnParked func(p *outbox.Parked)
+}
+
+func (c *RecoverConfig) validate() error {
+	probe := Config{DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
+		Mappings: c.Mappings, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
+	if err := probe.Validate(); err != nil {
+		return err
+	}
+	c.Slot, c.Publication, c.Mappings = probe.Slot, probe.Publication, probe.Mappings
+	return nil
+}
+
+// Slot states a Gap names.
+const (
+	SlotHealthy     = "healthy"      // exists, not ahead of the record: no gap
+	SlotMissing     = "missing"      // dropped, or left behind by a failover
+	SlotLost        = "lost"         // invalidated (wal_status lost)
+	SlotAhead       = "ahead"        // recreated or advanced past the record
+	SlotOtherSystem = "other system" // recorded on another server (a restore, a new cluster)
+)
+
+// Gap is what Inspect found: the slot's record and the slot as it is.
+type Gap struct {
+	Record   registry.Record
+	State    string        // one of the Slot* states
+	SlotLSN  pglogrepl.LSN // the slot's confirmed_flush_lsn, if it exists
+	SystemID string        // this server's system identifier
+	Active   string        // the pid streaming from the slot, if any
+	exists   bool
+	forced   bool
+}
+
+// None reports whether there is no gap: the slot continues from the recorded position, and no
+// recovery was forced.
+func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced }
+
+// LowerBound returns the transaction id from which rows may belong to the gap, and false if the
+// record holds none that applies here.
+func (g Gap) LowerBound() (uint64, bool) {
+	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
+}
+
+// Recovery recovers one lost slot: Inspect, then Count or Recover. Close releases it.
+type Recovery struct {
+	cfg    RecoverConfig
+	repl   *pgconn.PgConn // the replication connection: reads and creates the slot
+	db     *pgx.Conn      // an ordinary connection: the registry, the rows
+	reg    *registry.Store
+	sys    pglogrepl.IdentifySystemResult
+	tables []*gapTable
+}
+
+// OpenRecovery connects to the database twice (a replication and an ordinary connection).
+func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	repl, err := connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	r := &Recovery{cfg: cfg, repl: repl}
+	pcfg, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		r.Close()
+		return nil, errors.New("parse database url: not a valid connection string or URL")
+	}
+	// Rows are read as text, as the walsender writes them: timestamps in the ISO style.
+	pcfg.RuntimeParams["DateStyle"] = "ISO"
+	pcfg.RuntimeParams["application_name"] = "walbox recover"
+	if r.db, err = pgx.ConnectConfig(ctx, pcfg); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	r.reg = registry.New(r.db, cfg.Mappings[0].Table.Schema)
+	if r.sys, err = pglogrepl.IdentifySystem(ctx, repl); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("identify system: %w", err)
+	}
+	return r, nil
+}
+
+// Close closes both connections.
+func (r *Recovery) Close() {
+	if r.db != nil {
+		_ = r.db.Close(context.Background())
+	}
+	_ = r.repl.Close(context.Background())
+}
+
+// Inspect reads the slot's record and the slot. A slot without a record is ErrNothingRecorded;
+// a gap on a slot another process streams from is ErrSlotActive.
+func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
+	slot := r.cfg.Slot
+	rec, ok, err := r.reg.Get(ctx, slot)
+	if err != nil {
+		return Gap{}, err
+	}
+	if !ok {
+		return Gap{}, fmt.Errorf("%w: %s has no record of slot %s, so there is no known position to recover from. "+
+			"walbox run and walbox migrate create a slot where nothing was recorded", ErrNothingRecorded, r.reg.Table(), slot)
+	}
+	info, err := readSlot(ctx, r.repl, slot)
+	if err != nil && !errors.Is(err, ErrSlotLost) {
+		return Gap{}, err
+	}
+	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.confirmedFlush, exists: info.exists, Active: info.activePID,
+		forced: r.cfg.Force}
+	switch {
+	case !info.exists:
+		g.State = SlotMissing
+	case info.walStatus == "lost":
+		g.State = SlotLost
+	case rec.SystemID != r.sys.SystemID:
+		g.State = SlotOtherSystem
+	case info.confirmedFlush > rec.ConfirmedLSN:
+		g.State = SlotAhead
+	default:
+		g.State = SlotHealthy
+	}
+	if !g.None() && info.active {
+		return g, fmt.Errorf("%w: slot %s (%s) is streaming to pid %s; stop whatever streams from it first",
+			ErrSlotActive, slot, g.State, info.activePID)
+	}
+	return g, nil
+}
+
+// Count is what the gap holds now, per table.
+type Count struct {
+	Table outbox.Table
+	Rows  int64 // rows selected as possibly of the gap
+	Empty bool  // the table has no rows at all
+}
+
+// Count counts the rows Recover would republish if it ran now: an upper bound, since rows
+// committed from now on are in the gap too until the new slot exists. It changes nothing, and
+// refuses what Recover would refuse.
+func (r *Recovery) Count(ctx context.Context, g Gap) ([]Count, error) {
+	if err := r.prepare(ctx, g); err != nil {
+		return nil, err
+	}
+	return r.count(ctx, r.db)
+}
+
+// Result is what Recover did.
+type Result struct {
+	// ConsistentPoint is the new slot's starting position: rows committed before it were
+	// republished from the table, rows committed after it stream from the slot.
+	ConsistentPoint pglogrepl.LSN
+	Rows            int64 // rows selected
+	Published       int64 // rows republished and confirmed
+	Parked          int64 // rows parked, confirmed
+	Duration        time.Duration
+}
+
+// Recover replaces the slot and republishes the gap's rows: it drops the old slot if it still
+// exists, creates a new one with an exported snapshot, republishes, in that snapshot, every row
+// whose inserting transaction may have committed after the recorded position, waits until the
+// broker confirmed each one, and only then resets the record to the new slot. Until then the
+// new slot is ahead of the record, so walbox run refuses it and running Recover again repeats
+// the whole recovery (duplicates only).
+func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
+	start := time.Now()
+	if g.None() {
+		return Result{}, errors.New("no gap to recover")
+	}
+	if r.cfg.Dial == nil {
+		return Result{}, errors.New("recover: dial: required")
+	}
+	if err := r.prepare(ctx, g); err != nil {
+		return Result{}, err
+	}
+	if err := r.checkRowsThere(ctx); err != nil {
+		return Result{}, err
+	}
+	if g.exists {
+		if _, err := r.db.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); err != nil {
+			return Result{}, fmt.Errorf("drop slot %s: %w", r.cfg.Slot, classify(err, r.cfg.Slot))
+		}
+	}
+	_, horizon, err := r.reg.Horizon(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	created, err := pglogrepl.CreateReplicationSlot(ctx, r.repl, r.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return Result{}, fmt.Errorf("create slot %s: %w", r.cfg.Slot, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(created.ConsistentPoint)
+	if err != nil {
+		return Result{}, fmt.Errorf("create slot %s: consistent point %q: %w", r.cfg.Slot, created.ConsistentPoint, err)
+	}
+	res := Result{ConsistentPoint: lsn}
+	if err := r.republish(ctx, created.SnapshotName, &res); err != nil {
+		return res, err
+	}
+	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,
+		Origin: registry.OriginRecovered, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: horizon})
+	res.Duration = time.Since(start)
+	return res, err
+}
+
+// republish reads the gap's rows in the slot's exported snapshot and publishes them. The
+// replication connection that exported the snapshot stays open and idle meanwhile: the snapshot
+// lives until its next command.
+func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) error {
+	tx, err := r.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+		return fmt.Errorf("import the new slot's snapshot %s: %w", snapshot, err)
+	}
+	pub, err := r.cfg.Dial(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to broker: %w", err)
+	}
+	defer pub.Close()
+	rp := &republisher{pub: pub, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
+	if err := r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
+		res.Rows++
+		return rp.row(ctx, t, values)
+	}); err != nil {
+		return err
+	}
+	if err := rp.wait(ctx); err != nil {
+		return err
+	}
+	res.Published, res.Parked = rp.published, rp.parked
+	return tx.Commit(ctx)
+}
+
+// checkRowsThere refuses to go on when nothing in the tables can be of the gap and the tables
+// are empty: producers that delete rows as they insert them leave nothing to republish.
+func (r *Recovery) checkRowsThere(ctx context.Context) error {
+	if r.cfg.AcceptLoss {
+		return nil
+	}
+	counts, err := r.count(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	for _, c := range counts {
+		if c.Rows > 0 || !c.Empty {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+
+		"(outbox.DeleteAfterInsert), the rows committed in the gap exist nowhere any more and cannot be republished. "+
+		"To recreate the slot and accept that loss, run again with --accept-loss", ErrRowsGone)
+}

@@ -1,0 +1,100 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/outbox"
+)
+
+// republisher publishes the rows of a gap on one session and counts the broker's confirms. Any
+// failure ends the recovery: nothing is retried here, since running recover again repeats it all.
+type republisher struct {
+	pub       Publisher
+	confirms  <-chan outbox.Confirm
+	onParked  func(p *outbox.Parked)
+	sent      int64 // messages published or parked
+	confirmed int64
+	published int64
+	parked    int64
+}
+
+// row publishes one row of t as the relay would have, or parks it as the relay would have.
+func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) error {
+	m, err := t.rows.Message(values)
+	if decoder.IsBadRow(err) {
+		var de *decoder.Error
+		errors.As(err, &de)
+		return p.park(ctx, &de.Partial, t.mapping.Table.String(), err)
+	}
+	if err != nil {
+		return fmt.Errorf("table %s: %w", t.mapping.Table, err)
+	}
+	_, err = p.pub.Publish(ctx, &m)
+	if errors.Is(err, outbox.ErrUnpublishable) {
+		return p.park(ctx, &m, t.mapping.Table.String(), err)
+	}
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
+	}
+	p.sent++
+	p.published++
+	return p.drain()
+}
+
+// park sets the row aside on the park exchange. A recovered row has no WAL position: its
+// x-walbox-lsn header is empty.
+func (p *republisher) park(ctx context.Context, m *outbox.Message, table string, why error) error {
+	parked := &outbox.Parked{Message: *m, Reason: why.Error(), Table: table}
+	if _, err := p.pub.Park(ctx, parked); err != nil {
+		return fmt.Errorf("park %s: %w", m.AMQPMessageID(), err)
+	}
+	p.sent++
+	p.parked++
+	if p.onParked != nil {
+		p.onParked(parked)
+	}
+	return p.drain()
+}
+
+// drain applies the confirms already there, without waiting.
+func (p *republisher) drain() error {
+	for {
+		select {
+		case c, ok := <-p.confirms:
+			if err := p.apply(c, ok); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// wait blocks until the broker confirmed every message sent.
+func (p *republisher) wait(ctx context.Context) error {
+	for p.confirmed < p.sent {
+		select {
+		case c, ok := <-p.confirms:
+			if err := p.apply(c, ok); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, ctx.Err())
+		}
+	}
+	return nil
+}
+
+func (p *republisher) apply(c outbox.Confirm, ok bool) error {
+	switch {
+	case !ok:
+		return fmt.Errorf("broker session ended with %d of %d messages not confirmed", p.sent-p.confirmed, p.sent)
+	case c.Err != nil:
+		return fmt.Errorf("message %d of %d not confirmed: %w", c.Seq, p.sent, c.Err)
+	}
+	p.confirmed++
+	return nil
+}

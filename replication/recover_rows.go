@@ -1,0 +1,251 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/outbox"
+)
+
+// The rows of the gap are those whose inserting transaction may have committed after the
+// recorded position. The registry records, with each position, the xmin horizon of a snapshot
+// taken while the WAL was at or before that position: a transaction committing after the
+// position was running then or had no id yet, so its id (and that of each of its
+// subtransactions) is no lower than the horizon. Rows whose xmin is at or after the horizon are
+// selected; some committed before the position and are published again (duplicates, never loss).
+// A row's xmin is 32 bits and wraps around, so it is compared with the 64-bit horizon modulo
+// 2^32: xmin is "at or after" when it is less than 2^31 transactions ahead.
+const gapCondition = "((xmin::text::bigint - %d + 4294967296) %% 4294967296) < 2147483648"
+
+// fetchSize is how many rows a cursor fetches at a time.
+const fetchSize = 500
+
+// gapTable is one outbox table as recover reads it.
+type gapTable struct {
+	mapping outbox.Mapping
+	rows    *decoder.TableRows
+	name    string // the quoted table name
+	columns string // the select list: every published column as text
+	where   string // the gap's rows, under the publication's row filter
+}
+
+// prepare checks the mappings and the publication and builds the queries, once.
+func (r *Recovery) prepare(ctx context.Context, g Gap) error {
+	if r.tables != nil {
+		return nil
+	}
+	cond, err := r.gapCondition(ctx, g)
+	if err != nil {
+		return err
+	}
+	dec := decoder.New(r.cfg.Mappings...)
+	var tables []*gapTable
+	for _, m := range r.cfg.Mappings {
+		if m.MessageID == outbox.IDFromPosition {
+			return fmt.Errorf("%w: table %s takes its message ids from commit positions (message-id: position), and a row read "+
+				"from the table has none, so it cannot be republished with the id the relay would have given it. "+
+				"Consumers could not deduplicate it; recover refuses rather than publish it under a new id", ErrPositionIDs, m.Table)
+		}
+		t, err := r.table(ctx, dec, m, cond)
+		if err != nil {
+			return err
+		}
+		tables = append(tables, t)
+	}
+	r.tables = tables
+	return nil
+}
+
+// gapCondition returns the SQL condition that selects the rows of the gap.
+func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
+	if r.cfg.AllRows {
+		return "true", nil
+	}
+	bound, ok := g.LowerBound()
+	if !ok {
+		why := "the slot was adopted (found, not created, by walbox) and walbox never confirmed a position on it"
+		if g.State == SlotOtherSystem {
+			why = "the record comes from another server (system identifier " + g.Record.SystemID +
+				"), whose transaction ids mean nothing here"
+		}
+		return "", fmt.Errorf("%w: the record of slot %s holds no transaction horizon to tell the rows of the gap by: %s. "+
+			"Run again with --all-rows to republish every row of the outbox tables (consumers deduplicate by id)",
+			ErrNoLowerBound, r.cfg.Slot, why)
+	}
+	var next string
+	if err := r.db.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&next); err != nil {
+		return "", fmt.Errorf("read the next transaction id: %w", err)
+	}
+	n, err := strconv.ParseUint(next, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("read the next transaction id %q: %w", next, err)
+	}
+	if bound > n || n-bound >= 1<<31 {
+		return "", fmt.Errorf("%w: the recorded horizon, transaction %d, is too far from the next one, %d, to compare row ids "+
+			"with it. Run again with --all-rows to republish every row of the outbox tables", ErrNoLowerBound, bound, n)
+	}
+	return fmt.Sprintf(gapCondition, bound%(1<<32)), nil
+}
+
+// table reads what the publication publishes of m's table (its columns, its row filter) and
+// prepares the table's decoding and queries.
+func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m outbox.Mapping, cond string) (*gapTable, error) {
+	var (
+		published []string
+		filter    string
+		inserts   bool
+	)
+	err := r.db.QueryRow(ctx, `SELECT t.attnames, coalesce(t.rowfilter, ''), p.pubinsert
+		FROM pg_publication_tables t JOIN pg_publication p ON p.pubname = t.pubname
+		WHERE t.pubname = $1 AND t.schemaname = $2 AND t.tablename = $3`,
+		r.cfg.Publication, m.Table.Schema, m.Table.Name).Scan(&published, &filter, &inserts)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("%w: publication %q does not contain table %s; the new slot would stream nothing of it. "+
+			"Fix the publication first (walbox migrate, or ALTER PUBLICATION ... ADD TABLE)", ErrNotCovered, r.cfg.Publication, m.Table)
+	case err != nil:
+		return nil, fmt.Errorf("read publication %s: %w", r.cfg.Publication, err)
+	case !inserts:
+		return nil, fmt.Errorf("%w: publication %q does not publish inserts; fix it first (ALTER PUBLICATION %s SET (publish = 'insert'))",
+			ErrNotCovered, r.cfg.Publication, quoteIdent(r.cfg.Publication))
+	}
+	name := pgx.Identifier{m.Table.Schema, m.Table.Name}.Sanitize()
+	cols, err := r.columns(ctx, name, published)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := dec.Rows(m.Table.Schema, m.Table.Name, cols)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: %w", m.Table, err)
+	}
+	list := make([]string, len(cols))
+	for i, c := range cols {
+		list[i] = pgx.Identifier{c.Name}.Sanitize() + "::text"
+	}
+	if filter != "" {
+		cond += " AND (" + filter + ")"
+	}
+	return &gapTable{mapping: m, rows: rows, name: name, columns: strings.Join(list, ", "), where: cond}, nil
+}
+
+// columns returns the published columns of the table with their types, in the table's order,
+// as the walsender sends them.
+func (r *Recovery) columns(ctx context.Context, table string, published []string) ([]decoder.Column, error) {
+	rows, err := r.db.Query(ctx, `SELECT attname, atttypid FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' AND attname = ANY($2)
+		ORDER BY attnum`, table, published)
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (decoder.Column, error) {
+		var c decoder.Column
+		err := row.Scan(&c.Name, &c.Type)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// count counts, per table, the rows of the gap and whether the table is empty.
+func (r *Recovery) count(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) ([]Count, error) {
+	counts := make([]Count, len(r.tables))
+	for i, t := range r.tables {
+		counts[i].Table = t.mapping.Table
+		err := q.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+t.where+"), count(*) = 0 FROM "+t.name).
+			Scan(&counts[i].Rows, &counts[i].Empty)
+		if err != nil {
+			return nil, fmt.Errorf("count the rows of %s: %w", t.mapping.Table, err)
+		}
+	}
+	return counts, nil
+}
+
+// eachRow calls fn with the text values of every row of the gap, across the tables in the order
+// of their inserting transactions' ids, oldest first, and within one transaction in the table's
+// physical order (for rows only ever inserted, their insert order). Transaction ids are
+// assigned in start order, not commit order: concurrent transactions may come out of commit order.
+func (r *Recovery) eachRow(ctx context.Context, tx pgx.Tx, fn func(t *gapTable, values [][]byte) error) error {
+	cursors := make([]*cursor, len(r.tables))
+	for i, t := range r.tables {
+		c := &cursor{table: t, name: "walbox_gap_" + strconv.Itoa(i)}
+		_, err := tx.Exec(ctx, "DECLARE "+c.name+" NO SCROLL CURSOR FOR SELECT age(xmin)::text, "+t.columns+
+			" FROM "+t.name+" WHERE "+t.where+" ORDER BY age(xmin) DESC, ctid")
+		if err != nil {
+			return fmt.Errorf("select the rows of %s: %w", t.mapping.Table, err)
+		}
+		cursors[i] = c
+	}
+	for {
+		var next *cursor
+		for _, c := range cursors {
+			if err := c.fill(ctx, tx); err != nil {
+				return err
+			}
+			if len(c.buf) > 0 && (next == nil || c.buf[0].age > next.buf[0].age) {
+				next = c
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		row := next.buf[0]
+		next.buf = next.buf[1:]
+		if err := fn(next.table, row.values); err != nil {
+			return err
+		}
+	}
+}
+
+// cursor reads one table's rows of the gap in batches.
+type cursor struct {
+	table *gapTable
+	name  string
+	buf   []gapRow
+	done  bool
+}
+
+// gapRow is a row's transaction age (larger is older) and its column values as text.
+type gapRow struct {
+	age    int64
+	values [][]byte
+}
+
+// fill fetches the next batch once the buffer is empty.
+func (c *cursor) fill(ctx context.Context, tx pgx.Tx) error {
+	if len(c.buf) > 0 || c.done {
+		return nil
+	}
+	rows, err := tx.Query(ctx, "FETCH "+strconv.Itoa(fetchSize)+" FROM "+c.name)
+	if err != nil {
+		return fmt.Errorf("read the rows of %s: %w", c.table.mapping.Table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		raw := rows.RawValues()
+		age, err := strconv.ParseInt(string(raw[0]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("read the rows of %s: age %q: %w", c.table.mapping.Table, raw[0], err)
+		}
+		row := gapRow{age: age, values: make([][]byte, len(raw)-1)}
+		for i, v := range raw[1:] {
+			if v != nil {
+				row.values[i] = append([]byte{}, v...)
+			}
+		}
+		c.buf = append(c.buf, row)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the rows of %s: %w", c.table.mapping.Table, err)
+	}
+	c.done = len(c.buf) < fetchSize
+	return nil
+}
