@@ -50,11 +50,13 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		r.stats.State.Store(int32(StateStarting))
 		progressed, err := r.session(ctx)
 		r.endSession(err)
+		if !Retryable(err) && !endedBy(ctx, err) {
+			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
+			// graceful stop.
+			return err
+		}
 		if ctx.Err() != nil {
 			return nil
-		}
-		if !Retryable(err) {
-			return err
 		}
 		wait := backoff.next(progressed)
 		if errors.Is(err, ErrSlotActive) {
@@ -71,6 +73,11 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// endedBy reports whether err only says that ctx ended.
+func endedBy(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // endSession records how a session ended: messages still in flight will be sent again.
@@ -157,7 +164,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		// The replication connection is still good: report what the broker did confirm before
 		// it failed, so that the next session does not send that again. The watermark stopped
 		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
-		_ = s.sendStatus()
+		s.finalStatus()
 	}
 	return s.track.Watermark() > slot.confirmedFlush, err
 }

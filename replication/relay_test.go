@@ -492,3 +492,40 @@ func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {
 		t.Errorf("parked counter = %d, want 3", got)
 	}
 }
+
+func TestFatalErrorIsReturnedWhenTheContextEndsWithIt(t *testing.T) {
+	b := newFakeBroker(true)
+	e := setup(t, testenv.SharedPostgres(t), b)
+	// The broker is never reached (a permanent error), and the stop comes at the same moment.
+	e.start(func(c *replication.Config) {
+		c.Dial = func(context.Context) (replication.Publisher, error) {
+			e.cancel()
+			return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
+		}
+	})
+	err := e.wait(20 * time.Second)
+	if err == nil || replication.Retryable(err) {
+		t.Fatalf("Run = %v, want the permanent error", err)
+	}
+}
+
+func TestShutdownAppliesConfirmsThatArrivedDuringAStalledPublish(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(func(c *replication.Config) { c.ShutdownTimeout = 300 * time.Millisecond })
+	_, beforeA := e.insertTx(1, "a")
+	e.broker.waitPublished(t, 1)
+	// The next publish is held up by the broker; meanwhile the broker confirms the first message,
+	// and the confirm waits unread behind the stalled publish.
+	e.broker.block()
+	defer e.broker.unblock()
+	e.insertTx(1, "b")
+	time.Sleep(300 * time.Millisecond)
+	e.broker.ack(1)
+	time.Sleep(100 * time.Millisecond)
+	if err := e.stop(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := e.slotLSN(); got <= beforeA {
+		t.Fatalf("slot %s not past the confirmed transaction (before %s) after shutdown", got, beforeA)
+	}
+}

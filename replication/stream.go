@@ -434,7 +434,10 @@ func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) 
 		case c, ok := <-confirms:
 			err = s.applyConfirm(c, ok)
 		case <-pctx.Done():
-			err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
+			// Confirms that arrived with the timeout still count.
+			if err = s.drainConfirms(confirms); err == nil && s.track.InFlight() > 0 {
+				err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
+			}
 		}
 		if err != nil {
 			s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
