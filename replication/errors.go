@@ -71,8 +71,8 @@ func classify(err error, slot string) error {
 	switch pgErr.Code {
 	case "55006": // object_in_use: the slot is active for another PID
 		return fmt.Errorf("%w: slot %s: %s", ErrSlotActive, slot, pgErr.Message)
-	case "55000": // object_not_in_prerequisite_state: "can no longer get changes from replication slot"
-		return fatal(fmt.Errorf("%w: slot %s: %s", ErrSlotLost, slot, pgErr.Message))
+	case "55000": // object_not_in_prerequisite_state: many conditions, see notReady
+		return notReady(pgErr, slot)
 	case "42704": // undefined_object: slot or publication
 		if strings.Contains(pgErr.Message, "publication") {
 			return fatal(fmt.Errorf("%w: %s", ErrNoPublication, pgErr.Message))
