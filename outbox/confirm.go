@@ -1,11 +1,17 @@
 package outbox
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Confirm is the broker's verdict on one published message.
 type Confirm struct {
 	Seq uint64 // the sequence number Publish returned (the delivery tag)
 	Err error  // nil: the broker confirmed it and it was routed. Otherwise nacked, returned, or the session died.
+	// At is when the verdict arrived from the broker; zero if the publisher does not say. The
+	// reader may take it later, so latencies are measured to At, not to when it is read.
+	At time.Time
 }
 
 // ErrUnpublishable marks a message the broker can never accept as it stands (too large, or a

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -67,8 +68,9 @@ func (s *Session) onAck(c amqp.Confirmation, ok bool) {
 		s.end(s.closeCause())
 		return
 	}
+	at := time.Now() // the confirm arrived now: amqp091's reader hands it over at once
 	s.drainReturns()
-	if err := s.judge(c); err != nil {
+	if err := s.judge(c, at); err != nil {
 		s.cut()
 		s.end(err)
 	}
@@ -76,7 +78,7 @@ func (s *Session) onAck(c amqp.Confirmation, ok bool) {
 
 // judge turns the confirmation of the next delivery tag into a Confirm. amqp091 re-sequences
 // confirmations, so anything but the next tag means a confirmation was lost.
-func (s *Session) judge(c amqp.Confirmation) error {
+func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 	tag := s.tr.acked + 1
 	if c.DeliveryTag != tag || tag > s.lastPublished() {
 		return fmt.Errorf("%w: confirmation for delivery tag %d, want %d", ErrClosed, c.DeliveryTag, tag)
@@ -90,7 +92,7 @@ func (s *Session) judge(c amqp.Confirmation) error {
 		err = fmt.Errorf("message %s: %w", s.idOf(tag), ErrNacked)
 	}
 	s.release()
-	s.emit(outbox.Confirm{Seq: tag, Err: err})
+	s.emit(outbox.Confirm{Seq: tag, Err: err, At: at})
 	return nil
 }
 

@@ -321,7 +321,10 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 	if err := s.track.Ack(c.Seq); err != nil {
 		return err
 	}
-	now := time.Now()
+	now := c.At
+	if now.IsZero() {
+		now = time.Now()
+	}
 	f := s.flights.get(c.Seq)
 	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
 	if !f.commit.IsZero() {
