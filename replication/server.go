@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -25,14 +24,13 @@ func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 // connectWatched is connect, and also returns a clock of the last time the connection's socket
 // read any bytes: a server sending one long message is not silent, though no whole message has
 // arrived for a while.
-func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *atomic.Int64, error) {
+func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardClock, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		// The parser's message may quote the connection string, password included.
 		return nil, nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
 	}
-	lastRead := new(atomic.Int64)
-	lastRead.Store(time.Now().UnixNano())
+	lastRead := newHeardClock()
 	dial := cfg.DialFunc
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
@@ -57,13 +55,13 @@ func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *atomic.In
 // readClock records when its connection last read any bytes.
 type readClock struct {
 	net.Conn
-	last *atomic.Int64
+	last *heardClock
 }
 
 func (c readClock) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.last.Store(time.Now().UnixNano())
+		c.last.mark()
 	}
 	return n, err
 }

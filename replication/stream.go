@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -29,7 +28,7 @@ type stream struct {
 	sent    pglogrepl.LSN // flush position last reported to the server
 	nextMsg time.Time     // when the next status update is due
 	lastMsg time.Time     // when the last status update was sent
-	heard   *atomic.Int64 // when the socket last read bytes from the server, in Unix nanoseconds
+	heard   *heardClock   // when the socket last read bytes from the server
 	silence time.Duration // how long the server may stay silent, having been asked to reply
 	stats   *Stats
 	obs     Observer
@@ -140,7 +139,7 @@ func (s *stream) checkHeard() error {
 }
 
 // silent returns how long the server has sent nothing at all.
-func (s *stream) silent() time.Duration { return time.Since(time.Unix(0, s.heard.Load())) }
+func (s *stream) silent() time.Duration { return s.heard.silent() }
 
 func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
 	if len(data) == 0 {
