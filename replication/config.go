@@ -51,11 +51,15 @@ type Config struct {
 	StatusInterval time.Duration
 	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
 	// it to reply, before it takes the replication connection for dead and starts a new session.
-	// Zero (the default) means the server's wal_sender_timeout, after which the server drops the
-	// relay anyway, but at least three status intervals. The relay asks for a reply in every
-	// status update once it has heard nothing for half an interval, and a live server answers at
-	// once. Any byte counts, so one long message streaming in is not silence. Without this a
-	// silent network partition would hold the relay until TCP gives up, many minutes later.
+	// Zero (the default) means three quarters of the server's wal_sender_timeout, so that on a
+	// silent partition the relay gives up before the server drops it and lets a standby take
+	// the slot. The relay asks for a reply in every status update once it has heard nothing for
+	// half an interval; a live server answers at once, except while it decodes a large
+	// transaction of other tables, when it reads replies only every half wal_sender_timeout:
+	// a value below half of wal_sender_timeout plus a status interval is raised to that, with a
+	// warning. Any byte counts, so one long message streaming in is not silence. Session setup
+	// is bounded by the same time. Without this a silent network partition would hold the relay
+	// until TCP gives up, many minutes later.
 	ServerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
 	ShutdownTimeout time.Duration

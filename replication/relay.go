@@ -21,6 +21,8 @@ type Relay struct {
 	// dbReached and brokerReached record that each server answered once. Until then a connection
 	// failure is taken for a configuration error and ends Run; afterwards it is an outage to wait out.
 	dbReached, brokerReached bool
+	// silence is the last session's silence bound (see silenceBound); zero before the first.
+	silence time.Duration
 }
 
 // New validates cfg and returns a Relay.
@@ -92,52 +94,55 @@ func (r *Relay) endSession(err error) {
 // whether the slot moved forward in it, so that a failure that recurs at the same message backs
 // off instead of replaying from the slot again and again at full speed.
 func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
-	conn, lastRead, err := connectWatched(ctx, r.cfg.DatabaseURL)
+	limit := r.setupTimeout()
+	sctx, endSetup := context.WithTimeout(ctx, limit)
+	defer endSetup()
+	defer func() { err = setupExpired(ctx, sctx, limit, err) }()
+	conn, lastRead, err := connectWatched(sctx, r.cfg.DatabaseURL)
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}
 	r.dbReached = true
 	defer conn.Close(context.Background())
 
-	if err := checkServer(ctx, conn, r.cfg.Publication); err != nil {
+	if err := checkServer(sctx, conn, r.cfg.Publication); err != nil {
 		return false, err
 	}
-	if err := checkTables(ctx, conn, r.cfg.Mappings); err != nil {
+	if err := checkTables(sctx, conn, r.cfg.Mappings); err != nil {
 		return false, err
 	}
-	silence := r.cfg.ServerTimeout
-	if silence == 0 {
-		if silence, err = serverTimeout(ctx, conn, r.cfg.StatusInterval); err != nil {
-			return false, err
-		}
+	silence, err := r.serverSilence(sctx, conn)
+	if err != nil {
+		return false, err
 	}
-	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	sys, err := pglogrepl.IdentifySystem(sctx, conn)
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
-	w, err := openWatch(ctx, &r.cfg, sys.Timeline)
+	w, err := openWatch(sctx, &r.cfg, sys.Timeline)
 	if err != nil {
 		return false, err
 	}
 	defer w.close()
-	if err := w.check(ctx); err != nil {
+	if err := w.check(sctx); err != nil {
 		return false, err
 	}
-	slot, err := r.prepareSlot(ctx, conn, w, sys)
+	slot, err := r.prepareSlot(sctx, conn, w, sys)
 	if err != nil {
 		return false, err
 	}
 	w.limit = slot.confirmedFlush
-	pub, err := r.cfg.Dial(ctx)
+	pub, err := r.cfg.Dial(sctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
 	}
 	r.brokerReached = true
 	defer pub.Close()
 
-	if err := start(ctx, conn, r.cfg.Slot, r.cfg.Publication, slot.confirmedFlush); err != nil {
+	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, slot.confirmedFlush); err != nil {
 		return false, err
 	}
+	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
 	r.stats.State.Store(int32(StateStreaming))

@@ -127,26 +127,20 @@ func checkServer(ctx context.Context, conn *pgconn.PgConn, publication string) e
 	return nil
 }
 
-// serverTimeout returns how long the relay may hear nothing from the server, having asked it to
-// reply, before it takes the connection for dead: the server's wal_sender_timeout, after which
-// the server drops an idle client then too (a minute when it is off), but at least three status
-// intervals, since the relay asks for a reply only after half an interval of silence.
-func serverTimeout(ctx context.Context, conn *pgconn.PgConn, statusInterval time.Duration) (time.Duration, error) {
+// walSenderTimeout reads the server's wal_sender_timeout; zero when it is off.
+func walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
 	rows, err := query(ctx, conn, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'")
 	if err != nil {
 		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
 	}
-	d := time.Minute
-	if len(rows) == 1 {
-		ms, err := strconv.Atoi(rows[0][0])
-		if err != nil {
-			return 0, fmt.Errorf("read wal_sender_timeout: %q: %w", rows[0][0], err)
-		}
-		if ms > 0 {
-			d = time.Duration(ms) * time.Millisecond
-		}
+	if len(rows) != 1 {
+		return 0, nil
 	}
-	return max(d, 3*statusInterval), nil
+	ms, err := strconv.Atoi(rows[0][0])
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout: %q: %w", rows[0][0], err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // readSlot returns the slot's state.
