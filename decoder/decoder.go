@@ -73,6 +73,8 @@ type Decoder struct {
 	// The transaction being decoded: position ids are derived from them.
 	finalLSN pglogrepl.LSN
 	inserts  int // inserts decoded since its Begin
+
+	origin Origin // see SetOrigin
 }
 
 // New returns a Decoder for the given outbox tables, each with its column mapping
@@ -166,7 +168,7 @@ func (d *Decoder) decodeInsert(r *reader) (Event, error) {
 	if !ok {
 		return Event{}, malformed("insert into relation %d, which was never announced", relID)
 	}
-	pos := position{finalLSN: d.finalLSN, ordinal: d.inserts}
+	pos := position{finalLSN: d.finalLSN, ordinal: d.inserts, origin: &d.origin}
 	d.inserts++
 	var buf [16]value // on the stack: room for the columns of nearly every mapping
 	var row []value

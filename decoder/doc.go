@@ -38,8 +38,9 @@
 //   - id (required) is the message id. Of type uuid it becomes Message.ID; of any other type
 //     (bigint, text, ...) its text becomes Message.MessageID, and Message.ID stays zero; NULL
 //     or empty is a bad row. With outbox.IDFromPosition the table needs no id column: Message.ID
-//     is PositionID(Begin's FinalLSN, the number of inserts before the row in its transaction),
-//     the same every time the transaction is sent again;
+//     is Origin.PositionID(Begin's FinalLSN, the number of inserts before the row in its
+//     transaction) of the Origin given to SetOrigin, the same every time the transaction is sent
+//     again;
 //   - event_type (required) is a non-empty string;
 //   - payload (required) is JSON; it is validated unless the column is of type json or jsonb,
 //     which the server has validated already;

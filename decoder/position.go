@@ -1,7 +1,6 @@
 package decoder
 
 import (
-	"crypto/sha1"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -14,26 +13,15 @@ const PositionNamespace = "5d0c4f7e-3b1a-4e59-9a8e-2f6b7c1d0e93"
 var positionNamespace = uuid.MustParse(PositionNamespace)
 
 // PositionID is the message id of the row that is insert number ordinal (from 0) of the
-// transaction whose commit record is at finalLSN (Begin's FinalLSN): the version 5 UUID
-// (uuid.NewSHA1) of "<finalLSN>/<ordinal>", e.g. "16/B374D848/0", in PositionNamespace. Every
-// insert of the transaction counts, whatever its table, so two tables with position ids never
-// share one. The server sends a transaction again exactly as before, so the id is the same on
-// every replay.
+// transaction whose commit record is at finalLSN (Begin's FinalLSN), with no system or timeline:
+// the version 5 UUID (uuid.NewSHA1) of "<finalLSN>/<ordinal>", e.g. "16/B374D848/0", in
+// PositionNamespace. Every insert of the transaction counts, whatever its table, so two tables
+// with position ids never share one. A relay names its origin too: see Origin.PositionID.
 func PositionID(finalLSN pglogrepl.LSN, ordinal int) uuid.UUID {
 	// uuid.NewSHA1, without its allocations: this runs for every row.
 	var buf [len(positionNamespace) + 40]byte
 	b := append(buf[:0], positionNamespace[:]...)
-	b = appendHex(b, uint64(finalLSN)>>32)
-	b = append(b, '/')
-	b = appendHex(b, uint64(finalLSN)&0xffffffff)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(ordinal), 10)
-	sum := sha1.Sum(b)
-	var id uuid.UUID
-	copy(id[:], sum[:])
-	id[6] = id[6]&0x0f | 0x50 // version 5
-	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
-	return id
+	return positionUUID(appendPosition(b, finalLSN, ordinal))
 }
 
 // appendHex appends v in upper-case hex, as pglogrepl.LSN.String writes it.

@@ -39,6 +39,7 @@ func (e *rowError) set(column string, format string, args ...any) {
 type position struct {
 	finalLSN pglogrepl.LSN
 	ordinal  int
+	origin   *Origin
 }
 
 // message turns the mapped columns of a tuple into a Message. Every field is decoded even after
@@ -85,7 +86,7 @@ func (rel *relation) required(row []value, ro role, bad *rowError) ([]byte, bool
 // of another type, which becomes m.MessageID.
 func (rel *relation) id(row []value, pos position, m *outbox.Message, bad *rowError) []byte {
 	if rel.mapping.MessageID == outbox.IDFromPosition {
-		m.ID = PositionID(pos.finalLSN, pos.ordinal)
+		m.ID = pos.origin.PositionID(pos.finalLSN, pos.ordinal)
 		return nil
 	}
 	data, ok := rel.required(row, roleID, bad)

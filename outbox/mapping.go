@@ -11,8 +11,10 @@ type IDSource string
 const (
 	// IDFromColumn takes the id from the mapped id column (a uuid, or any type as text).
 	IDFromColumn IDSource = "column"
-	// IDFromPosition derives a UUID from the transaction's commit position and the row's place in
-	// it: the same on every replay, for tables without a usable id column.
+	// IDFromPosition derives a UUID from the server's system identifier and timeline, the
+	// transaction's commit position and the row's place in it (decoder.Origin.PositionID): the
+	// same on every replay, and another after a failover or a point-in-time recovery that
+	// reuses the position, for tables without a usable id column.
 	IDFromPosition IDSource = "position"
 )
 

@@ -119,6 +119,10 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
+	origin, err := readOrigin(sctx, conn, sys)
+	if err != nil {
+		return false, err
+	}
 	w, err := openWatch(sctx, &r.cfg, sys.Timeline)
 	if err != nil {
 		return false, err
@@ -164,6 +168,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		obs:     r.cfg.Observer,
 		flights: make(flightLog, r.cfg.Window+1),
 	}
+	s.dec.SetOrigin(origin)
 	err = s.run(ctx)
 	if IsBrokerError(err) {
 		// The replication connection is still good: report what the broker did confirm before

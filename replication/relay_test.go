@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/replication"
@@ -527,4 +528,36 @@ func TestShutdownAppliesConfirmsThatArrivedDuringAStalledPublish(t *testing.T) {
 	}
 	// The server applies the last status update on its own time, after the relay closed.
 	waitFor(t, 5*time.Second, "slot past the confirmed transaction after shutdown", func() bool { return e.slotLSN() > beforeA })
+}
+
+func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) {
+		c.Mappings = []outbox.Mapping{{Table: outbox.DefaultTable, MessageID: outbox.IDFromPosition}}
+	})
+	_, before := e.insertTx(1, "by.position")
+	after := e.currentLSN()
+	got := e.broker.waitPublished(t, 1)[0].ID
+
+	var origin decoder.Origin
+	ctx := context.Background()
+	if err := e.conn.QueryRow(ctx, "SELECT system_identifier::text::numeric FROM pg_control_system()").Scan(&origin.SystemID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.conn.QueryRow(ctx, "SELECT timeline_id FROM pg_control_checkpoint()").Scan(&origin.Timeline); err != nil {
+		t.Fatal(err)
+	}
+	if origin.Timeline != 1 {
+		t.Skipf("the server is on timeline %d; the test reckons without a history", origin.Timeline)
+	}
+	// The commit record lies between the two positions: one of them is the transaction's.
+	for lsn := before; lsn <= after; lsn++ {
+		switch got {
+		case origin.PositionID(lsn, 0):
+			return
+		case decoder.PositionID(lsn, 0):
+			t.Fatalf("id %v names the position %s only, not the server's system %d and timeline %d", got, lsn, origin.SystemID, origin.Timeline)
+		}
+	}
+	t.Fatalf("id %v is no position id of a commit between %s and %s on system %d", got, before, after, origin.SystemID)
 }

@@ -1,0 +1,81 @@
+package decoder
+
+import (
+	"crypto/sha1"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+)
+
+// Origin says which WAL a position belongs to: the same LSN means another transaction on another
+// database system (a new initdb), or on another timeline of the same one (after a failover to a
+// standby or a point-in-time recovery, both of which start a timeline and reuse the LSNs after
+// its switch point). IDENTIFY_SYSTEM gives the system identifier and the current timeline,
+// TIMELINE_HISTORY the switch points.
+type Origin struct {
+	SystemID uint64
+	Timeline int32 // the server's current timeline
+	// History lists the earlier timelines of this one, oldest first: WAL before End was written
+	// on Timeline.
+	History []TimelineEnd
+}
+
+// TimelineEnd is one line of a timeline history file: Timeline ended at End.
+type TimelineEnd struct {
+	Timeline int32
+	End      pglogrepl.LSN
+}
+
+// SetOrigin makes position ids (outbox.IDFromPosition) name o's system and the timeline of each
+// transaction's commit LSN.
+func (d *Decoder) SetOrigin(o Origin) { d.origin = o }
+
+// TimelineAt returns the timeline on which the WAL at lsn was written.
+func (o *Origin) TimelineAt(lsn pglogrepl.LSN) int32 {
+	for _, h := range o.History {
+		if lsn < h.End {
+			return h.Timeline
+		}
+	}
+	return o.Timeline
+}
+
+// PositionID is the message id of the row that is insert number ordinal (from 0) of the
+// transaction whose commit record is at finalLSN, on o's system: the version 5 UUID, in
+// PositionNamespace, of "<system id>/<timeline>/<finalLSN>/<ordinal>", e.g.
+// "7301234567890123456/1/16/B374D848/0", where the timeline is the one finalLSN was written on.
+// The zero Origin gives PositionID's ids, without system and timeline. The server sends a
+// transaction again exactly as before, so the id is the same on every replay; a transaction of
+// another system or timeline at the same LSN gets another id.
+func (o *Origin) PositionID(finalLSN pglogrepl.LSN, ordinal int) uuid.UUID {
+	if o.SystemID == 0 && o.Timeline == 0 {
+		return PositionID(finalLSN, ordinal)
+	}
+	var buf [len(positionNamespace) + 72]byte
+	b := append(buf[:0], positionNamespace[:]...)
+	b = strconv.AppendUint(b, o.SystemID, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(o.TimelineAt(finalLSN)), 10)
+	b = append(b, '/')
+	return positionUUID(appendPosition(b, finalLSN, ordinal))
+}
+
+// appendPosition appends "<finalLSN>/<ordinal>", the LSN as pglogrepl.LSN.String writes it.
+func appendPosition(b []byte, finalLSN pglogrepl.LSN, ordinal int) []byte {
+	b = appendHex(b, uint64(finalLSN)>>32)
+	b = append(b, '/')
+	b = appendHex(b, uint64(finalLSN)&0xffffffff)
+	b = append(b, '/')
+	return strconv.AppendInt(b, int64(ordinal), 10)
+}
+
+// positionUUID returns the version 5 UUID of name, which starts with the namespace's bytes.
+func positionUUID(name []byte) uuid.UUID {
+	sum := sha1.Sum(name)
+	var id uuid.UUID
+	copy(id[:], sum[:])
+	id[6] = id[6]&0x0f | 0x50 // version 5
+	id[8] = id[8]&0x3f | 0x80 // RFC 4122 variant
+	return id
+}
