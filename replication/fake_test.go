@@ -30,6 +30,9 @@ type fakeBroker struct {
 	// publisher that cuts a stalled write does: the error wraps both outbox.ErrSessionClosed and
 	// the ctx's error, and so does every later Publish of that session.
 	dieOnDeadline bool
+	// slowWrite makes every Publish take that long whatever its ctx says, as the write of a large
+	// message to a slow broker does.
+	slowWrite time.Duration
 }
 
 func newFakeBroker(auto bool) *fakeBroker {
@@ -76,6 +79,11 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 			s.closeLocked(s.err)
 			return 0, s.err
 		}
+		b.mu.Lock()
+	}
+	if d := b.slowWrite; d > 0 {
+		b.mu.Unlock()
+		time.Sleep(d)
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()

@@ -561,3 +561,20 @@ func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
 	}
 	t.Fatalf("id %v is no position id of a commit between %s and %s on system %d", got, before, after, origin.SystemID)
 }
+
+// A single publish that takes three times wal_sender_timeout (a large message written to a slow
+// broker; the write does not heed its context) must not let the server drop the session: it
+// would be replayed, and dropped again, for ever.
+func TestLongPublishKeepsTheSessionAlive(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
+	testenv.RequireOwn(t, pg)
+	e := setup(t, pg, newFakeBroker(true))
+	e.broker.slowWrite = 3 * time.Second
+	e.start(nil)
+	want, before := e.insertTx(1, "large")
+	waitFor(t, 20*time.Second, "slot past the slowly written message", func() bool { return e.slotLSN() > before })
+	if n := e.broker.sessionCount(); n != 1 {
+		t.Fatalf("%d sessions: the long publish let the server drop the replication session", n)
+	}
+	equalIDs(t, ids(e.broker.messages()), want)
+}

@@ -36,6 +36,7 @@ type stream struct {
 	commit  time.Time // commit time of the transaction being read
 
 	deadline statusDeadline // see untilStatus
+	keeper   statusKeeper   // sends status updates during a long publish call
 }
 
 // statusDeadline is a context ending at the status deadline at, derived from parent.
@@ -63,6 +64,8 @@ func (s *stream) run(ctx context.Context) error {
 	stopWakeP := context.AfterFunc(pctx, wake)
 	defer stopWakeP()
 	defer s.dropDeadline()
+	s.keeper.s = s
+	defer s.keeper.stop()
 
 	confirms := s.pub.Confirms()
 	for {
@@ -222,7 +225,7 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 				return 0, err
 			}
 		}
-		seq, err := send(s.untilStatus(ctx))
+		seq, err := s.keeper.during(s.untilStatus(ctx), send)
 		if !waitedOut(ctx, err) {
 			return seq, err
 		}
