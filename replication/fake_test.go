@@ -43,6 +43,7 @@ type fakeSession struct {
 	b        *fakeBroker
 	seq      uint64
 	pending  []uint64
+	msgs     map[uint64]outbox.Message // published in this session, by sequence number
 	confirms chan outbox.Confirm
 	closed   bool
 	err      error // why the session closed, returned by every later Publish
@@ -98,6 +99,10 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 	}
 	s.seq++
 	b.published = append(b.published, *m)
+	if s.msgs == nil {
+		s.msgs = make(map[uint64]outbox.Message)
+	}
+	s.msgs[s.seq] = *m
 	if b.auto {
 		c := outbox.Confirm{Seq: s.seq}
 		if b.reject != nil && b.reject(m) {
@@ -273,4 +278,19 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// judge gives every pending message of the newest session the verdict fail returns for it
+// (nil: confirmed), as a broker does once the relay stops publishing.
+func (b *fakeBroker) judge(fail func(*outbox.Message) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sessions[len(b.sessions)-1]
+	for _, seq := range s.pending {
+		if !s.closed {
+			m := s.msgs[seq]
+			s.confirms <- outbox.Confirm{Seq: seq, Err: fail(&m)}
+		}
+	}
+	s.pending = nil
 }

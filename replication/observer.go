@@ -53,6 +53,7 @@ func (noObserver) Observe(Event) {}
 type sent struct {
 	at, commit time.Time
 	eventType  string
+	key        msgKey
 }
 
 // flightLog is a ring of the messages in flight, indexed by sequence number.

@@ -23,6 +23,8 @@ type Relay struct {
 	dbReached, brokerReached bool
 	// silence is the last session's silence bound (see silenceBound); zero before the first.
 	silence time.Duration
+	// stall remembers a message the broker refused, across sessions (see stall.go).
+	stall stall
 }
 
 // New validates cfg and returns a Relay.
@@ -52,6 +54,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		r.stats.State.Store(int32(StateStarting))
 		progressed, err := r.session(ctx)
 		r.endSession(err)
+		r.noteStall(err)
 		if !Retryable(err) && !endedBy(ctx, err) {
 			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
 			// graceful stop.
@@ -66,7 +69,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 			r.stats.State.Store(int32(StateStandby))
 			log.Info("standby: slot is in use by another process", "slot", r.cfg.Slot, "error", err)
 		} else {
-			r.stats.State.Store(int32(StateRetrying))
+			r.stats.State.Store(int32(r.retryingState()))
 			log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
 		}
 		select {
@@ -149,7 +152,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
-	r.stats.State.Store(int32(StateStreaming))
+	r.stats.State.Store(int32(r.streamingState()))
 	defer r.stats.Streaming.Store(false)
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.confirmedFlush.String())
 
@@ -167,6 +170,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		flights: make(flightLog, r.cfg.Window+1),
+		stall:   &r.stall,
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -577,4 +578,62 @@ func TestLongPublishKeepsTheSessionAlive(t *testing.T) {
 		t.Fatalf("%d sessions: the long publish let the server drop the replication session", n)
 	}
 	equalIDs(t, ids(e.broker.messages()), want)
+}
+
+// A message the broker refuses every time (here returned as unroutable) stalls the stream, but
+// each retry must send only that message, not again the whole window published behind it: those
+// messages reach consumers at every retry. The relay says it is stalled, and once the message
+// passes, the window opens again.
+func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	var mu sync.Mutex
+	refuse := true
+	verdict := func(m *outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse && m.EventType == "unroutable" {
+			return errors.New("fake: message returned: 312 NO_ROUTE")
+		}
+		return nil
+	}
+	// The broker answers whatever is pending every 50 ms, long after the relay sent it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			if e.broker.sessionCount() > 0 {
+				e.broker.judge(verdict)
+			}
+		}
+	}()
+	e.start(func(c *replication.Config) { c.MaxBackoff = 100 * time.Millisecond })
+	e.insertTx(1, "before")
+	e.insertTx(1, "unroutable")
+	const behind = 20
+	for range behind {
+		e.insertTx(1, "behind")
+	}
+	e.broker.waitPublished(t, 2+behind)
+	e.broker.waitSessions(t, 5)
+	if got := countType(e.broker.messages(), "behind"); got != behind {
+		t.Errorf("the %d messages behind the refused one were published %d times in all, want once each: "+
+			"every retry replays the window", behind, got)
+	}
+	if st := replication.State(e.relay.Stats().State.Load()); st != replication.StateStalled {
+		t.Errorf("state %s while the broker refuses a message, want stalled", st)
+	}
+	if got := e.relay.Stats().LastError(); !strings.Contains(got, "NO_ROUTE") {
+		t.Errorf("last error %q does not say why the message is refused", got)
+	}
+
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	waitFor(t, 20*time.Second, "every message after the refused one delivered", func() bool {
+		return countType(e.broker.messages(), "behind") >= 2*behind
+	})
+	waitFor(t, 10*time.Second, "streaming again", func() bool {
+		return replication.State(e.relay.Stats().State.Load()) == replication.StateStreaming
+	})
 }

@@ -44,6 +44,7 @@ const (
 	StateRetrying               // waiting to start a new session after an error
 	StateStopped                // Run returned after a shutdown
 	StateFailed                 // Run returned an error that retrying cannot fix
+	StateStalled                // the broker refused a message; sent alone until it passes (see stall.go)
 )
 
 func (s State) String() string {
@@ -58,6 +59,8 @@ func (s State) String() string {
 		return "stopped"
 	case StateFailed:
 		return "failed"
+	case StateStalled:
+		return "stalled"
 	}
 	return "starting"
 }

@@ -37,6 +37,7 @@ type stream struct {
 
 	deadline statusDeadline // see untilStatus
 	keeper   statusKeeper   // sends status updates during a long publish call
+	stall    *stall         // the relay's; see window
 }
 
 // statusDeadline is a context ending at the status deadline at, derived from parent.
@@ -84,7 +85,7 @@ func (s *stream) run(ctx context.Context) error {
 			}
 			readCtx = pctx
 		}
-		if s.track.InFlight() >= s.cfg.Window {
+		if s.track.InFlight() >= s.window() {
 			if err := s.waitConfirm(readCtx, confirms); err != nil {
 				return err
 			}
@@ -196,7 +197,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		if err != nil {
 			return brokerError{fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err)}
 		}
-		if err := s.dispatch(seq, ev.Message.EventType); err != nil {
+		if err := s.dispatch(seq, &ev.Message); err != nil {
 			return err
 		}
 		s.stats.published()
@@ -270,7 +271,7 @@ func (s *stream) park(ctx context.Context, m *outbox.Message, table string, lsn 
 	if err != nil {
 		return brokerError{fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err)}
 	}
-	if err := s.dispatch(seq, m.EventType); err != nil {
+	if err := s.dispatch(seq, m); err != nil {
 		return err
 	}
 	s.stats.Parked.Add(1)
@@ -318,7 +319,10 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 	if c.Err != nil {
 		s.track.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
-		return brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
+		if c.Seq == 0 { // the session died
+			return brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
+		}
+		return brokerError{&refused{seq: c.Seq, key: s.flights.get(c.Seq).key, err: c.Err}}
 	}
 	if err := s.track.Ack(c.Seq); err != nil {
 		return err
@@ -333,6 +337,7 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 		ev.CommitLatency = now.Sub(f.commit)
 	}
 	s.obs.Observe(ev)
+	s.passed(f.key)
 	s.stats.confirmed()
 	s.stats.LastConfirm.Store(now.UnixNano())
 	s.updateInFlight()
@@ -341,11 +346,11 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 }
 
 // dispatch records a published message with the tracker and in the flight log.
-func (s *stream) dispatch(seq uint64, eventType string) error {
+func (s *stream) dispatch(seq uint64, m *outbox.Message) error {
 	if err := s.track.Dispatch(seq); err != nil {
 		return err
 	}
-	s.flights.put(seq, sent{at: time.Now(), commit: s.commit, eventType: eventType})
+	s.flights.put(seq, sent{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
 	s.updateInFlight()
 	return nil
 }

@@ -96,17 +96,24 @@ func TestBadRowsUnderLoad(t *testing.T) {
 // drainQueue gets every message in queue, by message id.
 func (w *world) drainQueue(queue string) map[string]amqp.Delivery {
 	w.t.Helper()
+	out := map[string]amqp.Delivery{}
+	w.eachInQueue(queue, func(d amqp.Delivery) { out[d.MessageId] = d })
+	return out
+}
+
+// eachInQueue gets every message in queue and calls f with it.
+func (w *world) eachInQueue(queue string, f func(amqp.Delivery)) {
+	w.t.Helper()
 	conn, ch := dialAMQP(w.t, w.rabbit.URL())
 	defer conn.Close()
-	out := map[string]amqp.Delivery{}
 	for {
 		d, ok, err := ch.Get(queue, true)
 		if err != nil {
 			w.t.Fatalf("get from %s: %v", queue, err)
 		}
 		if !ok {
-			return out
+			return
 		}
-		out[d.MessageId] = d
+		f(d)
 	}
 }
