@@ -51,7 +51,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 	}()
 	for {
-		r.stats.State.Store(int32(StateStarting))
+		r.stats.State.Store(int32(r.unlessStalled(StateStarting)))
 		progressed, err := r.session(ctx)
 		r.endSession(err)
 		r.noteStall(err)
@@ -69,7 +69,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 			r.stats.State.Store(int32(StateStandby))
 			log.Info("standby: slot is in use by another process", "slot", r.cfg.Slot, "error", err)
 		} else {
-			r.stats.State.Store(int32(r.retryingState()))
+			r.stats.State.Store(int32(r.unlessStalled(StateRetrying)))
 			log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
 		}
 		select {
@@ -152,7 +152,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
-	r.stats.State.Store(int32(r.streamingState()))
+	r.stats.State.Store(int32(r.unlessStalled(StateStreaming)))
 	defer r.stats.Streaming.Store(false)
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.confirmedFlush.String())
 

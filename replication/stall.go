@@ -83,24 +83,16 @@ func (r *Relay) noteStall(err error) {
 	r.stall = stall{active: true, key: rf.key, err: rf.err}
 }
 
-// streamingState is the state of a streaming session: stalled while a refused message waits.
-func (r *Relay) streamingState() State {
+// unlessStalled returns st, or StateStalled while a refused message waits.
+func (r *Relay) unlessStalled(st State) State {
 	if r.stall.active {
 		return StateStalled
 	}
-	return StateStreaming
+	return st
 }
 
 func asRefused(err error) (*refused, bool) {
 	var rf *refused
 	ok := errors.As(err, &rf)
 	return rf, ok
-}
-
-// retryingState is the state between sessions: stalled while a refused message waits.
-func (r *Relay) retryingState() State {
-	if r.stall.active {
-		return StateStalled
-	}
-	return StateRetrying
 }
