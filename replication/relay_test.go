@@ -637,3 +637,36 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 		return replication.State(e.relay.Stats().State.Load()) == replication.StateStreaming
 	})
 }
+
+// A relay held up in a publish (the broker blocks publishers) loses its replication connection:
+// the walsender is terminated, and a standby takes the slot over within moments. The old relay
+// must stop publishing at once: were it to publish the row it held once the broker lets it, it
+// would race the standby, which sends the same rows again.
+func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = time.Second })
+	_, before := e.insertTx(1, "before")
+	waitFor(t, 10*time.Second, "slot past the first row", func() bool { return e.slotLSN() > before })
+	e.broker.block()
+	e.broker.mu.Lock()
+	e.broker.dialErr = errors.New("fake: broker unreachable") // the old relay gets no new session
+	e.broker.mu.Unlock()
+	held, _ := e.insertTx(1, "held")
+	time.Sleep(500 * time.Millisecond) // the relay is held up in the publish
+
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+		WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot); err != nil {
+		t.Fatal(err)
+	}
+	standby := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	standby.start(nil)
+	equalIDs(t, ids(standby.broker.waitPublished(t, 1)), held)
+
+	e.broker.unblock()
+	time.Sleep(500 * time.Millisecond)
+	if n := countType(e.broker.messages(), "held"); n != 0 {
+		t.Fatalf("the relay that lost its replication connection published the held row %d times, "+
+			"after a standby had taken the slot over", n)
+	}
+}

@@ -38,6 +38,7 @@ type stream struct {
 	deadline statusDeadline // see untilStatus
 	keeper   statusKeeper   // sends status updates during a long publish call
 	stall    *stall         // the relay's; see window
+	backlog  [][]byte       // CopyData the keeper read during a publish call, to handle first
 }
 
 // statusDeadline is a context ending at the status deadline at, derived from parent.
@@ -104,6 +105,12 @@ func (s *stream) run(ctx context.Context) error {
 // a cancellable context with a goroutine of its own on every call, which costs more than
 // decoding the message. run wakes a read blocked when ctx ends.
 func (s *stream) receive(ctx, pctx context.Context) error {
+	if len(s.backlog) > 0 {
+		data := s.backlog[0]
+		s.backlog[0] = nil
+		s.backlog = s.backlog[1:]
+		return s.handleCopyData(pctx, data)
+	}
 	if err := s.conn.Conn().SetReadDeadline(s.nextMsg); err != nil {
 		return fmt.Errorf("receive: set read deadline: %w", err)
 	}
@@ -117,18 +124,30 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 		}
 		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
 	}
+	data, err := copyData(msg, s.cfg.Slot)
+	if err != nil || data == nil {
+		return err
+	}
+	return s.handleCopyData(pctx, data)
+}
+
+// copyData returns the data of a CopyData message from the server; nil and no error for a
+// notice; an error for anything else, which ends the stream.
+func copyData(msg pgproto3.BackendMessage, slot string) ([]byte, error) {
 	switch msg := msg.(type) {
 	case *pgproto3.CopyData:
-		return s.handleCopyData(pctx, msg.Data)
+		if msg.Data == nil {
+			return []byte{}, nil // empty, but not a notice: handleCopyData refuses it
+		}
+		return msg.Data, nil
 	case *pgproto3.ErrorResponse:
-		return fmt.Errorf("replication stream: %w", classify(pgconn.ErrorResponseToPgError(msg), s.cfg.Slot))
+		return nil, fmt.Errorf("replication stream: %w", classify(pgconn.ErrorResponseToPgError(msg), slot))
 	case *pgproto3.CopyDone:
-		return errors.New("replication stream: server ended the stream")
+		return nil, errors.New("replication stream: server ended the stream")
 	case *pgproto3.NoticeResponse:
-		return nil
-	default:
-		return fmt.Errorf("replication stream: unexpected message %T", msg)
+		return nil, nil
 	}
+	return nil, fmt.Errorf("replication stream: unexpected message %T", msg)
 }
 
 // checkHeard fails the session when the server has been silent for longer than ServerTimeout.
@@ -195,7 +214,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 			return s.park(ctx, &ev.Message, ev.Table, xld.WALStart, err)
 		}
 		if err != nil {
-			return brokerError{fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err)}
+			return publishFailed(fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err))
 		}
 		if err := s.dispatch(seq, &ev.Message); err != nil {
 			return err
@@ -226,7 +245,7 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 				return 0, err
 			}
 		}
-		seq, err := s.keeper.during(s.untilStatus(ctx), send)
+		seq, err := s.keeper.during(s.untilStatus(ctx), s.deadline.cancel, send)
 		if !waitedOut(ctx, err) {
 			return seq, err
 		}
@@ -269,7 +288,7 @@ func (s *stream) park(ctx context.Context, m *outbox.Message, table string, lsn 
 	p := &outbox.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
 	seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {
-		return brokerError{fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err)}
+		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err))
 	}
 	if err := s.dispatch(seq, m); err != nil {
 		return err
