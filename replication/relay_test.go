@@ -670,3 +670,30 @@ func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 			"after a standby had taken the slot over", n)
 	}
 }
+
+// The server decodes one large transaction of a table outside the publication. While it does, it
+// reads the relay's replies, and so answers a request for one, only every half wal_sender_timeout
+// (here the shared server's, a minute): a server timeout configured below that would take the
+// live walsender for dead, and the replay would decode the same transaction again, for ever.
+func TestTooSmallServerTimeoutIsRaised(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	ctx := context.Background()
+	if _, err := e.conn.Exec(ctx, "CREATE TABLE bulk (n int, pad text)"); err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(c *replication.Config) { c.ServerTimeout = 3 * c.StatusInterval })
+	_, before := e.insertTx(1, "first")
+	waitFor(t, 10*time.Second, "first row confirmed", func() bool { return e.slotLSN() > before })
+	if _, err := e.conn.Exec(ctx, "INSERT INTO bulk SELECT n, repeat('x', 100) FROM generate_series(1, 400000) n"); err != nil {
+		t.Fatal(err)
+	}
+	want, after := e.insertTx(1, "after.bulk")
+	waitFor(t, 60*time.Second, "the row after the large transaction confirmed", func() bool { return e.slotLSN() > after })
+	if n := e.relay.Stats().Sessions.Load(); n != 1 {
+		t.Errorf("%d sessions: the relay took the walsender decoding a large transaction for dead (last error: %s)",
+			n, e.relay.Stats().LastError())
+	}
+	if got := e.broker.messages(); got[len(got)-1].ID != want[0] {
+		t.Errorf("last message %s, want the row after the large transaction", got[len(got)-1].ID)
+	}
+}
