@@ -63,11 +63,23 @@ func TestUnroutableRowStallsWithoutReplayingTheWindow(t *testing.T) {
 	if code := readyz(t, r); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz answered %d while stalled, want 503", code)
 	}
-	counts := w.countQueue(w.queue)
-	t.Logf("SUMMARY %s sessions=%d deliveries_of_rows_behind=%d (%d rows)", t.Name(), st.Sessions, counts["stall.behind"], behind)
-	if got := counts["stall.behind"]; got != behind {
-		t.Errorf("the %d rows behind the unroutable one were delivered %d times in all over %d sessions, want once each",
-			behind, got, st.Sessions)
+	behindIDs := map[string]int{} // deliveries of each row behind the unroutable one
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		if d.Type == "stall.behind" {
+			behindIDs[d.MessageId]++
+		}
+	})
+	most, total := 0, 0
+	for _, n := range behindIDs {
+		most, total = max(most, n), total+n
+	}
+	t.Logf("SUMMARY %s sessions=%d rows_behind=%d deliveries_of_rows_behind=%d most_deliveries_of_one_row=%d",
+		t.Name(), st.Sessions, behind, total, most)
+	// The first session may publish any number of them before the return arrives; no retry may
+	// publish them again.
+	if most > 1 {
+		t.Errorf("rows behind the unroutable one were delivered up to %d times each (%d deliveries in all) over %d "+
+			"sessions: every retry sends the window again", most, total, st.Sessions)
 	}
 
 	// A queue bound for the row: it passes, and the stream goes on.
