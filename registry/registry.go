@@ -57,6 +57,9 @@ func New(db Querier, schema string) *Store {
 	return &Store{db: db, schema: schema, table: pgx.Identifier{schema, "walbox_slots"}.Sanitize()}
 }
 
+// DB returns the connection the registry is read through.
+func (s *Store) DB() Querier { return s.db }
+
 // Schema returns the schema the registry lives in.
 func (s *Store) Schema() string { return s.schema }
 

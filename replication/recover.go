@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 )
@@ -138,27 +139,32 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 		return Gap{}, fmt.Errorf("%w: %s has no record of slot %s, so there is no known position to recover from. "+
 			"walbox run and walbox migrate create a slot where nothing was recorded", ErrNothingRecorded, r.reg.Table(), slot)
 	}
-	info, err := readSlot(ctx, r.repl, slot)
-	if err != nil && !errors.Is(err, ErrSlotLost) {
+	info, err := inspect.ReadSlot(ctx, r.db, slot)
+	if err != nil {
 		return Gap{}, err
 	}
-	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.confirmedFlush, exists: info.exists, Active: info.activePID,
-		forced: r.cfg.Force}
+	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, ErrSlotLost) {
+		return Gap{}, fatal(err)
+	}
+	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.ConfirmedFlush, exists: info.Exists, forced: r.cfg.Force}
+	if info.ActivePID != nil {
+		g.Active = fmt.Sprint(*info.ActivePID)
+	}
 	switch {
-	case !info.exists:
+	case !info.Exists:
 		g.State = SlotMissing
-	case info.walStatus == "lost":
+	case info.WALStatus == "lost":
 		g.State = SlotLost
 	case rec.SystemID != r.sys.SystemID:
 		g.State = SlotOtherSystem
-	case info.confirmedFlush > rec.ConfirmedLSN:
+	case info.ConfirmedFlush > rec.ConfirmedLSN:
 		g.State = SlotAhead
 	default:
 		g.State = SlotHealthy
 	}
-	if !g.None() && info.active {
+	if !g.None() && info.Active {
 		return g, fmt.Errorf("%w: slot %s (%s) is streaming to pid %s; stop whatever streams from it first",
-			ErrSlotActive, slot, g.State, info.activePID)
+			ErrSlotActive, slot, g.State, g.Active)
 	}
 	return g, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
 )
 
@@ -108,16 +109,6 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.dbReached = true
 	defer conn.Close(context.Background())
 
-	if err := checkServer(sctx, conn, r.cfg.Publication); err != nil {
-		return false, err
-	}
-	if err := checkTables(sctx, conn, r.cfg.Mappings); err != nil {
-		return false, err
-	}
-	silence, err := r.serverSilence(sctx, conn)
-	if err != nil {
-		return false, err
-	}
 	sys, err := pglogrepl.IdentifySystem(sctx, conn)
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
@@ -131,14 +122,28 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	defer w.close()
+	// The same inspection, and the same judgement, as walbox doctor's.
+	srv, err := inspect.ReadServer(sctx, w.conn)
+	if err != nil {
+		return false, err
+	}
+	if err := srv.CheckWalLevel(); err != nil {
+		return false, fatal(err)
+	}
 	if err := w.check(sctx); err != nil {
 		return false, err
 	}
+	for _, m := range r.cfg.Mappings {
+		if _, err := inspect.CheckTable(sctx, w.conn, m); err != nil {
+			return false, fatal(err)
+		}
+	}
+	silence := r.serverSilence(srv.SenderTimeout)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)
 	if err != nil {
 		return false, err
 	}
-	w.limit = slot.confirmedFlush
+	w.limit = slot.ConfirmedFlush
 	pub, err := r.cfg.Dial(sctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
@@ -146,7 +151,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.brokerReached = true
 	defer pub.Close()
 
-	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, slot.confirmedFlush); err != nil {
+	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, slot.ConfirmedFlush); err != nil {
 		return false, err
 	}
 	endSetup()
@@ -154,7 +159,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.stats.Streaming.Store(true)
 	r.stats.State.Store(int32(r.unlessStalled(StateStreaming)))
 	defer r.stats.Streaming.Store(false)
-	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.confirmedFlush.String())
+	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
 	s := &stream{
 		cfg:     &r.cfg,
@@ -163,8 +168,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		watch:   w,
 		pub:     pub,
 		dec:     decoder.New(r.cfg.Mappings...),
-		track:   checkpoint.New(slot.confirmedFlush),
-		sent:    slot.confirmedFlush,
+		track:   checkpoint.New(slot.ConfirmedFlush),
+		sent:    slot.ConfirmedFlush,
 		heard:   lastRead,
 		silence: silence,
 		stats:   &r.stats,
@@ -180,7 +185,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
 		s.finalStatus()
 	}
-	return s.track.Watermark() > slot.confirmedFlush, err
+	return s.track.Watermark() > slot.ConfirmedFlush, err
 }
 
 // firstContact makes a connection failure permanent when the server was never reached, unless the
@@ -196,25 +201,28 @@ func (r *Relay) firstContact(err error, reached *bool) error {
 // slots walbox created or streamed from. It creates the slot only where nothing was ever recorded,
 // and refuses a slot that is missing though recorded, is ahead of the recorded position, or was
 // recorded on another system: each of those is a gap in which rows may have been skipped.
-func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (slotInfo, error) {
-	info, err := readSlot(ctx, conn, r.cfg.Slot)
+func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
+	info, err := inspect.ReadSlot(ctx, w.conn, r.cfg.Slot)
 	if err != nil {
 		return info, err
+	}
+	if err := info.Usable(sys.DBName); err != nil {
+		return info, fatal(err)
 	}
 	rec, recorded, err := w.reg.Get(ctx, r.cfg.Slot)
 	if err != nil {
 		return info, err
 	}
 	switch {
-	case !info.exists && recorded:
+	case !info.Exists && recorded:
 		return info, fatal(fmt.Errorf("%w: slot %s was dropped or lost; walbox last confirmed %s on it at %s, and rows committed "+
 			"after that are in no slot. walbox will not recreate it: run `walbox recover` (see the README, Slot lost)",
 			ErrSlotMissing, r.cfg.Slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
-	case !info.exists:
+	case !info.Exists:
 		return r.createSlot(ctx, conn, w, sys)
 	case !recorded:
 		rec = registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
-			Origin: registry.OriginAdopted, ConfirmedLSN: info.confirmedFlush}
+			Origin: registry.OriginAdopted, ConfirmedLSN: info.ConfirmedFlush}
 		if _, err := w.reg.Register(ctx, rec); err != nil {
 			return info, err
 		}
@@ -222,56 +230,60 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 			return info, err
 		}
 		r.cfg.Logger.Info("recorded the replication slot in the registry", "slot", r.cfg.Slot,
-			"lsn", info.confirmedFlush.String(), "registry", w.reg.Table())
+			"lsn", info.ConfirmedFlush.String(), "registry", w.reg.Table())
 	}
 	if err := checkRecord(r.cfg.Slot, info, rec, sys); err != nil {
 		return info, err
 	}
-	if info.active {
-		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, info.activePID)
+	if info.Active {
+		pid := "?"
+		if info.ActivePID != nil {
+			pid = fmt.Sprint(*info.ActivePID)
+		}
+		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, pid)
 	}
 	w.recorded = rec.ConfirmedLSN
 	return info, nil
 }
 
 // checkRecord holds an existing slot against its record.
-func checkRecord(slot string, info slotInfo, rec registry.Record, sys pglogrepl.IdentifySystemResult) error {
+func checkRecord(slot string, info inspect.Slot, rec registry.Record, sys pglogrepl.IdentifySystemResult) error {
 	if rec.SystemID != sys.SystemID {
 		return fatal(fmt.Errorf("%w: slot %s was recorded on the server with system identifier %s, but this server is %s "+
 			"(a restore or a new cluster); rows committed on the old server after %s may never have been relayed. Run `walbox recover`",
 			ErrSlotGap, slot, rec.SystemID, sys.SystemID, rec.ConfirmedLSN))
 	}
-	if info.confirmedFlush > rec.ConfirmedLSN {
+	if info.ConfirmedFlush > rec.ConfirmedLSN {
 		return fatal(fmt.Errorf("%w: slot %s is at %s, ahead of %s, the last position walbox recorded (at %s): it was recreated or "+
 			"advanced behind walbox's back, and rows committed in between may have been skipped. Run `walbox recover`",
-			ErrSlotGap, slot, info.confirmedFlush, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
+			ErrSlotGap, slot, info.ConfirmedFlush, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
 	}
 	return nil
 }
 
 // createSlot creates the missing slot, which is allowed only because nothing was ever recorded
 // for it, and records it.
-func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (slotInfo, error) {
+func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
 	if !*r.cfg.CreateSlot {
-		return slotInfo{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
+		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
 	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
 	if err != nil {
-		return slotInfo{}, err
+		return inspect.Slot{}, err
 	}
 	rec := registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline, Origin: registry.OriginCreated,
 		CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: w.xminAt(lsn)}
 	added, err := w.reg.Register(ctx, rec)
 	if err != nil {
-		return slotInfo{}, err
+		return inspect.Slot{}, err
 	}
 	if !added {
-		return slotInfo{}, fatal(fmt.Errorf("%w: slot %s was recorded by another process while this one created it", ErrSlotGap, r.cfg.Slot))
+		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s was recorded by another process while this one created it", ErrSlotGap, r.cfg.Slot))
 	}
 	w.recorded = lsn
 	r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
 		"slot", r.cfg.Slot, "lsn", lsn.String())
-	return slotInfo{exists: true, plugin: "pgoutput", slotType: "logical", confirmedFlush: lsn}, nil
+	return inspect.Slot{Name: r.cfg.Slot, Exists: true, Plugin: "pgoutput", Type: "logical", Database: sys.DBName, ConfirmedFlush: lsn}, nil
 }
 
 // backoff grows exponentially with jitter up to max, and starts over after a session that moved

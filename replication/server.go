@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
 )
 
@@ -66,115 +65,6 @@ func (c readClock) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// checkTables checks every mapping against its table's actual columns.
-func checkTables(ctx context.Context, conn *pgconn.PgConn, maps []outbox.Mapping) error {
-	for _, m := range maps {
-		// The catalogs, not information_schema, which hides the columns of a table the role may
-		// not SELECT from: a least-privilege relay role (LOGIN REPLICATION) has no grant on it.
-		rel := quoteLiteral(quoteIdent(m.Table.Schema) + "." + quoteIdent(m.Table.Name))
-		rows, err := query(ctx, conn, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
-			WHERE attrelid = to_regclass(`+rel+`) AND attnum > 0 AND NOT attisdropped`)
-		if err != nil {
-			return fmt.Errorf("read the columns of %s: %w", m.Table, err)
-		}
-		if len(rows) == 0 {
-			return fatal(fmt.Errorf("outbox table %s does not exist (or the role cannot see it)", m.Table))
-		}
-		cols := make(map[string]string, len(rows))
-		for _, r := range rows {
-			cols[r[0]] = r[1]
-		}
-		if err := m.CheckColumns(cols); err != nil {
-			return fatal(err)
-		}
-	}
-	return nil
-}
-
-// slotInfo is the slot's row in pg_replication_slots.
-type slotInfo struct {
-	exists         bool
-	plugin         string
-	slotType       string
-	database       string
-	active         bool
-	activePID      string
-	walStatus      string
-	confirmedFlush pglogrepl.LSN
-}
-
-// checkServer verifies wal_level and the publication.
-func checkServer(ctx context.Context, conn *pgconn.PgConn, publication string) error {
-	rows, err := query(ctx, conn, "SHOW wal_level")
-	if err != nil {
-		return fmt.Errorf("read wal_level: %w", err)
-	}
-	if len(rows) != 1 || rows[0][0] != "logical" {
-		got := "unknown"
-		if len(rows) == 1 {
-			got = rows[0][0]
-		}
-		return fatal(fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf and restart the server", ErrWalLevel, got))
-	}
-	rows, err = query(ctx, conn, "SELECT pubname FROM pg_publication WHERE pubname = "+quoteLiteral(publication))
-	if err != nil {
-		return fmt.Errorf("look up publication: %w", err)
-	}
-	if len(rows) == 0 {
-		return fatal(fmt.Errorf("%w: publication %q; run `walbox migrate` or CREATE PUBLICATION %s FOR TABLE ... WITH (publish = 'insert')",
-			ErrNoPublication, publication, quoteIdent(publication)))
-	}
-	return nil
-}
-
-// walSenderTimeout reads the server's wal_sender_timeout; zero when it is off.
-func walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
-	rows, err := query(ctx, conn, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'")
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
-	}
-	if len(rows) != 1 {
-		return 0, nil
-	}
-	ms, err := strconv.Atoi(rows[0][0])
-	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout: %q: %w", rows[0][0], err)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// readSlot returns the slot's state.
-func readSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (slotInfo, error) {
-	rows, err := query(ctx, conn, `SELECT coalesce(plugin, ''), slot_type, coalesce(database::text, ''),
-		active::text, coalesce(active_pid::text, ''), coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0'),
-		current_database()
-		FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(slot))
-	if err != nil {
-		return slotInfo{}, fmt.Errorf("read slot %s: %w", slot, err)
-	}
-	if len(rows) == 0 {
-		return slotInfo{}, nil
-	}
-	r := rows[0]
-	lsn, err := pglogrepl.ParseLSN(r[6])
-	if err != nil {
-		return slotInfo{}, fmt.Errorf("read slot %s: confirmed_flush_lsn %q: %w", slot, r[6], err)
-	}
-	info := slotInfo{exists: true, plugin: r[0], slotType: r[1], database: r[2], active: r[3] == "true",
-		activePID: r[4], walStatus: r[5], confirmedFlush: lsn}
-	switch {
-	case info.slotType != "logical" || info.plugin != "pgoutput":
-		return info, fatal(fmt.Errorf("%w: slot %s is a %s slot with plugin %q; walbox needs a logical pgoutput slot",
-			ErrSlotMismatch, slot, info.slotType, info.plugin))
-	case info.database != r[7]:
-		return info, fatal(fmt.Errorf("%w: slot %s belongs to database %s, not %s", ErrSlotMismatch, slot, info.database, r[7]))
-	case info.walStatus == "lost":
-		return info, fatal(fmt.Errorf("%w: slot %s has wal_status lost (max_slot_wal_keep_size exceeded); rows after %s are gone from WAL. "+
-			"Run `walbox recover` (see the README, Slot lost)", ErrSlotLost, slot, info.confirmedFlush))
-	}
-	return info, nil
-}
-
 // createSlot creates the pgoutput slot and returns its consistent point.
 func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
@@ -202,8 +92,8 @@ func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (boo
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	info, err := readSlot(ctx, conn, slot)
-	if err != nil || info.exists {
+	info, err := inspect.ReadSlot(ctx, reg.DB(), slot)
+	if err != nil || info.Exists {
 		return false, err
 	}
 	rec, recorded, err := reg.Get(ctx, slot)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // silenceBound returns how long the relay lets the server stay silent, having asked it to reply,
@@ -60,16 +58,12 @@ func setupExpired(ctx, setup context.Context, limit time.Duration, err error) er
 
 // serverSilence reads wal_sender_timeout and returns the session's silence bound, warning when
 // the configured ServerTimeout is raised.
-func (r *Relay) serverSilence(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
-	wst, err := walSenderTimeout(ctx, conn)
-	if err != nil {
-		return 0, err
-	}
+func (r *Relay) serverSilence(wst time.Duration) time.Duration {
 	bound, raised := silenceBound(r.cfg.ServerTimeout, wst, r.cfg.StatusInterval)
 	if raised && r.silence != bound {
 		r.cfg.Logger.Warn("server timeout raised: a live server may stay silent that long while it decodes a large transaction",
 			"server_timeout", r.cfg.ServerTimeout.String(), "raised_to", bound.String(), "wal_sender_timeout", wst.String())
 	}
 	r.silence = bound
-	return bound, nil
+	return bound
 }
