@@ -3,19 +3,23 @@ GO      ?= go
 PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# Build tags of `make build`: TAGS=otel builds a walbox that exports OpenTelemetry spans
+# (--otlp-endpoint); without it, walbox refuses that setting.
+TAGS    ?=
 
 .PHONY: help build test check chart unit fuzz demo bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build the binaries into bin/
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+build: ## build the binaries into bin/ (TAGS=otel: a walbox with tracing)
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-check: ## gofmt and go vet
+check: ## gofmt and go vet, of the default build and of walbox with tracing
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags otel ./cmd/walbox
 
 test: check chart ## the full suite: gofmt, vet, the chart's tests, and every test (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
