@@ -3,25 +3,46 @@ GO      ?= go
 PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# Build tags of `make build`: TAGS=otel builds a walbox that exports OpenTelemetry spans
+# (--otlp-endpoint); without it, walbox refuses that setting.
+TAGS    ?=
 
-.PHONY: help build test check chart unit fuzz demo bench soak clean
+# staticcheck is built once, at a pinned version, into the user cache (STATICCHECK names a binary
+# to use instead).
+STATICCHECK_VERSION := v0.8.2
+CACHE_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/walbox
+STATICCHECK ?= $(CACHE_DIR)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+.PHONY: help build test check tidy chart unit fuzz demo bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build the binaries into bin/
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+build: ## build the binaries into bin/ (TAGS=otel: a walbox with tracing)
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-check: ## gofmt and go vet
+check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet and staticcheck (the default build, and walbox with tracing)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
+	cd deploy/helm && $(GO) mod tidy -diff
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags otel ./cmd/walbox
+	$(STATICCHECK) $(PKGS)
+	$(STATICCHECK) -tags otel ./cmd/walbox
 
-test: check chart ## the full suite: gofmt, vet, the chart's tests, and every test (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
+tidy: ## go mod tidy, of walbox and of the chart's test module
+	$(GO) mod tidy
+	cd deploy/helm && $(GO) mod tidy
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) GOWORK=off $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+test: check chart ## the full suite: the checks, the chart's tests, and every test (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
-chart: ## the Helm chart's tests (deploy/helm, a module of its own): helm lint, render, strict decode; the first run builds Helm into the user cache
-	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+chart: $(STATICCHECK) ## the Helm chart's tests (deploy/helm, a module of its own): vet, staticcheck, helm lint, render, strict decode; the first run builds Helm into the user cache
+	cd deploy/helm && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout 20m ./...
 
 unit: ## the fast tests only (no servers)
 	$(GO) test -race -count=1 -short $(PKGS)

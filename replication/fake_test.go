@@ -181,16 +181,6 @@ func (b *fakeBroker) sessionCount() int {
 	return len(b.sessions)
 }
 
-// current returns the newest session.
-func (b *fakeBroker) current() *fakeSession {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.sessions) == 0 {
-		return nil
-	}
-	return b.sessions[len(b.sessions)-1]
-}
-
 // ack confirms the oldest n pending messages of the newest session.
 func (b *fakeBroker) ack(n int) {
 	b.verdict(n, nil)

@@ -1,7 +1,9 @@
 // Package tracing emits an OpenTelemetry span for each message the relay publishes: a producer
 // span from the publish to the broker's confirm, a child of the trace named by the row's
 // traceparent header, so a trace shows the hop through the outbox. It is a replication.Observer;
-// with no exporter configured walbox does not use it at all.
+// with no exporter configured walbox does not use it at all. Only a walbox built with the otel
+// build tag links it (cmd/walbox/tracing_otel.go); the package itself builds and is tested without
+// the tag.
 package tracing
 
 import (

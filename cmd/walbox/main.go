@@ -88,7 +88,11 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "walbox %s\n", version)
+	build := "built without tracing"
+	if withTracing {
+		build = "built with tracing (otel)"
+	}
+	fmt.Fprintf(stdout, "walbox %s, %s\n", version, build)
 	return nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
-	"github.com/walbox/walbox/tracing"
 )
 
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -26,8 +25,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		"keep retrying when PostgreSQL or RabbitMQ cannot be reached at start, instead of exiting")
 	listen := c.s.add("listen", "WALBOX_LISTEN", "127.0.0.1:9187",
 		"address for /metrics, /healthz, /readyz and /status (\"off\" to disable)")
-	otlp := c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "",
-		"OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing")
+	otlp := c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "", otlpHelp())
 	logLevel := c.s.add("log-level", "WALBOX_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
 
@@ -59,16 +57,12 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	m := metrics.New(reg)
 	cfg.Observer = m
 	if otlp.value != "" {
-		tp, err := tracing.NewOTLPProvider(ctx, otlp.value, version)
+		tr, stopTracing, err := newTracer(ctx, otlp.value, pcfg.Exchange)
 		if err != nil {
 			return badSetting(otlp, "%v", err)
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = tp.Shutdown(sctx)
-		}()
-		cfg.Observer = observers{m, tracing.New(tp, pcfg.Exchange)}
+		defer stopTracing()
+		cfg.Observer = observers{m, tr}
 	}
 	relay, err := replication.New(cfg)
 	if err != nil {
@@ -100,6 +94,14 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	st := relay.Stats()
 	log.Info("exiting", "published", st.Published.Load(), "confirmed", st.Confirmed.Load())
 	return nil
+}
+
+func otlpHelp() string {
+	help := "OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing"
+	if !withTracing {
+		help += " (this walbox is built without tracing and refuses it: build with -tags otel)"
+	}
+	return help
 }
 
 // observers tells every one of them.

@@ -45,6 +45,7 @@ func run(m *testing.M) int {
 // world is one test's database, slot, exchange and queue.
 type world struct {
 	t        *testing.T
+	bin      string // the walbox binary: walboxBin unless the test needs another build
 	pg       *testenv.Postgres
 	rabbit   *testenv.Rabbit
 	db       string
@@ -60,7 +61,7 @@ func newWorld(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) *world
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
 	db := pg.NewDatabase(t)
-	w := &world{t: t, pg: pg, rabbit: rabbit, db: db, conn: pg.Conn(t, db),
+	w := &world{t: t, bin: walboxBin, pg: pg, rabbit: rabbit, db: db, conn: pg.Conn(t, db),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
 	out, code := w.walbox(nil, "migrate")
 	if code != 0 {
@@ -88,7 +89,7 @@ func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, walboxBin, args...)
+	cmd := exec.CommandContext(ctx, w.bin, args...)
 	cmd.Env = append(w.env(), extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -117,7 +118,7 @@ func (w *world) startRelay(extraEnv ...string) *relay {
 // startRelayEnv starts walbox with exactly env and args.
 func (w *world) startRelayEnv(env []string, args ...string) *relay {
 	w.t.Helper()
-	cmd := exec.Command(walboxBin, args...)
+	cmd := exec.Command(w.bin, args...)
 	cmd.Env = env
 	r := &relay{t: w.t, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.out, r.out

@@ -3,9 +3,13 @@ package e2e_test
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,8 +17,34 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-// With an OTLP endpoint set, walbox exports a span per publish in the trace of the row's
-// traceparent (insertTx writes one into every row's headers).
+var otelBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// otelWalbox returns a walbox built with -tags otel, the build that exports spans, building it on
+// first use beside walboxBin (the default build, which refuses an OTLP endpoint).
+func otelWalbox(t *testing.T) string {
+	t.Helper()
+	otelBuild.once.Do(func() {
+		bin := filepath.Join(filepath.Dir(walboxBin), "walbox-otel")
+		out, err := exec.Command("go", "build", "-race", "-tags", "otel", "-o", bin,
+			"github.com/walbox/walbox/cmd/walbox").CombinedOutput()
+		if err != nil {
+			otelBuild.err = fmt.Errorf("build walbox -tags otel: %v\n%s", err, out)
+			return
+		}
+		otelBuild.bin = bin
+	})
+	if otelBuild.err != nil {
+		t.Fatal(otelBuild.err)
+	}
+	return otelBuild.bin
+}
+
+// With an OTLP endpoint set, walbox built with tracing exports a span per publish in the trace of
+// the row's traceparent (insertTx writes one into every row's headers).
 func TestSpansAreExportedInTheRowsTrace(t *testing.T) {
 	var (
 		mu     sync.Mutex
@@ -31,6 +61,7 @@ func TestSpansAreExportedInTheRowsTrace(t *testing.T) {
 	defer collector.Close()
 
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.bin = otelWalbox(t)
 	w.startRelay("WALBOX_OTLP_ENDPOINT=" + collector.URL)
 	x := w.insertTx(w.conn, 5, "order.created")
 	w.drain([]txn{x}, nil, time.Minute)
@@ -52,5 +83,19 @@ func TestSpansAreExportedInTheRowsTrace(t *testing.T) {
 			t.Fatalf("no exported span in the row's trace after 30s (%d export requests)", n)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The default build has no tracing: an OTLP endpoint makes walbox run exit 2 at start with one
+// line saying so, before it touches either server.
+func TestOTLPEndpointRefusedWithoutTracing(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay("WALBOX_OTLP_ENDPOINT=http://127.0.0.1:4318")
+	if code := r.wait(30 * time.Second); code != 2 {
+		t.Fatalf("walbox run exited %d, want 2:\n%s", code, r.out.String())
+	}
+	out := r.out.String()
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "built without tracing") || !strings.Contains(out, "-tags otel") {
+		t.Fatalf("want one line saying the build has no tracing and how to get one, got:\n%s", out)
 	}
 }

@@ -1,4 +1,4 @@
-package example_e2e_test
+package examplee2e_test
 
 import (
 	"context"
