@@ -296,7 +296,7 @@ func TestStartupErrors(t *testing.T) {
 	const secret = "pw-Zq81-never-printed"
 
 	t.Run("missing database url", func(t *testing.T) {
-		w := &world{t: t, rabbit: rabbit}
+		w := &world{t: t, bin: walboxBin, rabbit: rabbit}
 		out, code := w.walbox([]string{"WALBOX_DATABASE_URL="}, "run")
 		if code != 2 || !strings.Contains(out, "WALBOX_DATABASE_URL") {
 			t.Fatalf("exit %d, output %q: want exit 2 naming WALBOX_DATABASE_URL", code, out)
@@ -329,7 +329,7 @@ func TestStartupErrors(t *testing.T) {
 	t.Run("wal_level replica", func(t *testing.T) {
 		replica := testenv.StartPostgres(t, testenv.WithSetting("wal_level", "replica"))
 		testenv.RequireOwn(t, replica)
-		w := &world{t: t, rabbit: rabbit, db: replica.NewDatabase(t), slot: "walbox"}
+		w := &world{t: t, bin: walboxBin, rabbit: rabbit, db: replica.NewDatabase(t), slot: "walbox"}
 		out, code := w.walbox(nil, "run")
 		if code != 1 || !strings.Contains(out, "wal_level") {
 			t.Fatalf("exit %d, output %q: want exit 1 naming wal_level", code, out)
