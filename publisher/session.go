@@ -362,6 +362,10 @@ func (s *Session) release() {
 // beyond Window wait in an unbounded queue.
 func (s *Session) Confirms() <-chan outbox.Confirm { return s.confirms }
 
+// Endpoint returns the host:port of the broker the session is connected to; it carries no
+// credentials.
+func (s *Session) Endpoint() string { return hostOf(s.cfg.URL) }
+
 // Blocked reports whether the broker is blocking the connection (a memory or disk alarm).
 func (s *Session) Blocked() bool {
 	s.blockMu.Lock()

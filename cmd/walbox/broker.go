@@ -14,7 +14,7 @@ type brokerSettings struct {
 
 func addBrokerSettings(s *settings) *brokerSettings {
 	return &brokerSettings{
-		url: s.add("amqp-url", "WALBOX_AMQP_URL", "", "RabbitMQ URL, amqp:// or amqps://"),
+		url: s.add("amqp-url", "WALBOX_AMQP_URL", "", amqpURLHelp),
 		password: s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
 			"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)"),
 		caFile:   s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)"),
@@ -30,21 +30,15 @@ func addBrokerSettings(s *settings) *brokerSettings {
 	}
 }
 
-// config returns the publisher's configuration, validated; appID names the connection and is
-// every message's app-id.
+// config returns the publisher's configuration, validated, with the first URL of --amqp-url;
+// appID names the connection and is every message's app-id.
 func (b *brokerSettings) config(c *common, appID string) (publisher.Config, error) {
-	var (
-		pcfg publisher.Config
-		err  error
-	)
-	if pcfg.URL, err = b.url.required(); err != nil {
+	var pcfg publisher.Config
+	urls, err := amqpURLs(b.url, b.password)
+	if err != nil {
 		return pcfg, err
 	}
-	if b.password.value != "" {
-		if pcfg.URL, err = withURLPassword(pcfg.URL, b.password.value); err != nil {
-			return pcfg, badSetting(b.password, "%v", err)
-		}
-	}
+	pcfg.URL = urls[0]
 	if pcfg.TLS, err = amqpTLS(b.caFile.value, b.certFile.value, b.keyFile.value); err != nil {
 		return pcfg, badSetting(b.caFile, "%v", err)
 	}
@@ -60,6 +54,32 @@ func (b *brokerSettings) config(c *common, appID string) (publisher.Config, erro
 		return pcfg, configError{redact.Text(err.Error(), c.secrets()...)}
 	}
 	return pcfg, nil
+}
+
+// endpoints returns every URL of --amqp-url with the publisher's configuration, each validated.
+func (b *brokerSettings) endpoints(c *common, appID string) (*publisher.Endpoints, error) {
+	pcfg, err := b.config(c, appID)
+	if err != nil {
+		return nil, err
+	}
+	urls, err := amqpURLs(b.url, b.password)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := publisher.NewEndpoints(pcfg, urls)
+	if err != nil {
+		return nil, configError{redact.Text(err.Error(), c.secrets()...)}
+	}
+	return eps, nil
+}
+
+// configs returns the publisher's configuration for every URL of --amqp-url.
+func (b *brokerSettings) configs(c *common, appID string) ([]publisher.Config, error) {
+	eps, err := b.endpoints(c, appID)
+	if err != nil {
+		return nil, err
+	}
+	return eps.Configs(), nil
 }
 
 // mappings returns the outbox tables of the config file, if it names any.
