@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/publisher"
 )
@@ -151,5 +152,26 @@ func TestNewEndpointsChecksEveryURL(t *testing.T) {
 	}
 	if _, err := publisher.NewEndpoints(publisher.Config{}, nil); err == nil {
 		t.Error("NewEndpoints with no URL: want an error")
+	}
+}
+
+// With QueueType quorum the park and alternate queues are quorum queues, which stay available on
+// a cluster while any one node is down.
+func TestQuorumSinkQueues(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	_, exchange := dial(t, r.URL(), publisher.Config{QueueType: "quorum"})
+	ch := admin(t, r.URL())
+	for _, q := range []string{exchange + ".parked", exchange + ".unroutable"} {
+		// A passive declare does not compare arguments: declare again with the type to check it.
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			t.Fatalf("%s is not a quorum queue: %v", q, err)
+		}
+	}
+	_, err := publisher.Dial(context.Background(), publisher.Config{URL: r.URL(), Exchange: exchange, QueueType: "classic"})
+	if err == nil || !strings.Contains(err.Error(), "another type") {
+		t.Errorf("Dial with classic sinks over quorum ones: %v, want an error naming the queue type", err)
+	}
+	if _, err := publisher.NewEndpoints(publisher.Config{QueueType: "stream"}, []string{r.URL()}); err == nil {
+		t.Error("queue type stream: want a configuration error")
 	}
 }

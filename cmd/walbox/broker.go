@@ -9,7 +9,7 @@ import (
 // brokerSettings are the RabbitMQ settings of `walbox run`, for the commands that dial the broker
 // as it does: recover must publish exactly alike, doctor checks what run would meet.
 type brokerSettings struct {
-	url, password, caFile, certFile, keyFile, exchange, alternate, park, maxSize, window *setting
+	url, password, caFile, certFile, keyFile, exchange, alternate, park, queueType, maxSize, window *setting
 }
 
 func addBrokerSettings(s *settings) *brokerSettings {
@@ -24,6 +24,8 @@ func addBrokerSettings(s *settings) *brokerSettings {
 		alternate: s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
 			"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\": unroutable messages stall the stream until a queue is bound)"),
 		park: s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)"),
+		queueType: s.add("queue-type", "WALBOX_QUEUE_TYPE", "classic",
+			"type of the park and alternate queues walbox declares: classic, or quorum (use quorum on a cluster: a classic queue is unavailable while its node is down)"),
 		maxSize: s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "134217728",
 			"largest message body in bytes; larger rows are parked (keep at or below the broker's max_message_size)"),
 		window: s.add("window", "WALBOX_WINDOW", "1024", "most messages published and not yet confirmed"),
@@ -49,7 +51,7 @@ func (b *brokerSettings) config(c *common, appID string) (publisher.Config, erro
 		return pcfg, err
 	}
 	pcfg.Exchange, pcfg.AppID = b.exchange.value, appID
-	pcfg.AlternateExchange, pcfg.ParkExchange = b.alternate.value, b.park.value
+	pcfg.AlternateExchange, pcfg.ParkExchange, pcfg.QueueType = b.alternate.value, b.park.value, b.queueType.value
 	if err := pcfg.Validate(); err != nil {
 		return pcfg, configError{redact.Text(err.Error(), c.secrets()...)}
 	}
