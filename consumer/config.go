@@ -49,7 +49,9 @@ type Config struct {
 	// bound as Bindings say.
 	Queue string
 
-	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say).
+	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say). With
+	// x-queue-type quorum the dead-letter and retry queues are quorum queues too, and the retry
+	// queues dead-letter back to Queue at least once.
 	// They must match those of an existing queue.
 	QueueArgs map[string]any
 

@@ -77,10 +77,20 @@ func TestSameMessageIDHandledOncePerConsumer(t *testing.T) {
 }
 
 func TestHandlerErrorRetriedThenDeadLettered(t *testing.T) {
+	t.Run("classic queues", func(t *testing.T) { testRetriedThenDeadLettered(t, nil) })
+	// The retry and dead-letter queues are quorum queues too; the retry queues' TTL and
+	// dead-lettering back to the queue work as with classic ones.
+	t.Run("quorum queues", func(t *testing.T) {
+		testRetriedThenDeadLettered(t, map[string]any{"x-queue-type": "quorum"})
+	})
+}
+
+func testRetriedThenDeadLettered(t *testing.T, queueArgs map[string]any) {
 	e := newEnv(t, nil)
 	var got calls
 	var errs errorLog
 	cfg := e.config()
+	cfg.QueueArgs = queueArgs
 	cfg.OnError = errs.add
 	c, err := consumer.New(e.pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 		got.add(d)
@@ -97,6 +107,9 @@ func TestHandlerErrorRetriedThenDeadLettered(t *testing.T) {
 
 	e.publish(t, "m1", "order.paid")
 	d := e.getDeadLetter(t, e.queue+".dlq")
+	if queueArgs != nil {
+		e.wantQuorum(t, e.queue, e.queue+".dlq", e.queue+".retry.50ms", e.queue+".retry.100ms")
+	}
 
 	if d.MessageId != "m1" || string(d.Body) != `{"id": "m1"}` || d.Type != "order.paid" {
 		t.Errorf("dead letter: id %q type %q body %s, want the original message", d.MessageId, d.Type, d.Body)

@@ -316,3 +316,18 @@ func (l *errorLog) all() []error {
 	defer l.mu.Unlock()
 	return append([]error(nil), l.errs...)
 }
+
+// wantQuorum fails the test unless every named queue is a quorum queue. A passive declare does
+// not compare arguments, so each is declared as a classic queue instead, on a channel of its own:
+// for a quorum queue that fails with PRECONDITION_FAILED.
+func (e *env) wantQuorum(tb testing.TB, queues ...string) {
+	tb.Helper()
+	for _, q := range queues {
+		ch := openChannel(tb, e.amqpURL)
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			tb.Errorf("queue %s: declaring it classic gave %v; want PRECONDITION_FAILED, as for a quorum queue", q, err)
+		}
+	}
+}

@@ -49,7 +49,7 @@ func (c *Consumer) declare(ch *amqp.Channel) error {
 			return fmt.Errorf("bind queue %s to %s with %q: %w", q, b.Exchange, b.Key, err)
 		}
 	}
-	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, c.cfg.siblingArgs()); err != nil {
 		return fmt.Errorf("declare dead letter queue %s: %w", c.cfg.DeadLetterQueue, err)
 	}
 	for _, d := range c.cfg.retryDelays() {
@@ -77,12 +77,36 @@ func (c *Config) retryDelays() []time.Duration {
 // retryArgs makes a retry queue hold messages for d and then dead-letter them back to the queue,
 // through the default exchange, so they reach this queue alone and not every queue bound to
 // the exchange they were first published to.
+//
+// Beside a quorum queue they are quorum queues too, which dead-letter at least once: the broker
+// keeps an expired message until Queue confirmed it (which needs overflow reject-publish).
 func (c *Config) retryArgs(d time.Duration) amqp.Table {
-	return amqp.Table{
+	args := amqp.Table{
 		"x-message-ttl":             d.Milliseconds(),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": c.Queue,
 	}
+	if c.quorum() {
+		args["x-queue-type"] = "quorum"
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	return args
+}
+
+// quorum reports whether Queue is a quorum queue (QueueArgs has x-queue-type quorum).
+func (c *Config) quorum() bool {
+	t, _ := c.QueueArgs["x-queue-type"].(string)
+	return t == "quorum"
+}
+
+// siblingArgs are the arguments of the dead-letter queue: of Queue's type, so that it is as
+// available as Queue on a cluster.
+func (c *Config) siblingArgs() amqp.Table {
+	if c.quorum() {
+		return amqp.Table{"x-queue-type": "quorum"}
+	}
+	return nil
 }
 
 // declareExchange declares a binding's exchange as walbox declares it, alternate exchange included.

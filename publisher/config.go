@@ -54,6 +54,12 @@ type Config struct {
 	// a durable queue of the same name bound to it. Default Exchange+".parked".
 	ParkExchange string
 
+	// QueueType is the type of the park and alternate queues Dial declares: "classic" (the
+	// default) or "quorum". On a cluster use quorum: a classic queue lives on one node, and while
+	// that node is down no other node can declare it, so no session could open anywhere. The type
+	// of an existing queue cannot change: delete the queue (once empty) to switch.
+	QueueType string
+
 	// MaxMessageSize is the largest body Publish sends; a larger one is refused with
 	// ErrInvalidMessage before anything is written, since the broker would close the channel.
 	// Keep it at or below the broker's max_message_size. Default 128 MiB.
@@ -110,6 +116,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("park exchange %.20q...: longer than 255 bytes", c.ParkExchange)
 	case c.ParkExchange == c.Exchange || c.AlternateExchange == c.Exchange:
 		return fmt.Errorf("park and alternate exchanges must differ from exchange %q", c.Exchange)
+	case c.QueueType != "classic" && c.QueueType != "quorum":
+		return fmt.Errorf("queue type %q: want classic or quorum", c.QueueType)
 	case c.MaxMessageSize < 0:
 		return fmt.Errorf("max message size %d: negative", c.MaxMessageSize)
 	case c.Window < 1 || c.Window > MaxWindow:
@@ -140,6 +148,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ParkExchange == "" {
 		c.ParkExchange = c.Exchange + ".parked"
+	}
+	if c.QueueType == "" {
+		c.QueueType = "classic"
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize

@@ -133,12 +133,12 @@ func (s *Session) open(ctx context.Context, uri amqp.URI) error {
 
 // declare sets up the park exchange and queue, the alternate exchange and queue, and the exchange.
 func (s *Session) declare(ch *amqp.Channel) error {
-	if err := declareSink(ch, s.cfg.ParkExchange); err != nil {
+	if err := declareSink(ch, s.cfg.ParkExchange, s.cfg.QueueType); err != nil {
 		return err
 	}
 	var args amqp.Table
 	if ae := s.cfg.AlternateExchange; ae != NoExchange {
-		if err := declareSink(ch, ae); err != nil {
+		if err := declareSink(ch, ae, s.cfg.QueueType); err != nil {
 			return err
 		}
 		args = amqp.Table{"alternate-exchange": ae}
@@ -155,12 +155,22 @@ func (s *Session) declare(ch *amqp.Channel) error {
 	return nil
 }
 
-// declareSink declares a durable fanout exchange and a durable queue of the same name bound to it.
-func declareSink(ch *amqp.Channel, name string) error {
+// declareSink declares a durable fanout exchange and a durable queue of the same name and type
+// bound to it.
+func declareSink(ch *amqp.Channel, name, queueType string) error {
 	if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare exchange %s: %w", name, err)
 	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+	var args amqp.Table
+	if queueType == "quorum" {
+		args = amqp.Table{"x-queue-type": queueType}
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("declare queue %s: it exists as another type than %s; delete it once empty, or match "+
+				"the queue type setting: %w", name, queueType, err)
+		}
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	if err := ch.QueueBind(name, "", name, false, nil); err != nil {
@@ -361,6 +371,10 @@ func (s *Session) release() {
 // are unknown. Close closes it too, dropping what was not yet read. Read it promptly: verdicts
 // beyond Window wait in an unbounded queue.
 func (s *Session) Confirms() <-chan outbox.Confirm { return s.confirms }
+
+// Endpoint returns the host:port of the broker the session is connected to; it carries no
+// credentials.
+func (s *Session) Endpoint() string { return hostOf(s.cfg.URL) }
 
 // Blocked reports whether the broker is blocking the connection (a memory or disk alarm).
 func (s *Session) Blocked() bool {

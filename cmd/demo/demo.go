@@ -123,7 +123,7 @@ func startServices(ctx context.Context, dir string, srv servers) ([]*child, stri
 		if s.name == "walbox" {
 			// The notifier binds its queue to the relay's exchange, which must exist first.
 			bctx, cancel := context.WithTimeout(ctx, readyTimeout)
-			err := orders.BindQueue(bctx, amqpURL, exchange, queue)
+			err := orders.BindQueue(bctx, amqpURL, exchange, queue, "")
 			cancel()
 			if err != nil {
 				return children, "", errors.Join(err, exitedEarly(children))

@@ -2,7 +2,8 @@
 // walbox from a durable queue and records, once per message, the notification it would send.
 //
 // Environment: NOTIFIER_DATABASE_URL, NOTIFIER_AMQP_URL (both required), NOTIFIER_EXCHANGE
-// (default outbox), NOTIFIER_QUEUE (default notifications). SIGINT or SIGTERM stops it after the
+// (default outbox), NOTIFIER_QUEUE (default notifications), NOTIFIER_QUEUE_TYPE (classic, the
+// default, or quorum for a cluster: the retry and dead-letter queues follow). SIGINT or SIGTERM stops it after the
 // message in hand.
 package main
 
@@ -23,7 +24,7 @@ import (
 )
 
 type config struct {
-	databaseURL, amqpURL, exchange, queue string
+	databaseURL, amqpURL, exchange, queue, queueType string
 }
 
 func main() {
@@ -47,12 +48,15 @@ func parseConfig(getenv func(string) string) (config, error) {
 		amqpURL:     getenv("NOTIFIER_AMQP_URL"),
 		exchange:    envOr(getenv, "NOTIFIER_EXCHANGE", "outbox"),
 		queue:       envOr(getenv, "NOTIFIER_QUEUE", "notifications"),
+		queueType:   envOr(getenv, "NOTIFIER_QUEUE_TYPE", "classic"),
 	}
 	switch {
 	case cfg.databaseURL == "":
 		return config{}, errors.New("NOTIFIER_DATABASE_URL: required")
 	case cfg.amqpURL == "":
 		return config{}, errors.New("NOTIFIER_AMQP_URL: required")
+	case cfg.queueType != "classic" && cfg.queueType != "quorum":
+		return config{}, fmt.Errorf("NOTIFIER_QUEUE_TYPE: %q: want classic or quorum", cfg.queueType)
 	}
 	return cfg, nil
 }
@@ -74,10 +78,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := migrate(ctx, pool); err != nil {
 		return err
 	}
-	if err := orders.BindQueue(ctx, cfg.amqpURL, cfg.exchange, cfg.queue); err != nil {
+	if err := orders.BindQueue(ctx, cfg.amqpURL, cfg.exchange, cfg.queue, cfg.queueType); err != nil {
 		return err
 	}
-	ccfg := orders.ConsumerConfig(cfg.amqpURL, cfg.queue)
+	ccfg := orders.ConsumerConfig(cfg.amqpURL, cfg.queue, cfg.queueType)
 	ccfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
 	c, err := consumer.New(pool, ccfg, orders.NotificationHandler(log))
 	if err != nil {

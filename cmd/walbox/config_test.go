@@ -56,14 +56,7 @@ func TestConfigFileValueAndDefault(t *testing.T) {
 	conf := writeFile(t, "walbox.yaml", "slot: from_file\n")
 	t.Setenv("WALBOX_CONFIG", conf)
 	c := newCommon()
-	fs := newFlagSet("test", "test", &bytes.Buffer{})
-	c.s.register(fs)
-	if err := parse(fs, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.s.resolve(); err != nil {
-		t.Fatal(err)
-	}
+	resolveSettings(t, c)
 	if c.slot.value != "from_file" || c.publication.value != "walbox" {
 		t.Fatalf("slot %q publication %q, want from_file and the default walbox", c.slot.value, c.publication.value)
 	}

@@ -45,9 +45,9 @@ type doctor struct {
 	dsn         string
 	slot        string
 	publication string
-	table       outbox.Table     // the first outbox table, for fixes
-	mappings    []outbox.Mapping // every outbox table `walbox run` reads, as the config file maps it
-	broker      publisher.Config
+	table       outbox.Table       // the first outbox table, for fixes
+	mappings    []outbox.Mapping   // every outbox table `walbox run` reads, as the config file maps it
+	brokers     []publisher.Config // one per --amqp-url endpoint
 }
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -76,7 +76,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		d.mappings = c.s.file.tables
 		d.table = d.mappings[0].WithDefaults().Table
 	}
-	if d.broker, err = b.config(c, "walbox-doctor"); err != nil {
+	if d.brokers, err = b.configs(c, "walbox-doctor"); err != nil {
 		return err
 	}
 	wantJSON, err := asJSON.bool()
@@ -131,10 +131,28 @@ func printChecks(w io.Writer, checks []check, ok, asJSON bool) error {
 	return nil
 }
 
-// brokerChecks dials RabbitMQ as `walbox run` does, which declares the exchanges.
+// brokerChecks dials every RabbitMQ endpoint as `walbox run` does, and says which answer. The
+// first that answers declares the exchanges, as run would. With several endpoints, one that does
+// not answer is a warning (walbox fails over to the others), all of them a failure.
 func (d doctor) brokerChecks(ctx context.Context) []check {
-	cfg := d.broker
-	cfg.DialTimeout = doctorTimeout
+	var checks []check
+	declared := false
+	for _, cfg := range d.brokers {
+		cfg.DialTimeout = doctorTimeout
+		c, ok := d.dialCheck(ctx, cfg, declared)
+		checks = append(checks, c...)
+		declared = declared || ok
+	}
+	if !declared && len(d.brokers) > 1 {
+		checks = append(checks, failCheck("broker", "walbox needs at least one node of the cluster",
+			"none of the %d RabbitMQ endpoints accepts the connection", len(d.brokers)))
+	}
+	return checks
+}
+
+// dialCheck dials one endpoint. Unless declared, it reports on the exchange declaration too. It
+// reports whether the broker accepted the connection.
+func (d doctor) dialCheck(ctx context.Context, cfg publisher.Config, declared bool) ([]check, bool) {
 	addr := amqpHost(cfg.URL)
 	s, err := publisher.Dial(ctx, cfg)
 	if err != nil {
@@ -143,18 +161,25 @@ func (d doctor) brokerChecks(ctx context.Context) []check {
 			return []check{passCheck("broker", "RabbitMQ at %s accepts the connection", addr),
 				failCheck("exchange", "walbox declares it durable, of type topic, with its alternate exchange as argument: "+
 					"delete the exchange or match --exchange/--alternate-exchange; the user needs configure, write and "+
-					"read permission on the vhost", "exchange %s: %s", cfg.Exchange, msg)}
+					"read permission on the vhost", "exchange %s: %s", cfg.Exchange, msg)}, true
 		}
-		return []check{failCheck("broker", brokerFix(msg), "RabbitMQ at %s: %s", addr, msg)}
+		if len(d.brokers) > 1 {
+			return []check{warnCheck("broker", brokerFix(msg), "RabbitMQ at %s (%d endpoints): not reachable: %s",
+				addr, len(d.brokers), msg)}, false
+		}
+		return []check{failCheck("broker", brokerFix(msg), "RabbitMQ at %s: %s", addr, msg)}, false
 	}
 	_ = s.Close()
+	checks := []check{passCheck("broker", "RabbitMQ at %s accepts the connection in confirm mode", addr)}
+	if declared {
+		return checks, true
+	}
 	alt := "no alternate exchange"
 	if cfg.AlternateExchange != publisher.NoExchange {
 		alt = "alternate exchange " + cfg.AlternateExchange
 	}
-	return []check{passCheck("broker", "RabbitMQ at %s accepts the connection in confirm mode", addr),
-		passCheck("exchange", "exchange %s declared or already there (topic, durable, %s); park exchange %s",
-			cfg.Exchange, alt, cfg.ParkExchange)}
+	return append(checks, passCheck("exchange", "exchange %s declared or already there (topic, durable, %s); park exchange %s",
+		cfg.Exchange, alt, cfg.ParkExchange)), true
 }
 
 // brokerFix suggests a fix for a failed dial, from its error text.
@@ -181,18 +206,30 @@ func amqpHost(raw string) string {
 	return u.Host
 }
 
-// amqpTLS checks whether the broker connection is encrypted.
+// amqpTLS checks whether the broker connections are encrypted, every one of them.
 func (d doctor) amqpTLS() check {
-	u, err := url.Parse(d.broker.URL)
-	if err == nil && u.Scheme == "amqps" {
+	plain := 0
+	for _, b := range d.brokers {
+		if u, err := url.Parse(b.URL); err != nil || u.Scheme != "amqps" {
+			plain++
+		}
+	}
+	if plain == 0 {
 		roots := "the system roots"
-		if d.broker.TLS != nil && d.broker.TLS.RootCAs != nil {
+		if tls := d.brokers[0].TLS; tls != nil && tls.RootCAs != nil {
 			roots = "--amqp-ca-file"
 		}
 		return passCheck("amqp_tls", "RabbitMQ connection uses TLS (amqps), the broker verified against %s", roots)
 	}
 	return warnCheck("amqp_tls", "use amqps:// (port 5671 by default) with --amqp-ca-file, unless the broker is on this host",
-		"RabbitMQ connection is plaintext (amqp://): credentials and messages cross the network unencrypted")
+		"%s plaintext (amqp://): credentials and messages cross the network unencrypted", plainCount(plain, len(d.brokers)))
+}
+
+func plainCount(plain, all int) string {
+	if all == 1 {
+		return "RabbitMQ connection is"
+	}
+	return fmt.Sprintf("%d of %d RabbitMQ endpoints are", plain, all)
 }
 
 // postgresTLS checks the sslmode of the database URL: only verify-full authenticates the server.

@@ -32,10 +32,13 @@ type relayStatus struct {
 	ReceivedLSN   string `json:"received_lsn"`
 	ServerWALLSN  string `json:"server_wal_lsn"`
 	BrokerBlocked bool   `json:"broker_blocked"`
+	// Broker is host:port of the RabbitMQ node the relay is connected to; empty when none.
+	Broker string `json:"broker"`
 }
 
-func statusOf(s *replication.Stats, slot string, secrets []string) relayStatus {
+func statusOf(s *replication.Stats, broker func() string, slot string, secrets []string) relayStatus {
 	return relayStatus{
+		Broker:        broker(),
 		State:         replication.State(s.State.Load()).String(),
 		Slot:          slot,
 		LastError:     redact.Text(s.LastError(), secrets...),
@@ -53,7 +56,8 @@ func statusOf(s *replication.Stats, slot string, secrets []string) relayStatus {
 
 // newMux serves /metrics, /healthz (the process is alive), /readyz (200 when streaming, or as a
 // standby with the body "standby"; 503 otherwise) and /status (JSON).
-func newMux(reg *prometheus.Registry, stats *replication.Stats, slot string, secrets []string) *http.ServeMux {
+// broker returns host:port of the broker node the relay is connected to, or "".
+func newMux(reg *prometheus.Registry, stats *replication.Stats, broker func() string, slot string, secrets []string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -74,7 +78,7 @@ func newMux(reg *prometheus.Registry, stats *replication.Stats, slot string, sec
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(statusOf(stats, slot, secrets))
+		_ = enc.Encode(statusOf(stats, broker, slot, secrets))
 	})
 	return mux
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/walbox/walbox/internal/redact"
@@ -42,6 +43,10 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	eps, err := b.endpoints(c, "walbox")
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, logLevel.value, logFormat.value, c.secrets())
 	if err != nil {
 		return configError{"--log-level/--log-format: " + err.Error()}
@@ -50,11 +55,10 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = log
-	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) {
-		return publisher.Dial(ctx, pcfg)
-	}
+	cfg.Dial = brokerDialer(eps, log)
 	reg := newRegistry()
 	m := metrics.New(reg)
+	m.WatchBroker(eps.Connected)
 	cfg.Observer = m
 	if otlp.value != "" {
 		tr, stopTracing, err := newTracer(ctx, otlp.value, pcfg.Exchange)
@@ -75,7 +79,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer stop()
 	if listen.value != "off" && listen.value != "" {
 		// Metrics are not the product: a taken port is logged loudly, and the relay relays anyway.
-		stopHTTP, err := serveHTTP(ctx, listen.value, newMux(reg, stats, cfg.Slot, c.secrets()), log)
+		stopHTTP, err := serveHTTP(ctx, listen.value, newMux(reg, stats, eps.Connected, cfg.Slot, c.secrets()), log)
 		if err != nil {
 			log.Error("no metrics or health endpoints; fix --listen (WALBOX_LISTEN)", "error", err)
 		} else {
@@ -86,7 +90,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer stopPoll()
 	go m.PollSlot(pollCtx, cfg.DatabaseURL, cfg.Slot, 15*time.Second)
 	log.Info("starting", "version", version, "slot", cfg.Slot, "publication", cfg.Publication,
-		"table", cfg.Table.String(), "exchange", pcfg.Exchange, "window", cfg.Window)
+		"table", cfg.Table.String(), "exchange", pcfg.Exchange, "window", cfg.Window,
+		"brokers", strings.Join(eps.Hosts(), ","))
 	if err := relay.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", cfg.Slot, "error", err)
 		return errors.New(redact.Text(err.Error(), c.secrets()...))

@@ -145,6 +145,11 @@ func printRelay(w io.Writer, st slotStatus) {
 	r := st.Relay
 	fmt.Fprintf(w, "relay_state          %s\n", r.State)
 	fmt.Fprintf(w, "published            %d (confirmed %d, parked %d, in flight %d)\n", r.Published, r.Confirmed, r.Parked, r.InFlight)
+	broker := r.Broker
+	if broker == "" {
+		broker = "- (not connected)"
+	}
+	fmt.Fprintf(w, "broker               %s\n", broker)
 	last := r.LastError
 	if last == "" {
 		last = "-"

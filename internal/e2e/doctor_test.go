@@ -232,3 +232,43 @@ func closedPort(t *testing.T) int {
 	ln.Close()
 	return port
 }
+
+// With several endpoints, doctor tries each: a node down is a warning naming it, as long as
+// another answers; all of them down fail. No password of any URL is shown.
+func TestDoctorChecksEveryEndpoint(t *testing.T) {
+	rabbit := testenv.SharedRabbit(t)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	dead := freeAddr(t)
+	down := "amqp://guest:down-node-pw@" + dead + "/"
+
+	r := w.doctor([]string{"WALBOX_AMQP_URL=" + down + "," + rabbit.URL()})
+	if r.code != 0 || !r.OK {
+		t.Fatalf("one node of two down: exit %d, ok %t, want 0:\n%s", r.code, r.OK, r.out)
+	}
+	live, err := url.Parse(rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned, passed bool
+	for _, c := range r.Checks {
+		if c.Name != "broker" {
+			continue
+		}
+		warned = warned || (c.Status == "warn" && strings.Contains(c.Message, dead))
+		passed = passed || (c.Status == "pass" && strings.Contains(c.Message, live.Host))
+	}
+	if !warned || !passed {
+		t.Errorf("want a broker warning naming %s and a pass naming the live node:\n%s", dead, r.out)
+	}
+	if c := r.check(t, "exchange"); c.Status != "pass" {
+		t.Errorf("exchange: %s %q, want pass through the live node", c.Status, c.Message)
+	}
+
+	r = w.doctor([]string{"WALBOX_AMQP_URL=" + down + "," + down})
+	if r.code != 1 || r.OK {
+		t.Errorf("every node down: exit %d, ok %t, want 1:\n%s", r.code, r.OK, r.out)
+	}
+	if strings.Contains(r.out, "down-node-pw") {
+		t.Errorf("output shows a password:\n%s", r.out)
+	}
+}

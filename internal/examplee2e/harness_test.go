@@ -179,10 +179,10 @@ func (s *system) startNotifier() {
 	s.t.Helper()
 	log := testLogger(s.t, slog.LevelWarn)
 	ctx := context.Background()
-	if err := orders.BindQueue(ctx, s.rabbit.URL(), s.exchange, s.queue); err != nil {
+	if err := orders.BindQueue(ctx, s.rabbit.URL(), s.exchange, s.queue, "quorum"); err != nil {
 		s.t.Fatal(err)
 	}
-	cfg := orders.ConsumerConfig(s.rabbit.URL(), s.queue)
+	cfg := orders.ConsumerConfig(s.rabbit.URL(), s.queue, "quorum") // as on a cluster
 	cfg.ReconnectBackoffMax = time.Second
 	cfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
 	conn, err := s.pool.Acquire(ctx)

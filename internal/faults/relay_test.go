@@ -34,6 +34,7 @@ type relayStatus struct {
 	Parked        uint64 `json:"parked"`
 	Sessions      uint64 `json:"sessions"`
 	BrokerBlocked bool   `json:"broker_blocked"`
+	Broker        string `json:"broker"`
 }
 
 // startRelay starts `walbox run` on the world; extra environment settings win.

@@ -11,9 +11,9 @@ import (
 // BindQueue declares queue (durable, as the consumer declares it) and binds it to every order
 // event on exchange. The exchange is the relay's: BindQueue never declares it, and retries
 // until it exists or ctx ends.
-func BindQueue(ctx context.Context, amqpURL, exchange, queue string) error {
+func BindQueue(ctx context.Context, amqpURL, exchange, queue, queueType string) error {
 	for {
-		err := bindOnce(amqpURL, exchange, queue)
+		err := bindOnce(amqpURL, exchange, queue, queueType)
 		if err == nil {
 			return nil
 		}
@@ -25,7 +25,7 @@ func BindQueue(ctx context.Context, amqpURL, exchange, queue string) error {
 	}
 }
 
-func bindOnce(amqpURL, exchange, queue string) error {
+func bindOnce(amqpURL, exchange, queue, queueType string) error {
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err)
@@ -35,7 +35,7 @@ func bindOnce(amqpURL, exchange, queue string) error {
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, QueueArgs(queueType)); err != nil {
 		return fmt.Errorf("declare queue: %w", err)
 	}
 	if err := ch.QueueBind(queue, EventRoutingKeys, exchange, false, nil); err != nil {

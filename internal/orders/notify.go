@@ -34,10 +34,20 @@ func NotificationHandler(log *slog.Logger) consumer.Handler {
 }
 
 // ConsumerConfig is the consumer configuration of the notification service: the durable queue
-// that BindQueue binds to every order event.
+// that BindQueue binds to every order event, of queueType ("" or "classic", or "quorum": then its
+// retry and dead-letter queues are quorum queues too).
 //
 // It sets no Bindings: the consumer would declare the exchange without the alternate-exchange
 // argument the relay declares it with, and the broker refuses the mismatch (PRECONDITION_FAILED).
-func ConsumerConfig(amqpURL, queue string) consumer.Config {
-	return consumer.Config{AMQPURL: amqpURL, Queue: queue}
+func ConsumerConfig(amqpURL, queue, queueType string) consumer.Config {
+	return consumer.Config{AMQPURL: amqpURL, Queue: queue, QueueArgs: QueueArgs(queueType)}
+}
+
+// QueueArgs are the arguments of a queue of queueType: none for "" or "classic" (the broker's
+// default type, as queues declared before this setting existed have).
+func QueueArgs(queueType string) map[string]any {
+	if queueType == "" || queueType == "classic" {
+		return nil
+	}
+	return map[string]any{"x-queue-type": queueType}
 }

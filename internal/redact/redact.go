@@ -18,10 +18,11 @@ var (
 )
 
 // Secrets returns the passwords found in connection strings (URLs with userinfo or a password query
-// parameter, and key=value strings), for Text to remove wherever they appear.
+// parameter, and key=value strings), for Text to remove wherever they appear. A comma-separated
+// list of URLs (see SplitList) counts as each of its URLs.
 func Secrets(conns ...string) []string {
 	var out []string
-	for _, c := range conns {
+	for _, c := range splitAll(conns) {
 		if u, err := url.Parse(c); err == nil && u.Scheme != "" {
 			if p, ok := u.User.Password(); ok && p != "" {
 				out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
@@ -39,6 +40,14 @@ func Secrets(conns ...string) []string {
 		for _, m := range keyword.FindAllStringSubmatch(c, -1) {
 			out = append(out, strings.Trim(m[2], "'"))
 		}
+	}
+	return out
+}
+
+func splitAll(conns []string) []string {
+	var out []string
+	for _, c := range conns {
+		out = append(out, SplitList(c)...)
 	}
 	return out
 }
@@ -98,3 +107,26 @@ func PasswordForms(rawURL string) []string {
 }
 
 func isReserved(r rune) bool { return strings.ContainsRune(":/?#[]@!$&'()*+,;=% ", r) }
+
+// listStart finds the commas that begin another URL of a list: commas and spaces, then a scheme.
+var listStart = regexp.MustCompile(`,[\s,]*[a-zA-Z][a-zA-Z0-9+.-]*://`)
+
+// SplitList splits a comma-separated list of URLs. It splits only at a comma that is followed by
+// another URL's scheme (amqp://…), so a comma inside a URL, in a password say, stays where it is.
+// Spaces around each URL, empty elements and trailing commas are dropped. Text without "://"
+// comes back whole.
+func SplitList(list string) []string {
+	if !strings.Contains(list, "://") {
+		return []string{list}
+	}
+	var out []string
+	list = strings.TrimRight(list, ", \t\n")
+	for {
+		loc := listStart.FindStringIndex(list)
+		if loc == nil {
+			return append(out, strings.TrimSpace(list))
+		}
+		out = append(out, strings.TrimSpace(list[:loc[0]]))
+		list = strings.TrimLeft(list[loc[0]:], ", \t\n")
+	}
+}

@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,41 @@ func TestSecretsOfAMalformedURL(t *testing.T) {
 	} {
 		if got := redact.Text(text, secrets...); strings.Contains(got, "s3cr3t") {
 			t.Errorf("Text(%q) = %q: part of the password still there", text, got)
+		}
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string
+	}{
+		{"one url", "amqp://u:p@h1:5672/", []string{"amqp://u:p@h1:5672/"}},
+		{"three urls", "amqp://u:p@h1/,amqps://u:q@h2/, amqp://h3/vh",
+			[]string{"amqp://u:p@h1/", "amqps://u:q@h2/", "amqp://h3/vh"}},
+		{"a comma in a password stays", "amqp://u:a,b@h1/,amqp://u:c,d@h2/", []string{"amqp://u:a,b@h1/", "amqp://u:c,d@h2/"}},
+		{"a keyword string is one", "host=db password=x,y", []string{"host=db password=x,y"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redact.SplitList(tt.in); !slices.Equal(got, tt.want) {
+				t.Errorf("SplitList(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// Every URL of a list has its password found, and nothing of the list's syntax is taken for one.
+func TestSecretsOfAList(t *testing.T) {
+	got := redact.Secrets("amqp://u:first-pw@h1:5672/,amqp://u:second-pw@h2:5672/, amqps://u:third,pw@h3/")
+	for _, w := range []string{"first-pw", "second-pw", "third,pw"} {
+		if !slices.Contains(got, w) {
+			t.Errorf("Secrets missed %q (got %q)", w, got)
+		}
+	}
+	for _, g := range got {
+		if strings.Contains(g, "amqp") || strings.Contains(g, "h2") {
+			t.Errorf("Secrets took %q for a password", g)
 		}
 	}
 }

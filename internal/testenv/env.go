@@ -140,6 +140,9 @@ var (
 	sharedMQMu  sync.Mutex
 	sharedMQ    *Rabbit
 	sharedMQErr error
+	sharedCLMu  sync.Mutex
+	sharedCL    *Cluster
+	sharedCLErr error
 )
 
 // Main runs the tests and then stops the shared servers. Use it from TestMain:
@@ -196,6 +199,12 @@ func stopShared() {
 		sharedMQ = nil
 	}
 	sharedMQMu.Unlock()
+	sharedCLMu.Lock()
+	if sharedCL != nil {
+		sharedCL.shutdown()
+		sharedCL = nil
+	}
+	sharedCLMu.Unlock()
 }
 
 func requireMain(tb testing.TB, fn string) {

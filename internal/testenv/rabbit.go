@@ -39,6 +39,8 @@ type Rabbit struct {
 	tls      *Certs // with a TLS listener on tlsPort when set
 	tlsPort  int
 
+	cookie string // the Erlang cookie; the nodes of a cluster share one
+
 	mu   sync.Mutex
 	proc *process // nil while stopped
 }
@@ -122,8 +124,11 @@ func rabbitBin(name string) string {
 	return filepath.Join(dir, name)
 }
 
-func startRabbit(certs *Certs) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs}
+func startRabbit(certs *Certs) (*Rabbit, error) { return startRabbitNode(certs, UniqueName("cookie")) }
+
+// startRabbitNode starts a node with the given Erlang cookie.
+func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -167,7 +172,7 @@ func (r *Rabbit) initDir() error {
 		{"rabbitmq.conf", rabbitConf, 0o644},
 		{"enabled_plugins", "", 0o644},
 		{"rabbitmq-env.conf", "", 0o644},
-		{".erlang.cookie", UniqueName("cookie"), 0o400},
+		{".erlang.cookie", r.cookie, 0o400},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.data), f.mode); err != nil {

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+)
+
+// amqpURLs reads the --amqp-url list and puts the --amqp-password into every URL of it.
+func amqpURLs(list, password *setting) ([]string, error) {
+	raw, err := list.required()
+	if err != nil {
+		return nil, err
+	}
+	urls, err := publisher.ParseURLs(raw)
+	if err != nil {
+		return nil, badSetting(list, "%v", err)
+	}
+	if password.value == "" {
+		return urls, nil
+	}
+	for i := range urls {
+		if urls[i], err = withURLPassword(urls[i], password.value); err != nil {
+			if len(urls) > 1 {
+				return nil, badSetting(password, "url %d of %d: %v", i+1, len(urls), err)
+			}
+			return nil, badSetting(password, "%v", err)
+		}
+	}
+	return urls, nil
+}
+
+// brokerDialer opens the relay's sessions on the endpoints, and logs which node each one reached
+// (which /status and the walbox_broker_connected metric show as well).
+func brokerDialer(eps *publisher.Endpoints, log *slog.Logger) replication.Dialer {
+	return func(ctx context.Context) (replication.Publisher, error) {
+		s, err := eps.Dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("connected to broker", "broker", s.Endpoint())
+		return s, nil
+	}
+}
+
+const amqpURLHelp = "RabbitMQ URL, amqp:// or amqps://; several, comma-separated, for the nodes of a cluster: " +
+	"walbox connects to the first that answers and moves on to the next when the connection is lost"

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/internal/redact"
+)
+
+// A list from the config file, with the password from a _FILE secret: every URL gets it, and the
+// password is redacted wherever any of the URLs shows up.
+func TestAMQPURLListWithPasswordFile(t *testing.T) {
+	conf := writeFile(t, "walbox.yaml",
+		"amqp-url: amqp://walbox@mq1:5672/, amqp://walbox@mq2:5673/,amqps://walbox@mq3:5671/prod\n")
+	t.Setenv("WALBOX_CONFIG", conf)
+	t.Setenv("WALBOX_AMQP_URL", "")
+	t.Setenv("WALBOX_AMQP_PASSWORD_FILE", writeFile(t, "pw", "s3cr3t,pw@x\n"))
+	c := newCommon()
+	b := addBrokerSettings(&c.s)
+	resolveSettings(t, c)
+	urls, err := amqpURLs(b.url, b.password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"mq1:5672", "mq2:5673", "mq3:5671"}
+	if len(urls) != len(hosts) {
+		t.Fatalf("got %d URLs %q, want %d", len(urls), urls, len(hosts))
+	}
+	secrets := c.secrets()
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pw, _ := u.User.Password(); u.Host != hosts[i] || u.User.Username() != "walbox" || pw != "s3cr3t,pw@x" {
+			t.Errorf("URL %d: host %s user %s password %q; want %s walbox and the file's password", i+1, u.Host, u.User.Username(), pw, hosts[i])
+		}
+		line := "dial " + raw + " failed; password s3cr3t,pw@x"
+		if got := redact.Text(line, secrets...); strings.Contains(got, "s3cr3t") {
+			t.Errorf("URL %d: redacted %q still shows the password", i+1, got)
+		}
+	}
+}
+
+// A bad URL in the list stops run at start with one line naming its place, without its password.
+func TestRunRejectsABadURLInTheList(t *testing.T) {
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
+	t.Setenv("WALBOX_AMQP_URL", "amqp://u:pw-one@mq1/,amqp://u:pw-two@mq2:port/")
+	var out bytes.Buffer
+	code := mainWithExit(context.Background(), []string{"run", "--listen", "off"}, &out, &out)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", code, out.String())
+	}
+	if got := out.String(); !strings.Contains(got, "url 2 of 2") || strings.Contains(got, "pw-one") || strings.Contains(got, "pw-two") {
+		t.Errorf("output %q: want the bad URL named by its place and no password", got)
+	}
+}
+
+// resolveSettings registers c's settings, parses no arguments and resolves them.
+func resolveSettings(t *testing.T, c *common) {
+	t.Helper()
+	fs := newFlagSet("test", "test", &bytes.Buffer{})
+	c.s.register(fs)
+	if err := parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.s.resolve(); err != nil {
+		t.Fatal(err)
+	}
+}

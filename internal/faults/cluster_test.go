@@ -1,0 +1,170 @@
+package faults_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// failoverBound is the generous bound on the time from losing the connected node to the first
+// confirm through another: two shared cores, a race-built walbox and a quorum queue electing a
+// new leader.
+const failoverBound = 30 * time.Second
+
+// quorumSinks makes walbox declare its park and alternate queues as quorum queues: a classic one
+// is gone from the whole cluster while its node is down, and declaring it then fails everywhere.
+const quorumSinks = "WALBOX_QUEUE_TYPE=quorum"
+
+// TestClusterFaults runs walbox against a three-node RabbitMQ cluster with a quorum queue, all
+// nodes in --amqp-url, and takes nodes away from it while a writer commits: the node walbox is
+// connected to is killed, then cut off silently, then every node is restarted in turn. Nothing
+// may be lost, and walbox never exits.
+func TestClusterFaults(t *testing.T) {
+	heavy(t)
+	cluster := testenv.SharedCluster(t)
+	pg := testenv.SharedPostgres(t)
+	t.Logf("cluster of %d formed in %v", len(cluster.Nodes()), cluster.Formed.Round(time.Millisecond))
+
+	t.Run("the connected node is killed", func(t *testing.T) {
+		defer cluster.StartAll(t)
+		testClusterKill(t, pg, cluster)
+	})
+	t.Run("the connected node is cut off silently", func(t *testing.T) {
+		defer cluster.StartAll(t)
+		testClusterPartition(t, pg, cluster)
+	})
+	t.Run("rolling restart of every node", func(t *testing.T) {
+		defer cluster.StartAll(t)
+		testClusterRollingRestart(t, pg, cluster)
+	})
+}
+
+// clusterWorld is a world on the cluster with a quorum queue, declared and verified through
+// the node at verify (which the test must not take away for long).
+func clusterWorld(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster, verify int) *world {
+	t.Helper()
+	return newWorldWith(t, pg, cluster.Node(verify), "#", amqp.Table{"x-queue-type": "quorum"})
+}
+
+// connectedTo waits until the relay reports a broker it is streaming to, and returns it.
+func connectedTo(t *testing.T, r *relay) string {
+	t.Helper()
+	var broker string
+	waitFor(t, time.Minute, "the relay to report its broker", func() bool {
+		st, err := r.status()
+		broker = st.Broker
+		return err == nil && st.State == "streaming" && broker != ""
+	})
+	return broker
+}
+
+// failover waits until the relay has a confirm through a broker other than lost, having had
+// confirmed messages before, and returns how long that took from since.
+func failover(t *testing.T, r *relay, lost string, confirmedBefore uint64, since time.Time) (string, time.Duration) {
+	t.Helper()
+	var now string
+	waitFor(t, 2*time.Minute, "a confirm through another node", func() bool {
+		st, err := r.status()
+		now = st.Broker
+		return err == nil && now != "" && now != lost && st.Confirmed > confirmedBefore
+	})
+	took := time.Since(since)
+	if took > failoverBound {
+		t.Errorf("first confirm through another node %v after losing %s; want under %v", took, lost, failoverBound)
+	}
+	return now, took
+}
+
+func nodeOfHost(t *testing.T, cluster *testenv.Cluster, host string) int {
+	t.Helper()
+	for i, u := range cluster.URLs() {
+		if hostOf(t, u) == host {
+			return i
+		}
+	}
+	t.Fatalf("%s is no node of the cluster (%v)", host, cluster.URLs())
+	return -1
+}
+
+func testClusterKill(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
+	w := clusterWorld(t, pg, cluster, 2)
+	w.relayMQ = strings.Join(cluster.URLs(), ",")
+	wr, v, r := brokerWorld(t, w, 31, quorumSinks)
+	was := connectedTo(t, r)
+	if want := hostOf(t, cluster.URLs()[0]); was != want {
+		t.Errorf("walbox connected to %s first, want the first URL's node %s", was, want)
+	}
+	killed := nodeOfHost(t, cluster, was)
+	confirmed := mustStatus(t, r).Confirmed
+	start := time.Now()
+	cluster.Node(killed).Kill(t)
+	now, took := failover(t, r, was, confirmed, start)
+	t.Logf("killed %s; first confirm through %s %v later", was, now, took.Round(time.Millisecond))
+	w.progress(v, 300, 90*time.Second)
+	cluster.Node(killed).Start(t)
+	wr.stop()
+	if r.exited() {
+		t.Fatalf("walbox exited:\n%s", tail(r.out.String(), 30))
+	}
+	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, fmt.Sprintf("failover_to_first_confirm=%v", took.Round(time.Millisecond)))
+}
+
+// Each node behind a fault proxy; the proxy of the connected node stops forwarding without a
+// word. AMQP heartbeats (2 s) find the silence; walbox moves on to the next node.
+func testClusterPartition(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
+	w := clusterWorld(t, pg, cluster, 2)
+	proxies := make(map[string]*faultProxy)
+	var urls []string
+	for _, u := range cluster.URLs() {
+		p := newProxy(t, hostOf(t, u))
+		proxies[p.addr] = p
+		urls = append(urls, withHost(t, u, p.addr)+"?heartbeat=2")
+	}
+	w.relayMQ = strings.Join(urls, ",")
+	wr, v, r := brokerWorld(t, w, 32, quorumSinks)
+	was := connectedTo(t, r)
+	p, ok := proxies[was]
+	if !ok {
+		t.Fatalf("walbox reports broker %s, which is none of the proxies", was)
+	}
+	confirmed := mustStatus(t, r).Confirmed
+	start := time.Now()
+	p.partition()
+	now, took := failover(t, r, was, confirmed, start)
+	t.Logf("cut off %s; first confirm through %s %v later", was, now, took.Round(time.Millisecond))
+	w.progress(v, 300, 90*time.Second)
+	p.heal()
+	wr.stop()
+	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, fmt.Sprintf("partition_to_first_confirm=%v", took.Round(time.Millisecond)))
+}
+
+// Every node is stopped and started again in turn, as in an upgrade, while rows are written.
+func testClusterRollingRestart(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
+	w := clusterWorld(t, pg, cluster, 2)
+	w.relayMQ = strings.Join(cluster.URLs(), ",")
+	wr, v, r := brokerWorld(t, w, 33, quorumSinks)
+	var brokers []string
+	for i, n := range cluster.Nodes() {
+		start := time.Now()
+		n.Stop(t)
+		n.Start(t)
+		cluster.StartAll(t) // waits until the node runs in the cluster again
+		w.progress(v, 200, 90*time.Second)
+		brokers = append(brokers, mustStatus(t, r).Broker)
+		t.Logf("node %d restarted in %v; walbox on %s", i, time.Since(start).Round(time.Millisecond), brokers[i])
+		if r.exited() {
+			t.Fatalf("walbox exited during the restart of node %d:\n%s", i, tail(r.out.String(), 30))
+		}
+	}
+	wr.stop()
+	w.verdict(wr.Writer, v, 3*time.Minute, len(cluster.Nodes()), len(cluster.Nodes()),
+		"brokers_after_each_restart="+strings.Join(brokers, ","))
+	if st := mustStatus(t, r); st.Sessions < 2 {
+		t.Errorf("walbox had %d sessions: the restarts never reached it", st.Sessions)
+	}
+}

@@ -1,0 +1,152 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ClusterSize is the number of nodes of a Cluster: the smallest that keeps a quorum queue
+// writable with a node down.
+const ClusterSize = 3
+
+// Cluster is a RabbitMQ cluster of ClusterSize nodes on this machine, each a process of its own
+// with its own name, ports and directories, all with one Erlang cookie, joined with rabbitmqctl
+// join_cluster. Any node can be killed, stopped and started again: it rejoins from its own mnesia
+// directory.
+type Cluster struct {
+	nodes  []*Rabbit
+	Formed time.Duration // how long starting and joining took
+}
+
+// SharedCluster returns the test binary's cluster, forming it on first use (about 30 s on two
+// cores). Tests may kill, stop and start its nodes but must leave every node running when they
+// end (StartAll), and should use UniqueName for their exchanges and queues. It needs TestMain to
+// call Main, which stops it. An external broker (WALBOX_TEST_AMQP_URL) is a single node: the
+// test skips.
+func SharedCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireMain(tb, "SharedCluster")
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	sharedCLMu.Lock()
+	defer sharedCLMu.Unlock()
+	if sharedCL == nil && sharedCLErr == nil {
+		sharedCL, sharedCLErr = startCluster()
+	}
+	if sharedCLErr != nil {
+		tb.Fatalf("testenv: shared rabbitmq cluster: %v", sharedCLErr)
+	}
+	return sharedCL
+}
+
+// startCluster boots the nodes side by side, then joins the second and later ones to the first.
+func startCluster() (*Cluster, error) {
+	start := time.Now()
+	c := &Cluster{nodes: make([]*Rabbit, ClusterSize)}
+	cookie := UniqueName("cookie")
+	errs := make([]error, ClusterSize)
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.nodes[i], errs[i] = startRabbitNode(nil, cookie)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.shutdown()
+		return nil, err
+	}
+	for _, n := range c.nodes[1:] {
+		if err := n.join(c.nodes[0].node); err != nil {
+			c.shutdown()
+			return nil, err
+		}
+	}
+	if err := c.waitMembers(); err != nil {
+		c.shutdown()
+		return nil, err
+	}
+	c.Formed = time.Since(start)
+	return c, nil
+}
+
+// join makes r a member of the cluster of the node named first.
+func (r *Rabbit) join(first string) error {
+	for _, args := range [][]string{{"stop_app"}, {"join_cluster", first}, {"start_app"}} {
+		if out, err := r.ctl(args...); err != nil {
+			return fmt.Errorf("%s on %s: %w\n%s", strings.Join(args, " "), r.node, err, out)
+		}
+	}
+	return nil
+}
+
+// waitMembers waits until the first node sees every node running.
+func (c *Cluster) waitMembers() error {
+	deadline := time.Now().Add(scaled(rabbitStartTimeout))
+	var out string
+	for time.Now().Before(deadline) {
+		var err error
+		out, err = c.nodes[0].ctl("eval", "length(rabbit_nodes:all_running()).")
+		if err == nil && strings.TrimSpace(out) == fmt.Sprint(len(c.nodes)) {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("cluster did not form: running nodes %q", strings.TrimSpace(out))
+}
+
+// Node returns node i, 0 to ClusterSize-1.
+func (c *Cluster) Node(i int) *Rabbit { return c.nodes[i] }
+
+// Nodes returns every node, in the order of URLs.
+func (c *Cluster) Nodes() []*Rabbit { return append([]*Rabbit(nil), c.nodes...) }
+
+// URLs returns the guest URL of every node.
+func (c *Cluster) URLs() []string {
+	urls := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		urls[i] = n.URL()
+	}
+	return urls
+}
+
+// NodeAt returns the index of the node listening on port, or -1.
+func (c *Cluster) NodeAt(port int) int {
+	for i, n := range c.nodes {
+		if n.port == port {
+			return i
+		}
+	}
+	return -1
+}
+
+// StartAll starts every node that is down and waits until the cluster has all of them running
+// again; tests call it before they end, so the next test finds the cluster whole.
+func (c *Cluster) StartAll(tb testing.TB) {
+	tb.Helper()
+	for _, n := range c.nodes {
+		if n.PID() == 0 {
+			n.Start(tb)
+		}
+	}
+	if err := c.waitMembers(); err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+}
+
+func (c *Cluster) shutdown() {
+	for _, n := range c.nodes {
+		if n != nil {
+			n.shutdown()
+		}
+	}
+}

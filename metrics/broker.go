@@ -1,0 +1,26 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// brokerDesc is walbox_broker_connected: one series, labelled with the node, while connected.
+var brokerDesc = prometheus.NewDesc("walbox_broker_connected",
+	"1, labelled with the host:port of the RabbitMQ node the relay is connected to; absent while it is connected to none.",
+	[]string{"broker"}, nil)
+
+// brokerCollector reads the connected node at scrape time, so a failover shows at the next scrape
+// and no series of a node left behind lingers.
+type brokerCollector struct{ connected func() string }
+
+func (c brokerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- brokerDesc }
+
+func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	if b := c.connected(); b != "" {
+		ch <- prometheus.MustNewConstMetric(brokerDesc, prometheus.GaugeValue, 1, b)
+	}
+}
+
+// WatchBroker registers walbox_broker_connected{broker="host:port"}, read from connected at
+// each scrape; connected returns "" while there is no broker connection.
+func (m *Metrics) WatchBroker(connected func() string) {
+	m.reg.MustRegister(brokerCollector{connected})
+}

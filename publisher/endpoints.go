@@ -1,0 +1,128 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	secrets "github.com/walbox/walbox/internal/redact"
+)
+
+// ParseURLs splits a comma-separated list of broker URLs, the nodes of one cluster say, and
+// checks each. It splits only at a comma followed by another URL's scheme (amqp:// or amqps://),
+// so a comma inside a URL stays where it is. Errors name the URL by its place in the list and
+// never contain a password.
+func ParseURLs(list string) ([]string, error) {
+	urls := secrets.SplitList(list)
+	for i, u := range urls {
+		if _, err := parseURL(u); err != nil {
+			if len(urls) == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("url %d of %d: %w", i+1, len(urls), err)
+		}
+	}
+	return urls, nil
+}
+
+// Endpoints dials one broker of several, the nodes of one cluster, that all serve the same
+// exchanges and queues. Dial tries them in turn and returns the first session that opens. Each
+// Dial starts at the URL after the one the previous session used, so once a session is lost
+// the next one goes to another node (the lost one is tried last). A Dial in which every URL
+// failed starts at the same URL next time: the caller backs off between rounds, not between URLs.
+//
+// Endpoints is safe for concurrent use.
+type Endpoints struct {
+	cfgs []Config // one per URL, validated
+
+	mu      sync.Mutex
+	next    int      // the URL the next Dial tries first
+	current *Session // the last session dialed; nil before the first
+}
+
+// NewEndpoints returns Endpoints for cfg with each of urls in turn as its URL. It validates
+// every resulting Config (cfg.URL is ignored).
+func NewEndpoints(cfg Config, urls []string) (*Endpoints, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("url: empty")
+	}
+	e := &Endpoints{cfgs: make([]Config, len(urls))}
+	for i, u := range urls {
+		c := cfg
+		c.URL = u
+		if err := c.Validate(); err != nil {
+			if len(urls) > 1 {
+				err = fmt.Errorf("url %d of %d: %w", i+1, len(urls), err)
+			}
+			return nil, err
+		}
+		e.cfgs[i] = c
+	}
+	return e, nil
+}
+
+// Hosts returns the host:port of every URL, in list order; they carry no credentials.
+func (e *Endpoints) Hosts() []string {
+	hosts := make([]string, len(e.cfgs))
+	for i, c := range e.cfgs {
+		hosts[i] = hostOf(c.URL)
+	}
+	return hosts
+}
+
+// Configs returns the Config of every URL, in list order.
+func (e *Endpoints) Configs() []Config { return append([]Config(nil), e.cfgs...) }
+
+// Dial opens a session on the first URL that answers, starting after the URL of the previous
+// session. Each attempt is bounded by Config.DialTimeout. When all fail, the error names each
+// host with its failure. ctx ending stops the round at once.
+func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
+	e.mu.Lock()
+	start := e.next
+	e.mu.Unlock()
+	var errs []error
+	for i := range e.cfgs {
+		idx := (start + i) % len(e.cfgs)
+		s, err := Dial(ctx, e.cfgs[idx])
+		if err == nil {
+			e.mu.Lock()
+			e.next, e.current = (idx+1)%len(e.cfgs), s
+			e.mu.Unlock()
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return nil, fmt.Errorf("no broker of %d answered: %s", len(errs), strings.Join(msgs, "; "))
+}
+
+// Connected returns the host:port of the live session's broker, or "" when there is none.
+func (e *Endpoints) Connected() string {
+	e.mu.Lock()
+	s := e.current
+	e.mu.Unlock()
+	if s == nil || s.Err() != nil {
+		return ""
+	}
+	return s.Endpoint()
+}
+
+// hostOf returns host:port of an AMQP URL, or a placeholder when it does not parse.
+func hostOf(rawURL string) string {
+	uri, err := parseURL(rawURL)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return host(uri)
+}
