@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 )
 
@@ -104,5 +105,37 @@ func TestCoverageKeptThroughHarmlessChanges(t *testing.T) {
 		e.done <- err
 		t.Fatalf("Run = %v after changes that kept the outbox covered", err)
 	default:
+	}
+}
+
+// A relay with nothing to do writes nothing: its own record of the position must not move the
+// position it records next (a keepalive carries the WAL of the record), or an idle database
+// gets a write every status interval for ever, and never again skips a checkpoint or an
+// archive_timeout segment switch.
+func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
+	_, before := e.insertTx(1, "one")
+	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
+	time.Sleep(time.Second)
+
+	reg := registry.New(e.conn, "public")
+	ctx := context.Background()
+	var records int
+	var last registry.Record
+	for i := range 40 {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && rec.ConfirmedLSN != last.ConfirmedLSN {
+			records++
+		}
+		last = rec
+		time.Sleep(50 * time.Millisecond)
+	}
+	if records > 2 {
+		t.Fatalf("an idle relay recorded a new position %d times in 2 s (now %s): each record is WAL the "+
+			"next keepalive carries, and so on for ever", records, last.ConfirmedLSN)
 	}
 }
