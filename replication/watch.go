@@ -65,10 +65,15 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity,
-		reg: registry.New(conn, cfg.Mappings[0].Table.Schema)}
+	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
+	}
+	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	if w.reg, err = findRegistry(fctx, conn, cfg.Slot, cfg.Mappings); err != nil {
+		w.close()
+		return nil, err
 	}
 	if err := w.ensureRegistry(ctx); err != nil {
 		w.close()
@@ -78,6 +83,16 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 }
 
 func (w *watch) close() { _ = w.conn.Close(context.Background()) }
+
+// findRegistry returns the registry that records slot, among those in the schemas of the outbox
+// tables of maps (see registry.Find).
+func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []outbox.Mapping) (*registry.Store, error) {
+	schemas := make([]string, len(maps))
+	for i, m := range maps {
+		schemas[i] = m.Table.Schema
+	}
+	return registry.Find(ctx, db, slot, schemas)
+}
 
 // ensureRegistry creates the registry if it is missing and the role may; a relay role with only
 // LOGIN REPLICATION may not, and then `walbox migrate` must run first.
