@@ -84,12 +84,20 @@ func (w *world) env() []string {
 	)
 }
 
+// binary returns the walbox binary the world runs: walboxBin unless the test set another.
+func (w *world) binary() string {
+	if w.bin == "" {
+		return walboxBin
+	}
+	return w.bin
+}
+
 // walbox runs a walbox command to completion and returns its combined output and exit code.
 func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, w.bin, args...)
+	cmd := exec.CommandContext(ctx, w.binary(), args...)
 	cmd.Env = append(w.env(), extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -118,7 +126,7 @@ func (w *world) startRelay(extraEnv ...string) *relay {
 // startRelayEnv starts walbox with exactly env and args.
 func (w *world) startRelayEnv(env []string, args ...string) *relay {
 	w.t.Helper()
-	cmd := exec.Command(w.bin, args...)
+	cmd := exec.Command(w.binary(), args...)
 	cmd.Env = env
 	r := &relay{t: w.t, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.out, r.out
