@@ -138,28 +138,6 @@ func start(ctx context.Context, conn *pgconn.PgConn, slot, publication string, f
 	return nil
 }
 
-// query runs a simple-protocol query (the only kind a walsender accepts) and returns text rows.
-func query(ctx context.Context, conn *pgconn.PgConn, sql string) ([][]string, error) {
-	results, err := conn.Exec(ctx, sql).ReadAll()
-	if err != nil {
-		return nil, err
-	}
-	var rows [][]string
-	for _, res := range results {
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		for _, r := range res.Rows {
-			row := make([]string, len(r))
-			for i, v := range r {
-				row[i] = string(v)
-			}
-			rows = append(rows, row)
-		}
-	}
-	return rows, nil
-}
-
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
