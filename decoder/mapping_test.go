@@ -240,6 +240,21 @@ func TestDecodeRelationDriftStops(t *testing.T) {
 	}
 }
 
+// PostgreSQL allows a dot in a quoted schema name: the column check must find the mapping of
+// such a table as the decoder does, by schema and name, not by splitting "schema.name" again.
+func TestDecodeRelationDottedSchema(t *testing.T) {
+	m := outbox.DefaultMapping(outbox.Table{Schema: "billing.v2", Name: "outbox"})
+	d := decoder.New(m)
+	ev, err := d.Decode(testLSN, relationMsg(outboxRelID, "billing.v2", "outbox", outboxCols))
+	if err != nil || ev.Kind != decoder.KindSkip {
+		t.Fatalf("relation of billing.v2.outbox: %v, %v", ev.Kind, err)
+	}
+	_, err = d.Decode(testLSN, relationMsg(outboxRelID+1, "billing.v2", "outbox", outboxCols[1:]))
+	if !errors.Is(err, decoder.ErrSchemaDrift) {
+		t.Fatalf("relation without id: %v, want a schema drift error", err)
+	}
+}
+
 func TestErrorNamesTextID(t *testing.T) {
 	d := newMappedDecoder(t, eventsMapping, eventsCols)
 	_, err := d.Decode(testLSN, insertMsg(eventsRelID, eventsVals("kind", text(""))...))

@@ -105,24 +105,20 @@ func (d *Decoder) decodeRelation(r *reader) error {
 
 // newRelation resolves a table's columns, in tuple order, against its mapping.
 func (d *Decoder) newRelation(schema, name []byte, columns []string, types []uint32) (*relation, error) {
+	i := d.mappingIndex(schema, name)
 	rel := &relation{
 		table:   string(schema) + "." + string(name),
-		mapping: d.mappingOf(schema, name),
 		columns: columns,
 		types:   types,
 	}
-	if err := d.checkColumns(rel); err != nil {
+	if i >= 0 {
+		rel.mapping = &d.maps[i]
+	}
+	if err := d.checkColumns(rel, i); err != nil {
 		return nil, err
 	}
 	rel.resolve()
 	return rel, nil
-}
-
-func (d *Decoder) mappingOf(schema, name []byte) *outbox.Mapping {
-	if i := d.mappingIndex(schema, name); i >= 0 {
-		return &d.maps[i]
-	}
-	return nil
 }
 
 func (d *Decoder) mappingIndex(schema, name []byte) int {
@@ -134,15 +130,16 @@ func (d *Decoder) mappingIndex(schema, name []byte) int {
 	return -1
 }
 
-// checkColumns holds an outbox table's announced columns against its mapping, as the relay does
-// at the start of every session: a column renamed or dropped mid-stream is a configuration
-// error that stops the relay, not a bad row in every insert that follows.
-func (d *Decoder) checkColumns(rel *relation) error {
-	if rel.mapping == nil {
+// checkColumns holds an outbox table's announced columns against its mapping, the i-th (none if
+// i < 0), as the relay does at the start of every session: a column renamed or dropped
+// mid-stream is a configuration error that stops the relay, not a bad row in every insert that
+// follows. The caller found i by schema and name: rel.table cannot be split again, since a
+// quoted schema name may hold a dot.
+func (d *Decoder) checkColumns(rel *relation, i int) error {
+	if i < 0 {
 		return nil
 	}
-	schema, name, _ := strings.Cut(rel.table, ".")
-	m := d.given[d.mappingIndex([]byte(schema), []byte(name))]
+	m := d.given[i]
 	// A default optional column may be missing, named or not: the table may lack it.
 	for _, f := range []struct {
 		col *string

@@ -160,6 +160,11 @@ type Coverage struct {
 	Contains    []string // the tables it does contain, when some are missing
 	WAL         pglogrepl.LSN
 	Xmin        uint64
+	// Identity names what was checked: the publication's row version and the identities of
+	// the tables and of their places in it. It changes when the publication or a table is
+	// dropped and created again, altered, or swapped by renames, even if it covers the
+	// outbox again by the next check.
+	Identity string
 }
 
 // ReadCoverage reads whether publication publishes inserts of every table, by the tables' current
@@ -173,16 +178,29 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []o
 	}
 	var wal, xmin string
 	var inserts *bool
+	var pubID *string
+	var tableIDs []string
 	err := q.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
 		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
 		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
 			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
-				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n))`,
-		publication, schemas, names).Scan(&wal, &xmin, &inserts, &c.Missing)
+				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n)),
+		(SELECT oid::text || '@' || xmin::text FROM pg_publication WHERE pubname = $1),
+		ARRAY(SELECT coalesce(c.oid::text, '-') || ':' || coalesce((SELECT string_agg(r.oid::text, ',' ORDER BY r.oid)
+				FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+				WHERE p.pubname = $1 AND r.prrelid = c.oid), '')
+			FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS x(s, n, i)
+			LEFT JOIN pg_namespace ns ON ns.nspname = x.s
+			LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = x.n
+			ORDER BY x.i)`,
+		publication, schemas, names).Scan(&wal, &xmin, &inserts, &c.Missing, &pubID, &tableIDs)
 	if err != nil {
 		return c, fmt.Errorf("check publication %s: %w", publication, err)
 	}
 	c.Exists, c.Inserts = inserts != nil, inserts != nil && *inserts
+	if pubID != nil {
+		c.Identity = "publication " + *pubID + ", tables " + strings.Join(tableIDs, " ")
+	}
 	if c.WAL, err = pglogrepl.ParseLSN(wal); err != nil {
 		return c, fmt.Errorf("check publication: wal position %q: %w", wal, err)
 	}

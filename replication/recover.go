@@ -111,7 +111,10 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		r.Close()
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	r.reg = registry.New(r.db, cfg.Mappings[0].Table.Schema)
+	if r.reg, err = findRegistry(ctx, r.db, cfg.Slot, cfg.Mappings); err != nil {
+		r.Close()
+		return nil, err
+	}
 	if r.sys, err = pglogrepl.IdentifySystem(ctx, repl); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("identify system: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 )
@@ -98,4 +99,40 @@ func TestMovingPositionIsReportedSoon(t *testing.T) {
 	start := time.Now()
 	waitFor(t, 5*time.Second, "the slot to pass the transaction", func() bool { return e.slotLSN() > before })
 	t.Logf("reported %v after the commit (status interval 10 s)", time.Since(start).Round(time.Millisecond))
+}
+
+// The registry lives in the schema of an outbox table. With tables in two schemas, which one
+// the relay looks in must not depend on the order of the tables in its configuration: with
+// the tables listed the other way round, a relay that found no record where it looked
+// recreated a dropped slot, skipping every row committed since.
+func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE SCHEMA billing",
+		"CREATE TABLE billing.outbox (LIKE public.outbox INCLUDING ALL)",
+		"ALTER PUBLICATION walbox ADD TABLE billing.outbox",
+	} {
+		if _, err := e.conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	public := outbox.DefaultMapping(outbox.DefaultTable)
+	billing := outbox.DefaultMapping(outbox.Table{Schema: "billing", Name: "outbox"})
+	e.start(func(c *replication.Config) { c.Mappings = []outbox.Mapping{public, billing} })
+	_, before := e.insertTx(1, "one")
+	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
+	if err := e.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.dropSlot()
+
+	yes := true
+	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	again.start(func(c *replication.Config) {
+		c.Mappings, c.CreateSlot = []outbox.Mapping{billing, public}, &yes
+	})
+	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotMissing) {
+		t.Fatalf("with the tables in the other order: Run = %v, want ErrSlotMissing", err)
+	}
 }

@@ -26,6 +26,8 @@ type Relay struct {
 	silence time.Duration
 	// stall remembers a message the broker refused, across sessions (see stall.go).
 	stall stall
+	// coverage is what the first check of the publication found (see watch.identity).
+	coverage string
 }
 
 // New validates cfg and returns a Relay.
@@ -117,7 +119,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	w, err := openWatch(sctx, &r.cfg, sys.Timeline)
+	w, err := openWatch(sctx, &r.cfg, sys.Timeline, &r.coverage)
 	if err != nil {
 		return false, err
 	}

@@ -26,6 +26,7 @@ type stream struct {
 	dec     *decoder.Decoder
 	track   *checkpoint.Tracker
 	sent    pglogrepl.LSN // flush position last reported to the server
+	moved   pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
 	nextMsg time.Time     // when the next status update is due
 	lastMsg time.Time     // when the last status update was sent
 	heard   *heardClock   // when the socket last read bytes from the server
@@ -223,6 +224,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
 	case decoder.KindCommit:
 		s.track.Commit(ev.EndLSN)
+		s.moved = s.track.Watermark()
 		s.stats.received(ev.EndLSN)
 		s.reportSoon()
 	}
@@ -346,6 +348,7 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 	if err := s.track.Ack(c.Seq); err != nil {
 		return err
 	}
+	s.moved = s.track.Watermark()
 	now := c.At
 	if now.IsZero() {
 		now = time.Now()
@@ -414,6 +417,9 @@ func (s *stream) sendStatus() error {
 		}
 	}
 	w := min(s.track.Watermark(), s.watch.limit)
+	if s.idleStep(s.watch.recorded, w) {
+		w = s.watch.recorded
+	}
 	if err := s.watch.record(ctx, w); err != nil {
 		return err
 	}
@@ -438,6 +444,19 @@ func (s *stream) sendStatus() error {
 	return nil
 }
 
+// idleRecordStep is how far keepalives alone must move the watermark past the recorded position
+// before it is recorded and reported: more than the WAL of one record (a full page image after a
+// checkpoint included), little next to the WAL a slot retains.
+const idleRecordStep = 64 << 10
+
+// idleStep reports whether only keepalives moved the watermark from from to to, and by less than
+// idleRecordStep: most likely past the WAL of the relay's own last record. Recording that would be
+// WAL for the next keepalive to carry, a write every status interval on an idle database for
+// ever, so such a step is neither recorded nor reported.
+func (s *stream) idleStep(from, to pglogrepl.LSN) bool {
+	return to > from && s.moved <= from && to-from < idleRecordStep
+}
+
 // reportDelay is how soon a watermark that moved is reported: a relay killed then sends again
 // little more than its window.
 const reportDelay = 100 * time.Millisecond
@@ -445,7 +464,7 @@ const reportDelay = 100 * time.Millisecond
 // reportSoon brings the next status update forward to reportDelay after the last one when the
 // watermark has moved past what was reported.
 func (s *stream) reportSoon() {
-	if s.track.Watermark() <= s.sent {
+	if w := s.track.Watermark(); w <= s.sent || s.idleStep(s.sent, w) {
 		return
 	}
 	if soon := s.lastMsg.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.nextMsg) {

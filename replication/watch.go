@@ -33,6 +33,9 @@ type watch struct {
 	publication string
 	tables      []outbox.Table
 	timeline    int32
+	// identity is what the relay's first check found the publication and tables to be (see
+	// inspect.Coverage.Identity), kept by the Relay across its sessions.
+	identity *string
 
 	checks   []walCheck    // the last successful checks, oldest first
 	limit    pglogrepl.LSN // the position the relay may confirm up to
@@ -50,7 +53,7 @@ type walCheck struct {
 const maxChecks = 64
 
 // openWatch connects the watch connection and makes sure the registry exists.
-func openWatch(ctx context.Context, cfg *Config, timeline int32) (*watch, error) {
+func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *string) (*watch, error) {
 	pcfg, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
@@ -62,10 +65,15 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32) (*watch, error)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline,
-		reg: registry.New(conn, cfg.Mappings[0].Table.Schema)}
+	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
+	}
+	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	if w.reg, err = findRegistry(fctx, conn, cfg.Slot, cfg.Mappings); err != nil {
+		w.close()
+		return nil, err
 	}
 	if err := w.ensureRegistry(ctx); err != nil {
 		w.close()
@@ -75,6 +83,16 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32) (*watch, error)
 }
 
 func (w *watch) close() { _ = w.conn.Close(context.Background()) }
+
+// findRegistry returns the registry that records slot, among those in the schemas of the outbox
+// tables of maps (see registry.Find).
+func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []outbox.Mapping) (*registry.Store, error) {
+	schemas := make([]string, len(maps))
+	for i, m := range maps {
+		schemas[i] = m.Table.Schema
+	}
+	return registry.Find(ctx, db, slot, schemas)
+}
 
 // ensureRegistry creates the registry if it is missing and the role may; a relay role with only
 // LOGIN REPLICATION may not, and then `walbox migrate` must run first.
@@ -102,6 +120,17 @@ func (w *watch) check(ctx context.Context) error {
 	}
 	if err := c.Err(); err != nil {
 		return fatal(err)
+	}
+	// A change put right again between two checks leaves every check satisfied, but rows
+	// written in between were not decoded: the publication or a table that is not the one
+	// checked before is a change walbox cannot see past.
+	if *w.identity == "" {
+		*w.identity = c.Identity
+	} else if c.Identity != *w.identity {
+		return fatal(fmt.Errorf("%w: publication %q or an outbox table was dropped, altered or swapped since walbox first checked it "+
+			"(%s; now %s): rows written in between may not have been decoded, although the publication covers the outbox again. "+
+			"If rows were written meanwhile, run `walbox recover`; then start walbox again",
+			ErrNotCovered, w.publication, *w.identity, c.Identity))
 	}
 	if n := len(w.checks); n > 0 {
 		w.limit = max(w.limit, w.checks[n-1].wal)

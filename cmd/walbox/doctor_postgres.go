@@ -338,7 +338,14 @@ func slotCheck(f pgFacts, slot string) check {
 // recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
 // that is missing, or ahead of the record, is a gap that run refuses.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) check {
-	reg := registry.New(conn, d.table.Schema)
+	schemas := make([]string, len(d.mappings))
+	for i, m := range d.mappings {
+		schemas[i] = m.WithDefaults().Table.Schema
+	}
+	reg, err := registry.Find(ctx, conn, d.slot, schemas)
+	if err != nil {
+		return failCheck("slot_record", "", "%v", err)
+	}
 	if ok, err := reg.Exists(ctx); err != nil || !ok {
 		return warnCheck("slot_record", "run `walbox migrate` as the outbox table's owner (walbox run creates it only if its role may)",
 			"%s does not exist: walbox records its slots there", reg.Table())

@@ -84,6 +84,14 @@ func (w *world) env() []string {
 	)
 }
 
+// binary returns the walbox binary the world runs: walboxBin unless the test set another.
+func (w *world) binary() string {
+	if w.bin == "" {
+		return walboxBin
+	}
+	return w.bin
+}
+
 // walbox runs a walbox command to completion and returns its combined output and exit code.
 func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	w.t.Helper()

@@ -1,0 +1,141 @@
+package replication_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/replication"
+)
+
+// The publication or the table changes and is put right again between two checks of the
+// publication: rows written meanwhile were never decoded, though every check saw a publication
+// that covers the outbox table. The relay must notice that what it checked is no longer the same
+// publication and table, and stop before the slot passes those rows.
+func TestCoverageChangedBetweenChecksStops(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	for _, tc := range []struct {
+		name         string
+		break_, mend []string
+	}{
+		{"table swapped, then added to the publication",
+			[]string{"CREATE TABLE outbox_new (LIKE outbox INCLUDING ALL)",
+				"ALTER TABLE outbox RENAME TO outbox_old", "ALTER TABLE outbox_new RENAME TO outbox"},
+			[]string{"ALTER PUBLICATION walbox ADD TABLE outbox"}},
+		{"inserts off, then on again",
+			[]string{"ALTER PUBLICATION walbox SET (publish = 'update')"},
+			[]string{"ALTER PUBLICATION walbox SET (publish = 'insert')"}},
+		{"table dropped from the publication, then added again",
+			[]string{"ALTER PUBLICATION walbox DROP TABLE outbox"},
+			[]string{"ALTER PUBLICATION walbox ADD TABLE outbox"}},
+		{"publication dropped and created again",
+			[]string{"DROP PUBLICATION walbox"},
+			[]string{"CREATE PUBLICATION walbox FOR TABLE outbox WITH (publish = 'insert')"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, pg, newFakeBroker(true))
+			// Idle checks only every two seconds: the change below falls between two of them.
+			e.start(func(c *replication.Config) { c.StatusInterval = 2 * time.Second })
+			e.insertTx(1, "before")
+			e.broker.waitPublished(t, 1)
+			time.Sleep(300 * time.Millisecond) // past the status update after the first row
+
+			ctx := context.Background()
+			for _, sql := range tc.break_ {
+				if _, err := e.conn.Exec(ctx, sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			gap := e.currentLSN()
+			e.insertTx(3, "in.the.gap")
+			for _, sql := range tc.mend {
+				if _, err := e.conn.Exec(ctx, sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			e.insertTx(1, "after")
+
+			select {
+			case err := <-e.done:
+				e.done <- err
+				// pgoutput may find the publication missing in the WAL it decodes first.
+				if !errors.Is(err, replication.ErrNotCovered) && !errors.Is(err, replication.ErrNoPublication) {
+					t.Fatalf("Run = %v, want ErrNotCovered", err)
+				}
+			case <-time.After(8 * time.Second):
+				if n := countType(e.broker.messages(), "in.the.gap"); n == 0 && e.slotLSN() > gap {
+					t.Fatalf("the relay runs on and the slot passed %s, skipping the %d rows written while the "+
+						"publication did not cover the outbox (now at %s)", gap, 3, e.slotLSN())
+				}
+				t.Fatal("the relay runs on after the publication changed under it")
+			}
+			if got := e.slotLSN(); got > gap {
+				t.Errorf("the slot moved to %s, past %s where the rows not decoded begin", got, gap)
+			}
+		})
+	}
+}
+
+// Changes of the publication that leave the outbox covered all along do not stop the relay.
+func TestCoverageKeptThroughHarmlessChanges(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 100 * time.Millisecond })
+	e.insertTx(1, "before")
+	e.broker.waitPublished(t, 1)
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE TABLE other (n int)",
+		"ALTER PUBLICATION walbox ADD TABLE other",
+		"ALTER PUBLICATION walbox SET TABLE outbox, other",
+		"ALTER PUBLICATION walbox DROP TABLE other",
+		"ALTER TABLE outbox ADD COLUMN note text",
+	} {
+		if _, err := e.conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	_, before := e.insertTx(1, "after")
+	waitFor(t, 10*time.Second, "slot past the last row", func() bool { return e.slotLSN() > before })
+	select {
+	case err := <-e.done:
+		e.done <- err
+		t.Fatalf("Run = %v after changes that kept the outbox covered", err)
+	default:
+	}
+}
+
+// A relay with nothing to do writes nothing: its own record of the position must not move the
+// position it records next (a keepalive carries the WAL of the record), or an idle database
+// gets a write every status interval for ever, and never again skips a checkpoint or an
+// archive_timeout segment switch.
+func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
+	_, before := e.insertTx(1, "one")
+	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
+	time.Sleep(time.Second)
+
+	reg := registry.New(e.conn, "public")
+	ctx := context.Background()
+	var records int
+	var last registry.Record
+	for i := range 40 {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && rec.ConfirmedLSN != last.ConfirmedLSN {
+			records++
+		}
+		last = rec
+		time.Sleep(50 * time.Millisecond)
+	}
+	if records > 2 {
+		t.Fatalf("an idle relay recorded a new position %d times in 2 s (now %s): each record is WAL the "+
+			"next keepalive carries, and so on for ever", records, last.ConfirmedLSN)
+	}
+}
