@@ -379,11 +379,3 @@ func allIDs(txns []txn) []uuid.UUID {
 	}
 	return out
 }
-
-// binary is the walbox binary the world runs: walboxBin unless the test set another.
-func (w *world) binary() string {
-	if w.bin == "" {
-		return walboxBin
-	}
-	return w.bin
-}
