@@ -111,6 +111,18 @@ func (s *Store) Exists(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
+// Current reports whether the registry exists with everything the relay writes through (the
+// newest function included): a registry from an older walbox needs `walbox migrate`.
+func (s *Store) Current(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL",
+		s.table, s.fn("walbox_slot_coverage")+"(text, text)").Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
+	}
+	return ok, nil
+}
+
 // Get returns the slot's record, and false if it has none.
 func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	var (
@@ -169,6 +181,20 @@ func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pg
 	return pglogrepl.ParseLSN(*got)
 }
 
+// PinCoverage records coverage (inspect.Coverage.Identity) for the slot unless a coverage is
+// recorded already, and returns the recorded one.
+func (s *Store) PinCoverage(ctx context.Context, slot, coverage string) (string, error) {
+	var got *string
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_coverage")+"($1, $2)", slot, coverage).Scan(&got)
+	if err != nil {
+		return "", fmt.Errorf("record the coverage of slot %s: %w", slot, err)
+	}
+	if got == nil {
+		return "", fmt.Errorf("record the coverage of slot %s: %w", slot, ErrNotRecorded)
+	}
+	return *got, nil
+}
+
 // Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
 // gap has been dealt with. It takes the rights of the registry's owner, not the relay's.
 func (s *Store) Reset(ctx context.Context, r Record) error {
@@ -178,7 +204,7 @@ func (s *Store) Reset(ctx context.Context, r Record) error {
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = excluded.system_identifier,
 			timeline = excluded.timeline, origin = excluded.origin, created_lsn = excluded.created_lsn,
 			confirmed_lsn = excluded.confirmed_lsn, confirmed_xmin = excluded.confirmed_xmin,
-			confirmed_at = now(), first_recorded_at = now()`,
+			confirmed_at = now(), first_recorded_at = now(), coverage = NULL`,
 		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin))
 	if err != nil {
 		return fmt.Errorf("reset the record of slot %s: %w", r.Slot, err)

@@ -3,6 +3,7 @@ package replication_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,37 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 	})
 	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotMissing) {
 		t.Fatalf("with the tables in the other order: Run = %v, want ErrSlotMissing", err)
+	}
+}
+
+// A table swapped in while no walbox runs, and added to the publication before the next start,
+// leaves the publication covering the outbox again by name: only the coverage recorded for the
+// slot shows that rows written in between were never decoded.
+func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	if err := e.stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE TABLE outbox_new (LIKE outbox INCLUDING ALL)",
+		"ALTER TABLE outbox RENAME TO outbox_old",
+		"ALTER TABLE outbox_new RENAME TO outbox",
+	} {
+		if _, err := e.conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.insertTx(2, "in the gap") // never decoded: the publication holds outbox_old
+	if _, err := e.conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	again.start(nil)
+	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrNotCovered) || !strings.Contains(err.Error(), "recover") {
+		t.Fatalf("Run = %v, want ErrNotCovered naming walbox recover", err)
 	}
 }

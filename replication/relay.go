@@ -145,6 +145,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if err := w.pinCoverage(sctx); err != nil {
+		return false, err
+	}
 	w.limit = slot.ConfirmedFlush
 	pub, err := r.cfg.Dial(sctx)
 	if err != nil {

@@ -97,13 +97,13 @@ func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []
 // ensureRegistry creates the registry if it is missing and the role may; a relay role with only
 // LOGIN REPLICATION may not, and then `walbox migrate` must run first.
 func (w *watch) ensureRegistry(ctx context.Context) error {
-	ok, err := w.reg.Exists(ctx)
+	ok, err := w.reg.Current(ctx)
 	if err != nil || ok {
 		return err
 	}
 	if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
-		return fatal(fmt.Errorf("%w: %s is missing and this role cannot create it (%v); run `walbox migrate` as the outbox table's owner",
-			ErrNoRegistry, w.reg.Table(), err))
+		return fatal(fmt.Errorf("%w: %s is missing or out of date and this role cannot migrate it (%v); "+
+			"run `walbox migrate` as the outbox table's owner", ErrNoRegistry, w.reg.Table(), err))
 	}
 	return nil
 }
@@ -140,6 +140,25 @@ func (w *watch) check(ctx context.Context) error {
 	}
 	w.checks = append(w.checks, walCheck{wal: c.WAL, xmin: c.Xmin})
 	w.checked = time.Now()
+	return nil
+}
+
+// pinCoverage holds the coverage the first check found against the one recorded for the slot,
+// recording it if there is none: a publication or table changed while no walbox ran, and put right
+// before this start, would otherwise pass unseen. walbox recover clears the recorded coverage.
+func (w *watch) pinCoverage(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	recorded, err := w.reg.PinCoverage(ctx, w.slot, *w.identity)
+	if err != nil {
+		return err
+	}
+	if recorded != *w.identity {
+		return fatal(fmt.Errorf("%w: publication %q or an outbox table was dropped, altered or swapped since walbox recorded it "+
+			"for slot %s (%s; now %s): rows written while it did not cover the outbox were not decoded. If rows were written "+
+			"meanwhile, run `walbox recover --force` (it republishes them and records the coverage anew); then start walbox again",
+			ErrNotCovered, w.publication, w.slot, recorded, *w.identity))
+	}
 	return nil
 }
 
