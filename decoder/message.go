@@ -36,7 +36,7 @@ func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 	m, bad := emitted(content)
 	if bad.err == nil && flags&1 == 0 {
 		// Sent when it was written, whether or not its transaction went on to commit.
-		bad.set("", "message %s is not transactional: it may belong to a transaction that rolled back", d.prefix)
+		bad.set("", "not transactional: sent when written, even if its transaction rolled back")
 	}
 	if bad.err != nil {
 		return Event{}, &Error{MsgID: m.ID, Column: bad.column, Partial: m,
