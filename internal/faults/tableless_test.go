@@ -2,10 +2,12 @@ package faults_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +116,77 @@ func wire(d amqp.Delivery) amqp.Delivery {
 		DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
 		Expiration: d.Expiration, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId,
 		AppId: d.AppId, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Body: d.Body}
+}
+
+// A message with walbox's prefix that is not transactional was sent whether or not its
+// transaction committed (this one rolled back), and a malformed one can never be delivered: both
+// are parked with the reason, never published; messages of other prefixes are left alone.
+func TestRejectedMessagesAreParked(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	const (
+		before, after     = "00000000-0000-4000-8000-00000000b001", "00000000-0000-4000-8000-00000000b003"
+		nonTx, malformed  = "00000000-0000-4000-8000-00000000b002", "00000000-0000-4000-8000-00000000b004"
+		content           = `{"v": 1, "id": "%s", "aggregate_type": "order", "aggregate_id": "1", "event_type": "order.created", "payload": {}}`
+		emitWithID        = `SELECT walbox_emit('order', '1', 'order.created', '{}', '{}', $1)`
+		emitNonTxRollback = `SELECT pg_logical_emit_message(false, 'walbox', format($1::text, $2::text))`
+	)
+	ctx := context.Background()
+	w.exec(emitWithID, before)
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, emitNonTxRollback, content, nonTx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.exec(`SELECT pg_logical_emit_message(true, 'walbox', format($1::text, $2::text)::text || 'trailing garbage')`, content, malformed)
+	w.exec(`SELECT pg_logical_emit_message(true, 'walbox.other', 'not ours')`)
+	w.exec(emitWithID, after)
+
+	conn, ch := dialAMQP(t, w.rabbit.URL())
+	defer conn.Close()
+	var ids []string
+	waitFor(t, 30*time.Second, "the two committed messages", func() bool {
+		d, ok, err := ch.Get(w.queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			ids = append(ids, d.MessageId)
+		}
+		return len(ids) >= 2
+	})
+	time.Sleep(time.Second) // anything published by mistake arrives meanwhile
+	parked := w.drainQueue(w.exchange + ".parked")
+	rest := w.drainQueue(w.queue)
+	if !reflect.DeepEqual(ids, []string{before, after}) || len(rest) != 0 {
+		t.Errorf("published %v and then %d more, want exactly %s then %s", ids, len(rest), before, after)
+	}
+	for id, reason := range map[string]string{nonTx: "not transactional", malformed: "content is not a JSON object"} {
+		d, ok := parked[id]
+		switch {
+		case !ok && id == malformed:
+			// Parked without an id: find it by its reason.
+			found := false
+			for _, p := range parked {
+				found = found || strings.Contains(fmt.Sprint(p.Headers["x-walbox-reason"]), reason)
+			}
+			if !found {
+				t.Errorf("no parked message with reason %q among %d parked", reason, len(parked))
+			}
+		case !ok:
+			t.Errorf("message %s was not parked (parked: %d)", id, len(parked))
+		case !strings.Contains(fmt.Sprint(d.Headers["x-walbox-reason"]), reason):
+			t.Errorf("message %s parked with reason %q, want it to mention %q", id, d.Headers["x-walbox-reason"], reason)
+		}
+	}
+	if len(parked) != 2 {
+		t.Errorf("%d messages parked, want 2", len(parked))
+	}
 }
