@@ -1,7 +1,9 @@
 package decoder
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -45,49 +47,74 @@ func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 	return Event{Kind: KindRow, Message: m}, nil
 }
 
+// content is the JSON form of an emitted message. A missing field and null leave a pointer nil;
+// a null payload or headers is the JSON text null.
+type content struct {
+	V             json.RawMessage `json:"v"`
+	ID            *string         `json:"id"`
+	AggregateType *string         `json:"aggregate_type"`
+	AggregateID   *string         `json:"aggregate_id"`
+	EventType     *string         `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	Headers       json.RawMessage `json:"headers"`
+	CreatedAt     *string         `json:"created_at"`
+}
+
 // emitted decodes the content of an emitted message: a JSON object with "v" (the version, 1),
 // "id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers" and "created_at",
 // with the table's columns' meaning and rules. Unknown keys are ignored. Like a row, every field
 // is decoded even after a problem, for the partial message.
-func emitted(content []byte) (outbox.Message, rowError) {
+func emitted(data []byte) (outbox.Message, rowError) {
 	var m outbox.Message
 	var bad rowError
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(content, &fields); err != nil || fields == nil {
+	var c content
+	if trimmed := bytes.TrimLeft(data, jsonSpace); len(trimmed) == 0 || trimmed[0] != '{' {
 		bad.set("", "content is not a JSON object")
 		return m, bad
 	}
-	var v int
-	if err := json.Unmarshal(fields["v"], &v); err != nil || v != messageVersion {
-		bad.set("v", "content version %s, want %d", fields["v"], messageVersion)
+	if err := json.Unmarshal(data, &c); err != nil {
+		// A value of the wrong type is skipped and named; the other fields are decoded.
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) || te.Field == "" {
+			bad.set("", "content is not a JSON object")
+			return m, bad
+		}
+		bad.set(te.Field, "%s is not a string", te.Field)
 	}
-	if id, ok := jsonString(fields, "id", true, &bad); ok {
-		if u, err := uuid.Parse(id); err != nil {
+	if string(c.V) != "1" {
+		bad.set("v", "content version %s, want %d", c.V, messageVersion)
+	}
+	switch {
+	case c.ID == nil:
+		bad.set("id", "id is missing")
+	default:
+		if u, err := uuid.Parse(*c.ID); err != nil {
 			bad.set("id", "id is not a UUID")
 		} else {
 			m.ID = u
 		}
 	}
-	m.AggregateType, _ = jsonString(fields, "aggregate_type", false, &bad)
-	m.AggregateID, _ = jsonString(fields, "aggregate_id", false, &bad)
-	if et, ok := jsonString(fields, "event_type", true, &bad); ok {
-		m.EventType = et
-		if et == "" {
-			bad.set("event_type", "event_type is empty")
-		}
+	m.AggregateType, m.AggregateID = deref(c.AggregateType), deref(c.AggregateID)
+	switch {
+	case c.EventType == nil:
+		bad.set("event_type", "event_type is missing")
+	case *c.EventType == "":
+		bad.set("event_type", "event_type is empty")
+	default:
+		m.EventType = *c.EventType
 	}
-	if p, ok := fields["payload"]; ok {
-		m.Payload = []byte(p) // json.Unmarshal copied it
-	} else {
+	if c.Payload == nil {
 		bad.set("payload", "payload is missing")
 	}
-	if h, ok := fields["headers"]; ok && string(h) != "null" {
+	m.Payload = []byte(c.Payload) // json.Unmarshal copied it
+	if c.Headers != nil && string(c.Headers) != "null" {
 		var problem string
-		if m.Headers, problem = parseHeaders(h); problem != "" {
+		if m.Headers, problem = parseHeaders(c.Headers); problem != "" {
 			bad.set("headers", "headers %s", problem)
 		}
 	}
-	if at, ok := jsonString(fields, "created_at", false, &bad); ok && at != "" {
+	if at := deref(c.CreatedAt); at != "" {
+		var ok bool
 		if m.CreatedAt, ok = parseTimestamp([]byte(at)); !ok {
 			bad.set("created_at", "created_at is not a timestamp")
 		}
@@ -95,19 +122,9 @@ func emitted(content []byte) (outbox.Message, rowError) {
 	return m, bad
 }
 
-// jsonString returns the string field key; a missing or null field is "" and, if required, a
-// problem. ok is false if there is no string.
-func jsonString(fields map[string]json.RawMessage, key string, required bool, bad *rowError) (s string, ok bool) {
-	raw, present := fields[key]
-	if !present || string(raw) == "null" {
-		if required {
-			bad.set(key, "%s is missing", key)
-		}
-		return "", false
+func deref(s *string) string {
+	if s == nil {
+		return ""
 	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		bad.set(key, "%s is not a string", key)
-		return "", false
-	}
-	return s, true
+	return *s
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ type ProducerConfig struct {
 	Duration time.Duration
 	// Clients are the client counts, each a connection committing one message per transaction.
 	Clients []int
+	// Rounds repeats every trial, interleaved (each round runs every mode at every client
+	// count), so that a change in the machine's load falls on every mode alike; rates are the
+	// median over the rounds (default 1).
+	Rounds int
 	// Payload is the size of each message's JSON payload in bytes.
 	Payload int
 	// WalboxBin is the walbox binary (BuildWalbox), for migrate and the drain.
@@ -60,28 +65,59 @@ type ProducerResult struct {
 }
 
 // MeasureProducers runs every mode at every client count on a database of its own, in one run,
-// and drains each mode's backlog of the largest trial through `walbox run`.
+// and drains each mode's backlog of the largest trial through `walbox run`. With several rounds the
+// rates are medians and the other figures those of the last round.
 func MeasureProducers(ctx context.Context, cfg ProducerConfig, srv Servers) ([]ProducerResult, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	cfg.Rounds = max(cfg.Rounds, 1)
 	maxClients := 0
 	for _, n := range cfg.Clients {
 		maxClients = max(maxClients, n)
 	}
+	type key struct {
+		mode    ProducerMode
+		clients int
+	}
+	rounds := map[key][]ProducerResult{}
+	for round := range cfg.Rounds {
+		for _, n := range cfg.Clients {
+			for _, mode := range ProducerModes {
+				r, err := producerTrial(ctx, cfg, srv, mode, n, n == maxClients)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %d clients: %w", mode, n, err)
+				}
+				fmt.Fprintf(cfg.Log, "producers: round %d, %s, %d clients: %.0f tx/s, %.0f WAL bytes/message, %d dead tuples, drain %.0f/s\n",
+					round+1, mode, n, r.TPS, r.WALPerMsg, r.DeadTuples, r.DrainRate)
+				rounds[key{mode, n}] = append(rounds[key{mode, n}], r)
+			}
+		}
+	}
 	var out []ProducerResult
 	for _, mode := range ProducerModes {
 		for _, n := range cfg.Clients {
-			r, err := producerTrial(ctx, cfg, srv, mode, n, n == maxClients)
-			if err != nil {
-				return out, fmt.Errorf("%s, %d clients: %w", mode, n, err)
-			}
-			fmt.Fprintf(cfg.Log, "producers: %s, %d clients: %.0f tx/s, %.0f WAL bytes/message, %d dead tuples, drain %.0f/s\n",
-				mode, n, r.TPS, r.WALPerMsg, r.DeadTuples, r.DrainRate)
+			rs := rounds[key{mode, n}]
+			r := rs[len(rs)-1]
+			r.TPS = median(rs, func(r ProducerResult) float64 { return r.TPS })
+			r.DrainRate = median(rs, func(r ProducerResult) float64 { return r.DrainRate })
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// median returns the median of f over rs.
+func median(rs []ProducerResult, f func(ProducerResult) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 func producerTrial(ctx context.Context, cfg ProducerConfig, srv Servers, mode ProducerMode, clients int, drain bool) (ProducerResult, error) {
