@@ -114,3 +114,16 @@ func BenchmarkDecodeLargePayload(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkDecodeEmittedMessage decodes the logical decoding message walbox_emit writes for the
+// same row as BenchmarkDecodeInsertHeaders.
+func BenchmarkDecodeEmittedMessage(b *testing.B) {
+	content := `{"v" : 1, "id" : "0b2c6f2e-8a51-4b6e-9d7c-3f1e2a4b5c6d", "aggregate_type" : "order", ` +
+		`"aggregate_id" : "42", "event_type" : "order.created", "payload" : ` + benchPayload + `, ` +
+		`"headers" : {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, ` +
+		`"created_at" : "2026-11-22T07:15:24.123456+00:00"}`
+	data := []byte{'M', 1, 0, 0, 0, 0, 0, 0x16, 0xB3, 0x80}
+	data = append(append(data, "walbox\x00"...), byte(len(content)>>24), byte(len(content)>>16), byte(len(content)>>8), byte(len(content)))
+	data = append(data, content...)
+	benchmarkDecoder(b, decoder.New().WithMessagePrefix(outbox.DefaultMessagePrefix), data)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
 )
 
 // TestMain goes through the test harness only when capturing: normal runs need no server, and
@@ -42,6 +43,12 @@ func capture(t *testing.T, c goldenCase) []frame {
 		setup = defaultSetup
 	}
 	pg.Exec(t, dbURL, setup) // the publication must exist before the slot
+	if c.migrate {
+		conn := pg.Conn(t, dbURL)
+		if _, err := migrations.Apply(context.Background(), conn, migrations.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -14,11 +14,11 @@ type Kind uint8
 
 const (
 	// KindSkip: nothing for the caller (Relation, Type, Origin, Update, Delete, Truncate and
-	// logical decoding messages).
+	// logical decoding messages of another prefix).
 	KindSkip Kind = iota
 	// KindBegin: a transaction starts; FinalLSN, CommitTime and Xid are set.
 	KindBegin
-	// KindRow: an outbox row; Message is set.
+	// KindRow: an outbox row, or a message written by the emit function; Message is set.
 	KindRow
 	// KindCommit: the transaction ends; CommitLSN, EndLSN and CommitTime are set.
 	KindCommit
@@ -52,7 +52,7 @@ type Event struct {
 
 	// Message (KindRow) is the outbox row. It shares no memory with the decoded data.
 	Message outbox.Message
-	// Table (KindRow) is the row's table, "schema.name".
+	// Table (KindRow) is the row's table, "schema.name"; empty for an emitted message.
 	Table string
 
 	// CommitLSN (KindCommit) is the LSN of the commit record (equal to Begin's FinalLSN).
@@ -69,6 +69,8 @@ type Decoder struct {
 	maps  []outbox.Mapping
 	given []outbox.Mapping // as given to New: the column check tells defaults from named columns
 	rels  map[uint32]*relation
+	// prefix is the prefix of the logical decoding messages that are outbox messages; "" for none.
+	prefix string
 
 	// The transaction being decoded: position ids are derived from them.
 	finalLSN pglogrepl.LSN
@@ -133,7 +135,7 @@ func (d *Decoder) decode(data []byte) (Event, error) {
 	case 'T':
 		return Event{}, skipTruncate(r)
 	case 'M':
-		return Event{}, skipLogicalMessage(r)
+		return d.decodeMessage(r)
 	case 'S', 'E', 'c', 'A':
 		return Event{}, streamingError(t)
 	default:

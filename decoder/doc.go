@@ -58,6 +58,18 @@
 // A column the mapping marks absent ("-") is not read, and gives the zero value. A message id,
 // exchange or routing key over 255 bytes, which AMQP cannot carry, is a bad row.
 //
+// # Emitted messages
+//
+// With WithMessagePrefix, a logical decoding message (pg_logical_emit_message, sent by pgoutput
+// with the option messages 'true') whose prefix is exactly the given one is an outbox message
+// too, as the emit function (outbox.EmitFunction) writes it, and becomes a KindRow event with an
+// empty Table, in its place among the transaction's rows. Its content is a JSON object of version
+// 1: {"v": 1, "id": "<uuid>", "aggregate_type", "aggregate_id", "event_type", "payload",
+// "headers", "created_at": "<ISO 8601 timestamptz>"}, each field with the column's meaning and
+// rules above (id and event_type required). Content that breaks them, and a message that is not
+// transactional (sent when written, even if its transaction then rolled back), is an ErrBadRow
+// error whose Partial holds what could be decoded. Messages of any other prefix are skipped.
+//
 // Any other message (Relation, Type, Origin, Update, Delete, Truncate, logical decoding
-// message) is checked for well-formedness and gives a KindSkip event.
+// message of another prefix) is checked for well-formedness and gives a KindSkip event.
 package decoder

@@ -66,7 +66,7 @@ func FuzzDecode(f *testing.F) {
 
 	maps := fuzzMappings(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		d := decoder.New(maps...)
+		d := decoder.New(maps...).WithMessagePrefix(outbox.DefaultMessagePrefix)
 		for i, frame := range splitFrames(in) {
 			checkDecode(t, d, pglogrepl.LSN(i+1), bytes.Clone(frame))
 		}

@@ -35,6 +35,8 @@ type goldenCase struct {
 	txs []string
 	// timeZone is the replication session's TimeZone (UTC if empty).
 	timeZone string
+	// migrate applies walbox's outbox migrations after setup (they create the emit function).
+	migrate bool
 }
 
 // outboxDDL is the default outbox table.
@@ -242,7 +244,60 @@ var mappedCases = []goldenCase{
 		}},
 }
 
-func init() { goldenCases = append(goldenCases, mappedCases...) }
+// emit is a call of the emit function with a fixed id and time.
+func emit(id, eventType, payload, headers, at string) string {
+	return fmt.Sprintf(`select walbox_emit('order', '42', %s, '%s', '%s', '%s', '%s');`, eventType, payload, headers, id, at)
+}
+
+// Messages written by the emit function instead of rows, and the logical decoding messages the
+// decoder must not take for them.
+var messageCases = []goldenCase{
+	{name: "emitted_messages", migrate: true, txs: []string{
+		emit("00000000-0000-4000-8000-000000000901", "'order.created'", `{"order_id": 42, "total": "19.99"}`,
+			`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "n": 1}`, "2026-11-22 07:15:24.123456+00"),
+		`begin;
+		 ` + insertCols + `('00000000-0000-4000-8000-000000000902', 'order', '42', 'order.paid', '{"v": 2}', '2026-11-22 07:15:25+00');
+		 ` + emit("00000000-0000-4000-8000-000000000903", "'order.packed'", `{"v": 3}`, `{}`, "2026-11-22 07:15:26+00") + `
+		 ` + insertCols + `('00000000-0000-4000-8000-000000000904', 'order', '42', 'order.shipped', '{"v": 4}', '2026-11-22 07:15:27+00');
+		 ` + emit("00000000-0000-4000-8000-000000000905", "'order.delivered'", `"just a string"`, `{"nested": {"k": [1, true]}}`, "2026-11-22 07:15:28+05:30") + `
+		 commit;`,
+		`begin;
+		 ` + emit("00000000-0000-4000-8000-000000000906", "'order.cancelled'", `{}`, `{}`, "2026-11-22 07:15:29+00") + `
+		 rollback;`,
+		`select walbox_emit('order', '42', 'order.closed', '{"v": 7}', id => '00000000-0000-4000-8000-000000000907',
+		   created_at => '2026-11-22 07:15:30+00')`,
+	}},
+	{name: "emitted_messages_rejected", migrate: true, txs: []string{
+		// Sent at once, whether or not the transaction commits: parked, never published.
+		`begin;
+		 select pg_logical_emit_message(false, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a01",
+		   "aggregate_type": "order", "aggregate_id": "1", "event_type": "order.created", "payload": {}, "headers": {},
+		   "created_at": "2026-11-22T07:15:24+00:00"}');
+		 rollback;`,
+		// Other prefixes, transactional or not, are someone else's.
+		`begin;
+		 select pg_logical_emit_message(true, 'walbox.audit', 'free text');
+		 select pg_logical_emit_message(true, 'walboxx', '{"v": 1}');
+		 select pg_logical_emit_message(false, 'Walbox', 'x');
+		 select pg_logical_emit_message(true, '', 'empty prefix');
+		 ` + insertCols + `('00000000-0000-4000-8000-000000000a02', 'order', '1', 'order.paid', '{}', '2026-11-22 07:15:25+00');
+		 commit;`,
+		// Malformed content with the prefix: each a bad row.
+		`begin;
+		 select pg_logical_emit_message(true, 'walbox', 'not json');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 2, "id": "00000000-0000-4000-8000-000000000a03", "event_type": "e", "payload": {}}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a04", "event_type": "", "payload": {}}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "not-a-uuid", "event_type": "e", "payload": {}}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a05", "payload": {}}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a06", "event_type": "e"}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a07", "event_type": "e", "payload": {}, "headers": [1]}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a08", "event_type": "e", "payload": {}, "created_at": "yesterday"}');
+		 select pg_logical_emit_message(true, 'walbox', '{"v": 1, "id": "00000000-0000-4000-8000-000000000a09", "event_type": "e", "payload": null}');
+		 commit;`,
+	}},
+}
+
+func init() { goldenCases = append(append(goldenCases, mappedCases...), messageCases...) }
 
 func TestGolden(t *testing.T) {
 	for _, c := range goldenCases {
@@ -285,7 +340,7 @@ func goldenDecoder(dir string) (*decoder.Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decoder.New(maps...), nil
+	return decoder.New(maps...).WithMessagePrefix(outbox.DefaultMessagePrefix), nil
 }
 
 // readMappings reads dir/mapping.json; no file gives no mappings.

@@ -9,26 +9,36 @@ import (
 // headers decodes the headers object. NULL, a missing column and an empty object give nil.
 func (rel *relation) headers(row []value, bad *rowError) map[string]any {
 	v, ok := rel.get(row, roleHeaders)
-	if !ok || v.null || string(v.data) == "{}" {
+	if !ok || v.null {
 		return nil
 	}
-	if h, ok := flatStrings(v.data); ok {
-		return h
-	}
-	c := &rel.roles[roleHeaders]
-	if data := bytes.TrimLeft(v.data, jsonSpace); len(data) == 0 || data[0] != '{' {
-		bad.set(c.errColumn(), "%s is not a JSON object", c.label)
-		return nil
-	}
-	var h map[string]any
-	if err := json.Unmarshal(v.data, &h); err != nil {
-		bad.set(c.errColumn(), "%s is not valid JSON", c.label)
-		return nil
-	}
-	if len(h) == 0 {
-		return nil
+	h, problem := parseHeaders(v.data)
+	if problem != "" {
+		c := &rel.roles[roleHeaders]
+		bad.set(c.errColumn(), "%s %s", c.label, problem)
 	}
 	return h
+}
+
+// parseHeaders decodes a headers object; an empty object gives nil. problem says what is wrong
+// with data ("is not a JSON object"), or is empty.
+func parseHeaders(data []byte) (h map[string]any, problem string) {
+	if string(data) == "{}" {
+		return nil, ""
+	}
+	if h, ok := flatStrings(data); ok {
+		return h, ""
+	}
+	if trimmed := bytes.TrimLeft(data, jsonSpace); len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, "is not a JSON object"
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return nil, "is not valid JSON"
+	}
+	if len(h) == 0 {
+		return nil, ""
+	}
+	return h, ""
 }
 
 const jsonSpace = " \t\r\n"

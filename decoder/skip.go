@@ -62,16 +62,6 @@ func skipTruncate(r *reader) error {
 	return doneOrMalformed(r, "truncate")
 }
 
-// skipLogicalMessage checks a logical decoding message (pg_logical_emit_message): flags, LSN,
-// prefix, content.
-func skipLogicalMessage(r *reader) error {
-	r.uint8()
-	r.lsn()
-	r.cstring()
-	r.bytes32()
-	return doneOrMalformed(r, "logical decoding")
-}
-
 func doneOrMalformed(r *reader, what string) error {
 	if !r.done() {
 		return malformed("truncated or overlong %s message", what)

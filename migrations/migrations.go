@@ -29,6 +29,9 @@ const lockKey = 0x77616c626f78
 type Config struct {
 	Table       outbox.Table // default outbox.DefaultTable
 	Publication string       // default "walbox"
+	// MessagePrefix is the prefix of the messages the emit function (outbox.EmitFunction)
+	// writes; default outbox.DefaultMessagePrefix. The relay must be given the same one.
+	MessagePrefix string
 }
 
 func (c Config) withDefaults() Config {
@@ -37,6 +40,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Publication == "" {
 		c.Publication = "walbox"
+	}
+	if c.MessagePrefix == "" {
+		c.MessagePrefix = outbox.DefaultMessagePrefix
 	}
 	return c
 }
@@ -48,14 +54,16 @@ type Migration struct {
 	sql     string
 }
 
-// Apply creates the outbox table, its publication and the slot registry (ApplyRegistry), running each migration not yet recorded for
-// this table. It returns the names of the migrations it ran (none when all were applied before).
+// Apply creates the outbox table, its publication, the emit function (outbox.EmitFunction) and the
+// slot registry (ApplyRegistry), running each migration not yet recorded for this table. It returns the names of the migrations it ran (none when all were applied before).
 func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	cfg = cfg.withDefaults()
 	vars := map[string]string{
 		"Table":              cfg.Table.Quoted(),
 		"Publication":        pgx.Identifier{cfg.Publication}.Sanitize(),
 		"PublicationLiteral": quoteLiteral(cfg.Publication),
+		"Schema":             pgx.Identifier{cfg.Table.Schema}.Sanitize(),
+		"MessagePrefix":      quoteLiteral(cfg.MessagePrefix),
 	}
 	ms, err := load(outboxFS, "outbox", vars)
 	if err != nil {

@@ -25,6 +25,7 @@ type Writer struct {
 	table             Table
 	maxPayload        int
 	deleteAfterInsert bool
+	emit              bool
 
 	insertSQL          string // created_at from the column default
 	insertCreatedAtSQL string // created_at from the messages, now() where unset
@@ -39,6 +40,15 @@ type WriterOption func(*Writer)
 // It relies on the publication publishing inserts only, as the one migrations creates does.
 func DeleteAfterInsert() WriterOption {
 	return func(w *Writer) { w.deleteAfterInsert = true }
+}
+
+// EmitMessages makes the Writer write no rows: each message becomes a transactional logical
+// decoding message, through the emit function (EmitFunction) in the table's schema, which
+// `walbox migrate` creates. The relay publishes it exactly as it would the row, in the same
+// order, when and only if the transaction commits. There is no row to audit or replay it from.
+// DeleteAfterInsert has no effect with it.
+func EmitMessages() WriterOption {
+	return func(w *Writer) { w.emit = true }
 }
 
 // WithMaxPayloadBytes sets the largest Payload the Writer accepts (default MaxPayloadBytes).
@@ -65,18 +75,31 @@ func NewWriter(table Table, opts ...WriterOption) *Writer {
 		opt(w)
 	}
 	w.insertSQL, w.insertCreatedAtSQL = insertStatements(table)
+	if w.emit {
+		w.insertSQL, w.insertCreatedAtSQL = emitStatements(table)
+		w.deleteAfterInsert = false
+	}
 	w.deleteSQL = "DELETE FROM " + table.Quoted() + " WHERE " + ColID + " = ANY($1::uuid[])"
 	return w
 }
 
-var defaultWriter = NewWriter(DefaultTable)
+var (
+	defaultWriter  = NewWriter(DefaultTable)
+	defaultEmitter = NewWriter(DefaultTable, EmitMessages())
+)
 
 // Write writes msgs into DefaultTable within tx; see Writer.Write.
 func Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 	return defaultWriter.Write(ctx, tx, msgs...)
 }
 
-// Write validates msgs and inserts them, in order, with one statement in one round trip (two
+// Emit writes msgs within tx as messages without rows, through the emit function in
+// DefaultTable's schema; see EmitMessages and Writer.Write.
+func Emit(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
+	return defaultEmitter.Write(ctx, tx, msgs...)
+}
+
+// Write validates msgs and inserts them (or, with EmitMessages, emits them), in order, with one statement in one round trip (two
 // statements, still one round trip, with DeleteAfterInsert). They become visible to the relay
 // when, and only if, tx commits; the relay publishes them in commit order, and within a
 // transaction in the order written.
@@ -114,7 +137,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 	insert, args := w.insert(rows)
 	if !w.deleteAfterInsert {
 		if _, err := tx.Exec(ctx, insert, args...); err != nil {
-			return fmt.Errorf("insert into %s: %w", w.table, err)
+			return fmt.Errorf("%s %s: %w", w.verb(), w.table, err)
 		}
 		return nil
 	}
@@ -207,6 +230,27 @@ func (w *Writer) insert(r *rows) (string, []any) {
 		return w.insertSQL, args
 	}
 	return w.insertCreatedAtSQL, append(args, r.createdAt)
+}
+
+// verb names what the Writer does to its table, for errors.
+func (w *Writer) verb() string {
+	if w.emit {
+		return "emit for"
+	}
+	return "insert into"
+}
+
+// emitStatements are insertStatements for EmitMessages: the same arrays, each message handed to
+// the emit function. The function is volatile, so it runs after the sort, in the order given.
+func emitStatements(t Table) (withDefault, withCreatedAt string) {
+	build := func(createdAt, extraParam, extraCol string) string {
+		return "SELECT " + t.EmitFunction() + "(" + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
+			ColPayload + ", " + ColHeaders + ", " + ColID + createdAt + ")" +
+			" FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]" + extraParam + ")" +
+			" WITH ORDINALITY AS m(" + ColID + ", " + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
+			ColPayload + ", " + ColHeaders + extraCol + ", ord) ORDER BY ord"
+	}
+	return build("", "", ""), build(", "+ColCreatedAt, ", $7::timestamptz[]", ", "+ColCreatedAt)
 }
 
 // insertStatements builds the two forms of the insert: one that leaves created_at to the column

@@ -13,6 +13,11 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) error {
 	return defaultWriter.WriteSQL(ctx, tx, msgs...)
 }
 
+// EmitSQL is Emit for a database/sql transaction.
+func EmitSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) error {
+	return defaultEmitter.WriteSQL(ctx, tx, msgs...)
+}
+
 // WriteSQL is Write for database/sql, with the same validation, statement and guarantees. It works
 // with any Postgres driver that takes $n placeholders and string arguments (pgx's stdlib, lib/pq):
 // the columns travel as arrays in Postgres's text form. With DeleteAfterInsert it takes a second
@@ -33,7 +38,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) erro
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, insert, args...); err != nil {
-		return fmt.Errorf("insert into %s: %w", w.table, err)
+		return fmt.Errorf("%s %s: %w", w.verb(), w.table, err)
 	}
 	if w.deleteAfterInsert {
 		if _, err := tx.ExecContext(ctx, w.deleteSQL, args[0]); err != nil {

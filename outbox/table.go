@@ -18,6 +18,14 @@ const (
 	ColCreatedAt     = "created_at"
 )
 
+// The tableless outbox: walbox migrate creates the function EmitFunction in the outbox table's
+// schema, which writes a message as a transactional logical decoding message with the prefix
+// DefaultMessagePrefix (or the one migrate was given) instead of as a row.
+const (
+	EmitFunction         = "walbox_emit"
+	DefaultMessagePrefix = "walbox"
+)
+
 // DefaultTable is the outbox table walbox uses unless told otherwise.
 var DefaultTable = Table{Schema: "public", Name: "outbox"}
 
@@ -45,3 +53,7 @@ func (t Table) String() string { return t.Schema + "." + t.Name }
 
 // Quoted returns the table name quoted for use in SQL.
 func (t Table) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// EmitFunction returns the name of the table's emit function (EmitFunction in the table's schema),
+// quoted for use in SQL.
+func (t Table) EmitFunction() string { return pgx.Identifier{t.Schema, EmitFunction}.Sanitize() }

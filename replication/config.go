@@ -44,6 +44,11 @@ type Config struct {
 	// Table with the default contract. At the start of every session each is checked against the
 	// table's actual columns.
 	Mappings []outbox.Mapping
+	// MessagePrefix is the prefix of the logical decoding messages relayed as outbox messages,
+	// those the emit function (outbox.EmitFunction) writes (default outbox.DefaultMessagePrefix).
+	// NoMessages relays none and does not ask the server for messages (which PostgreSQL before 14
+	// cannot send). The server sends every slot every message, whatever the publication.
+	MessagePrefix string
 	// Window bounds the messages published but not yet confirmed (default 1024).
 	Window int
 	// StatusInterval is how often the relay reports its position to the server; keep it well
@@ -82,6 +87,17 @@ type Config struct {
 	Observer Observer
 }
 
+// NoMessages as Config.MessagePrefix relays no logical decoding messages.
+const NoMessages = "none"
+
+// messagePrefix returns the prefix of relayed messages, "" for none.
+func (c *Config) messagePrefix() string {
+	if c.MessagePrefix == NoMessages {
+		return ""
+	}
+	return c.MessagePrefix
+}
+
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // Validate fills in defaults and reports the first bad setting.
@@ -110,6 +126,9 @@ func (c *Config) Validate() error {
 		if err := m.Validate(); err != nil {
 			return err
 		}
+	}
+	if c.MessagePrefix == "" {
+		c.MessagePrefix = outbox.DefaultMessagePrefix
 	}
 	if c.Window == 0 {
 		c.Window = 1024

@@ -156,7 +156,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.brokerReached = true
 	defer pub.Close()
 
-	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, slot.ConfirmedFlush); err != nil {
+	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
 		return false, err
 	}
 	endSetup()
@@ -172,7 +172,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		conn:    conn,
 		watch:   w,
 		pub:     pub,
-		dec:     decoder.New(r.cfg.Mappings...),
+		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()),
 		track:   checkpoint.New(slot.ConfirmedFlush),
 		sent:    slot.ConfirmedFlush,
 		heard:   lastRead,

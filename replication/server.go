@@ -123,14 +123,17 @@ func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (boo
 }
 
 // start sends START_REPLICATION for pgoutput protocol 1, without streaming of in-progress
-// transactions.
-func start(ctx context.Context, conn *pgconn.PgConn, slot, publication string, from pglogrepl.LSN) error {
+// transactions, and with logical decoding messages if messages is set.
+func start(ctx context.Context, conn *pgconn.PgConn, slot, publication string, messages bool, from pglogrepl.LSN) error {
+	args := []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(quoteIdent(publication)),
+	}
+	if messages {
+		args = append(args, "messages 'true'")
+	}
 	err := pglogrepl.StartReplication(ctx, conn, slot, from, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names " + quoteLiteral(quoteIdent(publication)),
-		},
+		Mode: pglogrepl.LogicalReplication, PluginArgs: args,
 	})
 	if err != nil {
 		return fmt.Errorf("start replication from %s: %w", from, classify(err, slot))

@@ -31,6 +31,7 @@ const shutdownTimeout = 10 * time.Second
 type config struct {
 	listen      string
 	databaseURL string
+	outbox      string // "table" or "emit"
 }
 
 func main() {
@@ -54,13 +55,25 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", envOr(getenv, "ORDERS_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env ORDERS_LISTEN)")
 	fs.StringVar(&cfg.databaseURL, "database-url", getenv("ORDERS_DATABASE_URL"), "PostgreSQL URL (env ORDERS_DATABASE_URL)")
+	fs.StringVar(&cfg.outbox, "outbox", envOr(getenv, "ORDERS_OUTBOX", "table"),
+		"how to write each order's message: table (an outbox row) or emit (walbox_emit, no row) (env ORDERS_OUTBOX)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if cfg.outbox != "table" && cfg.outbox != "emit" {
+		return config{}, fmt.Errorf("--outbox (ORDERS_OUTBOX) %q: want table or emit", cfg.outbox)
 	}
 	if cfg.databaseURL == "" {
 		return config{}, errors.New("--database-url (ORDERS_DATABASE_URL): required")
 	}
 	return cfg, nil
+}
+
+func storeOptions(cfg config) []orders.StoreOption {
+	if cfg.outbox == "emit" {
+		return []orders.StoreOption{orders.EmitMessages()}
+	}
+	return nil
 }
 
 func envOr(getenv func(string) string, key, def string) string {
@@ -86,7 +99,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready chan<- string)
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           orders.Handler(orders.NewStore(pool), log),
+		Handler:           orders.Handler(orders.NewStore(pool, storeOptions(cfg)...), log),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	log.Info("serving", "addr", ln.Addr().String())

@@ -44,6 +44,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 type common struct {
 	s                                                       settings
 	databaseURL, databasePassword, slot, publication, table *setting
+	messagePrefix                                           *setting
 }
 
 func newCommon() *common {
@@ -56,6 +57,8 @@ func newCommon() *common {
 	c.slot = c.s.add("slot", "WALBOX_SLOT", "walbox", "logical replication slot")
 	c.publication = c.s.add("publication", "WALBOX_PUBLICATION", "walbox", "publication that contains the outbox table")
 	c.table = c.s.add("table", "WALBOX_TABLE", "public.outbox", "outbox table, schema.name")
+	c.messagePrefix = c.s.add("message-prefix", "WALBOX_MESSAGE_PREFIX", outbox.DefaultMessagePrefix,
+		"prefix of the logical decoding messages walbox_emit writes and walbox relays like rows (\"none\": relay none)")
 	return c
 }
 

@@ -45,6 +45,7 @@ type doctor struct {
 	dsn         string
 	slot        string
 	publication string
+	prefix      string             // the relayed message prefix, "" for none
 	table       outbox.Table       // the first outbox table, for fixes
 	mappings    []outbox.Mapping   // every outbox table `walbox run` reads, as the config file maps it
 	brokers     []publisher.Config // one per --amqp-url endpoint
@@ -63,7 +64,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := c.s.resolve(); err != nil {
 		return err
 	}
-	d := doctor{slot: c.slot.value, publication: c.publication.value}
+	d := doctor{slot: c.slot.value, publication: c.publication.value, prefix: relayedPrefix(c.messagePrefix.value)}
 	var err error
 	if d.dsn, err = c.dsn(); err != nil {
 		return err

@@ -42,7 +42,16 @@ func (d doctor) postgres(ctx context.Context) []check {
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
+	out = append(out, d.emitCheck(ctx, conn))
 	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f))
+}
+
+func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) check {
+	f, err := readEmit(ctx, conn, d.table, d.prefix)
+	if err != nil {
+		return failCheck("emit_function", "", "%v", err)
+	}
+	return emitCheck(f, d.table)
 }
 
 func (d doctor) readFacts(ctx context.Context, conn *pgx.Conn) (pgFacts, error) {

@@ -44,7 +44,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
-	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value})
+	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
+		MessagePrefix: c.messagePrefix.value})
 	if err != nil {
 		return fail(err)
 	}

@@ -90,7 +90,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer stopPoll()
 	go m.PollSlot(pollCtx, cfg.DatabaseURL, cfg.Slot, 15*time.Second)
 	log.Info("starting", "version", version, "slot", cfg.Slot, "publication", cfg.Publication,
-		"table", cfg.Table.String(), "exchange", pcfg.Exchange, "window", cfg.Window,
+		"table", cfg.Table.String(), "message_prefix", cfg.MessagePrefix, "exchange", pcfg.Exchange, "window", cfg.Window,
 		"brokers", strings.Join(eps.Hosts(), ","))
 	if err := relay.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", cfg.Slot, "error", err)
@@ -146,7 +146,7 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.CreateSlot = &create
-	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
+	cfg.Slot, cfg.Publication, cfg.MessagePrefix = c.slot.value, c.publication.value, c.messagePrefix.value
 	// Validate the rest with a placeholder dialer; the real one is set by the caller.
 	probe := cfg
 	probe.Dial = func(context.Context) (replication.Publisher, error) { return nil, errors.New("unused") }

@@ -28,6 +28,10 @@ type slotStatus struct {
 	LagBytes          *int64  `json:"lag_bytes"`
 	RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
 	WALStatus         *string `json:"wal_status"`
+	// MessagePrefix is the prefix of the logical decoding messages relayed like rows ("" for
+	// none); EmitFunction whether the outbox table's schema has the function that writes them.
+	MessagePrefix string `json:"message_prefix"`
+	EmitFunction  bool   `json:"emit_function"`
 	// Relay is what the running relay reports at its /status, when it can be reached.
 	Relay      *relayStatus `json:"relay,omitempty"`
 	RelayError string       `json:"relay_error,omitempty"`
@@ -67,6 +71,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fail(err)
 	}
+	table, err := c.outboxTable()
+	if err != nil {
+		return err
+	}
+	emit, err := readEmit(ctx, conn, table, relayedPrefix(c.messagePrefix.value))
+	if err != nil {
+		return fail(err)
+	}
+	st.MessagePrefix, st.EmitFunction = emit.prefix, emit.exists
 	if relayURL.value != "off" && relayURL.value != "" {
 		st.Relay, err = fetchRelayStatus(ctx, relayURL.value)
 		if err != nil {
@@ -132,7 +145,20 @@ func printStatus(w io.Writer, st slotStatus) {
 	fmt.Fprintf(w, "lag_bytes            %s\n", optInt(st.LagBytes))
 	fmt.Fprintf(w, "retained_wal_bytes   %s\n", optInt(st.RetainedWALBytes))
 	fmt.Fprintf(w, "wal_status           %s\n", optString(st.WALStatus))
+	fmt.Fprintf(w, "messages             %s\n", messagesLine(st))
 	printRelay(w, st)
+}
+
+// messagesLine says whether emitted messages are relayed, with which prefix.
+func messagesLine(st slotStatus) string {
+	if st.MessagePrefix == "" {
+		return "off (table only)"
+	}
+	fn := "walbox_emit missing"
+	if st.EmitFunction {
+		fn = "walbox_emit present"
+	}
+	return fmt.Sprintf("prefix %s (%s)", st.MessagePrefix, fn)
 }
 
 func printRelay(w io.Writer, st slotStatus) {

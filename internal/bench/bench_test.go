@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,53 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestProducerCost measures what each way of writing costs the producer, and the relay's drain
+// of each, in one run: briefly by default, for the report with WALBOX_BENCH_PRODUCERS set to a
+// trial duration and WALBOX_BENCH_PRODUCER_ROUNDS to a number of rounds (docs/performance.md used
+// 5s and 3). It checks what must hold whatever the machine:
+// walbox_emit leaves no row and no dead tuple, delete-after-insert leaves only dead tuples, and
+// every backlog drains completely.
+func TestProducerCost(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("producer cost: needs PostgreSQL and RabbitMQ")
+	}
+	d := time.Second
+	if v := os.Getenv("WALBOX_BENCH_PRODUCERS"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("WALBOX_BENCH_PRODUCERS: %v", err)
+		}
+	}
+	rounds, _ := strconv.Atoi(os.Getenv("WALBOX_BENCH_PRODUCER_ROUNDS"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := bench.BuildWalbox(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := testenv.StartPostgres(t, bench.PostgresOptions()...)
+	rabbit := testenv.StartRabbit(t)
+	results, err := bench.MeasureProducers(ctx, bench.ProducerConfig{Duration: d, Rounds: rounds, Clients: []int{4, 8}, Payload: 300,
+		WalboxBin: bin, Log: testLog{t}}, bench.ServersOf(pg, rabbit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("producer cost, %v per trial:\n%s", d, bench.ProducerTable(results))
+	for _, r := range results {
+		switch {
+		case r.Messages == 0 || r.WALPerMsg <= 0:
+			t.Errorf("%s, %d clients: %d messages, %.0f WAL bytes each: nothing measured", r.Mode, r.Clients, r.Messages, r.WALPerMsg)
+		case r.Mode == bench.ModeEmit && (r.LiveTuples != 0 || r.DeadTuples != 0):
+			t.Errorf("walbox_emit left %d rows and %d dead tuples, want none", r.LiveTuples, r.DeadTuples)
+		case r.Mode == bench.ModeTableDelete && (r.LiveTuples != 0 || r.DeadTuples == 0):
+			t.Errorf("delete after insert left %d rows and %d dead tuples, want no rows and dead tuples", r.LiveTuples, r.DeadTuples)
+		case r.Mode == bench.ModeTable && r.LiveTuples != int64(r.Messages):
+			t.Errorf("insert only left %d rows, want %d", r.LiveTuples, r.Messages)
+		case r.Clients == 8 && r.Drained != r.Messages:
+			t.Errorf("%s: drained %d of %d", r.Mode, r.Drained, r.Messages)
+		}
+	}
 }

@@ -12,6 +12,9 @@ type Row struct {
 	ID        string // the row's id, as the AMQP message id carries it
 	Aggregate string
 	Seq       int64
+	Emitted   bool // written through the emit function: a message without a row
+
+	xid int64 // the writing transaction's id, when it wrote through the emit function
 }
 
 // Delivery is one message as the consumer received it.

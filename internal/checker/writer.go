@@ -43,6 +43,12 @@ type WriterConfig struct {
 	MaxRows int
 	// Pad adds this many bytes of filler to each payload.
 	Pad int
+	// Emit is the share of rows written as messages without a row, through the emit function
+	// (outbox.EmitFunction) in the table's schema, mixed with table rows in the same transactions
+	// (default 0: every row in the table).
+	Emit float64
+	// Rollback is the share of transactions rolled back on purpose after writing (default 0).
+	Rollback float64
 	// Logf, if set, receives a line for each failed transaction and reconnect.
 	Logf func(format string, args ...any)
 }
@@ -77,6 +83,7 @@ type WriterStats struct {
 	Transactions int // committed transactions
 	Rows         int // committed rows
 	Failed       int // transactions known not to have committed
+	RolledBack   int // of those, rolled back on purpose
 	Unknown      int // commits whose outcome was unknown when they returned
 	Resolved     int // of those, found committed in the table afterwards
 	Unresolved   int // rows of commits whose outcome is still unknown
@@ -128,7 +135,11 @@ func (w *Writer) Run(ctx context.Context) error {
 		if w.cfg.MaxRows > 0 {
 			n = min(n, w.cfg.MaxRows-w.Stats().Rows)
 		}
-		if err := w.Tx(ctx, n); err != nil {
+		err := w.Tx(ctx, n)
+		if errors.Is(err, errRolledBack) {
+			continue
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				w.cfg.Logf("checker: writer: %v (retrying in %v)", err, backoff)
 			}
@@ -144,8 +155,9 @@ func (w *Writer) Run(ctx context.Context) error {
 	return nil
 }
 
-// Tx commits one transaction of n rows. An error means the rows did not commit, or that the
-// outcome is unknown and will be resolved by a later Tx or Flush.
+// Tx commits one transaction of n rows. An error means the rows did not commit (among them a
+// transaction rolled back on purpose, see WriterConfig.Rollback), or that the outcome is unknown
+// and will be resolved by a later Tx or Flush.
 func (w *Writer) Tx(ctx context.Context, n int) error {
 	if err := w.ensureConn(ctx); err != nil {
 		return err
@@ -168,6 +180,9 @@ func (w *Writer) next(n int) []Row {
 		agg := fmt.Sprintf("%s-%d", w.cfg.Name, w.rng.IntN(w.cfg.Aggregates))
 		w.seqs[agg]++
 		rows[i] = Row{ID: w.newID(), Aggregate: agg, Seq: w.seqs[agg]}
+		if w.cfg.Emit > 0 {
+			rows[i].Emitted = w.rng.Float64() < w.cfg.Emit
+		}
 	}
 	return rows
 }
@@ -204,11 +219,28 @@ func (w *Writer) insert(ctx context.Context, rows []Row) error {
 		}
 		values[i] = []any{r.ID, "checker", r.Aggregate, w.cfg.EventType, string(body)}
 	}
-	table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}
-	if _, err := tx.CopyFrom(ctx, table, w.columns, pgx.CopyFromRows(values)); err != nil {
+	if w.cfg.Emit > 0 || w.cfg.Rollback > 0 {
+		err = w.writeMixed(ctx, tx, rows, values)
+	} else {
+		table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}
+		if _, err = tx.CopyFrom(ctx, table, w.columns, pgx.CopyFromRows(values)); err != nil {
+			err = fmt.Errorf("copy %d rows: %w", len(rows), err)
+		}
+	}
+	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		w.fail()
-		return w.broken(fmt.Errorf("copy %d rows: %w", len(rows), err))
+		return w.broken(err)
+	}
+	if w.cfg.Rollback > 0 && w.rng.Float64() < w.cfg.Rollback {
+		w.mu.Lock()
+		w.stats.RolledBack++
+		w.mu.Unlock()
+		w.fail()
+		if err := tx.Rollback(ctx); err != nil {
+			return w.broken(fmt.Errorf("rollback: %w", err))
+		}
+		return errRolledBack
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -227,6 +259,45 @@ func (w *Writer) insert(ctx context.Context, rows []Row) error {
 	w.stats.Unknown++
 	w.mu.Unlock()
 	return w.broken(fmt.Errorf("commit of %d rows, outcome unknown: %w", len(rows), err))
+}
+
+// errRolledBack is Tx's answer for a transaction rolled back on purpose.
+var errRolledBack = errors.New("rolled back on purpose")
+
+// writeMixed writes each row as an insert or, if it is Emitted, a call of the emit function, in
+// order, in one round trip. It records the transaction id in the rows: emitted rows leave nothing
+// in the table to look up, so an unknown commit is resolved by the transaction's status instead.
+func (w *Writer) writeMixed(ctx context.Context, tx pgx.Tx, rows []Row, values [][]any) error {
+	insert := "INSERT INTO " + w.cfg.Table.Quoted() + " (" + strings.Join(w.columns, ", ") + ") VALUES ($1, $2, $3, $4, $5)"
+	emit := "SELECT " + w.cfg.Table.EmitFunction() + "($2, $3, $4, $5::jsonb, '{}', $1::uuid)"
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_current_xact_id()::text::bigint")
+	for i, r := range rows {
+		if r.Emitted {
+			b.Queue(emit, values[i]...)
+		} else {
+			b.Queue(insert, values[i]...)
+		}
+	}
+	br := tx.SendBatch(ctx, b)
+	var xid int64
+	if err := br.QueryRow().Scan(&xid); err != nil {
+		br.Close() //nolint:errcheck // the first error is the one to report
+		return fmt.Errorf("transaction id: %w", err)
+	}
+	for range rows {
+		if _, err := br.Exec(); err != nil {
+			br.Close() //nolint:errcheck // the first error is the one to report
+			return fmt.Errorf("write %d rows: %w", len(rows), err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("write %d rows: %w", len(rows), err)
+	}
+	for i := range rows {
+		rows[i].xid = xid
+	}
+	return nil
 }
 
 func (w *Writer) fail() {
@@ -275,7 +346,8 @@ func (w *Writer) ensureConn(ctx context.Context) error {
 }
 
 // resolvePending looks up every transaction whose commit outcome is unknown: all of its ids in
-// the table means it committed, none means it did not.
+// the table means it committed, none means it did not; one that wrote messages without rows is
+// looked up by its transaction id.
 func (w *Writer) resolvePending(ctx context.Context) error {
 	w.mu.Lock()
 	pending := w.pending
@@ -302,6 +374,9 @@ func (w *Writer) resolvePending(ctx context.Context) error {
 }
 
 func (w *Writer) lookup(ctx context.Context, rows []Row) (bool, error) {
+	if xid := rows[0].xid; xid != 0 {
+		return w.xactCommitted(ctx, xid)
+	}
 	ids := make([]uuid.UUID, len(rows))
 	for i, r := range rows {
 		id, err := uuid.Parse(r.ID)
@@ -322,6 +397,23 @@ func (w *Writer) lookup(ctx context.Context, rows []Row) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("transaction half committed: %d of %d rows in the table", n, len(ids))
+}
+
+// xactCommitted asks the server how the transaction xid ended.
+func (w *Writer) xactCommitted(ctx context.Context, xid int64) (bool, error) {
+	var status *string
+	if err := w.conn.QueryRow(ctx, "SELECT pg_xact_status($1::text::xid8)", xid).Scan(&status); err != nil {
+		return false, err
+	}
+	switch {
+	case status == nil:
+		return false, fmt.Errorf("transaction %d is too old for its status to be known", xid)
+	case *status == "committed":
+		return true, nil
+	case *status == "aborted":
+		return false, nil
+	}
+	return false, fmt.Errorf("transaction %d is still %s", xid, *status)
 }
 
 // Flush resolves every commit whose outcome is unknown, retrying until ctx ends, and closes the

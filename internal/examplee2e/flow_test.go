@@ -43,9 +43,15 @@ func TestDualWriteGapAndTheOutboxClosingIt(t *testing.T) {
 }
 
 // Orders placed over HTTP reach the notifier with the right payload, exactly once each, while
-// the relay is SIGKILLed and restarted, replaying what it published but had not checkpointed.
+// the relay is SIGKILLed and restarted, replaying what it published but had not checkpointed;
+// with the messages written as outbox rows and without rows, through walbox_emit.
 func TestOrdersNotifiedExactlyOnceAcrossRelayCrash(t *testing.T) {
-	s := newSystem(t, testenv.SharedRabbit(t))
+	t.Run("table", func(t *testing.T) { testNotifiedAcrossRelayCrash(t, 100) })
+	t.Run("emit", func(t *testing.T) { testNotifiedAcrossRelayCrash(t, 0, orders.EmitMessages()) })
+}
+
+func testNotifiedAcrossRelayCrash(t *testing.T, wantRows int, opts ...orders.StoreOption) {
+	s := newSystemWith(t, testenv.SharedRabbit(t), opts...)
 	relay := s.startRelay()
 	s.startNotifier()
 
@@ -59,6 +65,9 @@ func TestOrdersNotifiedExactlyOnceAcrossRelayCrash(t *testing.T) {
 	s.waitNotified(len(placed), deliveryTimeout)
 	time.Sleep(time.Second) // let any duplicate land
 	s.checkNotifiedOnce(placed)
+	if n := s.count("SELECT count(*) FROM outbox"); n != wantRows {
+		t.Errorf("%d outbox rows, want %d", n, wantRows)
+	}
 }
 
 // A broker crash loses nothing: orders placed while it is down are notified after it

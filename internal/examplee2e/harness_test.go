@@ -63,6 +63,12 @@ type system struct {
 
 func newSystem(t *testing.T, rabbit *testenv.Rabbit) *system {
 	t.Helper()
+	return newSystemWith(t, rabbit)
+}
+
+// newSystemWith is newSystem with the order service's store configured by opts.
+func newSystemWith(t *testing.T, rabbit *testenv.Rabbit, opts ...orders.StoreOption) *system {
+	t.Helper()
 	if testenv.Short() {
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
@@ -81,7 +87,7 @@ func newSystem(t *testing.T, rabbit *testenv.Rabbit) *system {
 	if err := orders.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
-	s.api = httptest.NewServer(orders.Handler(orders.NewStore(pool), testLogger(t, slog.LevelWarn)))
+	s.api = httptest.NewServer(orders.Handler(orders.NewStore(pool, opts...), testLogger(t, slog.LevelWarn)))
 	t.Cleanup(s.api.Close)
 	return s
 }

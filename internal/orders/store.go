@@ -18,10 +18,24 @@ var ErrNotFound = errors.New("order not found")
 // Store keeps orders in PostgreSQL.
 type Store struct {
 	pool *pgxpool.Pool
+	emit bool
 }
 
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// EmitMessages makes the Store write each order's message without an outbox row, through
+// walbox_emit (outbox.Emit), instead of into the outbox table.
+func EmitMessages() StoreOption { return func(s *Store) { s.emit = true } }
+
 // NewStore returns a Store on pool. The orders table must exist (Migrate).
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
+	s := &Store{pool: pool}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
 
 // Create writes a new order and its order.created outbox message in one transaction: both
 // are committed, or neither is.
@@ -34,7 +48,7 @@ func (s *Store) Create(ctx context.Context, customer CustomerID, amount Amount) 
 		return Order{}, err
 	}
 	o := Order{ID: id, CustomerID: customer, Amount: amount, Status: StatusCreated}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return insert(ctx, tx, &o) })
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.insert(ctx, tx, &o) })
 	if err != nil {
 		return Order{}, fmt.Errorf("create order: %w", err)
 	}
@@ -42,7 +56,7 @@ func (s *Store) Create(ctx context.Context, customer CustomerID, amount Amount) 
 }
 
 // insert writes o and its outbox message within tx and sets o.CreatedAt.
-func insert(ctx context.Context, tx pgx.Tx, o *Order) error {
+func (s *Store) insert(ctx context.Context, tx pgx.Tx, o *Order) error {
 	err := tx.QueryRow(ctx, `INSERT INTO orders (id, customer_id, amount_cents, status)
 		VALUES ($1, $2, $3, $4) RETURNING created_at`,
 		o.ID.UUID, o.CustomerID.UUID, o.Amount.Cents(), string(o.Status)).Scan(&o.CreatedAt)
@@ -53,7 +67,11 @@ func insert(ctx context.Context, tx pgx.Tx, o *Order) error {
 	if err != nil {
 		return err
 	}
-	if err := outbox.Write(ctx, tx, msg); err != nil {
+	write := outbox.Write
+	if s.emit {
+		write = outbox.Emit
+	}
+	if err := write(ctx, tx, msg); err != nil {
 		return fmt.Errorf("write outbox: %w", err)
 	}
 	return nil
