@@ -29,6 +29,9 @@ const lockKey = 0x77616c626f78
 type Config struct {
 	Table       outbox.Table // default outbox.DefaultTable
 	Publication string       // default "walbox"
+	// NoPublication leaves the publication out, for a table split into shards: each shard has a
+	// publication of its own, with a row filter (package shard).
+	NoPublication bool
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +59,10 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 		"Table":              cfg.Table.Quoted(),
 		"Publication":        pgx.Identifier{cfg.Publication}.Sanitize(),
 		"PublicationLiteral": quoteLiteral(cfg.Publication),
+		"CreatePublication":  "yes",
+	}
+	if cfg.NoPublication {
+		vars["CreatePublication"] = ""
 	}
 	ms, err := load(outboxFS, "outbox", vars)
 	if err != nil {
