@@ -16,10 +16,6 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// intMinID is an id whose hashtext is -2147483648, where abs(hashtext(id)) fails with "integer
-// out of range": the reason the filters mask the hash instead.
-const intMinID = ""
-
 func setupDB(t *testing.T) *pgx.Conn {
 	t.Helper()
 	if testenv.Short() {
@@ -43,9 +39,6 @@ func TestFiltersOnTheServer(t *testing.T) {
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(3, 4))
 	ids := []string{"", "a", "日本語", strings.Repeat("x", 100)}
-	if intMinID != "" {
-		ids = append(ids, intMinID)
-	}
 	for len(ids) < 3000 {
 		if id := randomID(rng); !slices.Contains(ids, id) {
 			ids = append(ids, id)
@@ -54,6 +47,14 @@ func TestFiltersOnTheServer(t *testing.T) {
 	mustExec(t, conn, "CREATE TABLE ids (aggregate_id text)")
 	mustExec(t, conn, "INSERT INTO ids SELECT unnest($1::text[])", ids)
 	mustExec(t, conn, "INSERT INTO ids VALUES (NULL)")
+	// Where hashtext returns -2147483648, abs() would fail the walsender; the mask does not.
+	var masked int
+	if err := conn.QueryRow(ctx, "SELECT ((-2147483648)::int4 & 2147483647) % 3").Scan(&masked); err != nil || masked != 0 {
+		t.Errorf("the mask of int4's minimum: %d, %v", masked, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT abs((-2147483648)::int4)"); err == nil {
+		t.Error("abs of int4's minimum did not fail: the reason for the mask is gone")
+	}
 
 	rows, err := conn.Query(ctx, "SELECT aggregate_id, hashtext(aggregate_id) FROM ids WHERE aggregate_id IS NOT NULL")
 	if err != nil {
