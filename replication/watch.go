@@ -38,8 +38,8 @@ type watch struct {
 	// identity is what the relay's first check found the publication and tables to be (see
 	// inspect.Coverage.Identity), kept by the Relay across its sessions.
 	identity *string
-	shard       int // the shard of shards this relay streams; shards 0: not sharded
-	shards      int
+	shard    int // the shard of shards this relay streams; shards 0: not sharded
+	shards   int
 
 	checks   []walCheck    // the last successful checks, oldest first
 	limit    pglogrepl.LSN // the position the relay may confirm up to
