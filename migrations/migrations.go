@@ -32,6 +32,9 @@ type Config struct {
 	// MessagePrefix is the prefix of the messages the emit function (outbox.EmitFunction)
 	// writes; default outbox.DefaultMessagePrefix. The relay must be given the same one.
 	MessagePrefix string
+	// NoPublication leaves the publication out, for a table split into shards: each shard has a
+	// publication of its own, with a row filter (package shard).
+	NoPublication bool
 }
 
 func (c Config) withDefaults() Config {
@@ -64,6 +67,10 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 		"PublicationLiteral": quoteLiteral(cfg.Publication),
 		"Schema":             pgx.Identifier{cfg.Table.Schema}.Sanitize(),
 		"MessagePrefix":      quoteLiteral(cfg.MessagePrefix),
+		"CreatePublication":  "yes",
+	}
+	if cfg.NoPublication {
+		vars["CreatePublication"] = ""
 	}
 	ms, err := load(outboxFS, "outbox", vars)
 	if err != nil {

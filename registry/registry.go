@@ -250,3 +250,12 @@ func xminArg(x uint64) any {
 	}
 	return strconv.FormatUint(x, 10)
 }
+
+// Forget deletes the slot's record, once the slot itself was dropped on purpose (walbox reshard
+// retiring a set of shards), so that the name may be used again. It takes the owner's rights.
+func (s *Store) Forget(ctx context.Context, slot string) error {
+	if _, err := s.db.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot_name = $1", slot); err != nil {
+		return fmt.Errorf("forget slot %s: %w", slot, err)
+	}
+	return nil
+}

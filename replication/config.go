@@ -49,6 +49,10 @@ type Config struct {
 	// NoMessages relays none and does not ask the server for messages (which PostgreSQL before 14
 	// cannot send). The server sends every slot every message, whatever the publication.
 	MessagePrefix string
+	// Shard and Shards name the shard of the outbox table this relay streams (package shard);
+	// Shards 0 is an unsharded relay. A sharded relay checks, whenever it checks the publication,
+	// that the publication's row filter selects exactly this shard.
+	Shard, Shards int
 	// Window bounds the messages published but not yet confirmed (default 1024).
 	Window int
 	// StatusInterval is how often the relay reports its position to the server; keep it well
@@ -129,6 +133,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MessagePrefix == "" {
 		c.MessagePrefix = outbox.DefaultMessagePrefix
+	}
+	if c.Shards < 0 || (c.Shards > 0 && (c.Shard < 0 || c.Shard >= c.Shards)) {
+		return fmt.Errorf("shard %d of %d: out of range", c.Shard, c.Shards)
 	}
 	if c.Window == 0 {
 		c.Window = 1024

@@ -12,6 +12,7 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/shard"
 )
 
 // watchTimeout bounds each query on the watch connection.
@@ -21,7 +22,8 @@ const watchTimeout = 5 * time.Second
 // accepts no queries while it streams). Through it the session
 //   - records each position in the registry before reporting it to the server, and
 //   - checks that the publication still publishes the inserts of every outbox table, as it is
-//     now (a publication names tables by OID, so a table swapped in by renames is not covered).
+//     now (a publication names tables by OID, so a table swapped in by renames is not covered),
+//     and, for a sharded relay, with the row filter of its shard.
 //
 // The position reported to the server is capped at the WAL insert position read by the check
 // before the last successful one: a change of the publication that the last check could not yet
@@ -36,6 +38,8 @@ type watch struct {
 	// identity is what the relay's first check found the publication and tables to be (see
 	// inspect.Coverage.Identity), kept by the Relay across its sessions.
 	identity *string
+	shard    int // the shard of shards this relay streams; shards 0: not sharded
+	shards   int
 
 	checks   []walCheck    // the last successful checks, oldest first
 	limit    pglogrepl.LSN // the position the relay may confirm up to
@@ -65,7 +69,8 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity}
+	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity,
+		shard: cfg.Shard, shards: cfg.Shards}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
 	}
@@ -120,6 +125,13 @@ func (w *watch) check(ctx context.Context) error {
 	}
 	if err := c.Err(); err != nil {
 		return fatal(err)
+	}
+	if w.shards > 0 {
+		for _, t := range w.tables {
+			if err := shard.CheckPublication(ctx, w.conn, w.publication, t, w.shard, w.shards); err != nil {
+				return fatal(err)
+			}
+		}
 	}
 	// A change put right again between two checks leaves every check satisfied, but rows
 	// written in between were not decoded: the publication or a table that is not the one

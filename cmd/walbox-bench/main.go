@@ -50,6 +50,7 @@ type options struct {
 	profile, hotPath, keep     bool
 	waitLoad                   float64
 	waitMax                    time.Duration
+	shards, shardsOut          string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -77,6 +78,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.hotPath, "hot-path", true, "also measure the per-message work in process (decode, build, track)")
 	fs.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, wait until the 1-minute load average is below this (0: don't wait)")
 	fs.DurationVar(&o.waitMax, "wait-max", 40*time.Minute, "give up waiting for -wait-load after this long and run anyway")
+	fs.StringVar(&o.shards, "shards", "", "instead of the scenarios, drain -rows with each of these shard counts, one relay per shard (e.g. 1,2,4)")
+	fs.StringVar(&o.shardsOut, "shards-out", "docs/bench/shards.md", "markdown file to write the -shards results to")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -189,6 +192,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
 		return 2
+	}
+	if o.shards != "" {
+		return runShards(ctx, o, stdout, stderr)
 	}
 	scenarios, err := o.scenarioList()
 	if err != nil {

@@ -50,7 +50,8 @@ var knownSettings = []string{
 	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
 	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "listen",
 	"log-format", "log-level", "max-message-size", "message-prefix", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
-	"publication", "queue-type", "relay-url", "require-relay", "shutdown-timeout", "slot", "status-interval", "table", "wait-for-servers", "window",
+	"publication", "queue-type", "relay-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
+	"table", "wait", "wait-for-servers", "window",
 }
 
 func loadConfigFile(path string) (*configFile, error) {

@@ -5,6 +5,7 @@
 //	walbox status    show the slot's position, lag and state
 //	walbox doctor    preflight checks of PostgreSQL and RabbitMQ, with fixes
 //	walbox prune     delete old outbox rows in short batches
+//	walbox reshard   change the number of shards without losing a row
 //	walbox recover   recover the rows of a lost slot from the outbox table, then replace the slot
 //	walbox version   print the version
 package main
@@ -34,6 +35,7 @@ var commands = []command{
 	{"status", "show the replication slot's position, lag and state", runStatus},
 	{"doctor", "check PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure", runDoctor},
 	{"prune", "delete outbox rows older than a duration, in short batches", runPrune},
+	{"reshard", "change the number of shards: create the new set of slots, retire the old one once it passed the cut", runReshard},
 	{"recover", "after a slot was lost, republish the rows of the gap from the outbox table and replace the slot", runRecover},
 	{"version", "print the version", runVersion},
 }

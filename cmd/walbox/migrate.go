@@ -11,12 +11,14 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/shard"
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
 	noSlot := c.s.addBool("no-slot", "WALBOX_MIGRATE_NO_SLOT", "false",
 		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
+	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	c.s.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -37,6 +39,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	n, err := shardCount(shardsSetting)
+	if err != nil {
+		return err
+	}
+	set := shard.Set{Slot: c.slot.value, Publication: c.publication.value, N: max(n, 1)}
+	if err := set.Validate(); err != nil {
+		return badSetting(shardsSetting, "%v", err)
+	}
 	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
 
 	conn, err := pgx.Connect(ctx, dsn)
@@ -44,29 +54,57 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
+	// Shards and the single slot do not mix silently: with both, every row would go out twice.
+	layout, err := readLayout(ctx, conn, c)
+	if err != nil {
+		return fail(err)
+	}
+	if err := layout.CheckMigrate(set.N); err != nil {
+		return mismatch(shardsSetting, err)
+	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
-		MessagePrefix: c.messagePrefix.value})
+		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
 	if err != nil {
 		return fail(err)
 	}
 	for _, name := range applied {
 		fmt.Fprintf(stdout, "applied %s to %s\n", name, table)
 	}
-	if len(applied) == 0 {
+	if set.N > 1 {
+		created, err := shard.CreatePublications(ctx, conn, table, set)
+		if err != nil {
+			return fail(mismatch(shardsSetting, err))
+		}
+		for _, name := range created {
+			fmt.Fprintf(stdout, "created publication %s\n", name)
+		}
+		if len(applied) == 0 && len(created) == 0 {
+			fmt.Fprintf(stdout, "%s and the publications of %s are up to date\n", table, set)
+		}
+	} else if len(applied) == 0 {
 		fmt.Fprintf(stdout, "%s and publication %s are up to date\n", table, c.publication.value)
 	}
 	if skipSlot {
 		return nil
 	}
-	// The slot comes after the publication: pgoutput must find the publication in the WAL it decodes.
-	created, err := replication.EnsureSlot(ctx, dsn, c.slot.value, registry.New(conn, table.Schema))
+	// The slots come after the publications: pgoutput must find them in the WAL it decodes.
+	for k := range set.N {
+		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), registry.New(conn, table.Schema)); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot string, reg *registry.Store) error {
+	created, err := replication.EnsureSlot(ctx, dsn, slot, reg)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if created {
-		fmt.Fprintf(stdout, "created replication slot %s\n", c.slot.value)
+		fmt.Fprintf(stdout, "created replication slot %s\n", slot)
 	} else {
-		fmt.Fprintf(stdout, "replication slot %s exists\n", c.slot.value)
+		fmt.Fprintf(stdout, "replication slot %s exists\n", slot)
 	}
 	return nil
 }

@@ -29,6 +29,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	otlp := c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "", otlpHelp())
 	logLevel := c.s.add("log-level", "WALBOX_LOG_LEVEL", "info", "debug, info, warn or error")
 	logFormat := c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
+	shards := addShards(&c.s, "the number of shards `walbox migrate --shards` created (default: read from the publications)")
+	shardK := c.s.add("shard", "WALBOX_SHARD", "", "stream this shard (0, 1, ...) of the sharded outbox table, from its own slot")
 
 	fs := newFlagSet("run", "Relay outbox inserts from the replication slot to RabbitMQ until SIGINT or SIGTERM", stderr)
 	c.s.register(fs)
@@ -55,6 +57,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = log
+	if err := applyShard(ctx, &cfg, c, shards, shardK, log); err != nil {
+		return err
+	}
 	cfg.Dial = brokerDialer(eps, log)
 	reg := newRegistry()
 	m := metrics.New(reg)
@@ -91,7 +96,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	go m.PollSlot(pollCtx, cfg.DatabaseURL, cfg.Slot, 15*time.Second)
 	log.Info("starting", "version", version, "slot", cfg.Slot, "publication", cfg.Publication,
 		"table", cfg.Table.String(), "message_prefix", cfg.MessagePrefix, "exchange", pcfg.Exchange, "window", cfg.Window,
-		"brokers", strings.Join(eps.Hosts(), ","))
+		"brokers", strings.Join(eps.Hosts(), ","), "shard", shardLabel(cfg))
 	if err := relay.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", cfg.Slot, "error", err)
 		return errors.New(redact.Text(err.Error(), c.secrets()...))

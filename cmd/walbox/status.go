@@ -32,6 +32,9 @@ type slotStatus struct {
 	// none); EmitFunction whether the outbox table's schema has the function that writes them.
 	MessagePrefix string `json:"message_prefix"`
 	EmitFunction  bool   `json:"emit_function"`
+	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
+	// resharded; the fields above then describe the single slot, which may not exist.
+	Shards []setStatus `json:"shard_sets,omitempty"`
 	// Relay is what the running relay reports at its /status, when it can be reached.
 	Relay      *relayStatus `json:"relay,omitempty"`
 	RelayError string       `json:"relay_error,omitempty"`
@@ -80,6 +83,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(err)
 	}
 	st.MessagePrefix, st.EmitFunction = emit.prefix, emit.exists
+	problem, err := readShardStatus(ctx, conn, c, &st)
+	if err != nil {
+		return fail(err)
+	}
 	if relayURL.value != "off" && relayURL.value != "" {
 		st.Relay, err = fetchRelayStatus(ctx, relayURL.value)
 		if err != nil {
@@ -94,8 +101,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	} else {
 		printStatus(stdout, st)
+		printShards(stdout, st.Shards)
 	}
-	if !st.Exists {
+	if problem != "" {
+		return errors.New(problem)
+	}
+	if !st.Exists && st.Shards == nil {
 		return fmt.Errorf("slot %s does not exist", st.Slot)
 	}
 	if need, _ := requireRelay.bool(); need {
@@ -114,20 +125,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func readStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatus, error) {
 	sl, err := inspect.ReadSlot(ctx, conn, slot)
-	st := slotStatus{Slot: slot, CurrentWALLSN: sl.CurrentWAL.String()}
-	if err != nil || !sl.Exists {
-		return st, err
+	if err != nil {
+		return slotStatus{Slot: slot, CurrentWALLSN: sl.CurrentWAL.String()}, err
 	}
-	st.Exists, st.Plugin, st.Active, st.ActivePID = true, sl.Plugin, sl.Active, sl.ActivePID
-	st.ConfirmedFlushLSN, st.RestartLSN = sl.ConfirmedFlush.String(), sl.Restart.String()
-	st.LagBytes, st.RetainedWALBytes = sl.LagBytes, sl.RetainedBytes
-	if sl.WALStatus != "" {
-		st.WALStatus = &sl.WALStatus
-	}
-	return st, nil
+	return slotFromInspect(sl), nil
 }
 
 func printStatus(w io.Writer, st slotStatus) {
+	if !st.Exists && st.Shards != nil {
+		return
+	}
 	if !st.Exists {
 		fmt.Fprintf(w, "slot                 %s (missing)\ncurrent_wal_lsn      %s\n", st.Slot, st.CurrentWALLSN)
 		return

@@ -116,7 +116,7 @@ func TestShardsAndClusterEndpoints(t *testing.T) {
 			t.Errorf("deployment %d is %q, want %q", k, d.Name, want)
 		}
 		c := relayContainer(t, d)
-		if want := []string{"run", "--shard", shard}; !slices.Equal(c.Args, want) {
+		if want := []string{"run", "--shards", "3", "--shard", shard}; !slices.Equal(c.Args, want) {
 			t.Errorf("%s: args %q, want %q", d.Name, c.Args, want)
 		}
 		env := envOf(c)

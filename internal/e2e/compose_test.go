@@ -20,15 +20,16 @@ func TestComposeFile(t *testing.T) {
 		t.Skip("docker-compose is not installed")
 	}
 	file := filepath.Join("..", "..", "docker-compose.yml")
-	out, err := exec.Command(bin, "-f", file, "--profile", "test", "config").CombinedOutput()
+	out, err := exec.Command(bin, "-f", file, "--profile", "test", "--profile", "shards", "config").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)
 	}
-	services, err := exec.Command(bin, "-f", file, "--profile", "test", "config", "--services").Output()
+	services, err := exec.Command(bin, "-f", file, "--profile", "test", "--profile", "shards", "config", "--services").Output()
 	if err != nil {
 		t.Fatalf("docker-compose config --services: %v", err)
 	}
-	for _, want := range []string{"postgres", "rabbitmq", "walbox-migrate", "walbox", "orders", "notifier", "test"} {
+	for _, want := range []string{"postgres", "rabbitmq", "walbox-migrate", "walbox", "orders", "notifier", "test",
+		"walbox-migrate-shards", "walbox-shard-0", "walbox-shard-1", "shards-load"} {
 		if !slices.Contains(strings.Fields(string(services)), want) {
 			t.Errorf("docker-compose.yml has no service %q (has %s)", want, strings.Fields(string(services)))
 		}

@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     created_at     timestamptz NOT NULL DEFAULT now()
 );
 
+{{if .CreatePublication -}}
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = {{.PublicationLiteral}}) THEN
@@ -18,3 +19,4 @@ BEGIN
     END IF;
 END
 $$;
+{{- end}}
