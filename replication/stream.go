@@ -13,6 +13,7 @@ import (
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
 )
 
 // stream is one replication session: it owns the replication connection and the publishing
@@ -210,6 +211,9 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
 	case decoder.KindRow:
+		if !s.owns(&ev) {
+			return nil
+		}
 		seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
 		if errors.Is(err, outbox.ErrUnpublishable) {
 			return s.park(ctx, &ev.Message, ev.Table, xld.WALStart, err)
@@ -498,4 +502,12 @@ func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) 
 	}
 	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.track.Watermark().String())
 	return nil
+}
+
+// owns reports whether this relay publishes ev. A row reached the slot through its shard's row
+// filter already, but every slot receives every logical decoding message whatever its
+// publication, so a shard's relay keeps to the emitted messages whose aggregate id falls in its
+// shard, as the row filter would select them.
+func (s *stream) owns(ev *decoder.Event) bool {
+	return ev.Table != "" || s.cfg.Shards <= 1 || shard.Of(ev.Message.AggregateID, s.cfg.Shards) == s.cfg.Shard
 }
