@@ -13,10 +13,10 @@ STATICCHECK_VERSION := v0.8.2
 CACHE_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/walbox
 STATICCHECK ?= $(CACHE_DIR)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
-.PHONY: help build test check tidy chart unit fuzz demo bench soak clean
+.PHONY: help build test test-compose check tidy chart unit fuzz demo bench soak clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build the binaries into bin/ (TAGS=otel: a walbox with tracing)
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
@@ -43,6 +43,10 @@ test: check chart ## the full suite: the checks, the chart's tests, and every te
 
 chart: $(STATICCHECK) ## the Helm chart's tests (deploy/helm, a module of its own): vet, staticcheck, helm lint, render, strict decode; the first run builds Helm into the user cache
 	cd deploy/helm && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout 20m ./...
+
+test-compose: ## docker-compose.yml under a Docker engine of the test's own, images built locally (root; about 12 min cold, 6 warm)
+	$(GO) vet -tags compose ./internal/composetest/
+	$(GO) test -tags compose -count=1 -timeout 60m -v ./internal/composetest/
 
 unit: ## the fast tests only (no servers)
 	$(GO) test -race -count=1 -short $(PKGS)

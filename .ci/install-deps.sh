@@ -1,14 +1,17 @@
 #!/bin/sh
-# Installs the servers the integration tests start (internal/testenv) on
-# Debian bookworm, if missing. Idempotent; run as root.
+# Installs the servers the integration tests start (internal/testenv), and
+# the Docker engine, docker-compose and debootstrap that the compose tests use
+# (internal/composetest), on Debian bookworm, if missing. Idempotent; run as root.
 # The system services the packages start are harmless: the tests run nodes
-# of their own on free ports and never use the system ones.
+# (and a Docker engine) of their own and never use the system ones.
 set -eu
 
 missing=""
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing="$missing postgresql-15"
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$missing rabbitmq-server"
 command -v docker-compose >/dev/null 2>&1 || missing="$missing docker-compose"
+[ -x /usr/sbin/dockerd ] || missing="$missing docker.io"
+command -v debootstrap >/dev/null 2>&1 || missing="$missing debootstrap"
 
 if [ -z "$missing" ]; then
 	echo "install-deps: nothing to do"

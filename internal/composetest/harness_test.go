@@ -1,0 +1,48 @@
+//go:build compose
+
+package composetest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The harness catches compose defects: a copy of docker-compose.yml in which walbox reads a
+// misspelt variable and the notifier no longer waits for RabbitMQ fails, naming both services.
+func TestHarnessReportsBrokenCompose(t *testing.T) {
+	requireEngine(t)
+	data, err := os.ReadFile(filepath.Join(repo, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := string(data)
+	for _, defect := range []struct{ after, old, new string }{
+		{"\n  walbox:\n", "      WALBOX_AMQP_URL:", "      WALBOX_AMQP_ADDRESS:"},
+		{"\n  notifier:\n", "      rabbitmq: {condition: service_healthy}\n", ""},
+	} {
+		i := strings.Index(broken, defect.after)
+		j := strings.Index(broken[max(i, 0):], defect.old)
+		if i < 0 || j < 0 {
+			t.Fatalf("docker-compose.yml changed: no %q after %q; update this test", defect.old, defect.after)
+		}
+		broken = broken[:i+j] + defect.new + broken[i+j+len(defect.old):]
+	}
+	file := filepath.Join(t.TempDir(), "docker-compose.yml")
+	if err := os.WriteFile(file, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := newProject(t, "walboxbroken", file)
+	t.Cleanup(func() { _ = p.Down(t.Context()) })
+	problems, timeline := up(t.Context(), p, time.Minute)
+	t.Logf("timeline:\n%s", timeline)
+	report := strings.Join(problems, "\n")
+	t.Logf("the harness reports:\n%s", report)
+	for _, want := range []string{"service walbox", "service notifier started at", "before rabbitmq was healthy"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+//go:build compose
+
+package composetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/dockerenv"
+)
+
+// Set up by TestMain for every test: the engine, the images and the compose project.
+var (
+	engine   *dockerenv.Engine
+	images   dockerenv.Images
+	repo     string
+	setupErr error // why the engine or the images are missing
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	repo, _ = filepath.Abs(filepath.Join("..", ".."))
+	if setupErr = requirements(); setupErr != nil {
+		return m.Run() // each test skips or fails with the reason
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if engine, setupErr = dockerenv.StartEngine(ctx); setupErr != nil {
+		return m.Run()
+	}
+	defer engine.Stop()
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "composetest: "+format+"\n", args...) }
+	cache, err := dockerenv.DefaultCache()
+	if err != nil {
+		setupErr = err
+		return m.Run()
+	}
+	b := dockerenv.Builder{Engine: engine, Repo: repo, Cache: cache, Logf: logf}
+	if images, setupErr = b.Build(ctx); setupErr != nil {
+		return m.Run()
+	}
+	logf("engine and images ready in %v", time.Since(start).Round(time.Second))
+	code := m.Run()
+	if shared != nil {
+		if err := shared.Down(ctx); err != nil {
+			logf("docker-compose down: %v", err)
+		}
+	}
+	return code
+}
+
+// requirements reports what the harness lacks to run an engine and build images.
+func requirements() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the Docker engine and debootstrap need root")
+	}
+	for _, bin := range []string{"dockerd", "docker-compose", "debootstrap"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found; .ci/install-deps.sh installs it", bin)
+		}
+	}
+	return nil
+}
+
+// requireEngine skips the test outside CI, and fails it under CI, when the engine or the images
+// could not be set up.
+func requireEngine(t *testing.T) {
+	t.Helper()
+	if setupErr == nil {
+		return
+	}
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatalf("compose harness (CI=true): %v", setupErr)
+	}
+	t.Skipf("compose harness: %v", setupErr)
+}
+
+// newProject returns a project of the compose file with the local images; the caller removes it.
+func newProject(t *testing.T, name, file string) *dockerenv.Project {
+	t.Helper()
+	requireEngine(t)
+	return &dockerenv.Project{Engine: engine, Name: name, Dir: repo, Files: []string{file}, Env: []string{
+		"WALBOX_POSTGRES_IMAGE=" + images.Postgres,
+		"WALBOX_RABBITMQ_IMAGE=" + images.RabbitMQ,
+		"WALBOX_GO_IMAGE=" + images.Go,
+		"WALBOX_IMAGE=" + images.Walbox,
+		// The machine's own servers may hold the usual ports: publish on free loopback ports.
+		"WALBOX_POSTGRES_PORT=127.0.0.1:0", "WALBOX_AMQP_PORT=127.0.0.1:0",
+		"WALBOX_RABBITMQ_UI_PORT=127.0.0.1:0", "WALBOX_ORDERS_PORT=127.0.0.1:0",
+	}}
+}

@@ -1,0 +1,307 @@
+//go:build compose
+
+package composetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/internal/checker"
+	"github.com/walbox/walbox/internal/dockerenv"
+)
+
+// shared is the project of the real docker-compose.yml that the tests below use in turn, in the
+// order they are written; TestMain takes it down.
+var shared *dockerenv.Project
+
+// stack returns the shared project, which TestComposeUp brought up.
+func stack(t *testing.T) *dockerenv.Project {
+	t.Helper()
+	requireEngine(t)
+	if shared == nil {
+		t.Fatal("the compose project is not up: see TestComposeUp")
+	}
+	return shared
+}
+
+// address returns the service's address on the project's network (ports are not published on
+// the host: the engine runs without a userland proxy).
+func address(t *testing.T, p *dockerenv.Project, service string, port int) string {
+	t.Helper()
+	s, err := p.State(t.Context(), service)
+	if err != nil || s.IP == "" {
+		t.Fatalf("address of %s: %v (state %s)", service, err, s)
+	}
+	return fmt.Sprintf("%s:%d", s.IP, port)
+}
+
+func databaseURL(t *testing.T, p *dockerenv.Project) string {
+	return "postgres://app:app@" + address(t, p, "postgres", 5432) + "/app?sslmode=disable"
+}
+
+func amqpURL(t *testing.T, p *dockerenv.Project) string {
+	return "amqp://app:app@" + address(t, p, "rabbitmq", 5672) + "/"
+}
+
+// `docker-compose up` brings every service up in the order the compose file promises.
+func TestComposeUp(t *testing.T) {
+	p := newProject(t, "walboxcompose", filepath.Join(repo, "docker-compose.yml"))
+	shared = p
+	start := time.Now()
+	problems, timeline := up(t.Context(), p, 3*time.Minute)
+	t.Logf("up in %v:\n%s", time.Since(start).Round(time.Second), timeline)
+	for _, problem := range problems {
+		t.Error(problem)
+	}
+	if t.Failed() {
+		shared = nil
+	}
+}
+
+// POST /orders on the orders service leads to exactly one notification per order.
+func TestOrdersNotifyOnce(t *testing.T) {
+	p := stack(t)
+	base := "http://" + address(t, p, "orders", 8080)
+	const n = 20
+	want := map[string]bool{}
+	for i := range n {
+		body := fmt.Sprintf(`{"customer_id": %q, "amount_cents": %d}`, uuid.NewString(), 100+i)
+		resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order struct{ ID string }
+		err = json.NewDecoder(resp.Body).Decode(&order)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /orders: status %d, %v", resp.StatusCode, err)
+		}
+		want[order.ID] = true
+	}
+	conn, err := pgx.Connect(t.Context(), databaseURL(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	count := func() map[string]int {
+		got := map[string]int{}
+		rows, err := conn.Query(t.Context(), "SELECT order_id::text FROM notifications")
+		if err != nil {
+			return got // the notifier creates the table
+		}
+		for rows.Next() {
+			var id string
+			if rows.Scan(&id) == nil && want[id] {
+				got[id]++
+			}
+		}
+		return got
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(count()) < n && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // a duplicate would come right after
+	got := count()
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("order %s: %d notifications, want 1", id, got[id])
+		}
+	}
+}
+
+// `docker-compose restart walbox` and `docker-compose kill -s KILL walbox`, the restart policy
+// bringing it back, lose nothing while rows are written.
+func TestRelayRestartAndKillLoseNothing(t *testing.T) {
+	p := stack(t)
+	ctx := t.Context()
+	mqURL := amqpURL(t, p)
+	const queue = "compose-checker"
+	bindQueue(t, mqURL, queue, "outbox", "checker.event")
+	v, err := checker.NewVerifier(checker.VerifierConfig{URL: mqURL, Queue: queue, Stall: time.Minute, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Start(ctx)
+	defer v.Stop()
+	w, err := checker.NewWriter(checker.WriterConfig{DatabaseURL: databaseURL(t, p), Name: "compose", Seed: 14,
+		MaxTx: 10, Pause: 10 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWriting := context.WithCancel(ctx)
+	written := make(chan error, 1)
+	go func() { written <- w.Run(wctx) }()
+
+	time.Sleep(3 * time.Second)
+	before := relayState(t, p)
+	if _, err := p.Compose(ctx, "restart", "walbox"); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayBack(t, p, before, "docker-compose restart walbox")
+	time.Sleep(3 * time.Second)
+	before = relayState(t, p)
+	if _, err := p.Compose(ctx, "kill", "-s", "KILL", "walbox"); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayBack(t, p, before, "docker-compose kill -s KILL walbox")
+	time.Sleep(3 * time.Second)
+	stopWriting()
+	if err := <-written; err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := w.Flush(fctx); err != nil {
+		t.Error(err)
+	}
+	rep := v.Await(ctx, w.Committed(), 2*time.Minute)
+	rep.Unresolved = w.Stats().Unresolved
+	t.Logf("checker: %s", rep)
+	if err := rep.Err(); err != nil || rep.TimedOut || rep.Stalled {
+		t.Errorf("%v (timed out %t, stalled %t)", err, rep.TimedOut, rep.Stalled)
+	}
+	if rep.Committed < 500 {
+		t.Errorf("only %d rows committed: the workload did not run across the faults", rep.Committed)
+	}
+}
+
+func relayState(t *testing.T, p *dockerenv.Project) dockerenv.State {
+	t.Helper()
+	s, err := p.State(t.Context(), "walbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitRelayBack waits until the walbox container was started again after the fault and is
+// healthy.
+func waitRelayBack(t *testing.T, p *dockerenv.Project, before dockerenv.State, fault string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		s := relayState(t, p)
+		if s.StartedAt.After(before.StartedAt) && s.Ready() {
+			t.Logf("%s: walbox back and healthy (%s)", fault, s)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: walbox not back within 2 minutes: %s\n%s", fault, s, p.Logs(t.Context(), "walbox"))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// bindQueue declares a durable queue bound to the exchange with the key.
+func bindQueue(t *testing.T, url, queue, exchange, key string) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, key, exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testPackages are the packages the test profile runs inside compose; see TestTestProfile.
+var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./internal/checker/"}
+
+// The test profile runs integration tests inside compose against the compose servers.
+func TestTestProfile(t *testing.T) {
+	p := stack(t)
+	start := time.Now()
+	args := append([]string{"--profile", "test", "run", "--rm", "test", "go", "test", "-race", "-count=1", "-timeout", "20m", "-v"}, testPackages...)
+	out, err := p.Compose(t.Context(), args...)
+	t.Logf("test profile ran in %v", time.Since(start).Round(time.Second))
+	passed := regexp.MustCompile(`(?m)^\s*--- PASS`).FindAllString(out, -1)
+	skipped := regexp.MustCompile(`(?m)^\s*--- SKIP`).FindAllString(out, -1)
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "--- FAIL") || strings.Contains(line, "--- SKIP") {
+			t.Log(line)
+		}
+	}
+	t.Logf("%d tests passed, %d skipped", len(passed), len(skipped))
+	if err != nil {
+		t.Fatalf("go test in the test profile: %v\n%s", err, tailLines(out, 60))
+	}
+	for _, pkg := range testPackages {
+		name := "github.com/walbox/walbox/" + strings.Trim(pkg, "./")
+		if !regexp.MustCompile(`(?m)^ok\s+` + regexp.QuoteMeta(name) + `\s`).MatchString(out) {
+			t.Errorf("package %s did not pass", name)
+		}
+	}
+}
+
+// With its slot gone, the walbox container does not come back healthy: it refuses to recreate
+// the slot, and the restart policy does not change that. Runs last: it breaks the stack.
+func TestHealthCheckFailsWithoutSlot(t *testing.T) {
+	p := stack(t)
+	ctx := t.Context()
+	if _, err := p.Compose(ctx, "stop", "walbox"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, databaseURL(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot('walbox')"); err != nil {
+		t.Fatal(err)
+	}
+	// The health check's command reports the missing slot.
+	out, err := p.Compose(ctx, "run", "--rm", "--no-deps", "walbox", "status")
+	if err == nil {
+		t.Errorf("walbox status succeeded without a slot:\n%s", out)
+	}
+	before := relayState(t, p)
+	if _, err := p.Compose(ctx, "start", "walbox"); err != nil {
+		t.Fatal(err)
+	}
+	// Three health checks 10 s apart fail before a running container turns unhealthy.
+	deadline := time.Now().Add(45 * time.Second)
+	var s dockerenv.State
+	for time.Now().Before(deadline) {
+		s = relayState(t, p)
+		if s.Health == "healthy" {
+			t.Fatalf("walbox is healthy without its slot: %s\n%s", s, p.Logs(ctx, "walbox"))
+		}
+		time.Sleep(time.Second)
+	}
+	if s.Health != "unhealthy" && s.RestartCount <= before.RestartCount {
+		t.Errorf("walbox is neither unhealthy nor restarting after 45 s without its slot: %s", s)
+	}
+	t.Logf("walbox without its slot: %s\n%s", s, p.Logs(ctx, "walbox"))
+	var slots int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walbox'").Scan(&slots); err != nil || slots != 0 {
+		t.Errorf("slot walbox: %d (%v); walbox must not recreate it", slots, err)
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
