@@ -166,7 +166,7 @@ func startProxy(tb testing.TB, brokerURL string) (*proxy, string) {
 	p.wg.Add(1)
 	go p.accept()
 	tb.Cleanup(p.close)
-	u.Port = ln.Addr().(*net.TCPAddr).Port
+	u.Host, u.Port = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port // the proxy, not the broker's host
 	return p, u.String()
 }
 

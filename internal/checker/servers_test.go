@@ -108,6 +108,7 @@ func TestVerifierConsumesAcrossReconnects(t *testing.T) {
 		t.Skip("needs RabbitMQ")
 	}
 	rabbit := testenv.SharedRabbit(t)
+	testenv.RequireOwn(t, rabbit) // closes the node's connections with rabbitmqctl
 	queue := testenv.UniqueName("checker")
 	publish := func(id, body string) {
 		t.Helper()
