@@ -3,11 +3,14 @@
 package composetest
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walbox/walbox/internal/dockerenv"
 )
 
 // The harness catches compose defects: a copy of docker-compose.yml in which walbox reads a
@@ -35,7 +38,7 @@ func TestHarnessReportsBrokenCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newProject(t, "walboxbroken", file)
-	t.Cleanup(func() { _ = p.Down(t.Context()) })
+	t.Cleanup(func() { down(t, p) })
 	problems, timeline := up(t.Context(), p, time.Minute)
 	t.Logf("timeline:\n%s", timeline)
 	report := strings.Join(problems, "\n")
@@ -44,5 +47,14 @@ func TestHarnessReportsBrokenCompose(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("the report does not say %q", want)
 		}
+	}
+}
+
+// down removes the project (t.Context has ended by the time cleanups run).
+func down(t *testing.T, p *dockerenv.Project) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.Down(ctx); err != nil {
+		t.Logf("docker-compose down: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,8 +122,9 @@ func TestOrdersNotifyOnce(t *testing.T) {
 	}
 }
 
-// `docker-compose restart walbox` and `docker-compose kill -s KILL walbox`, the restart policy
-// bringing it back, lose nothing while rows are written.
+// `docker-compose restart walbox`, `docker-compose kill -s KILL walbox` and a crash of the relay
+// (its process killed with SIGKILL, the restart policy bringing it back) lose nothing while rows
+// are written.
 func TestRelayRestartAndKillLoseNothing(t *testing.T) {
 	p := stack(t)
 	ctx := t.Context()
@@ -144,18 +146,39 @@ func TestRelayRestartAndKillLoseNothing(t *testing.T) {
 	written := make(chan error, 1)
 	go func() { written <- w.Run(wctx) }()
 
-	time.Sleep(3 * time.Second)
-	before := relayState(t, p)
-	if _, err := p.Compose(ctx, "restart", "walbox"); err != nil {
-		t.Fatal(err)
+	compose := func(args ...string) func() {
+		return func() {
+			if _, err := p.Compose(ctx, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	waitRelayBack(t, p, before, "docker-compose restart walbox")
-	time.Sleep(3 * time.Second)
-	before = relayState(t, p)
-	if _, err := p.Compose(ctx, "kill", "-s", "KILL", "walbox"); err != nil {
-		t.Fatal(err)
+	for _, fault := range []struct {
+		name string
+		do   func()
+	}{
+		{"docker-compose restart walbox", compose("restart", "walbox")},
+		{"docker-compose kill -s KILL walbox", func() {
+			compose("kill", "-s", "KILL", "walbox")()
+			// The engine counts `docker kill` as a deliberate stop: the restart policy leaves
+			// the container down (checked with docker 20.10). Start it as an operator would.
+			time.Sleep(3 * time.Second)
+			if s := relayState(t, p); s.Status == "exited" {
+				t.Logf("after docker-compose kill: %s; starting it again", s)
+				compose("start", "walbox")()
+			}
+		}},
+		{"SIGKILL to the relay's process", func() {
+			if err := syscall.Kill(relayState(t, p).Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		time.Sleep(3 * time.Second)
+		before := relayState(t, p)
+		fault.do()
+		waitRelayBack(t, p, before, fault.name)
 	}
-	waitRelayBack(t, p, before, "docker-compose kill -s KILL walbox")
 	time.Sleep(3 * time.Second)
 	stopWriting()
 	if err := <-written; err != nil {
@@ -225,6 +248,10 @@ func bindQueue(t *testing.T, url, queue, exchange, key string) {
 }
 
 // testPackages are the packages the test profile runs inside compose; see TestTestProfile.
+// internal/e2e and internal/example_e2e are left out: inside compose on two busy cores they add
+// about eight minutes, and two of their tests fail against shared servers (TestStartupErrors, and
+// TestDemoNotifiesEveryOrder, whose demo uses the exchange outbox that the stack's own relay and
+// notifier use too).
 var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./internal/checker/"}
 
 // The test profile runs integration tests inside compose against the compose servers.
@@ -291,7 +318,7 @@ func TestHealthCheckFailsWithoutSlot(t *testing.T) {
 	if s.Health != "unhealthy" && s.RestartCount <= before.RestartCount {
 		t.Errorf("walbox is neither unhealthy nor restarting after 45 s without its slot: %s", s)
 	}
-	t.Logf("walbox without its slot: %s\n%s", s, p.Logs(ctx, "walbox"))
+	t.Logf("walbox without its slot: %s; it logs:\n%s", s, tailLines(p.Logs(ctx, "walbox"), 2))
 	var slots int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walbox'").Scan(&slots); err != nil || slots != 0 {
 		t.Errorf("slot walbox: %d (%v); walbox must not recreate it", slots, err)

@@ -47,6 +47,7 @@ type State struct {
 	ExitCode     int
 	RestartCount int
 	StartedAt    time.Time
+	Pid          int    // of the container's main process, on the host; 0 unless running
 	IP           string // on the project's network
 }
 
@@ -85,6 +86,7 @@ func (p *Project) State(ctx context.Context, service string) (State, error) {
 			Status    string
 			ExitCode  int
 			StartedAt time.Time
+			Pid       int
 			Health    *struct{ Status string }
 		}
 		NetworkSettings struct {
@@ -94,7 +96,8 @@ func (p *Project) State(ctx context.Context, service string) (State, error) {
 	if err := json.Unmarshal([]byte(out), &c); err != nil {
 		return State{}, fmt.Errorf("inspect %s: %w", service, err)
 	}
-	s := State{Container: id, Status: c.State.Status, ExitCode: c.State.ExitCode, RestartCount: c.RestartCount, StartedAt: c.State.StartedAt}
+	s := State{Container: id, Status: c.State.Status, ExitCode: c.State.ExitCode, RestartCount: c.RestartCount, StartedAt: c.State.StartedAt,
+		Pid: c.State.Pid}
 	if c.State.Health != nil {
 		s.Health = c.State.Health.Status
 	}

@@ -19,7 +19,8 @@
 // public images the compose file names (POSTGRES_USER, RABBITMQ_DEFAULT_USER, ...), and the
 // walbox image from binaries built here. The base root file system and each service image are
 // kept as files in a cache directory, named by a hash of everything they are made of, so a
-// second run on the same machine builds only the walbox image.
+// second run on the same machine builds only the walbox image; files no run used for two weeks
+// are removed.
 //
 // # Projects
 //

@@ -79,7 +79,30 @@ func (b *Builder) Build(ctx context.Context) (Images, error) {
 	if imgs.Walbox, err = b.walbox(ctx, base); err != nil {
 		return Images{}, fmt.Errorf("walbox image: %w", err)
 	}
+	b.prune()
 	return imgs, nil
+}
+
+// unused is how long a cached file may go unused before prune removes it.
+const unused = 14 * 24 * time.Hour
+
+// prune removes cached files that no run used for a while (a run marks what it uses), and what
+// interrupted runs left: root file systems and image files half written a day ago.
+func (b *Builder) prune() {
+	for pattern, age := range map[string]time.Duration{"*.tar": unused, "rootfs-*": 24 * time.Hour, "*.tmp": 24 * time.Hour} {
+		files, _ := filepath.Glob(filepath.Join(b.Cache, pattern))
+		for _, f := range files {
+			if info, err := os.Stat(f); err == nil && time.Since(info.ModTime()) > age {
+				removeDir(f)
+			}
+		}
+	}
+}
+
+// use marks a cached file as used now.
+func use(file string) {
+	now := time.Now()
+	_ = os.Chtimes(file, now, now)
 }
 
 // baseSetup runs in the debootstrapped root: no services start during image builds, and apt
@@ -97,6 +120,7 @@ func (b *Builder) base(ctx context.Context) (tag, key string, err error) {
 			return "", "", err
 		}
 	}
+	use(file)
 	tag = "walbox-test/debian:" + key
 	start := time.Now()
 	if _, err := b.Engine.Docker(ctx, "import", file, tag); err != nil {
@@ -112,7 +136,7 @@ func (b *Builder) debootstrap(ctx context.Context, file string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer removeDir(work) // unmounts what a failed debootstrap left mounted (proc, sys) first
 	root := filepath.Join(work, "root")
 	if _, err := output(exec.CommandContext(ctx, "debootstrap", "--variant=minbase", suite, root, mirror)); err != nil {
 		return err
@@ -150,6 +174,7 @@ func (b *Builder) service(ctx context.Context, name, base, baseKey string) (stri
 	start := time.Now()
 	if _, err := os.Stat(file); err == nil {
 		if _, err := b.Engine.Docker(ctx, "load", "-q", "-i", file); err == nil {
+			use(file)
 			b.Logf("loaded %s in %v", tag, time.Since(start).Round(time.Second))
 			return tag, nil
 		}
@@ -166,7 +191,7 @@ func (b *Builder) service(ctx context.Context, name, base, baseKey string) (stri
 	if err := b.build(ctx, tag, base, files, ctxDirs); err != nil {
 		return "", err
 	}
-	tmp := file + ".tmp"
+	tmp := fmt.Sprintf("%s.%d.tmp", file, os.Getpid()) // a concurrent run writes its own
 	if _, err := b.Engine.Docker(ctx, "save", "-o", tmp, tag); err != nil {
 		return "", err
 	}
