@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,7 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	defer engine.Stop()
+	stopOnSignal(engine)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "composetest: "+format+"\n", args...) }
 	cache, err := dockerenv.DefaultCache()
 	if err != nil {
@@ -55,6 +58,18 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// stopOnSignal stops the engine, and with it every container, when the tests are interrupted.
+func stopOnSignal(e *dockerenv.Engine) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "composetest: %v: stopping the Docker engine\n", sig)
+		e.Stop()
+		os.Exit(2)
+	}()
 }
 
 // requirements reports what the harness lacks to run an engine and build images.

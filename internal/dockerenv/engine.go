@@ -57,9 +57,11 @@ func StartEngine(ctx context.Context) (*Engine, error) {
 		"--exec-root", filepath.Join(dir, "exec"),
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
 		"--host", e.Host,
-		"--storage-driver", "vfs", "--iptables=false", "--bridge=none", "--userland-proxy=false")
+		"--storage-driver", "vfs", "--iptables=false", "--bridge=none", "--userland-proxy=false",
+		"--cgroup-parent", filepath.Base(dir)) // so that leftovers can be found and killed
 	e.cmd.Stdout, e.cmd.Stderr = log, log
-	// Own process group, and SIGKILL when the thread that started it ends with the test binary.
+	// Own process group, and SIGKILL if the test binary dies; its containers then stay behind
+	// until a later StartEngine kills them and removes the directory.
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := e.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -132,6 +134,7 @@ func (e *Engine) Stop() {
 			<-e.done
 		}
 	}
+	killCgroup(filepath.Base(e.dir)) // nothing, unless the daemon left a container running
 	removeDir(e.dir)
 }
 
@@ -162,9 +165,56 @@ func removeStale() {
 		if data, err := os.ReadFile(filepath.Join(path, "dockerd.pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
-				time.Sleep(time.Second)
 			}
 		}
+		for _, p := range procsMentioning(path) { // containerd and its shims
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		killCgroup(filepath.Base(path))
+		time.Sleep(time.Second)
 		removeDir(path)
+	}
+}
+
+// procsMentioning lists the processes whose command line contains s.
+func procsMentioning(s string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(cmdline), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killCgroup kills every process in the containers' cgroup parent (the engine's directory name),
+// in each cgroup hierarchy, and removes the cgroups.
+func killCgroup(parent string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + parent)
+	if info, err := os.Stat("/sys/fs/cgroup/" + parent); err == nil && info.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/"+parent) // cgroup v2
+	}
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+				procs, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+				for _, f := range strings.Fields(string(procs)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- { // children first; fails while a process remains
+			_ = os.Remove(dirs[i])
+		}
 	}
 }
