@@ -200,6 +200,9 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)
+		if !s.owns(de.Table, &de.Partial) {
+			return nil
+		}
 		return s.park(ctx, &de.Partial, de.Table, xld.WALStart, err)
 	}
 	if err != nil {
@@ -211,7 +214,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
 	case decoder.KindRow:
-		if !s.owns(&ev) {
+		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
 		seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
@@ -504,10 +507,13 @@ func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) 
 	return nil
 }
 
-// owns reports whether this relay publishes ev. A row reached the slot through its shard's row
-// filter already, but every slot receives every logical decoding message whatever its
-// publication, so a shard's relay keeps to the emitted messages whose aggregate id falls in its
-// shard, as the row filter would select them.
-func (s *stream) owns(ev *decoder.Event) bool {
-	return ev.Table != "" || s.cfg.Shards <= 1 || shard.Of(ev.Message.AggregateID, s.cfg.Shards) == s.cfg.Shard
+// owns reports whether this relay publishes or parks m, decoded from table ("" for a logical
+// decoding message). A row reached the slot through its shard's row filter already, but every
+// slot receives every logical decoding message whatever its publication, so a shard's relay keeps
+// to the emitted messages whose aggregate id falls in its shard, as the row filter would select
+// them. That holds for a message to be parked too (not transactional, or malformed): it is parked
+// by one shard's relay, not by each; one whose aggregate id could not be read goes where an empty
+// one does.
+func (s *stream) owns(table string, m *outbox.Message) bool {
+	return table != "" || s.cfg.Shards <= 1 || shard.Of(m.AggregateID, s.cfg.Shards) == s.cfg.Shard
 }
