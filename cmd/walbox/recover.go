@@ -64,6 +64,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "no gap: slot %s continues from the recorded position; nothing to do\n", cfg.Slot)
 		return nil
 	}
+	if prefix := relayedPrefix(c.messagePrefix.value); prefix != "" {
+		// Nothing but the slot ever held them: say so before anything claims the gap closed.
+		fmt.Fprintf(stdout, "messages written with %s (or any logical decoding message with prefix %q) have no row: "+
+			"those committed in the gap cannot be republished and are lost; only the outbox tables' rows are\n",
+			cfg.Table.EmitFunction(), prefix)
+	}
 	if dry {
 		counts, err := rec.Count(ctx, gap)
 		if err != nil {

@@ -190,3 +190,29 @@ func TestRejectedMessagesAreParked(t *testing.T) {
 		t.Errorf("%d messages parked, want 2", len(parked))
 	}
 }
+
+// Messages written through walbox_emit have no row, so walbox recover cannot republish those of
+// a gap: after a lost slot it says so, in the dry run and in the recovery, rather than reporting
+// only the rows it republished as if the gap were closed.
+func TestRecoverSaysEmittedMessagesOfTheGapAreGone(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	w.exec(`SELECT walbox_emit('order', '1', 'order.created', '{}')`)
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.paid', '{}')`)
+	time.Sleep(500 * time.Millisecond)
+	w.dropSlot()
+	w.expectRefusal(r, "will not recreate")
+	w.exec(`SELECT walbox_emit('order', '1', 'order.shipped', '{}')`) // in the gap: gone for good
+
+	for _, args := range [][]string{{"recover", "--dry-run"}, {"recover"}} {
+		out, code := w.walbox(nil, args...)
+		if code != 0 {
+			t.Fatalf("walbox %v exited %d:\n%s", args, code, out)
+		}
+		if !strings.Contains(out, "walbox_emit") || !strings.Contains(out, "cannot be republished") {
+			t.Errorf("walbox %v does not say that messages emitted in the gap cannot be republished:\n%s", args, out)
+		}
+	}
+}
