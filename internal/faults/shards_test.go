@@ -199,3 +199,35 @@ func containsAll(s string, parts []string) bool {
 	}
 	return true
 }
+
+// A shard's slot is dropped while a writer commits: that shard's relay refuses to go on, walbox
+// recover given the shard's slot and publication republishes the gap from the table and replaces
+// the slot, and the shard's relay continues from the new slot. Both relays publish to one queue:
+// nothing committed is lost, whichever shard it belongs to.
+func TestRecoverShardSlot(t *testing.T) {
+	heavy(t)
+	const n = 2
+	w := newShardedWorld(t, n)
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
+	v := w.startVerifier()
+	relays := []*relay{w.startShard(0, n), w.startShard(1, n)}
+	wr := w.startWriter(checker.WriterConfig{Seed: 17, Aggregates: 40, MaxTx: 10, Pause: 10 * time.Millisecond})
+	w.progress(v, 200, time.Minute)
+
+	s0 := w.in(t)
+	s0.slot = set.SlotName(0)
+	s0.dropSlot()
+	w.expectRefusal(relays[0], "will not recreate")
+	time.Sleep(500 * time.Millisecond) // the gap grows
+
+	args := []string{"recover", "--slot", set.SlotName(0), "--publication", set.PublicationName(0)}
+	out, code := w.walbox(nil, args...)
+	t.Logf("walbox %v:\n%s", args, out)
+	if code != 0 || !republished.MatchString(out) {
+		t.Fatalf("walbox %v exited %d", args, code)
+	}
+	w.startShard(0, n)
+	w.progress(v, 200, time.Minute)
+	wr.stop()
+	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, "")
+}
