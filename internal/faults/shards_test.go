@@ -100,12 +100,13 @@ func TestShardsKilledAtRandomMoments(t *testing.T) {
 // set beside the old one and waits until the old slots passed the cut; the new relays start; the
 // old relays stop; walbox reshard --retire drops the old set. Every relay publishes to the same
 // queue: nothing may be lost, and first deliveries keep each aggregate's commit order across the
-// handover.
+// handover. A third of the rows are written through walbox_emit, which every slot of both sets
+// receives: the relays of each set pick theirs by the set's count.
 func TestReshardUnderLoad(t *testing.T) {
 	heavy(t)
 	w := newShardedWorld(t, 2)
 	v := w.startVerifier()
-	wr := w.startWriter(checker.WriterConfig{Seed: 11, Aggregates: 40, MaxTx: 20, Pause: 5 * time.Millisecond})
+	wr := w.startWriter(checker.WriterConfig{Seed: 11, Aggregates: 40, MaxTx: 20, Pause: 5 * time.Millisecond, Emit: 0.3})
 	old := []*relay{w.startShard(0, 2), w.startShard(1, 2)}
 	w.progress(v, 500, time.Minute)
 
