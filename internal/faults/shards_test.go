@@ -158,6 +158,35 @@ func TestReshardUnderLoad(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || len(st.Sets) != 1 || st.Sets[0].Shards != 3 || st.Sets[0].Role != "" {
 		t.Errorf("walbox status after the reshard exited %d with %+v (%v):\n%s", code, st, err, out)
 	}
+	// The registry holds the new slots, each with the coverage of its own publication, and none
+	// of the retired ones.
+	rows, err := w.conn.Query(context.Background(), `SELECT slot_name, coalesce(coverage, '') FROM walbox_slots ORDER BY slot_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]string{}
+	for rows.Next() {
+		var name, coverage string
+		if err := rows.Scan(&name, &coverage); err != nil {
+			t.Fatal(err)
+		}
+		recorded[name] = coverage
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	to := shard.Set{Slot: w.slot, Publication: "walbox", N: 3}
+	coverages := map[string]bool{}
+	for k := range to.N {
+		c, ok := recorded[to.SlotName(k)]
+		if !ok || c == "" {
+			t.Errorf("slot %s: recorded %v, coverage %q; want a record with its coverage", to.SlotName(k), ok, c)
+		}
+		coverages[c] = true
+	}
+	if len(recorded) != to.N || len(coverages) != to.N {
+		t.Errorf("walbox_slots after the reshard = %v; want exactly the %d new slots, each with its own coverage", recorded, to.N)
+	}
 	w.verdict(wr.Writer, v, 3*time.Minute, 1, 0, "")
 }
 
