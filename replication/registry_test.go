@@ -169,3 +169,32 @@ func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
 		t.Fatalf("Run = %v, want ErrNotCovered naming walbox recover", err)
 	}
 }
+
+// The same change before any walbox ever ran on the slot: walbox migrate (and walbox reshard)
+// create the slot and its record ahead of the first relay, which may start much later. Rows
+// written in between were never decoded all the same.
+func TestCoverageChangedBeforeTheFirstRunIsRefused(t *testing.T) {
+	// Not yet: recording the coverage when the slot is created needs the relay's tables, and a
+	// relay may legitimately start with more (a mapped table added to the publication after walbox
+	// migrate, internal/e2e TestMappedLegacyTable), which the recorded coverage would refuse.
+	t.Skip("known gap: a slot's coverage is recorded at its first run, not when walbox migrate or walbox reshard creates it")
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true)) // the slot exists, recorded as migrate records it
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE TABLE outbox_new (LIKE outbox INCLUDING ALL)",
+		"ALTER TABLE outbox RENAME TO outbox_old",
+		"ALTER TABLE outbox_new RENAME TO outbox",
+	} {
+		if _, err := e.conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.insertTx(2, "in the gap") // never decoded: the publication holds outbox_old
+	if _, err := e.conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	e.start(nil)
+	if err := e.wait(20 * time.Second); !errors.Is(err, replication.ErrNotCovered) || !strings.Contains(err.Error(), "recover") {
+		t.Fatalf("Run = %v (published %d), want ErrNotCovered naming walbox recover", err, len(e.broker.messages()))
+	}
+}
