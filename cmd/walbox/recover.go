@@ -38,12 +38,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := c.s.resolve(); err != nil {
 		return err
 	}
-	cfg, pcfg, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)
+	cfg, eps, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)
 	if err != nil {
 		return err
 	}
 	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
-	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) { return publisher.Dial(ctx, pcfg) }
+	// Every node of --amqp-url, in turn, as walbox run dials them.
+	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) { return eps.Dial(ctx) }
 	cfg.OnParked = func(p *outbox.Parked) {
 		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
 	}
@@ -93,37 +94,37 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (replication.RecoverConfig, publisher.Config, bool, error) {
+func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (replication.RecoverConfig, *publisher.Endpoints, bool, error) {
 	var (
-		cfg  replication.RecoverConfig
-		pcfg publisher.Config
-		dry  bool
-		err  error
+		cfg replication.RecoverConfig
+		eps *publisher.Endpoints
+		dry bool
+		err error
 	)
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	if cfg.Table, err = c.outboxTable(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	cfg.Mappings = c.mappings()
 	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
 	if dry, err = dryRun.bool(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	if cfg.AllRows, err = allRows.bool(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	if cfg.AcceptLoss, err = acceptLoss.bool(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	if cfg.Force, err = force.bool(); err != nil {
-		return cfg, pcfg, dry, err
+		return cfg, eps, dry, err
 	}
 	if !dry {
-		pcfg, err = b.config(c, "walbox")
+		eps, err = b.endpoints(c, "walbox")
 	}
-	return cfg, pcfg, dry, err
+	return cfg, eps, dry, err
 }
 
 func showGap(w io.Writer, slot string, g replication.Gap) {

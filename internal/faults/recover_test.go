@@ -228,3 +228,26 @@ func TestRecoverRefusals(t *testing.T) {
 		r.waitState("streaming", time.Minute)
 	})
 }
+
+// walbox recover takes the broker settings of walbox run, a list of cluster nodes included: with
+// the first node down, it republishes through the next, as walbox run would.
+func TestRecoverUsesTheNextBrokerWhenTheFirstIsDown(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.paid', '{}')`)
+	time.Sleep(500 * time.Millisecond)
+	w.dropSlot()
+	w.expectRefusal(r, "will not recreate")
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.shipped', '{}')`)
+
+	list := "WALBOX_AMQP_URL=amqp://guest:s3cret@127.0.0.1:1/," + w.relayMQ
+	out, code := w.walbox([]string{list}, "recover")
+	if code != 0 || !republished.MatchString(out) {
+		t.Fatalf("walbox recover with the first of two brokers down exited %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("walbox recover printed a password:\n%s", out)
+	}
+}
