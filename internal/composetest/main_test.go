@@ -53,7 +53,10 @@ func run(m *testing.M) int {
 	logf("engine and images ready in %v", time.Since(start).Round(time.Second))
 	code := m.Run()
 	if shared != nil {
-		if err := shared.Down(ctx); err != nil {
+		// The setup's deadline has usually passed by now: taking the stack down gets its own.
+		downCtx, cancelDown := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancelDown()
+		if err := shared.Down(downCtx); err != nil {
 			logf("docker-compose down: %v", err)
 		}
 	}
