@@ -62,6 +62,16 @@ func newCommon() *common {
 	return c
 }
 
+// parse registers the command's settings on fs, parses args and resolves every setting from
+// flags, environment and the config file.
+func (c *common) parse(fs *flag.FlagSet, args []string) error {
+	c.s.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return c.s.resolve()
+}
+
 // dsn returns the database connection string with the password setting applied.
 func (c *common) dsn() (string, error) {
 	dsn, err := c.databaseURL.required()

@@ -57,11 +57,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	d := doctor{slot: c.slot.value, publication: c.publication.value, prefix: relayedPrefix(c.messagePrefix.value)}

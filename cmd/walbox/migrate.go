@@ -20,11 +20,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
 	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	dsn, err := c.dsn()

@@ -44,11 +44,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dryRun := c.s.addBool("dry-run", "WALBOX_PRUNE_DRY_RUN", "false", "count the rows that would be deleted, delete nothing")
 	fs := newFlagSet("prune", "Delete outbox rows older than --older-than in short transactions of --batch-size rows; "+
 		"safe while walbox runs (the publication does not publish deletes)", stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	job := pruneJob{CreatedAt: outbox.ColCreatedAt}

@@ -31,11 +31,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	force := c.s.addBool("force", "", "false",
 		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
 	fs := newFlagSet("recover", recoverSummary, stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	cfg, eps, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)

@@ -27,11 +27,7 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	retire := c.s.addBool("retire", "", "false",
 		"drop the old set's slots and publications; refused unless each old slot passed the cut and is not streaming")
 	fs := newFlagSet("reshard", "Change the number of shards: create the new set beside the old one, then retire the old one once it passed the cut", stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	dsn, err := c.dsn()

@@ -48,11 +48,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	relayURL := c.s.add("relay-url", "WALBOX_RELAY_URL", "http://127.0.0.1:9187",
 		"the running relay's HTTP address, for its state and last error (\"off\" to skip)")
 	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
-	c.s.register(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.s.resolve(); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	dsn, err := c.dsn()

@@ -32,13 +32,7 @@ func TestSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	bin, err := bench.BuildWalbox(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg := testenv.StartPostgres(t, bench.PostgresOptions()...)
-	rabbit := testenv.StartRabbit(t)
+	dir, bin, pg, rabbit := benchSetup(ctx, t)
 	all := bench.AllContenders
 	scenarios := []bench.Scenario{
 		{Name: "drain", Kind: bench.Drain, Rows: 300, TxSize: 1, Payload: 300, Queue: bench.Classic, Contenders: all},
@@ -151,13 +145,7 @@ func TestProducerCost(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv("WALBOX_BENCH_PRODUCER_ROUNDS"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	bin, err := bench.BuildWalbox(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg := testenv.StartPostgres(t, bench.PostgresOptions()...)
-	rabbit := testenv.StartRabbit(t)
+	_, bin, pg, rabbit := benchSetup(ctx, t)
 	results, err := bench.MeasureProducers(ctx, bench.ProducerConfig{Duration: d, Rounds: rounds, Clients: []int{4, 8}, Payload: 300,
 		WalboxBin: bin, Log: testLog{t}}, bench.ServersOf(pg, rabbit))
 	if err != nil {
@@ -178,4 +166,16 @@ func TestProducerCost(t *testing.T) {
 			t.Errorf("%s: drained %d of %d", r.Mode, r.Drained, r.Messages)
 		}
 	}
+}
+
+// benchSetup builds walbox into a temporary directory and starts the benchmark's own PostgreSQL
+// and RabbitMQ servers.
+func benchSetup(ctx context.Context, t *testing.T) (dir, bin string, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	t.Helper()
+	dir = t.TempDir()
+	bin, err := bench.BuildWalbox(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin, testenv.StartPostgres(t, bench.PostgresOptions()...), testenv.StartRabbit(t)
 }
