@@ -88,9 +88,9 @@ func (t *Tracker) Nack(uint64) {
 	t.failed = true
 }
 
-// Idle moves the watermark to lsn, a position up to which the server has sent everything, but only
+// AdvanceIdle moves the watermark to lsn, a position up to which the server has sent everything, but only
 // when nothing is in flight and no transaction is open. It reports whether the watermark moved.
-func (t *Tracker) Idle(lsn pglogrepl.LSN) bool {
+func (t *Tracker) AdvanceIdle(lsn pglogrepl.LSN) bool {
 	if t.failed || t.open || t.dispatched > 0 || len(t.commits) > t.head || lsn <= t.watermark {
 		return false
 	}

@@ -97,35 +97,35 @@ func TestWatermark(t *testing.T) {
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
 			mustAck(t, tr, 1)
-			tr.Idle(500)
+			tr.AdvanceIdle(500)
 		}, 500},
 		{"idle does not move it with a message in flight", func(t *testing.T, tr *checkpoint.Tracker) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
-			tr.Idle(500)
+			tr.AdvanceIdle(500)
 		}, 100},
 		{"idle does not move it inside an open transaction", func(t *testing.T, tr *checkpoint.Tracker) {
 			tr.Begin()
-			tr.Idle(500)
+			tr.AdvanceIdle(500)
 		}, 100},
 		{"idle does not move it inside an open transaction whose messages are acked", func(t *testing.T, tr *checkpoint.Tracker) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			mustAck(t, tr, 1)
-			tr.Idle(500)
+			tr.AdvanceIdle(500)
 		}, 100},
 		{"idle does not move it after a nack", func(t *testing.T, tr *checkpoint.Tracker) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
 			tr.Nack(1)
-			tr.Idle(500)
+			tr.AdvanceIdle(500)
 		}, 100},
 		{"never moves backwards", func(t *testing.T, tr *checkpoint.Tracker) {
 			tr.Begin()
 			tr.Commit(50)
-			tr.Idle(90)
+			tr.AdvanceIdle(90)
 		}, 100},
 	}
 	for _, tt := range tests {

@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Defaults for the zero values of Config.
@@ -33,7 +33,7 @@ type Binding struct {
 	Key      string
 	// AlternateExchange is the exchange's alternate-exchange argument. The consumer declares the
 	// exchange exactly as walbox does, so that either may start first: durable, topic, with
-	// outbox.DefaultAlternateExchange(Exchange) unless set here. "none" declares it without one
+	// wire.DefaultAlternateExchange(Exchange) unless set here. "none" declares it without one
 	// (match `walbox run --alternate-exchange none`).
 	AlternateExchange string
 }
@@ -106,7 +106,7 @@ func (c *Config) Validate() error {
 	if err := checkURL(c.AMQPURL); err != nil {
 		return err
 	}
-	if _, err := outbox.ParseTable(c.ProcessedTable); err != nil {
+	if _, err := wire.ParseTable(c.ProcessedTable); err != nil {
 		return fmt.Errorf("processed table: %w", err)
 	}
 	switch {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 const (
@@ -42,7 +42,7 @@ func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
-	table, err := outbox.ParseTable(cfg.ProcessedTable)
+	table, err := wire.ParseTable(cfg.ProcessedTable)
 	if err != nil {
 		return nil, fmt.Errorf("consumer config: processed table: %w", err)
 	}

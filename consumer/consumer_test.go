@@ -12,7 +12,7 @@ import (
 	"github.com/walbox/walbox/consumer"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestDuplicateMessageIDHandledOnce(t *testing.T) {
@@ -400,7 +400,7 @@ func TestProcessedTableMigrationIsIdempotentAndNameable(t *testing.T) {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA app"); err != nil {
 		t.Fatal(err)
 	}
-	table := outbox.Table{Schema: "app", Name: "Handled"}
+	table := wire.Table{Schema: "app", Name: "Handled"}
 	for range 2 {
 		if err := migrations.ApplyConsumerTable(ctx, conn, table); err != nil {
 			t.Fatalf("ApplyConsumerTable: %v", err)

@@ -15,7 +15,7 @@ import (
 	"github.com/walbox/walbox/consumer"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -65,7 +65,7 @@ func newEnv(tb testing.TB, r *testenv.Rabbit) *env {
 	e := &env{pool: pool, amqpURL: amqpURL, queue: testenv.UniqueName("q"), exchange: testenv.UniqueName("ex")}
 	e.ch = openChannel(tb, amqpURL)
 	// As walbox declares it: with its alternate exchange.
-	ae := outbox.DefaultAlternateExchange(e.exchange)
+	ae := wire.DefaultAlternateExchange(e.exchange)
 	if err := e.ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		tb.Fatalf("declare exchange: %v", err)
 	}

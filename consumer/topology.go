@@ -7,7 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // setup opens the session's channel in confirm mode, declares the topology and starts
@@ -113,7 +113,7 @@ func (c *Config) siblingArgs() amqp.Table {
 func declareExchange(ch *amqp.Channel, b Binding) error {
 	ae := b.AlternateExchange
 	if ae == "" {
-		ae = outbox.DefaultAlternateExchange(b.Exchange)
+		ae = wire.DefaultAlternateExchange(b.Exchange)
 	}
 	var args amqp.Table
 	if ae != "none" {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // benchPayload is a typical event of about 300 bytes, as jsonb prints it.
@@ -50,7 +50,7 @@ func BenchmarkDecodeInsertPositionID(b *testing.B) {
 	benchmarkMapped(b, positionMapping, eventsVals("body", text(benchPayload), "meta", text("{}")))
 }
 
-func benchmarkMapped(b *testing.B, m outbox.Mapping, row []val) {
+func benchmarkMapped(b *testing.B, m wire.Mapping, row []val) {
 	benchmarkDecoder(b, newMappedDecoder(b, m, eventsCols), insertMsg(eventsRelID, row...))
 }
 
@@ -125,5 +125,5 @@ func BenchmarkDecodeEmittedMessage(b *testing.B) {
 	data := []byte{'M', 1, 0, 0, 0, 0, 0, 0x16, 0xB3, 0x80}
 	data = append(append(data, "walbox\x00"...), byte(len(content)>>24), byte(len(content)>>16), byte(len(content)>>8), byte(len(content)))
 	data = append(data, content...)
-	benchmarkDecoder(b, decoder.New().WithMessagePrefix(outbox.DefaultMessagePrefix), data)
+	benchmarkDecoder(b, decoder.New().WithMessagePrefix(wire.DefaultMessagePrefix), data)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Kind says what an Event carries.
@@ -51,7 +51,7 @@ type Event struct {
 	Xid uint32
 
 	// Message (KindRow) is the outbox row. It shares no memory with the decoded data.
-	Message outbox.Message
+	Message wire.Message
 	// Table (KindRow) is the row's table, "schema.name"; empty for an emitted message.
 	Table string
 
@@ -66,8 +66,8 @@ type Event struct {
 // so one Decoder must see every message of one replication stream, in order. It is not safe
 // for concurrent use.
 type Decoder struct {
-	maps  []outbox.Mapping
-	given []outbox.Mapping // as given to New: the column check tells defaults from named columns
+	maps  []wire.Mapping
+	given []wire.Mapping // as given to New: the column check tells defaults from named columns
 	rels  map[uint32]*relation
 	// prefix is the prefix of the logical decoding messages that are outbox messages; "" for none.
 	prefix string
@@ -80,14 +80,14 @@ type Decoder struct {
 }
 
 // New returns a Decoder for the given outbox tables, each with its column mapping
-// (outbox.DefaultMapping(outbox.DefaultTable) if none are given). Each mapping is completed
-// with outbox.Mapping.WithDefaults. An insert into a table no mapping names is an
+// (wire.DefaultMapping(wire.DefaultTable) if none are given). Each mapping is completed
+// with wire.Mapping.WithDefaults. An insert into a table no mapping names is an
 // ErrForeignTable error; if two mappings name one table, the first is used.
-func New(maps ...outbox.Mapping) *Decoder {
+func New(maps ...wire.Mapping) *Decoder {
 	if len(maps) == 0 {
-		maps = []outbox.Mapping{{Table: outbox.DefaultTable}}
+		maps = []wire.Mapping{{Table: wire.DefaultTable}}
 	}
-	d := &Decoder{maps: make([]outbox.Mapping, len(maps)), given: maps, rels: make(map[uint32]*relation)}
+	d := &Decoder{maps: make([]wire.Mapping, len(maps)), given: maps, rels: make(map[uint32]*relation)}
 	for i, m := range maps {
 		d.maps[i] = m.WithDefaults()
 	}

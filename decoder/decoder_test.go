@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 const testLSN = pglogrepl.LSN(0x16B3748)
@@ -69,7 +69,7 @@ func TestDecodeBeginAndCommit(t *testing.T) {
 	}
 }
 
-var wantRow = outbox.Message{
+var wantRow = wire.Message{
 	ID:            uuid.MustParse(rowID),
 	AggregateType: "order",
 	AggregateID:   "42",
@@ -79,7 +79,7 @@ var wantRow = outbox.Message{
 }
 
 // withRow returns wantRow changed by f.
-func withRow(f func(m *outbox.Message)) outbox.Message {
+func withRow(f func(m *wire.Message)) wire.Message {
 	m := wantRow
 	f(&m)
 	return m
@@ -107,16 +107,16 @@ func TestDecodeRow(t *testing.T) {
 		name string
 		cols []col
 		vals []val
-		want outbox.Message
+		want wire.Message
 	}{
 		{"all columns", outboxCols, row, wantRow},
 		{"NULL aggregate gives empty strings", outboxCols,
 			setCol(setCol(row, "aggregate_type", null), "aggregate_id", null),
-			withRow(func(m *outbox.Message) { m.AggregateType, m.AggregateID = "", "" })},
+			withRow(func(m *wire.Message) { m.AggregateType, m.AggregateID = "", "" })},
 		{"only the required columns",
 			[]col{{"event_type", oidText}, {"payload", oidJSONB}, {"id", oidUUID}},
 			[]val{text("order.created"), text(`{"a":1}`), text(rowID)},
-			outbox.Message{ID: wantRow.ID, EventType: "order.created", Payload: []byte(`{"a":1}`)}},
+			wire.Message{ID: wantRow.ID, EventType: "order.created", Payload: []byte(`{"a":1}`)}},
 		{"columns mapped by name, others ignored",
 			[]col{{"note", oidText}, {"created_at", oidTimestamptz}, {"payload", oidJSONB}, {"tenant", oidText},
 				{"event_type", oidText}, {"aggregate_id", oidText}, {"id", oidUUID}, {"aggregate_type", oidText}},
@@ -126,21 +126,21 @@ func TestDecodeRow(t *testing.T) {
 		{"empty headers give nil", outboxCols, setCol(row, "headers", text(" { } ")), wantRow},
 		{"headers with JSON values", outboxCols,
 			setCol(row, "headers", text(`{"traceparent": "00-4bf9-01", "n": 3, "ok": true, "none": null, "l": [1, "x"], "o": {"k": "v"}}`)),
-			withRow(func(m *outbox.Message) {
+			withRow(func(m *wire.Message) {
 				m.Headers = map[string]any{"traceparent": "00-4bf9-01", "n": 3.0, "ok": true, "none": nil,
 					"l": []any{1.0, "x"}, "o": map[string]any{"k": "v"}}
 			})},
 		{"NULL created_at gives zero time", outboxCols, setCol(row, "created_at", null),
-			withRow(func(m *outbox.Message) { m.CreatedAt = time.Time{} })},
+			withRow(func(m *wire.Message) { m.CreatedAt = time.Time{} })},
 		{"jsonb payload is not validated again", outboxCols, setCol(row, "payload", text(`{"a":1`)),
-			withRow(func(m *outbox.Message) { m.Payload = []byte(`{"a":1`) })},
+			withRow(func(m *wire.Message) { m.Payload = []byte(`{"a":1`) })},
 		{"json payload is not validated again", jsonPayload, setCol(row, "payload", text(`{"a":1`)),
-			withRow(func(m *outbox.Message) { m.Payload = []byte(`{"a":1`) })},
+			withRow(func(m *wire.Message) { m.Payload = []byte(`{"a":1`) })},
 		{"text payload that is JSON", textPayload, setCol(row, "payload", text(` [1, 2] `)),
-			withRow(func(m *outbox.Message) { m.Payload = []byte(` [1, 2] `) })},
+			withRow(func(m *wire.Message) { m.Payload = []byte(` [1, 2] `) })},
 		{"unicode", outboxCols,
 			setCol(setCol(row, "aggregate_id", text("ünï-🚀")), "payload", text(`{"m":"こんにちは"}`)),
-			withRow(func(m *outbox.Message) { m.AggregateID, m.Payload = "ünï-🚀", []byte(`{"m":"こんにちは"}`) })},
+			withRow(func(m *wire.Message) { m.AggregateID, m.Payload = "ünï-🚀", []byte(`{"m":"こんにちは"}`) })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,32 +201,32 @@ func TestDecodeBadRow(t *testing.T) {
 		cols        []col
 		vals        []val
 		wantColumn  string
-		wantPartial outbox.Message
+		wantPartial wire.Message
 	}{
 		{"NULL id", outboxCols, setCol(row, "id", null), "id",
-			withRow(func(m *outbox.Message) { m.ID = uuid.Nil })},
+			withRow(func(m *wire.Message) { m.ID = uuid.Nil })},
 		{"id that is not a UUID", outboxCols, setCol(row, "id", text("42")), "id",
-			withRow(func(m *outbox.Message) { m.ID = uuid.Nil })},
+			withRow(func(m *wire.Message) { m.ID = uuid.Nil })},
 		{"NULL event_type", outboxCols, setCol(row, "event_type", null), "event_type",
-			withRow(func(m *outbox.Message) { m.EventType = "" })},
+			withRow(func(m *wire.Message) { m.EventType = "" })},
 		{"empty event_type", outboxCols, setCol(row, "event_type", text("")), "event_type",
-			withRow(func(m *outbox.Message) { m.EventType = "" })},
+			withRow(func(m *wire.Message) { m.EventType = "" })},
 		{"NULL payload", outboxCols, setCol(row, "payload", null), "payload",
-			withRow(func(m *outbox.Message) { m.Payload = nil })},
+			withRow(func(m *wire.Message) { m.Payload = nil })},
 		{"text payload that is not JSON keeps the raw payload", textPayload,
 			setCol(row, "payload", text("not json {")), "payload",
-			withRow(func(m *outbox.Message) { m.Payload = []byte("not json {") })},
+			withRow(func(m *wire.Message) { m.Payload = []byte("not json {") })},
 		{"empty text payload", textPayload, setCol(row, "payload", text("")), "payload",
-			withRow(func(m *outbox.Message) { m.Payload = []byte{} })},
+			withRow(func(m *wire.Message) { m.Payload = []byte{} })},
 		{"headers array", outboxCols, setCol(row, "headers", text(`[1,2]`)), "headers", wantRow},
 		{"headers JSON null", outboxCols, setCol(row, "headers", text(`null`)), "headers", wantRow},
 		{"headers string", outboxCols, setCol(row, "headers", text(`"x"`)), "headers", wantRow},
 		{"text headers that are not JSON", textHeaders, setCol(row, "headers", text(`{"a":`)), "headers", wantRow},
 		{"created_at that is not a timestamp", outboxCols, setCol(row, "created_at", text("infinity")), "created_at",
-			withRow(func(m *outbox.Message) { m.CreatedAt = time.Time{} })},
+			withRow(func(m *wire.Message) { m.CreatedAt = time.Time{} })},
 		{"the first bad column is named, all others decoded", outboxCols,
 			setCol(setCol(row, "event_type", text("")), "created_at", text("yesterday")), "event_type",
-			withRow(func(m *outbox.Message) { m.EventType, m.CreatedAt = "", time.Time{} })},
+			withRow(func(m *wire.Message) { m.EventType, m.CreatedAt = "", time.Time{} })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

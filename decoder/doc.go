@@ -30,14 +30,14 @@
 //
 // A Decoder caches every Relation message by relation id, and maps columns by name using the
 // latest one, so columns added, dropped or reordered mid-stream are handled. Each configured
-// table has an outbox.Mapping that names its columns; a Relation message is resolved against
+// table has a wire.Mapping that names its columns; a Relation message is resolved against
 // it once, so decoding a row only indexes. An Insert into a configured table becomes a KindRow
 // event (the column names below are the default table's; a mapping may name others, and
 // errors then name both, as in "kind (event_type) is NULL"):
 //
 //   - id (required) is the message id. Of type uuid it becomes Message.ID; of any other type
 //     (bigint, text, ...) its text becomes Message.MessageID, and Message.ID stays zero; NULL
-//     or empty is a bad row. With outbox.IDFromPosition the table needs no id column: Message.ID
+//     or empty is a bad row. With wire.IDFromPosition the table needs no id column: Message.ID
 //     is Origin.PositionID(Begin's FinalLSN, the number of inserts before the row in its
 //     transaction) of the Origin given to SetOrigin, the same every time the transaction is sent
 //     again;
@@ -62,7 +62,7 @@
 //
 // With WithMessagePrefix, a logical decoding message (pg_logical_emit_message, sent by pgoutput
 // with the option messages 'true') whose prefix is exactly the given one is an outbox message
-// too, as the emit function (outbox.EmitFunction) writes it, and becomes a KindRow event with an
+// too, as the emit function (wire.EmitFunction) writes it, and becomes a KindRow event with an
 // empty Table, in its place among the transaction's rows. Its content is a JSON object of version
 // 1: {"v": 1, "id": "<uuid>", "aggregate_type", "aggregate_id", "event_type", "payload",
 // "headers", "created_at": "<ISO 8601 timestamptz>"}, each field with the column's meaning and

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Sentinels that classify every error Decode returns. Test with errors.Is or IsBadRow.
@@ -44,7 +44,7 @@ type Error struct {
 	Column string
 	// Partial is the row decoded as far as possible, for ErrBadRow: every field that could be
 	// decoded is set (an unusable payload is kept as its raw bytes), the others are zero.
-	Partial outbox.Message
+	Partial wire.Message
 	// Err wraps one of ErrMalformed, ErrBadRow, ErrForeignTable, ErrSchemaDrift and ErrStreaming.
 	Err error
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // A fuzz input is a sequence of frames, each a uvarint length and that many bytes; a length
@@ -66,7 +66,7 @@ func FuzzDecode(f *testing.F) {
 
 	maps := fuzzMappings(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		d := decoder.New(maps...).WithMessagePrefix(outbox.DefaultMessagePrefix)
+		d := decoder.New(maps...).WithMessagePrefix(wire.DefaultMessagePrefix)
 		for i, frame := range splitFrames(in) {
 			checkDecode(t, d, pglogrepl.LSN(i+1), bytes.Clone(frame))
 		}
@@ -75,9 +75,9 @@ func FuzzDecode(f *testing.F) {
 
 // fuzzMappings are the mappings of every golden case (the first for a table wins), the default
 // table, and a table of the default shape in another schema.
-func fuzzMappings(f *testing.F) []outbox.Mapping {
-	maps := []outbox.Mapping{outbox.DefaultMapping(outbox.DefaultTable),
-		outbox.DefaultMapping(outbox.Table{Schema: "app", Name: "events"})}
+func fuzzMappings(f *testing.F) []wire.Mapping {
+	maps := []wire.Mapping{wire.DefaultMapping(wire.DefaultTable),
+		wire.DefaultMapping(wire.Table{Schema: "app", Name: "events"})}
 	for _, c := range goldenCases {
 		m, err := readMappings(filepath.Join("testdata", c.name))
 		if err != nil {

@@ -17,14 +17,14 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 var update = flag.Bool("update", false, "capture the golden cases from a PostgreSQL 15 server and rewrite testdata")
 
 // goldenCase is a scenario captured from a real server into testdata/<name>/:
 // frames.txt holds the XLogData messages, want.json the events they decode to, and
-// mapping.json, if present, the mappings of the decoder (a JSON array of outbox.Mapping; the
+// mapping.json, if present, the mappings of the decoder (a JSON array of wire.Mapping; the
 // default table and mapping if absent). mapping.json is written by hand, never by -update.
 type goldenCase struct {
 	name string
@@ -340,11 +340,11 @@ func goldenDecoder(dir string) (*decoder.Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decoder.New(maps...).WithMessagePrefix(outbox.DefaultMessagePrefix), nil
+	return decoder.New(maps...).WithMessagePrefix(wire.DefaultMessagePrefix), nil
 }
 
 // readMappings reads dir/mapping.json; no file gives no mappings.
-func readMappings(dir string) ([]outbox.Mapping, error) {
+func readMappings(dir string) ([]wire.Mapping, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "mapping.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -352,7 +352,7 @@ func readMappings(dir string) ([]outbox.Mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	var maps []outbox.Mapping
+	var maps []wire.Mapping
 	if err := json.Unmarshal(data, &maps); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
@@ -483,7 +483,7 @@ func (g *goldenEvent) fill(ev decoder.Event) {
 	}
 }
 
-func newGoldenMessage(m outbox.Message) *goldenMessage {
+func newGoldenMessage(m wire.Message) *goldenMessage {
 	g := &goldenMessage{
 		ID: m.ID.String(), AggregateType: m.AggregateType, AggregateID: m.AggregateID, EventType: m.EventType,
 		Headers: m.Headers, CreatedAt: m.CreatedAt.Format(time.RFC3339Nano),

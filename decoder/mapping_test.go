@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 const (
@@ -21,7 +21,7 @@ const (
 )
 
 // eventsTable is a legacy outbox table read through eventsMapping.
-var eventsTable = outbox.Table{Schema: "public", Name: "events"}
+var eventsTable = wire.Table{Schema: "public", Name: "events"}
 
 // eventsCols are the columns of eventsTable, in its order.
 var eventsCols = []col{
@@ -29,7 +29,7 @@ var eventsCols = []col{
 	{"meta", oidJSONB}, {"occurred_at", oidTimestamptz}, {"target_exchange", oidText},
 }
 
-var eventsMapping = outbox.Mapping{
+var eventsMapping = wire.Mapping{
 	Table: eventsTable, ID: "event_id", EventType: "kind", Payload: "body", AggregateType: "entity",
 	AggregateID: "entity_id", Headers: "meta", CreatedAt: "occurred_at", ExchangeColumn: "target_exchange",
 	RoutingKey: "{entity}.{kind}",
@@ -41,14 +41,14 @@ func eventsRow() []val {
 		text(`{"traceparent":"00-4bf9-01"}`), text(rowCreatedAt), text("orders")}
 }
 
-var wantEvent = outbox.Message{
+var wantEvent = wire.Message{
 	MessageID: "42", AggregateType: "order", AggregateID: "7", EventType: "order.created",
 	Payload: []byte(`{"a":1}`), Headers: map[string]any{"traceparent": "00-4bf9-01"},
 	CreatedAt: wantRow.CreatedAt, Exchange: "orders", RoutingKey: "order.order.created",
 }
 
 // withEvent returns wantEvent changed by f.
-func withEvent(f func(m *outbox.Message)) outbox.Message {
+func withEvent(f func(m *wire.Message)) wire.Message {
 	m := wantEvent
 	f(&m)
 	return m
@@ -68,14 +68,14 @@ func eventsVals(pairs ...any) []val {
 }
 
 // mapped returns eventsMapping changed by f.
-func mapped(f func(m *outbox.Mapping)) outbox.Mapping {
+func mapped(f func(m *wire.Mapping)) wire.Mapping {
 	m := eventsMapping
 	f(&m)
 	return m
 }
 
 // newMappedDecoder returns a Decoder for m that has seen the Relation message of its table.
-func newMappedDecoder(tb testing.TB, m outbox.Mapping, cols []col) *decoder.Decoder {
+func newMappedDecoder(tb testing.TB, m wire.Mapping, cols []col) *decoder.Decoder {
 	tb.Helper()
 	d := decoder.New(m)
 	mustSkip(tb, d, relationMsg(eventsRelID, m.Table.Schema, m.Table.Name, cols))
@@ -94,54 +94,54 @@ func TestDecodeMappedRow(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		mapping outbox.Mapping
+		mapping wire.Mapping
 		cols    []col
 		vals    []val
-		want    outbox.Message
+		want    wire.Message
 	}{
 		{"every column mapped", eventsMapping, eventsCols, eventsRow(), wantEvent},
 		{"a text id is the message id", eventsMapping, withCol("event_id", oidText),
-			eventsVals("event_id", text("evt-42")), withEvent(func(m *outbox.Message) { m.MessageID = "evt-42" })},
+			eventsVals("event_id", text("evt-42")), withEvent(func(m *wire.Message) { m.MessageID = "evt-42" })},
 		{"a uuid id under another name is the id", eventsMapping, withCol("event_id", oidUUID),
 			eventsVals("event_id", text(rowID)),
-			withEvent(func(m *outbox.Message) { m.ID, m.MessageID = uuid.MustParse(rowID), "" })},
+			withEvent(func(m *wire.Message) { m.ID, m.MessageID = uuid.MustParse(rowID), "" })},
 		{"absent columns give zero values",
-			mapped(func(m *outbox.Mapping) {
+			mapped(func(m *wire.Mapping) {
 				m.AggregateType, m.AggregateID, m.Headers, m.CreatedAt = "-", "-", "-", "-"
 				m.RoutingKey = "{kind}"
 			}), eventsCols, eventsRow(),
-			withEvent(func(m *outbox.Message) {
+			withEvent(func(m *wire.Message) {
 				m.AggregateType, m.AggregateID, m.Headers, m.CreatedAt = "", "", nil, time.Time{}
 				m.RoutingKey = "order.created"
 			})},
 		{"an absent column is not read under its default name",
-			mapped(func(m *outbox.Mapping) { m.Headers = "-" }),
+			mapped(func(m *wire.Mapping) { m.Headers = "-" }),
 			append(append([]col(nil), eventsCols...), col{"headers", oidText}), append(eventsRow(), text("not json")),
-			withEvent(func(m *outbox.Message) { m.Headers = nil })},
+			withEvent(func(m *wire.Message) { m.Headers = nil })},
 		{"NULL optional columns give zero values", eventsMapping, eventsCols,
 			eventsVals("entity_id", null, "meta", null, "occurred_at", null),
-			withEvent(func(m *outbox.Message) { m.AggregateID, m.Headers, m.CreatedAt = "", nil, time.Time{} })},
-		{"no exchange column leaves the exchange to the relay", mapped(func(m *outbox.Mapping) { m.ExchangeColumn = "" }),
-			eventsCols, eventsRow(), withEvent(func(m *outbox.Message) { m.Exchange = "" })},
-		{"no template leaves the routing key to the event type", mapped(func(m *outbox.Mapping) { m.RoutingKey = "" }),
-			eventsCols, eventsRow(), withEvent(func(m *outbox.Message) { m.RoutingKey = "" })},
-		{"a template of literal text", mapped(func(m *outbox.Mapping) { m.RoutingKey = "all.events" }),
-			eventsCols, eventsRow(), withEvent(func(m *outbox.Message) { m.RoutingKey = "all.events" })},
+			withEvent(func(m *wire.Message) { m.AggregateID, m.Headers, m.CreatedAt = "", nil, time.Time{} })},
+		{"no exchange column leaves the exchange to the relay", mapped(func(m *wire.Mapping) { m.ExchangeColumn = "" }),
+			eventsCols, eventsRow(), withEvent(func(m *wire.Message) { m.Exchange = "" })},
+		{"no template leaves the routing key to the event type", mapped(func(m *wire.Mapping) { m.RoutingKey = "" }),
+			eventsCols, eventsRow(), withEvent(func(m *wire.Message) { m.RoutingKey = "" })},
+		{"a template of literal text", mapped(func(m *wire.Mapping) { m.RoutingKey = "all.events" }),
+			eventsCols, eventsRow(), withEvent(func(m *wire.Message) { m.RoutingKey = "all.events" })},
 		{"a template with literals, repeats and any column",
-			mapped(func(m *outbox.Mapping) { m.RoutingKey = "v1.{entity}/{entity_id}.{kind}.{entity}.{target_exchange}" }),
+			mapped(func(m *wire.Mapping) { m.RoutingKey = "v1.{entity}/{entity_id}.{kind}.{entity}.{target_exchange}" }),
 			eventsCols, eventsRow(),
-			withEvent(func(m *outbox.Message) { m.RoutingKey = "v1.order/7.order.created.order.orders" })},
+			withEvent(func(m *wire.Message) { m.RoutingKey = "v1.order/7.order.created.order.orders" })},
 		{"an empty placeholder value is kept", eventsMapping, eventsCols, eventsVals("entity", text("")),
-			withEvent(func(m *outbox.Message) { m.AggregateType, m.RoutingKey = "", ".order.created" })},
-		{"a template with an unpaired brace", mapped(func(m *outbox.Mapping) { m.RoutingKey = "}{kind}{" }),
-			eventsCols, eventsRow(), withEvent(func(m *outbox.Message) { m.RoutingKey = "}order.created{" })},
+			withEvent(func(m *wire.Message) { m.AggregateType, m.RoutingKey = "", ".order.created" })},
+		{"a template with an unpaired brace", mapped(func(m *wire.Mapping) { m.RoutingKey = "}{kind}{" }),
+			eventsCols, eventsRow(), withEvent(func(m *wire.Message) { m.RoutingKey = "}order.created{" })},
 		{"a routing key of 255 bytes", eventsMapping, eventsCols, eventsVals("entity", text(strings.Repeat("e", 241))),
-			withEvent(func(m *outbox.Message) {
+			withEvent(func(m *wire.Message) {
 				m.AggregateType, m.RoutingKey = strings.Repeat("e", 241), strings.Repeat("e", 241)+".order.created"
 			})},
 		{"a text payload is validated", eventsMapping, withCol("body", oidText), eventsVals("body", text(" [1] ")),
-			withEvent(func(m *outbox.Message) { m.Payload = []byte(" [1] ") })},
-		{"the default mapping's column names on another table", outbox.Mapping{Table: eventsTable}, outboxCols,
+			withEvent(func(m *wire.Message) { m.Payload = []byte(" [1] ") })},
+		{"the default mapping's column names on another table", wire.Mapping{Table: eventsTable}, outboxCols,
 			outboxRow(`{"a":1}`), wantRow},
 	}
 	for _, tt := range tests {
@@ -169,36 +169,36 @@ func TestDecodeMappedBadRow(t *testing.T) {
 		vals       []val
 		wantColumn string
 		wantText   string
-		want       outbox.Message // the partial message
+		want       wire.Message // the partial message
 	}{
 		{"NULL id", eventsCols, eventsVals("event_id", null), "event_id", "event_id (id) is NULL",
-			withEvent(func(m *outbox.Message) { m.MessageID = "" })},
+			withEvent(func(m *wire.Message) { m.MessageID = "" })},
 		{"empty id", eventsCols, eventsVals("event_id", text("")), "event_id", "event_id (id) is empty",
-			withEvent(func(m *outbox.Message) { m.MessageID = "" })},
+			withEvent(func(m *wire.Message) { m.MessageID = "" })},
 		{"id too long for AMQP", eventsCols, eventsVals("event_id", text(long)), "event_id",
-			"event_id (id) is 256 bytes long, more than 255", withEvent(func(m *outbox.Message) { m.MessageID = long })},
+			"event_id (id) is 256 bytes long, more than 255", withEvent(func(m *wire.Message) { m.MessageID = long })},
 		{"uuid id that is not a UUID", uuidID, eventsVals("event_id", text("42")), "event_id",
-			"event_id (id) is not a UUID", withEvent(func(m *outbox.Message) { m.MessageID = "" })},
+			"event_id (id) is not a UUID", withEvent(func(m *wire.Message) { m.MessageID = "" })},
 		{"NULL event type", eventsCols, eventsVals("kind", null), "kind", "kind (event_type) is NULL",
-			withEvent(func(m *outbox.Message) { m.EventType, m.RoutingKey = "", "" })},
+			withEvent(func(m *wire.Message) { m.EventType, m.RoutingKey = "", "" })},
 		{"NULL routing key column", eventsCols, eventsVals("entity", null), "entity", "entity (routing key) is NULL",
-			withEvent(func(m *outbox.Message) { m.AggregateType, m.RoutingKey = "", "" })},
+			withEvent(func(m *wire.Message) { m.AggregateType, m.RoutingKey = "", "" })},
 		{"routing key too long", eventsCols, eventsVals("entity", text(strings.Repeat("e", 242))), "",
 			"routing key is 256 bytes long, more than 255",
-			withEvent(func(m *outbox.Message) { m.AggregateType, m.RoutingKey = strings.Repeat("e", 242), "" })},
+			withEvent(func(m *wire.Message) { m.AggregateType, m.RoutingKey = strings.Repeat("e", 242), "" })},
 		{"NULL exchange", eventsCols, eventsVals("target_exchange", null), "target_exchange",
-			"target_exchange (exchange) is NULL", withEvent(func(m *outbox.Message) { m.Exchange = "" })},
+			"target_exchange (exchange) is NULL", withEvent(func(m *wire.Message) { m.Exchange = "" })},
 		{"empty exchange", eventsCols, eventsVals("target_exchange", text("")), "target_exchange",
-			"target_exchange (exchange) is empty", withEvent(func(m *outbox.Message) { m.Exchange = "" })},
+			"target_exchange (exchange) is empty", withEvent(func(m *wire.Message) { m.Exchange = "" })},
 		{"exchange too long for AMQP", eventsCols, eventsVals("target_exchange", text(long)), "target_exchange",
 			"target_exchange (exchange) is 256 bytes long, more than 255",
-			withEvent(func(m *outbox.Message) { m.Exchange = long })},
+			withEvent(func(m *wire.Message) { m.Exchange = long })},
 		{"payload NULL", eventsCols, eventsVals("body", null), "body", "body (payload) is NULL",
-			withEvent(func(m *outbox.Message) { m.Payload = nil })},
+			withEvent(func(m *wire.Message) { m.Payload = nil })},
 		{"headers not an object", eventsCols, eventsVals("meta", text("[1]")), "meta", "meta (headers) is not a JSON object",
-			withEvent(func(m *outbox.Message) { m.Headers = nil })},
+			withEvent(func(m *wire.Message) { m.Headers = nil })},
 		{"created_at not a timestamp", eventsCols, eventsVals("occurred_at", text("x")), "occurred_at",
-			"occurred_at (created_at) is not a timestamp", withEvent(func(m *outbox.Message) { m.CreatedAt = time.Time{} })},
+			"occurred_at (created_at) is not a timestamp", withEvent(func(m *wire.Message) { m.CreatedAt = time.Time{} })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestDecodeRelationDriftStops(t *testing.T) {
 // PostgreSQL allows a dot in a quoted schema name: the column check must find the mapping of
 // such a table as the decoder does, by schema and name, not by splitting "schema.name" again.
 func TestDecodeRelationDottedSchema(t *testing.T) {
-	m := outbox.DefaultMapping(outbox.Table{Schema: "billing.v2", Name: "outbox"})
+	m := wire.DefaultMapping(wire.Table{Schema: "billing.v2", Name: "outbox"})
 	d := decoder.New(m)
 	ev, err := d.Decode(testLSN, relationMsg(outboxRelID, "billing.v2", "outbox", outboxCols))
 	if err != nil || ev.Kind != decoder.KindSkip {
@@ -265,10 +265,10 @@ func TestErrorNamesTextID(t *testing.T) {
 }
 
 // positionMapping maps the events table without its id: rows get position ids.
-var positionMapping = mapped(func(m *outbox.Mapping) { m.ID, m.MessageID = "-", outbox.IDFromPosition })
+var positionMapping = mapped(func(m *wire.Mapping) { m.ID, m.MessageID = "-", wire.IDFromPosition })
 
 func TestPositionIDs(t *testing.T) {
-	d := decoder.New(positionMapping, outbox.DefaultMapping(outbox.DefaultTable))
+	d := decoder.New(positionMapping, wire.DefaultMapping(wire.DefaultTable))
 	frames := [][]byte{
 		beginMsg(0x16B3800, commitTime, 771),
 		relationMsg(eventsRelID, "public", "events", eventsCols),
@@ -294,7 +294,7 @@ func TestPositionIDs(t *testing.T) {
 	if again := positionIDs(t, d, frames); !reflect.DeepEqual(again, first) {
 		t.Errorf("decoded again: got %v, want %v", again, first)
 	}
-	fresh := decoder.New(positionMapping, outbox.DefaultMapping(outbox.DefaultTable))
+	fresh := decoder.New(positionMapping, wire.DefaultMapping(wire.DefaultTable))
 	if again := positionIDs(t, fresh, frames); !reflect.DeepEqual(again, first) {
 		t.Errorf("decoded by a new decoder: got %v, want %v", again, first)
 	}
@@ -400,9 +400,9 @@ func TestPositionID(t *testing.T) {
 func TestNewCompletesMappings(t *testing.T) {
 	for _, d := range []*decoder.Decoder{
 		decoder.New(),
-		decoder.New(outbox.DefaultMapping(outbox.DefaultTable)),
-		decoder.New(outbox.Mapping{Table: outbox.DefaultTable}),
-		decoder.New(outbox.Mapping{}), // the zero Table is the default table
+		decoder.New(wire.DefaultMapping(wire.DefaultTable)),
+		decoder.New(wire.Mapping{Table: wire.DefaultTable}),
+		decoder.New(wire.Mapping{}), // the zero Table is the default table
 	} {
 		mustSkip(t, d, relationMsg(outboxRelID, "public", "outbox", outboxCols))
 		ev, err := d.Decode(testLSN, insertMsg(outboxRelID, outboxRow(`{"a":1}`)...))

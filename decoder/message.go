@@ -7,11 +7,11 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // WithMessagePrefix makes d decode the logical decoding messages whose prefix is exactly prefix
-// as outbox messages, as written by the emit function (outbox.EmitFunction); it returns d. By
+// as outbox messages, as written by the emit function (wire.EmitFunction); it returns d. By
 // default, and with an empty prefix, every logical decoding message is skipped. See the package
 // documentation for the content.
 func (d *Decoder) WithMessagePrefix(prefix string) *Decoder {
@@ -64,8 +64,8 @@ type content struct {
 // "id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers" and "created_at",
 // with the table's columns' meaning and rules. Unknown keys are ignored. Like a row, every field
 // is decoded even after a problem, for the partial message.
-func emitted(data []byte) (outbox.Message, rowError) {
-	var m outbox.Message
+func emitted(data []byte) (wire.Message, rowError) {
+	var m wire.Message
 	var bad rowError
 	var c content
 	if trimmed := bytes.TrimLeft(data, jsonSpace); len(trimmed) == 0 || trimmed[0] != '{' {

@@ -27,7 +27,7 @@ type TimelineEnd struct {
 	End      pglogrepl.LSN
 }
 
-// SetOrigin makes position ids (outbox.IDFromPosition) name o's system and the timeline of each
+// SetOrigin makes position ids (wire.IDFromPosition) name o's system and the timeline of each
 // transaction's commit LSN.
 func (d *Decoder) SetOrigin(o Origin) { d.origin = o }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// PositionNamespace is the UUID namespace of position ids (outbox.IDFromPosition).
+// PositionNamespace is the UUID namespace of position ids (wire.IDFromPosition).
 const PositionNamespace = "5d0c4f7e-3b1a-4e59-9a8e-2f6b7c1d0e93"
 
 var positionNamespace = uuid.MustParse(PositionNamespace)

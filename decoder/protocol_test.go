@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 var commitTime = time.Date(2026, 11, 22, 7, 15, 24, 0, time.UTC)
@@ -124,7 +124,7 @@ func TestDecodeStreamingIsAnError(t *testing.T) {
 }
 
 func TestDecodeForeignTable(t *testing.T) {
-	d := decoder.New(outbox.DefaultMapping(outbox.DefaultTable), outbox.DefaultMapping(outbox.Table{Schema: "app", Name: "events"}))
+	d := decoder.New(wire.DefaultMapping(wire.DefaultTable), wire.DefaultMapping(wire.Table{Schema: "app", Name: "events"}))
 	mustSkip(t, d, relationMsg(1, "public", "orders", []col{{"id", 23}, {"note", oidText}}))
 	mustSkip(t, d, relationMsg(2, "app", "events", outboxCols))
 	mustSkip(t, d, relationMsg(3, "other", "outbox", outboxCols))
@@ -160,7 +160,7 @@ func TestDecodeRelationReplaced(t *testing.T) {
 		name string
 		cols []col // a new Relation message, if any
 		vals []val
-		want outbox.Message
+		want wire.Message
 	}{
 		{"before", nil, outboxRow(`{"a":1}`), wantRow},
 		{"column added", append(append([]col(nil), outboxCols...), col{"tenant", oidText}),
@@ -170,7 +170,7 @@ func TestDecodeRelationReplaced(t *testing.T) {
 			wantRow},
 		{"aggregate_type dropped and headers re-added", append(append(append([]col(nil), outboxCols[0]), outboxCols[2:5]...), outboxCols[6], outboxCols[5]),
 			[]val{text(rowID), text("42"), text("order.created"), text(`{"a":1}`), text(rowCreatedAt), text(`{"k":"v"}`)},
-			withRow(func(m *outbox.Message) { m.AggregateType, m.Headers = "", map[string]any{"k": "v"} })},
+			withRow(func(m *wire.Message) { m.AggregateType, m.Headers = "", map[string]any{"k": "v"} })},
 	}
 	for _, s := range steps {
 		if s.cols != nil {

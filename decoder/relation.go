@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // role is a part of a message that a column provides.
@@ -24,13 +24,13 @@ const (
 
 // roleNames are the names of the roles in errors: the default table's column names.
 var roleNames = [numRoles]string{
-	roleID:            outbox.ColID,
-	roleEventType:     outbox.ColEventType,
-	rolePayload:       outbox.ColPayload,
-	roleAggregateType: outbox.ColAggregateType,
-	roleAggregateID:   outbox.ColAggregateID,
-	roleHeaders:       outbox.ColHeaders,
-	roleCreatedAt:     outbox.ColCreatedAt,
+	roleID:            wire.ColID,
+	roleEventType:     wire.ColEventType,
+	rolePayload:       wire.ColPayload,
+	roleAggregateType: wire.ColAggregateType,
+	roleAggregateID:   wire.ColAggregateID,
+	roleHeaders:       wire.ColHeaders,
+	roleCreatedAt:     wire.ColCreatedAt,
 	roleExchange:      "exchange",
 }
 
@@ -60,12 +60,12 @@ type keyPart struct {
 // relation is the latest Relation message for one relation id, resolved against its mapping
 // once, so that decoding a row only indexes.
 type relation struct {
-	table   string          // "schema.name"
-	mapping *outbox.Mapping // nil: not one of the configured outbox tables
-	columns []string        // column names, in tuple order
-	types   []uint32        // column type OIDs, in tuple order
-	slots   []int           // for each column, its index in the decoded row, or -1 if unread
-	nslots  int             // number of columns read
+	table   string        // "schema.name"
+	mapping *wire.Mapping // nil: not one of the configured outbox tables
+	columns []string      // column names, in tuple order
+	types   []uint32      // column type OIDs, in tuple order
+	slots   []int         // for each column, its index in the decoded row, or -1 if unread
+	nslots  int           // number of columns read
 	roles   [numRoles]column
 	key     []keyPart // the routing key template; nil for none
 }
@@ -144,8 +144,8 @@ func (d *Decoder) checkColumns(rel *relation, i int) error {
 	for _, f := range []struct {
 		col *string
 		def string
-	}{{&m.AggregateType, outbox.ColAggregateType}, {&m.AggregateID, outbox.ColAggregateID},
-		{&m.Headers, outbox.ColHeaders}, {&m.CreatedAt, outbox.ColCreatedAt}} {
+	}{{&m.AggregateType, wire.ColAggregateType}, {&m.AggregateID, wire.ColAggregateID},
+		{&m.Headers, wire.ColHeaders}, {&m.CreatedAt, wire.ColCreatedAt}} {
 		if *f.col == f.def {
 			*f.col = ""
 		}
@@ -176,12 +176,12 @@ func (rel *relation) resolve() {
 		roleAggregateID: m.AggregateID, roleHeaders: m.Headers, roleCreatedAt: m.CreatedAt,
 		roleExchange: m.ExchangeColumn,
 	}
-	if m.MessageID != outbox.IDFromPosition {
+	if m.MessageID != wire.IDFromPosition {
 		names[roleID] = m.ID
 	}
 	for ro, name := range names {
 		c := column{label: roleNames[ro], slot: -1}
-		if name != "" && name != outbox.Absent {
+		if name != "" && name != wire.Absent {
 			c.name = name
 			if name != roleNames[ro] {
 				c.label = name + " (" + roleNames[ro] + ")"
@@ -194,7 +194,7 @@ func (rel *relation) resolve() {
 }
 
 // template splits the routing key template into literal text and {column} placeholders, as
-// outbox.Mapping.Placeholders does: a brace without its pair is literal text.
+// wire.Mapping.Placeholders does: a brace without its pair is literal text.
 func (rel *relation) template(tmpl string) []keyPart {
 	var parts []keyPart
 	for rest := tmpl; rest != ""; {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Type OIDs: the server has already validated values of json and jsonb; a uuid id becomes
@@ -44,8 +44,8 @@ type position struct {
 
 // message turns the mapped columns of a tuple into a Message. Every field is decoded even after
 // an error, so that a bad row's Error carries as much of it as possible.
-func (rel *relation) message(row []value, pos position) (outbox.Message, error) {
-	var m outbox.Message
+func (rel *relation) message(row []value, pos position) (wire.Message, error) {
+	var m wire.Message
 	var bad rowError
 	id := rel.id(row, pos, &m, &bad)
 	rel.text(row, id, &m, &bad)
@@ -53,7 +53,7 @@ func (rel *relation) message(row []value, pos position) (outbox.Message, error) 
 	m.Headers = rel.headers(row, &bad)
 	m.CreatedAt = rel.createdAt(row, &bad)
 	if bad.err != nil {
-		return outbox.Message{}, &Error{MsgID: m.ID, Table: rel.table, Column: bad.column, Partial: m, Err: bad.err}
+		return wire.Message{}, &Error{MsgID: m.ID, Table: rel.table, Column: bad.column, Partial: m, Err: bad.err}
 	}
 	return m, nil
 }
@@ -84,8 +84,8 @@ func (rel *relation) required(row []value, ro role, bad *rowError) ([]byte, bool
 
 // id sets m.ID from a uuid column or the row's position, or returns the text of an id column
 // of another type, which becomes m.MessageID.
-func (rel *relation) id(row []value, pos position, m *outbox.Message, bad *rowError) []byte {
-	if rel.mapping.MessageID == outbox.IDFromPosition {
+func (rel *relation) id(row []value, pos position, m *wire.Message, bad *rowError) []byte {
+	if rel.mapping.MessageID == wire.IDFromPosition {
 		m.ID = pos.origin.PositionID(pos.finalLSN, pos.ordinal)
 		return nil
 	}
@@ -119,7 +119,7 @@ func checkShortString(c *column, data []byte, bad *rowError) {
 
 // text sets the message's strings (event type, aggregate, message id, exchange and routing key)
 // with one allocation for all of them.
-func (rel *relation) text(row []value, id []byte, m *outbox.Message, bad *rowError) {
+func (rel *relation) text(row []value, id []byte, m *wire.Message, bad *rowError) {
 	var et []byte
 	if data, ok := rel.required(row, roleEventType, bad); ok {
 		et = data

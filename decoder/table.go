@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // ErrNoPosition: rows read from a table, not from the stream, have no commit position, so a
-// mapping whose ids come from positions (outbox.IDFromPosition) cannot give them their ids.
+// mapping whose ids come from positions (wire.IDFromPosition) cannot give them their ids.
 var ErrNoPosition = errors.New("message ids come from stream positions, which rows read from the table do not have")
 
 // Column is a column of a table as its rows are read: its name and type OID.
@@ -40,7 +40,7 @@ func (d *Decoder) Rows(schema, name string, cols []Column) (*TableRows, error) {
 	switch {
 	case rel.mapping == nil:
 		return nil, &Error{Table: rel.table, Err: ErrForeignTable}
-	case rel.mapping.MessageID == outbox.IDFromPosition:
+	case rel.mapping.MessageID == wire.IDFromPosition:
 		return nil, &Error{Table: rel.table, Err: ErrNoPosition}
 	}
 	return &TableRows{rel: rel}, nil
@@ -50,10 +50,10 @@ func (d *Decoder) Rows(schema, name string, cols []Column) (*TableRows, error) {
 // function writes it (timestamps in the ISO DateStyle), nil for NULL, in the order of the
 // columns given to Rows. A row that can never become a message is an *Error wrapping ErrBadRow
 // with the decodable part in Partial, as from Decode.
-func (t *TableRows) Message(values [][]byte) (outbox.Message, error) {
+func (t *TableRows) Message(values [][]byte) (wire.Message, error) {
 	rel := t.rel
 	if len(values) != len(rel.slots) {
-		return outbox.Message{}, &Error{Table: rel.table, Err: fmt.Errorf("%d values for %d columns", len(values), len(rel.slots))}
+		return wire.Message{}, &Error{Table: rel.table, Err: fmt.Errorf("%d values for %d columns", len(values), len(rel.slots))}
 	}
 	row := make([]value, rel.nslots)
 	for i, slot := range rel.slots {

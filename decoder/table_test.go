@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // A row read from the table becomes exactly the message, or the bad row, that the same row
@@ -15,14 +15,14 @@ import (
 func TestTableRowsMatchDecode(t *testing.T) {
 	tests := []struct {
 		name    string
-		mapping outbox.Mapping
+		mapping wire.Mapping
 		cols    []col
 		vals    []val
 	}{
-		{"the default table", outbox.Mapping{Table: eventsTable}, outboxCols, outboxRow(`{"a":1}`)},
+		{"the default table", wire.Mapping{Table: eventsTable}, outboxCols, outboxRow(`{"a":1}`)},
 		{"every column mapped", eventsMapping, eventsCols, eventsRow()},
 		{"NULL optional columns", eventsMapping, eventsCols, eventsVals("entity_id", null, "meta", null, "occurred_at", null)},
-		{"headers of every JSON type", outbox.Mapping{Table: eventsTable}, outboxCols,
+		{"headers of every JSON type", wire.Mapping{Table: eventsTable}, outboxCols,
 			append(outboxRow(`{}`)[:5], text(`{"s":"x","n":1.5,"i":7,"b":true,"z":null,"a":[1,"2"],"o":{"k":"v"}}`), text(rowCreatedAt))},
 		{"bad: NULL event type", eventsMapping, eventsCols, eventsVals("kind", null)},
 		{"bad: payload not JSON", eventsMapping, eventsCols, eventsVals("body", text("nope"))},
@@ -58,16 +58,16 @@ func TestTableRowsMatchDecode(t *testing.T) {
 }
 
 func TestTableRowsRefuses(t *testing.T) {
-	position := mapped(func(m *outbox.Mapping) { m.MessageID = outbox.IDFromPosition; m.ID = "" })
+	position := mapped(func(m *wire.Mapping) { m.MessageID = wire.IDFromPosition; m.ID = "" })
 	tests := []struct {
 		name    string
-		mapping outbox.Mapping
-		table   outbox.Table
+		mapping wire.Mapping
+		table   wire.Table
 		cols    []col
 		want    error
 	}{
 		{"ids from positions", position, eventsTable, eventsCols, decoder.ErrNoPosition},
-		{"a table that is not an outbox table", eventsMapping, outbox.Table{Schema: "public", Name: "other"}, eventsCols,
+		{"a table that is not an outbox table", eventsMapping, wire.Table{Schema: "public", Name: "other"}, eventsCols,
 			decoder.ErrForeignTable},
 		{"a missing column", eventsMapping, eventsTable, eventsCols[1:], decoder.ErrSchemaDrift},
 	}

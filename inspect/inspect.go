@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Errors the judging functions wrap.
@@ -170,7 +170,7 @@ type Coverage struct {
 // ReadCoverage reads whether publication publishes inserts of every table, by the tables' current
 // identity: pg_publication_tables lists tables by what the publication holds (OIDs), so a table
 // renamed into place is not covered. It is cheap enough to run several times a second.
-func ReadCoverage(ctx context.Context, q Querier, publication string, tables []outbox.Table) (Coverage, error) {
+func ReadCoverage(ctx context.Context, q Querier, publication string, tables []wire.Table) (Coverage, error) {
 	c := Coverage{Publication: publication}
 	schemas, names := make([]string, len(tables)), make([]string, len(tables))
 	for i, t := range tables {
@@ -243,7 +243,7 @@ func (c Coverage) Err() error {
 // ReadColumns returns an outbox table's columns (name to type, as format_type shows it) from the
 // catalogs, which hide nothing from a role without SELECT on the table; exists is false when there
 // is no such table.
-func ReadColumns(ctx context.Context, q Querier, t outbox.Table) (cols map[string]string, exists bool, err error) {
+func ReadColumns(ctx context.Context, q Querier, t wire.Table) (cols map[string]string, exists bool, err error) {
 	var names, types []string
 	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
 		ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum),
@@ -261,7 +261,7 @@ func ReadColumns(ctx context.Context, q Querier, t outbox.Table) (cols map[strin
 
 // CheckTable reads an outbox table's columns and checks them against its mapping, as every
 // session of `walbox run` does before it streams.
-func CheckTable(ctx context.Context, q Querier, m outbox.Mapping) (map[string]string, error) {
+func CheckTable(ctx context.Context, q Querier, m wire.Mapping) (map[string]string, error) {
 	t := m.WithDefaults().Table
 	cols, exists, err := ReadColumns(ctx, q, t)
 	if err != nil {

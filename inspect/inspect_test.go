@@ -11,7 +11,7 @@ import (
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 func setup(t *testing.T) (*testenv.Postgres, string, *pgx.Conn) {
@@ -33,7 +33,7 @@ func setup(t *testing.T) (*testenv.Postgres, string, *pgx.Conn) {
 func TestCoverageSeesATableSwap(t *testing.T) {
 	_, _, conn := setup(t)
 	ctx := t.Context()
-	tables := []outbox.Table{outbox.DefaultTable}
+	tables := []wire.Table{wire.DefaultTable}
 	c, err := inspect.ReadCoverage(ctx, conn, "walbox", tables)
 	if err != nil || c.Err() != nil || c.WAL == 0 || c.Xmin == 0 {
 		t.Fatalf("before the swap: %+v, %v, %v", c, err, c.Err())
@@ -58,7 +58,7 @@ func TestCoverageErrors(t *testing.T) {
 	ctx := t.Context()
 	read := func() error {
 		t.Helper()
-		c, err := inspect.ReadCoverage(ctx, conn, "walbox", []outbox.Table{outbox.DefaultTable})
+		c, err := inspect.ReadCoverage(ctx, conn, "walbox", []wire.Table{wire.DefaultTable})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestLeastPrivilegeRoleSeesWhatRunNeeds(t *testing.T) {
 	u.User = url.User(role)
 	relay := pg.Conn(t, u.String())
 	for _, q := range []inspect.Querier{conn, relay} {
-		cols, err := inspect.CheckTable(ctx, q, outbox.Mapping{Table: outbox.DefaultTable})
+		cols, err := inspect.CheckTable(ctx, q, wire.Mapping{Table: wire.DefaultTable})
 		if err != nil || cols["payload"] != "jsonb" {
 			t.Errorf("CheckTable: %v, %v", cols, err)
 		}
@@ -103,13 +103,13 @@ func TestLeastPrivilegeRoleSeesWhatRunNeeds(t *testing.T) {
 	if _, err := conn.Exec(ctx, "ALTER TABLE outbox RENAME COLUMN payload TO body"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inspect.CheckTable(ctx, relay, outbox.Mapping{Table: outbox.DefaultTable}); err == nil || !strings.Contains(err.Error(), `"payload"`) {
+	if _, err := inspect.CheckTable(ctx, relay, wire.Mapping{Table: wire.DefaultTable}); err == nil || !strings.Contains(err.Error(), `"payload"`) {
 		t.Errorf("CheckTable after a rename: %v, want an error naming payload", err)
 	}
-	if _, err := inspect.CheckTable(ctx, relay, outbox.Mapping{Table: outbox.DefaultTable, Payload: "body"}); err != nil {
+	if _, err := inspect.CheckTable(ctx, relay, wire.Mapping{Table: wire.DefaultTable, Payload: "body"}); err != nil {
 		t.Errorf("CheckTable with the mapping: %v", err)
 	}
-	if _, err := inspect.CheckTable(ctx, relay, outbox.Mapping{Table: outbox.Table{Schema: "public", Name: "nope"}}); !errors.Is(err, inspect.ErrNoTable) {
+	if _, err := inspect.CheckTable(ctx, relay, wire.Mapping{Table: wire.Table{Schema: "public", Name: "nope"}}); !errors.Is(err, inspect.ErrNoTable) {
 		t.Errorf("CheckTable of a missing table: %v, want ErrNoTable", err)
 	}
 }

@@ -5,14 +5,14 @@ import (
 	"embed"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 //go:embed consumer/*.sql
 var consumerFS embed.FS
 
 // DefaultProcessedTable is the table the consumer package records handled messages in.
-var DefaultProcessedTable = outbox.Table{Schema: "public", Name: "processed_messages"}
+var DefaultProcessedTable = wire.Table{Schema: "public", Name: "processed_messages"}
 
 // ApplyConsumer creates DefaultProcessedTable, the table consumers deduplicate messages with.
 // It is idempotent.
@@ -22,7 +22,7 @@ func ApplyConsumer(ctx context.Context, conn *pgx.Conn) error {
 
 // ApplyConsumerTable creates the processed-messages table under another name (a consumer's
 // Config.ProcessedTable). It is idempotent.
-func ApplyConsumerTable(ctx context.Context, conn *pgx.Conn, table outbox.Table) error {
+func ApplyConsumerTable(ctx context.Context, conn *pgx.Conn, table wire.Table) error {
 	ms, err := load(consumerFS, "consumer", map[string]string{"Table": table.Quoted()})
 	if err != nil {
 		return err

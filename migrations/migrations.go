@@ -13,7 +13,7 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 //go:embed outbox/*.sql
@@ -27,10 +27,10 @@ const lockKey = 0x77616c626f78
 
 // Config names what the outbox migrations create.
 type Config struct {
-	Table       outbox.Table // default outbox.DefaultTable
-	Publication string       // default "walbox"
-	// MessagePrefix is the prefix of the messages the emit function (outbox.EmitFunction)
-	// writes; default outbox.DefaultMessagePrefix. The relay must be given the same one.
+	Table       wire.Table // default wire.DefaultTable
+	Publication string     // default "walbox"
+	// MessagePrefix is the prefix of the messages the emit function (wire.EmitFunction)
+	// writes; default wire.DefaultMessagePrefix. The relay must be given the same one.
 	MessagePrefix string
 	// NoPublication leaves the publication out, for a table split into shards: each shard has a
 	// publication of its own, with a row filter (package shard).
@@ -38,14 +38,14 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Table == (outbox.Table{}) {
-		c.Table = outbox.DefaultTable
+	if c.Table == (wire.Table{}) {
+		c.Table = wire.DefaultTable
 	}
 	if c.Publication == "" {
 		c.Publication = "walbox"
 	}
 	if c.MessagePrefix == "" {
-		c.MessagePrefix = outbox.DefaultMessagePrefix
+		c.MessagePrefix = wire.DefaultMessagePrefix
 	}
 	return c
 }
@@ -57,7 +57,7 @@ type Migration struct {
 	sql     string
 }
 
-// Apply creates the outbox table, its publication, the emit function (outbox.EmitFunction) and the
+// Apply creates the outbox table, its publication, the emit function (wire.EmitFunction) and the
 // slot registry (ApplyRegistry), running each migration not yet recorded for this table. It returns the names of the migrations it ran (none when all were applied before).
 func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	cfg = cfg.withDefaults()

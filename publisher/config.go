@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	secrets "github.com/walbox/walbox/internal/redact"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Defaults for the zero values of Config.
@@ -144,7 +144,7 @@ func (c *Config) setDefaults() {
 		c.Window = DefaultWindow
 	}
 	if c.AlternateExchange == "" {
-		c.AlternateExchange = outbox.DefaultAlternateExchange(c.Exchange)
+		c.AlternateExchange = wire.DefaultAlternateExchange(c.Exchange)
 	}
 	if c.ParkExchange == "" {
 		c.ParkExchange = c.Exchange + ".parked"

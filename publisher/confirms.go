@@ -6,7 +6,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // tracker is the state of run, the goroutine that turns amqp091's notifications into Confirms.
@@ -24,7 +24,7 @@ type tracker struct {
 
 	acked    uint64                  // last delivery tag with a verdict
 	returned map[uint64]*ReturnError // returns waiting for their ack, by delivery tag
-	queue    []outbox.Confirm        // verdicts waiting for room in Session.confirms
+	queue    []wire.Confirm          // verdicts waiting for room in Session.confirms
 	head     int                     // first waiting verdict in queue
 	final    bool                    // the last Confirm is queued
 	closed   bool                    // Session.confirms is closed
@@ -34,8 +34,8 @@ func (s *Session) run() {
 	defer close(s.done)
 	s.tr.acks, s.tr.returns, s.tr.blocks = s.acks, s.returns, s.blocks
 	for {
-		var out chan<- outbox.Confirm
-		var next outbox.Confirm
+		var out chan<- wire.Confirm
+		var next wire.Confirm
 		if s.tr.head < len(s.tr.queue) {
 			out, next = s.confirms, s.tr.queue[s.tr.head]
 		} else if s.tr.final && !s.tr.closed {
@@ -92,7 +92,7 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 		err = fmt.Errorf("message %s: %w", s.idOf(tag), ErrNacked)
 	}
 	s.release()
-	s.emit(outbox.Confirm{Seq: tag, Err: err, At: at})
+	s.emit(wire.Confirm{Seq: tag, Err: err, At: at})
 	return nil
 }
 
@@ -169,13 +169,13 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.fail(err)
-	s.emit(outbox.Confirm{Err: s.failure()})
+	s.emit(wire.Confirm{Err: s.failure()})
 	s.tr.final = true
 }
 
 // emit hands c to the reader of Confirms, or queues it when the buffer is full; it never blocks,
 // so amqp091's notifications are always drained.
-func (s *Session) emit(c outbox.Confirm) {
+func (s *Session) emit(c wire.Confirm) {
 	if s.tr.head == len(s.tr.queue) {
 		select {
 		case s.confirms <- c:
@@ -187,7 +187,7 @@ func (s *Session) emit(c outbox.Confirm) {
 }
 
 func (s *Session) pop() {
-	s.tr.queue[s.tr.head] = outbox.Confirm{}
+	s.tr.queue[s.tr.head] = wire.Confirm{}
 	s.tr.head++
 	switch {
 	case s.tr.head == len(s.tr.queue):
@@ -204,7 +204,7 @@ func (s *Session) flush() {
 		return
 	}
 	if !s.tr.final {
-		s.tr.queue = append(s.tr.queue, outbox.Confirm{Err: s.failure()})
+		s.tr.queue = append(s.tr.queue, wire.Confirm{Err: s.failure()})
 	}
 	for _, c := range s.tr.queue[s.tr.head:] {
 		select {

@@ -10,11 +10,11 @@
 // Publish sends one message to the configured exchange (a durable topic exchange, declared by
 // Dial), or to the exchange the message names, with its routing key (its event type unless the
 // table's mapping gives another), persistent, and mandatory, so that an unroutable message comes
-// back instead of vanishing. Message documents the exact AMQP properties and headers.
+// back instead of vanishing. Publishing documents the exact AMQP properties and headers.
 //
 // An exchange a message names is not declared: the session checks once that it exists, with a
 // passive declare on a short-lived channel of its own, before it publishes there. A missing one
-// makes Publish fail with ErrInvalidMessage (so outbox.ErrUnpublishable) and the session lives
+// makes Publish fail with ErrInvalidMessage (so wire.ErrUnpublishable) and the session lives
 // on, where publishing would have closed its channel. The verdict is kept for the session; a
 // missing exchange is asked about again after a few seconds, so one created meanwhile is used.
 // Such an exchange has no alternate exchange unless its owner gave it one: an unroutable message
@@ -30,7 +30,7 @@
 //
 // # Confirms
 //
-// Confirms delivers exactly one outbox.Confirm per published message, in sequence order, with a
+// Confirms delivers exactly one wire.Confirm per published message, in sequence order, with a
 // nil Err only if the broker acknowledged the message and did not return it:
 //
 //   - a nack gives an error wrapping ErrNacked;

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 var (
@@ -18,20 +18,20 @@ var (
 
 	// ErrClosed marks the end of a session: the final Confirm, and every Publish after it. It
 	// wraps the cause, an *amqp091.Error when the broker or the network ended the session.
-	// It is outbox.ErrSessionClosed, so that the relay can tell without importing this package.
-	ErrClosed = outbox.ErrSessionClosed
+	// It is wire.ErrSessionClosed, so that the relay can tell without importing this package.
+	ErrClosed = wire.ErrSessionClosed
 
 	// ErrInvalidMessage marks a message that cannot be published as it stands: it cannot be
 	// encoded as an AMQP publish (a routing key, message id, exchange or header name over 255
 	// bytes, a body over MaxMessageSize), or the exchange it names does not exist. Publishing it
-	// again will fail again: it wraps outbox.ErrUnpublishable.
-	ErrInvalidMessage = fmt.Errorf("invalid message: %w", outbox.ErrUnpublishable)
+	// again will fail again: it wraps wire.ErrUnpublishable.
+	ErrInvalidMessage = fmt.Errorf("invalid message: %w", wire.ErrUnpublishable)
 )
 
 // ReturnError is the error of a Confirm for a message the broker returned as unroutable.
 // errors.Is(err, ErrReturned) reports true for it.
 type ReturnError struct {
-	MessageID string // the AMQP MessageId, outbox.Message.AMQPMessageID()
+	MessageID string // the AMQP MessageId, wire.Message.AMQPMessageID()
 	Code      uint16 // the reply code, 312 NO_ROUTE for an unroutable mandatory message
 	Text      string // the reply text
 }

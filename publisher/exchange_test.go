@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 // declareExchange declares an exchange of its own for a test and deletes it at the end.
@@ -66,7 +66,7 @@ func TestMissingExchangeIsUnpublishable(t *testing.T) {
 	m.Exchange = missing
 	for range 2 { // the second time from the session's verdict
 		seq, err := s.Publish(context.Background(), m)
-		if !errors.Is(err, outbox.ErrUnpublishable) || !errors.Is(err, publisher.ErrInvalidMessage) ||
+		if !errors.Is(err, wire.ErrUnpublishable) || !errors.Is(err, publisher.ErrInvalidMessage) ||
 			!strings.Contains(err.Error(), missing) || seq != 0 {
 			t.Fatalf("Publish: got %d, %v; want ErrUnpublishable naming %s", seq, err, missing)
 		}

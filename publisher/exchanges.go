@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // recheckMissing is how long a session takes an exchange found missing to stay missing: rows
@@ -27,7 +27,7 @@ type exchangeVerdict struct {
 
 // exchangeFor returns the exchange m goes to: its own, once the broker has confirmed that it
 // exists, or else the session's.
-func (s *Session) exchangeFor(ctx context.Context, m *outbox.Message) (string, error) {
+func (s *Session) exchangeFor(ctx context.Context, m *wire.Message) (string, error) {
 	if m.Exchange == "" || m.Exchange == s.cfg.Exchange {
 		return s.cfg.Exchange, nil
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 // TestBrokerFaults runs on a node of its own, since it raises alarms on it and kills it.
@@ -126,7 +126,7 @@ func testKilled(t *testing.T, r *testenv.Rabbit) {
 
 // untilClosedFunc reads Confirms until it is closed, passing each verdict's seq to f, and
 // returns the last Confirm.
-func untilClosedFunc(tb testing.TB, s *publisher.Session, f func(seq uint64)) (last outbox.Confirm) {
+func untilClosedFunc(tb testing.TB, s *publisher.Session, f func(seq uint64)) (last wire.Confirm) {
 	tb.Helper()
 	timeout := time.After(waitFor)
 	for {

@@ -16,8 +16,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -71,8 +71,8 @@ func bindQueue(tb testing.TB, ch *amqp.Channel, exchange, key string, args amqp.
 	return q.Name
 }
 
-func newMessage(eventType string) *outbox.Message {
-	return &outbox.Message{
+func newMessage(eventType string) *wire.Message {
+	return &wire.Message{
 		ID:            uuid.New(),
 		AggregateType: "order",
 		AggregateID:   "42",
@@ -82,7 +82,7 @@ func newMessage(eventType string) *outbox.Message {
 	}
 }
 
-func publish(tb testing.TB, s *publisher.Session, m *outbox.Message) uint64 {
+func publish(tb testing.TB, s *publisher.Session, m *wire.Message) uint64 {
 	tb.Helper()
 	seq, err := s.Publish(context.Background(), m)
 	if err != nil {
@@ -92,7 +92,7 @@ func publish(tb testing.TB, s *publisher.Session, m *outbox.Message) uint64 {
 }
 
 // next reads one Confirm, failing the test if none comes in time or the channel is closed.
-func next(tb testing.TB, s *publisher.Session) outbox.Confirm {
+func next(tb testing.TB, s *publisher.Session) wire.Confirm {
 	tb.Helper()
 	select {
 	case c, ok := <-s.Confirms():
@@ -107,9 +107,9 @@ func next(tb testing.TB, s *publisher.Session) outbox.Confirm {
 }
 
 // untilClosed reads Confirms until it is closed and returns the last one.
-func untilClosed(tb testing.TB, s *publisher.Session) outbox.Confirm {
+func untilClosed(tb testing.TB, s *publisher.Session) wire.Confirm {
 	tb.Helper()
-	var last outbox.Confirm
+	var last wire.Confirm
 	timeout := time.After(waitFor)
 	for {
 		select {

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 // By default an unroutable message goes to the alternate exchange's queue and is confirmed, so
@@ -31,7 +31,7 @@ func TestParkedMessageCarriesTheReason(t *testing.T) {
 	r := testenv.SharedRabbit(t)
 	s, exchange := dial(t, r.URL(), publisher.Config{})
 	m := newMessage("")
-	seq, err := s.Park(context.Background(), &outbox.Parked{
+	seq, err := s.Park(context.Background(), &wire.Parked{
 		Message: *m, Reason: "event_type is empty", Table: "public.outbox", LSN: "0/16B3748"})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestOversizedMessageIsRefusedUpFront(t *testing.T) {
 	m := newMessage("big.one")
 	m.Payload = []byte(`"` + strings.Repeat("x", 2000) + `"`)
 	_, err := s.Publish(context.Background(), m)
-	if !errors.Is(err, outbox.ErrUnpublishable) {
+	if !errors.Is(err, wire.ErrUnpublishable) {
 		t.Fatalf("Publish = %v, want ErrUnpublishable", err)
 	}
 	seq := publish(t, s, newMessage("small.one"))

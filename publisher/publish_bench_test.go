@@ -7,8 +7,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 // BenchmarkMessageNoHeaders builds a message whose row has no headers of its own.
@@ -16,7 +16,7 @@ func BenchmarkMessageNoHeaders(b *testing.B) {
 	m := newMessage("order.created")
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = publisher.Message(m, "walbox")
+		_ = publisher.Publishing(m, "walbox")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
@@ -33,7 +33,7 @@ func BenchmarkMessageNestedHeaders(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = publisher.Message(m, "walbox")
+		_ = publisher.Publishing(m, "walbox")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
@@ -53,7 +53,7 @@ func BenchmarkSessionPublish(b *testing.B) {
 	m.Payload = make([]byte, 300)
 	ctx := context.Background()
 	var published, confirmed uint64
-	take := func(c outbox.Confirm) {
+	take := func(c wire.Confirm) {
 		if c.Err != nil {
 			b.Fatalf("confirm %d: %v", c.Seq, c.Err)
 		}
@@ -100,7 +100,7 @@ func BenchmarkRawPublish(b *testing.B) {
 	m := newMessage("order.created")
 	m.Headers = map[string]any{"traceparent": traceparent}
 	m.Payload = make([]byte, 300)
-	msg := publisher.Message(m, "walbox")
+	msg := publisher.Publishing(m, "walbox")
 	ctx := context.Background()
 	inflight := 0
 	take := func() {

@@ -11,7 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // notifySlack is added to Window for the buffers amqp091 notifies into, so that they never fill
@@ -35,8 +35,8 @@ type Session struct {
 	connClose chan *amqp.Error
 	blocks    chan amqp.Blocking
 
-	confirms chan outbox.Confirm // owned by run
-	window   chan struct{}       // a token per message in flight
+	confirms chan wire.Confirm // owned by run
+	window   chan struct{}     // a token per message in flight
 
 	netMu  sync.Mutex
 	netc   net.Conn // the TCP connection under conn, for cutting it
@@ -75,7 +75,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	s := &Session{
 		cfg:       cfg,
-		confirms:  make(chan outbox.Confirm, cfg.Window),
+		confirms:  make(chan wire.Confirm, cfg.Window),
 		window:    make(chan struct{}, cfg.Window),
 		ids:       make([]string, cfg.Window),
 		exchanges: make(map[string]exchangeVerdict),
@@ -223,7 +223,7 @@ func (s *Session) cut() {
 // is not bounded by ctx but by Config.WriteTimeout on each socket write: a broker that stops
 // reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If
 // ctx ends while the message's exchange is being checked, the connection is cut too.
-func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
+func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
@@ -238,7 +238,7 @@ func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
 	}
-	msg := Message(m, s.cfg.AppID)
+	msg := Publishing(m, s.cfg.AppID)
 	if n, max := propertiesSize(&msg), s.conn.Config.FrameSize-frameOverhead; max > 0 && n > max {
 		return 0, fmt.Errorf("publish %s: %w: properties and headers take %d bytes, more than the %d a frame "+
 			"of the broker's frame_max (%d) can carry", m.AMQPMessageID(), ErrInvalidMessage, n, max, s.conn.Config.FrameSize)
@@ -251,13 +251,13 @@ func (s *Session) Publish(ctx context.Context, m *outbox.Message) (uint64, error
 }
 
 // Park publishes a message that can never be delivered as written to the park exchange, with
-// headers saying why and where it came from (see Parked). It is confirmed like any other message,
+// headers saying why and where it came from (see ParkedPublishing). It is confirmed like any other message,
 // and takes the next sequence number.
-func (s *Session) Park(ctx context.Context, p *outbox.Parked) (uint64, error) {
+func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}
-	seq, err := s.publish(ctx, s.cfg.ParkExchange, "", Parked(p, s.cfg.AppID, s.cfg.MaxMessageSize))
+	seq, err := s.publish(ctx, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
 	if err != nil {
 		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
 	}
@@ -370,7 +370,7 @@ func (s *Session) release() {
 // that arrived before, and the channel is closed; sequence numbers without a verdict by then
 // are unknown. Close closes it too, dropping what was not yet read. Read it promptly: verdicts
 // beyond Window wait in an unbounded queue.
-func (s *Session) Confirms() <-chan outbox.Confirm { return s.confirms }
+func (s *Session) Confirms() <-chan wire.Confirm { return s.confirms }
 
 // Endpoint returns the host:port of the broker the session is connected to; it carries no
 // credentials.

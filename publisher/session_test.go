@@ -13,8 +13,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestPublishedMessageProperties(t *testing.T) {
@@ -117,7 +117,7 @@ func TestUnroutableMessageIsReturned(t *testing.T) {
 			ids[i] = m.ID.String()
 		}
 	}()
-	confirms := make([]outbox.Confirm, 0, n)
+	confirms := make([]wire.Confirm, 0, n)
 	for range n {
 		confirms = append(confirms, next(t, s))
 	}
@@ -383,7 +383,7 @@ func TestInvalidMessageLeavesSessionUsable(t *testing.T) {
 	hugeHeader.Headers = map[string]any{"blob": strings.Repeat("h", 200<<10)}
 	hugeAggregate := newMessage("order.created")
 	hugeAggregate.AggregateID = strings.Repeat("a", 140<<10)
-	for _, m := range []*outbox.Message{nil, long, badHeader, longKey, longID, longExchange, hugeHeader, hugeAggregate} {
+	for _, m := range []*wire.Message{nil, long, badHeader, longKey, longID, longExchange, hugeHeader, hugeAggregate} {
 		if _, err := s.Publish(context.Background(), m); !errors.Is(err, publisher.ErrInvalidMessage) {
 			t.Errorf("Publish: got %v, want ErrInvalidMessage", err)
 		}

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Publisher is what the relay needs from the broker side: one session of publishing with confirms.
@@ -18,11 +18,16 @@ import (
 //
 // Park sets aside a message that can never be delivered as written, with the reason; it is
 // confirmed like any other message. Publish reports such a message with an error wrapping
-// outbox.ErrUnpublishable, having written nothing.
+// wire.ErrUnpublishable, having written nothing.
+//
+// The values it speaks in (wire.Confirm, wire.Parked, wire.ErrUnpublishable, wire.ErrSessionClosed)
+// live in package wire, not here: the implementation (package publisher) must name them without
+// importing this package, which links the PostgreSQL driver. An error wrapping
+// wire.ErrSessionClosed says the session is gone, whatever else it wraps.
 type Publisher interface {
-	Publish(ctx context.Context, m *outbox.Message) (uint64, error)
-	Park(ctx context.Context, p *outbox.Parked) (uint64, error)
-	Confirms() <-chan outbox.Confirm
+	Publish(ctx context.Context, m *wire.Message) (uint64, error)
+	Park(ctx context.Context, p *wire.Parked) (uint64, error)
+	Confirms() <-chan wire.Confirm
 	Close() error
 }
 
@@ -39,13 +44,13 @@ type Config struct {
 	// Publication is the publication that contains the outbox table (default "walbox").
 	Publication string
 	// Table is the outbox table (default public.outbox), when Mappings is empty.
-	Table outbox.Table
+	Table wire.Table
 	// Mappings are the outbox tables of the publication with their column mappings; empty means
 	// Table with the default contract. At the start of every session each is checked against the
 	// table's actual columns.
-	Mappings []outbox.Mapping
+	Mappings []wire.Mapping
 	// MessagePrefix is the prefix of the logical decoding messages relayed as outbox messages,
-	// those the emit function (outbox.EmitFunction) writes (default outbox.DefaultMessagePrefix).
+	// those the emit function (wire.EmitFunction) writes (default wire.DefaultMessagePrefix).
 	// NoMessages relays none and does not ask the server for messages (which PostgreSQL before 14
 	// cannot send). The server sends every slot every message, whatever the publication.
 	MessagePrefix string
@@ -118,13 +123,13 @@ func (c *Config) Validate() error {
 	if c.Publication == "" {
 		c.Publication = "walbox"
 	}
-	if c.Table == (outbox.Table{}) {
-		c.Table = outbox.DefaultTable
+	if c.Table == (wire.Table{}) {
+		c.Table = wire.DefaultTable
 	}
 	if len(c.Mappings) == 0 {
 		// Defaults left empty: the column check tells a default optional column, which a table
 		// may lack, from one the user named.
-		c.Mappings = []outbox.Mapping{{Table: c.Table}}
+		c.Mappings = []wire.Mapping{{Table: c.Table}}
 	}
 	for _, m := range c.Mappings {
 		if err := m.Validate(); err != nil {
@@ -132,7 +137,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.MessagePrefix == "" {
-		c.MessagePrefix = outbox.DefaultMessagePrefix
+		c.MessagePrefix = wire.DefaultMessagePrefix
 	}
 	if c.Shards < 0 || (c.Shards > 0 && (c.Shard < 0 || c.Shard >= c.Shards)) {
 		return fmt.Errorf("shard %d of %d: out of range", c.Shard, c.Shards)

@@ -32,7 +32,7 @@
 // after watch.record has written it to walbox_slots. Tracker.Watermark moves in three places,
 // all in stream.go: Tracker.Ack (a broker confirm of every message up to a transaction's end),
 // Tracker.Commit (a transaction's end LSN once all its messages are confirmed; an empty
-// transaction at once) and Tracker.Idle (a keepalive's WAL end, taken only when nothing is in
+// transaction at once) and Tracker.AdvanceIdle (a keepalive's WAL end, taken only when nothing is in
 // flight and no transaction is open). watch.limit moves only in watch.check: to the WAL insert
 // position read by the check before the last successful one, so the slot never passes a point
 // where the publication's coverage was not verified. Nothing else moves it: not a row's LSN, not

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
 )
 
 // fakeBroker is a scriptable stand-in for the publisher: it records what was published and
@@ -18,16 +18,16 @@ type fakeBroker struct {
 	mu          sync.Mutex
 	auto        bool
 	sessions    []*fakeSession
-	published   []outbox.Message           // across sessions, in publish order
-	parked      []outbox.Parked            // across sessions
-	refuse      func(*outbox.Message) bool // Publish refuses these as unpublishable
-	reject      func(*outbox.Message) bool // in auto mode, these get a failed confirm (a nack)
+	published   []wire.Message           // across sessions, in publish order
+	parked      []wire.Parked            // across sessions
+	refuse      func(*wire.Message) bool // Publish refuses these as unpublishable
+	reject      func(*wire.Message) bool // in auto mode, these get a failed confirm (a nack)
 	maxInFlight int
 	changed     chan struct{} // closed and replaced on every publish
 	dialErr     error
 	blocked     chan struct{} // while non-nil, Publish waits for it to close (a broker alarm)
 	// dieOnDeadline makes a Publish held up by blocked end the session when its ctx ends, as a
-	// publisher that cuts a stalled write does: the error wraps both outbox.ErrSessionClosed and
+	// publisher that cuts a stalled write does: the error wraps both wire.ErrSessionClosed and
 	// the ctx's error, and so does every later Publish of that session.
 	dieOnDeadline bool
 	// slowWrite makes every Publish take that long whatever its ctx says, as the write of a large
@@ -43,8 +43,8 @@ type fakeSession struct {
 	b        *fakeBroker
 	seq      uint64
 	pending  []uint64
-	msgs     map[uint64]outbox.Message // published in this session, by sequence number
-	confirms chan outbox.Confirm
+	msgs     map[uint64]wire.Message // published in this session, by sequence number
+	confirms chan wire.Confirm
 	closed   bool
 	err      error // why the session closed, returned by every later Publish
 }
@@ -57,12 +57,12 @@ func (b *fakeBroker) dial(context.Context) (replication.Publisher, error) {
 	if b.dialErr != nil {
 		return nil, b.dialErr
 	}
-	s := &fakeSession{b: b, confirms: make(chan outbox.Confirm, 1<<16)}
+	s := &fakeSession{b: b, confirms: make(chan wire.Confirm, 1<<16)}
 	b.sessions = append(b.sessions, s)
 	return s, nil
 }
 
-func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, error) {
+func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
 	b := s.b
 	b.mu.Lock()
 	if wait := b.blocked; wait != nil {
@@ -76,7 +76,7 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			s.err = fmt.Errorf("fake: %w: publish interrupted: %w", outbox.ErrSessionClosed, ctx.Err())
+			s.err = fmt.Errorf("fake: %w: publish interrupted: %w", wire.ErrSessionClosed, ctx.Err())
 			s.closeLocked(s.err)
 			return 0, s.err
 		}
@@ -92,19 +92,19 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 		if s.err != nil {
 			return 0, s.err
 		}
-		return 0, fmt.Errorf("fake: %w", outbox.ErrSessionClosed)
+		return 0, fmt.Errorf("fake: %w", wire.ErrSessionClosed)
 	}
 	if b.refuse != nil && b.refuse(m) {
-		return 0, fmt.Errorf("fake: %w", outbox.ErrUnpublishable)
+		return 0, fmt.Errorf("fake: %w", wire.ErrUnpublishable)
 	}
 	s.seq++
 	b.published = append(b.published, *m)
 	if s.msgs == nil {
-		s.msgs = make(map[uint64]outbox.Message)
+		s.msgs = make(map[uint64]wire.Message)
 	}
 	s.msgs[s.seq] = *m
 	if b.auto {
-		c := outbox.Confirm{Seq: s.seq}
+		c := wire.Confirm{Seq: s.seq}
 		if b.reject != nil && b.reject(m) {
 			c.Err = errors.New("fake: nacked")
 		}
@@ -118,7 +118,7 @@ func (s *fakeSession) Publish(ctx context.Context, m *outbox.Message) (uint64, e
 	return s.seq, nil
 }
 
-func (s *fakeSession) Park(_ context.Context, p *outbox.Parked) (uint64, error) {
+func (s *fakeSession) Park(_ context.Context, p *wire.Parked) (uint64, error) {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -128,20 +128,20 @@ func (s *fakeSession) Park(_ context.Context, p *outbox.Parked) (uint64, error) 
 	s.seq++
 	b.parked = append(b.parked, *p)
 	if b.auto {
-		s.confirms <- outbox.Confirm{Seq: s.seq}
+		s.confirms <- wire.Confirm{Seq: s.seq}
 	} else {
 		s.pending = append(s.pending, s.seq)
 	}
 	return s.seq, nil
 }
 
-func (b *fakeBroker) parkedMessages() []outbox.Parked {
+func (b *fakeBroker) parkedMessages() []wire.Parked {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]outbox.Parked(nil), b.parked...)
+	return append([]wire.Parked(nil), b.parked...)
 }
 
-func (s *fakeSession) Confirms() <-chan outbox.Confirm { return s.confirms }
+func (s *fakeSession) Confirms() <-chan wire.Confirm { return s.confirms }
 
 func (s *fakeSession) Close() error {
 	s.b.mu.Lock()
@@ -156,7 +156,7 @@ func (s *fakeSession) closeLocked(err error) {
 	}
 	s.closed = true
 	if err != nil {
-		s.confirms <- outbox.Confirm{Err: err}
+		s.confirms <- wire.Confirm{Err: err}
 	}
 	close(s.confirms)
 }
@@ -194,7 +194,7 @@ func (b *fakeBroker) verdict(n int, err error) {
 	n = min(n, len(s.pending))
 	for _, seq := range s.pending[:n] {
 		if !s.closed {
-			s.confirms <- outbox.Confirm{Seq: seq, Err: err}
+			s.confirms <- wire.Confirm{Seq: seq, Err: err}
 		}
 	}
 	s.pending = s.pending[n:]
@@ -224,14 +224,14 @@ func (b *fakeBroker) pendingCount() int {
 	return len(b.sessions[len(b.sessions)-1].pending)
 }
 
-func (b *fakeBroker) messages() []outbox.Message {
+func (b *fakeBroker) messages() []wire.Message {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]outbox.Message(nil), b.published...)
+	return append([]wire.Message(nil), b.published...)
 }
 
 // waitPublished waits until at least n messages were published in all.
-func (b *fakeBroker) waitPublished(t *testing.T, n int) []outbox.Message {
+func (b *fakeBroker) waitPublished(t *testing.T, n int) []wire.Message {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
@@ -272,14 +272,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // judge gives every pending message of the newest session the verdict fail returns for it
 // (nil: confirmed), as a broker does once the relay stops publishing.
-func (b *fakeBroker) judge(fail func(*outbox.Message) error) {
+func (b *fakeBroker) judge(fail func(*wire.Message) error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.sessions[len(b.sessions)-1]
 	for _, seq := range s.pending {
 		if !s.closed {
 			m := s.msgs[seq]
-			s.confirms <- outbox.Confirm{Seq: seq, Err: fail(&m)}
+			s.confirms <- wire.Confirm{Seq: seq, Err: fail(&m)}
 		}
 	}
 	s.pending = nil

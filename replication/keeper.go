@@ -55,7 +55,7 @@ func (k *statusKeeper) arm(cancel context.CancelFunc) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.armed, k.cancel = true, cancel
-	wait := min(time.Until(k.s.nextMsg), k.s.cfg.StatusInterval/10)
+	wait := min(time.Until(k.s.statusDue), k.s.cfg.StatusInterval/10)
 	if k.timer == nil {
 		k.stopped = sync.NewCond(&k.mu)
 		k.timer = time.AfterFunc(wait, k.mind)
@@ -107,7 +107,7 @@ func (k *statusKeeper) mind() {
 // next one is due or disarm wakes it. Called and returning with mu held.
 func (k *statusKeeper) step() error {
 	s := k.s
-	if !time.Now().Before(s.nextMsg) {
+	if !time.Now().Before(s.statusDue) {
 		if err := s.sendStatus(); err != nil {
 			return err
 		}
@@ -115,12 +115,12 @@ func (k *statusKeeper) step() error {
 	if len(s.backlog) >= maxBacklog {
 		// No room: stop reading, and keep the session until the publish call returns.
 		k.mu.Unlock()
-		time.Sleep(time.Until(s.nextMsg))
+		time.Sleep(time.Until(s.statusDue))
 		k.mu.Lock()
 		return nil
 	}
 	// Set under mu, so that disarm's wake-up cannot come first and be overwritten.
-	if err := s.conn.Conn().SetReadDeadline(s.nextMsg); err != nil {
+	if err := s.conn.Conn().SetReadDeadline(s.statusDue); err != nil {
 		return fmt.Errorf("keep the session: set read deadline: %w", err)
 	}
 	k.mu.Unlock()

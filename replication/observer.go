@@ -3,7 +3,7 @@ package replication
 import (
 	"time"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Observer is told what the relay does, for metrics. Observe is called on the relay's goroutine,
@@ -36,7 +36,7 @@ type Event struct {
 	// Parked); sessions start again from 1.
 	Seq uint64
 	// Message is the message (Published and Parked only), valid during the call.
-	Message        *outbox.Message
+	Message        *wire.Message
 	EventType      string
 	ConfirmLatency time.Duration // publish to broker ack
 	CommitLatency  time.Duration // transaction commit to broker ack; 0 when unknown
@@ -49,15 +49,15 @@ type noObserver struct{}
 
 func (noObserver) Observe(Event) {}
 
-// sent remembers a message in flight, by sequence number, for the latencies of its confirm.
-type sent struct {
+// flight remembers a message in flight, by sequence number, for the latencies of its confirm.
+type flight struct {
 	at, commit time.Time
 	eventType  string
 	key        msgKey
 }
 
 // flightLog is a ring of the messages in flight, indexed by sequence number.
-type flightLog []sent
+type flightLog []flight
 
-func (f flightLog) put(seq uint64, s sent) { f[seq%uint64(len(f))] = s }
-func (f flightLog) get(seq uint64) sent    { return f[seq%uint64(len(f))] }
+func (f flightLog) put(seq uint64, s flight) { f[seq%uint64(len(f))] = s }
+func (f flightLog) get(seq uint64) flight    { return f[seq%uint64(len(f))] }

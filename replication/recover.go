@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/wire"
 )
 
 // RecoverConfig configures a Recovery.
@@ -21,8 +21,8 @@ type RecoverConfig struct {
 	DatabaseURL string
 	Slot        string
 	Publication string
-	Table       outbox.Table
-	Mappings    []outbox.Mapping
+	Table       wire.Table
+	Mappings    []wire.Mapping
 	// Dial opens the publishing session; required to Recover, not to Inspect or Count.
 	Dial Dialer
 	// AllRows republishes every row of the outbox tables where the record holds no usable lower
@@ -36,7 +36,7 @@ type RecoverConfig struct {
 	// slot decoded.
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
-	OnParked func(p *outbox.Parked)
+	OnParked func(p *wire.Parked)
 }
 
 func (c *RecoverConfig) validate() error {
@@ -174,7 +174,7 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 
 // Count is what the gap holds now, per table.
 type Count struct {
-	Table outbox.Table
+	Table wire.Table
 	Rows  int64 // rows selected as possibly of the gap
 	Empty bool  // the table has no rows at all
 }

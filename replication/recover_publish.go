@@ -6,15 +6,15 @@ import (
 	"fmt"
 
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // republisher publishes the rows of a gap on one session and counts the broker's confirms. Any
 // failure ends the recovery: nothing is retried here, since running recover again repeats it all.
 type republisher struct {
 	pub       Publisher
-	confirms  <-chan outbox.Confirm
-	onParked  func(p *outbox.Parked)
+	confirms  <-chan wire.Confirm
+	onParked  func(p *wire.Parked)
 	sent      int64 // messages published or parked
 	confirmed int64
 	published int64
@@ -33,7 +33,7 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 		return fmt.Errorf("table %s: %w", t.mapping.Table, err)
 	}
 	_, err = p.pub.Publish(ctx, &m)
-	if errors.Is(err, outbox.ErrUnpublishable) {
+	if errors.Is(err, wire.ErrUnpublishable) {
 		return p.park(ctx, &m, t.mapping.Table.String(), err)
 	}
 	if err != nil {
@@ -46,8 +46,8 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 
 // park sets the row aside on the park exchange. A recovered row has no WAL position: its
 // x-walbox-lsn header is empty.
-func (p *republisher) park(ctx context.Context, m *outbox.Message, table string, why error) error {
-	parked := &outbox.Parked{Message: *m, Reason: why.Error(), Table: table}
+func (p *republisher) park(ctx context.Context, m *wire.Message, table string, why error) error {
+	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table}
 	if _, err := p.pub.Park(ctx, parked); err != nil {
 		return fmt.Errorf("park %s: %w", m.AMQPMessageID(), err)
 	}
@@ -88,7 +88,7 @@ func (p *republisher) wait(ctx context.Context) error {
 	return nil
 }
 
-func (p *republisher) apply(c outbox.Confirm, ok bool) error {
+func (p *republisher) apply(c wire.Confirm, ok bool) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("broker session ended with %d of %d messages not confirmed", p.sent-p.confirmed, p.sent)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // The rows of the gap are those whose inserting transaction may have committed after the
@@ -27,7 +27,7 @@ const fetchSize = 500
 
 // gapTable is one outbox table as recover reads it.
 type gapTable struct {
-	mapping outbox.Mapping
+	mapping wire.Mapping
 	rows    *decoder.TableRows
 	name    string // the quoted table name
 	columns string // the select list: every published column as text
@@ -46,7 +46,7 @@ func (r *Recovery) prepare(ctx context.Context, g Gap) error {
 	dec := decoder.New(r.cfg.Mappings...)
 	var tables []*gapTable
 	for _, m := range r.cfg.Mappings {
-		if m.MessageID == outbox.IDFromPosition {
+		if m.MessageID == wire.IDFromPosition {
 			return fmt.Errorf("%w: table %s takes its message ids from commit positions (message-id: position), and a row read "+
 				"from the table has none, so it cannot be republished with the id the relay would have given it. "+
 				"Consumers could not deduplicate it; recover refuses rather than publish it under a new id", ErrPositionIDs, m.Table)
@@ -94,7 +94,7 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 
 // table reads what the publication publishes of m's table (its columns, its row filter) and
 // prepares the table's decoding and queries.
-func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m outbox.Mapping, cond string) (*gapTable, error) {
+func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m wire.Mapping, cond string) (*gapTable, error) {
 	var (
 		published []string
 		filter    string

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
 )
 
 // The refusal to recreate a dropped slot lives in the database: a new Relay, as a supervisor's
@@ -118,9 +118,9 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	public := outbox.DefaultMapping(outbox.DefaultTable)
-	billing := outbox.DefaultMapping(outbox.Table{Schema: "billing", Name: "outbox"})
-	e.start(func(c *replication.Config) { c.Mappings = []outbox.Mapping{public, billing} })
+	public := wire.DefaultMapping(wire.DefaultTable)
+	billing := wire.DefaultMapping(wire.Table{Schema: "billing", Name: "outbox"})
+	e.start(func(c *replication.Config) { c.Mappings = []wire.Mapping{public, billing} })
 	_, before := e.insertTx(1, "one")
 	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
 	if err := e.stop(); err != nil {
@@ -131,7 +131,7 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 	yes := true
 	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
 	again.start(func(c *replication.Config) {
-		c.Mappings, c.CreateSlot = []outbox.Mapping{billing, public}, &yes
+		c.Mappings, c.CreateSlot = []wire.Mapping{billing, public}, &yes
 	})
 	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrSlotMissing) {
 		t.Fatalf("with the tables in the other order: Run = %v, want ErrSlotMissing", err)

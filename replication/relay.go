@@ -167,20 +167,20 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
 	s := &stream{
-		cfg:     &r.cfg,
-		log:     r.cfg.Logger,
-		conn:    conn,
-		watch:   w,
-		pub:     pub,
-		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()),
-		track:   checkpoint.New(slot.ConfirmedFlush),
-		sent:    slot.ConfirmedFlush,
-		heard:   lastRead,
-		silence: silence,
-		stats:   &r.stats,
-		obs:     r.cfg.Observer,
-		flights: make(flightLog, r.cfg.Window+1),
-		stall:   &r.stall,
+		cfg:      &r.cfg,
+		log:      r.cfg.Logger,
+		conn:     conn,
+		watch:    w,
+		pub:      pub,
+		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()),
+		track:    checkpoint.New(slot.ConfirmedFlush),
+		reported: slot.ConfirmedFlush,
+		heard:    lastRead,
+		silence:  silence,
+		stats:    &r.stats,
+		obs:      r.cfg.Observer,
+		flights:  make(flightLog, r.cfg.Window+1),
+		stall:    &r.stall,
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)

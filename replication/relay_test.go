@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
 )
 
-func ids(ms []outbox.Message) []uuid.UUID {
+func ids(ms []wire.Message) []uuid.UUID {
 	out := make([]uuid.UUID, len(ms))
 	for i, m := range ms {
 		out[i] = m.ID
@@ -416,7 +416,7 @@ func TestPublishEndingTheSessionAtItsDeadlineStartsANewSession(t *testing.T) {
 func TestRepeatedRefusalBacksOffAndKeepsConfirmedProgress(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.broker.mu.Lock()
-	e.broker.reject = func(m *outbox.Message) bool { return m.EventType == "always.refused" }
+	e.broker.reject = func(m *wire.Message) bool { return m.EventType == "always.refused" }
 	e.broker.mu.Unlock()
 	e.start(func(c *replication.Config) {
 		c.StatusInterval = 30 * time.Second // only the report at the failure can move the slot
@@ -439,7 +439,7 @@ func TestRepeatedRefusalBacksOffAndKeepsConfirmedProgress(t *testing.T) {
 	}
 }
 
-func countType(ms []outbox.Message, eventType string) int {
+func countType(ms []wire.Message, eventType string) int {
 	n := 0
 	for _, m := range ms {
 		if m.EventType == eventType {
@@ -458,7 +458,7 @@ func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {
 	if _, err := e.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN payload TYPE text"); err != nil {
 		t.Fatal(err)
 	}
-	e.broker.refuse = func(m *outbox.Message) bool { return m.EventType == "too.big" }
+	e.broker.refuse = func(m *wire.Message) bool { return m.EventType == "too.big" }
 	e.start(nil)
 	good1, _ := e.insertTx(1, "good.one")
 	empty, _ := e.insertTx(1, "")
@@ -533,7 +533,7 @@ func TestShutdownAppliesConfirmsThatArrivedDuringAStalledPublish(t *testing.T) {
 func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) {
-		c.Mappings = []outbox.Mapping{{Table: outbox.DefaultTable, MessageID: outbox.IDFromPosition}}
+		c.Mappings = []wire.Mapping{{Table: wire.DefaultTable, MessageID: wire.IDFromPosition}}
 	})
 	_, before := e.insertTx(1, "by.position")
 	after := e.currentLSN()
@@ -587,7 +587,7 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
 	var mu sync.Mutex
 	refuse := true
-	verdict := func(m *outbox.Message) error {
+	verdict := func(m *wire.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if refuse && m.EventType == "unroutable" {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/walbox/walbox/internal/testenv"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/wire"
 )
 
 // Every slot receives every logical decoding message, so the relays of a set of shards share
@@ -23,7 +23,7 @@ func TestShardsShareOutEmittedAndParkedMessages(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	ctx := context.Background()
 	set := shard.Set{Slot: e.slot, Publication: "walbox", N: n}
-	if _, err := shard.CreatePublications(ctx, e.conn, outbox.DefaultTable, set); err != nil {
+	if _, err := shard.CreatePublications(ctx, e.conn, wire.DefaultTable, set); err != nil {
 		t.Fatal(err)
 	}
 	brokers := make([]*fakeBroker, n)

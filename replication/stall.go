@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // A message the broker refuses (nacks, or returns as unroutable: a per-row exchange with no
@@ -20,10 +20,10 @@ import (
 // msgKey identifies a message across sessions: the same row sent again has the same key.
 type msgKey struct {
 	id  uuid.UUID
-	mid string // outbox.Message.MessageID, for ids that are not UUIDs
+	mid string // wire.Message.MessageID, for ids that are not UUIDs
 }
 
-func keyOf(m *outbox.Message) msgKey { return msgKey{id: m.ID, mid: m.MessageID} }
+func keyOf(m *wire.Message) msgKey { return msgKey{id: m.ID, mid: m.MessageID} }
 
 func (k msgKey) String() string {
 	if k.mid != "" {

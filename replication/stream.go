@@ -12,30 +12,30 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/wire"
 )
 
 // stream is one replication session: it owns the replication connection and the publishing
 // session, and runs in a single goroutine.
 type stream struct {
-	cfg     *Config
-	log     *slog.Logger
-	conn    *pgconn.PgConn
-	watch   *watch // records positions before they are reported, and checks the publication
-	pub     Publisher
-	dec     *decoder.Decoder
-	track   *checkpoint.Tracker
-	sent    pglogrepl.LSN // flush position last reported to the server
-	moved   pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
-	nextMsg time.Time     // when the next status update is due
-	lastMsg time.Time     // when the last status update was sent
-	heard   *heardClock   // when the socket last read bytes from the server
-	silence time.Duration // how long the server may stay silent, having been asked to reply
-	stats   *Stats
-	obs     Observer
-	flights flightLog // messages in flight, for confirm latencies
-	commit  time.Time // commit time of the transaction being read
+	cfg        *Config
+	log        *slog.Logger
+	conn       *pgconn.PgConn
+	watch      *watch // records positions before they are reported, and checks the publication
+	pub        Publisher
+	dec        *decoder.Decoder
+	track      *checkpoint.Tracker
+	reported   pglogrepl.LSN // flush position last reported to the server
+	moved      pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
+	statusDue  time.Time     // when the next status update is due
+	statusSent time.Time     // when the last status update was sent
+	heard      *heardClock   // when the socket last read bytes from the server
+	silence    time.Duration // how long the server may stay silent, having been asked to reply
+	stats      *Stats
+	obs        Observer
+	flights    flightLog // messages in flight, for confirm latencies
+	commit     time.Time // commit time of the transaction being read
 
 	deadline statusDeadline // see untilStatus
 	keeper   statusKeeper   // sends status updates during a long publish call
@@ -113,7 +113,7 @@ func (s *stream) receive(ctx, pctx context.Context) error {
 		s.backlog = s.backlog[1:]
 		return s.handleCopyData(pctx, data)
 	}
-	if err := s.conn.Conn().SetReadDeadline(s.nextMsg); err != nil {
+	if err := s.conn.Conn().SetReadDeadline(s.statusDue); err != nil {
 		return fmt.Errorf("receive: set read deadline: %w", err)
 	}
 	msg, err := s.conn.ReceiveMessage(context.Background())
@@ -179,7 +179,7 @@ func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
 		s.stats.serverWALEnd(ka.ServerWALEnd)
 		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
 		// flight and no transaction open that position is safe to confirm.
-		s.track.Idle(ka.ServerWALEnd)
+		s.track.AdvanceIdle(ka.ServerWALEnd)
 		if ka.ReplyRequested {
 			return s.maybeSendStatus(true)
 		}
@@ -218,7 +218,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 			return nil
 		}
 		seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
-		if errors.Is(err, outbox.ErrUnpublishable) {
+		if errors.Is(err, wire.ErrUnpublishable) {
 			return s.park(ctx, &ev.Message, ev.Table, xld.WALStart, err)
 		}
 		if err != nil {
@@ -247,7 +247,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
-		if time.Until(s.nextMsg) < s.cfg.StatusInterval/2 {
+		if time.Until(s.statusDue) < s.cfg.StatusInterval/2 {
 			// Send the status now rather than give the publish a deadline a moment away: a
 			// publish that checks a new exchange is cut, session and all, when its ctx ends.
 			if err := s.sendStatus(); err != nil {
@@ -268,10 +268,10 @@ func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64
 // untilStatus returns a context that ends with parent or at the next status deadline. It is
 // made once per status interval, not once per message.
 func (s *stream) untilStatus(parent context.Context) context.Context {
-	if d := &s.deadline; d.ctx == nil || d.parent != parent || !d.at.Equal(s.nextMsg) {
+	if d := &s.deadline; d.ctx == nil || d.parent != parent || !d.at.Equal(s.statusDue) {
 		s.dropDeadline()
-		d.ctx, d.cancel = context.WithDeadline(parent, s.nextMsg)
-		d.parent, d.at = parent, s.nextMsg
+		d.ctx, d.cancel = context.WithDeadline(parent, s.statusDue)
+		d.parent, d.at = parent, s.statusDue
 	}
 	return s.deadline.ctx
 }
@@ -287,14 +287,14 @@ func (s *stream) dropDeadline() {
 // the session still alive and nothing written.
 func waitedOut(ctx context.Context, err error) bool {
 	return err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, outbox.ErrSessionClosed)
+		!errors.Is(err, wire.ErrSessionClosed)
 }
 
 // park sets aside a row that can never become a deliverable message, so that the stream moves
 // on. The parked copy is confirmed like any message: the slot passes the row only once the broker
 // has it.
-func (s *stream) park(ctx context.Context, m *outbox.Message, table string, lsn pglogrepl.LSN, why error) error {
-	p := &outbox.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
+func (s *stream) park(ctx context.Context, m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
+	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
 	seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {
 		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err))
@@ -314,7 +314,7 @@ func (s *stream) park(ctx context.Context, m *outbox.Message, table string, lsn 
 }
 
 // drainConfirms applies every confirm already waiting, without blocking.
-func (s *stream) drainConfirms(confirms <-chan outbox.Confirm) error {
+func (s *stream) drainConfirms(confirms <-chan wire.Confirm) error {
 	for {
 		select {
 		case c, ok := <-confirms:
@@ -328,8 +328,8 @@ func (s *stream) drainConfirms(confirms <-chan outbox.Confirm) error {
 }
 
 // waitConfirm blocks until a confirm arrives, a status update is due, or ctx ends.
-func (s *stream) waitConfirm(ctx context.Context, confirms <-chan outbox.Confirm) error {
-	timer := time.NewTimer(time.Until(s.nextMsg))
+func (s *stream) waitConfirm(ctx context.Context, confirms <-chan wire.Confirm) error {
+	timer := time.NewTimer(time.Until(s.statusDue))
 	defer timer.Stop()
 	select {
 	case c, ok := <-confirms:
@@ -340,7 +340,7 @@ func (s *stream) waitConfirm(ctx context.Context, confirms <-chan outbox.Confirm
 	return nil
 }
 
-func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
+func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	if !ok {
 		return brokerError{errors.New("publisher: session closed")}
 	}
@@ -375,11 +375,11 @@ func (s *stream) applyConfirm(c outbox.Confirm, ok bool) error {
 }
 
 // dispatch records a published message with the tracker and in the flight log.
-func (s *stream) dispatch(seq uint64, m *outbox.Message) error {
+func (s *stream) dispatch(seq uint64, m *wire.Message) error {
 	if err := s.track.Dispatch(seq); err != nil {
 		return err
 	}
-	s.flights.put(seq, sent{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
+	s.flights.put(seq, flight{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
 	s.updateInFlight()
 	return nil
 }
@@ -398,7 +398,7 @@ func (s *stream) updateInFlight() {
 // maybeSendStatus reports the watermark when the status interval has passed, or at once when
 // force is set.
 func (s *stream) maybeSendStatus(force bool) error {
-	if !force && time.Now().Before(s.nextMsg) {
+	if !force && time.Now().Before(s.statusDue) {
 		return nil
 	}
 	return s.sendStatus()
@@ -440,13 +440,13 @@ func (s *stream) sendStatus() error {
 	if err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
-	if w != s.sent {
+	if w != s.reported {
 		s.log.Debug("confirmed position", "slot", s.cfg.Slot, "lsn", w.String())
 	}
-	s.sent = w
+	s.reported = w
 	s.stats.confirmedLSN(w)
-	s.lastMsg = time.Now()
-	s.nextMsg = s.lastMsg.Add(s.cfg.StatusInterval)
+	s.statusSent = time.Now()
+	s.statusDue = s.statusSent.Add(s.cfg.StatusInterval)
 	s.reportSoon()
 	return nil
 }
@@ -471,18 +471,18 @@ const reportDelay = 100 * time.Millisecond
 // reportSoon brings the next status update forward to reportDelay after the last one when the
 // watermark has moved past what was reported.
 func (s *stream) reportSoon() {
-	if w := s.track.Watermark(); w <= s.sent || s.idleStep(s.sent, w) {
+	if w := s.track.Watermark(); w <= s.reported || s.idleStep(s.reported, w) {
 		return
 	}
-	if soon := s.lastMsg.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.nextMsg) {
-		s.nextMsg = soon
+	if soon := s.statusSent.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.statusDue) {
+		s.statusDue = soon
 	}
 }
 
 // shutdown waits for outstanding confirms until pctx ends (the shutdown timeout after the stop)
 // and reports the final position. Whatever is still unconfirmed is not lost: the slot has not
 // moved past it, so the next run sends it again.
-func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) error {
+func (s *stream) shutdown(pctx context.Context, confirms <-chan wire.Confirm) error {
 	for s.track.InFlight() > 0 {
 		var err error
 		select {
@@ -514,6 +514,6 @@ func (s *stream) shutdown(pctx context.Context, confirms <-chan outbox.Confirm) 
 // them. That holds for a message to be parked too (not transactional, or malformed): it is parked
 // by one shard's relay, not by each; one whose aggregate id could not be read goes where an empty
 // one does.
-func (s *stream) owns(table string, m *outbox.Message) bool {
+func (s *stream) owns(table string, m *wire.Message) bool {
 	return table != "" || s.cfg.Shards <= 1 || shard.Of(m.AggregateID, s.cfg.Shards) == s.cfg.Shard
 }

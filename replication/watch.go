@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/wire"
 )
 
 // watchTimeout bounds each query on the watch connection.
@@ -33,7 +33,7 @@ type watch struct {
 	reg         *registry.Store
 	slot        string
 	publication string
-	tables      []outbox.Table
+	tables      []wire.Table
 	timeline    int32
 	// identity is what the relay's first check found the publication and tables to be (see
 	// inspect.Coverage.Identity), kept by the Relay across its sessions.
@@ -91,7 +91,7 @@ func (w *watch) close() { _ = w.conn.Close(context.Background()) }
 
 // findRegistry returns the registry that records slot, among those in the schemas of the outbox
 // tables of maps (see registry.Find).
-func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []outbox.Mapping) (*registry.Store, error) {
+func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []wire.Mapping) (*registry.Store, error) {
 	schemas := make([]string, len(maps))
 	for i, m := range maps {
 		schemas[i] = m.Table.Schema

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // lockKey serialises walbox's changes to shard publications ("wbshrd" in ASCII).
@@ -15,7 +15,7 @@ const lockKey = 0x776273687264
 // inserts of table with its shard's row filter, in one transaction: a set is created whole or
 // not at all. It returns the names it created. The slots come afterwards (pgoutput reads the
 // publications as of the WAL it decodes).
-func CreatePublications(ctx context.Context, conn *pgx.Conn, table outbox.Table, set Set) ([]string, error) {
+func CreatePublications(ctx context.Context, conn *pgx.Conn, table wire.Table, set Set) ([]string, error) {
 	if err := set.Validate(); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Querier is the part of a pgx connection, pool or transaction the package reads through.
@@ -25,13 +25,13 @@ type Claim struct {
 // Layout is every set of shards, the single slot included, whose publications publish the outbox
 // table: what `walbox migrate` and `walbox reshard` created.
 type Layout struct {
-	Table  outbox.Table
+	Table  wire.Table
 	Base   Set // the base names; N is unused
 	Claims []Claim
 }
 
 // ReadLayout reads the publications named after base.Publication that publish table.
-func ReadLayout(ctx context.Context, q Querier, table outbox.Table, base Set) (Layout, error) {
+func ReadLayout(ctx context.Context, q Querier, table wire.Table, base Set) (Layout, error) {
 	l := Layout{Table: table, Base: base}
 	rows, err := q.Query(ctx, `SELECT pubname::text, coalesce(rowfilter, '') FROM pg_publication_tables
 		WHERE schemaname = $1 AND tablename = $2 ORDER BY pubname`, table.Schema, table.Name)
@@ -194,7 +194,7 @@ func (l Layout) CheckMigrate(n int) error {
 // CheckPublication checks that publication publishes table with the row filter of shard k of n,
 // as every session of a sharded relay does: a filter changed behind its back would leave rows to
 // no relay, or to two.
-func CheckPublication(ctx context.Context, q Querier, publication string, table outbox.Table, k, n int) error {
+func CheckPublication(ctx context.Context, q Querier, publication string, table wire.Table, k, n int) error {
 	rows, err := q.Query(ctx, `SELECT coalesce(rowfilter, '') FROM pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, publication, table.Schema, table.Name)
 	if err != nil {

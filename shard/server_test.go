@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/wire"
 )
 
 func setupDB(t *testing.T) *pgx.Conn {
@@ -77,10 +77,10 @@ func TestFiltersOnTheServer(t *testing.T) {
 	}
 
 	for _, n := range []int{2, 3, 4, 5, 7, 8, 16} {
-		if _, err := shard.CreatePublications(ctx, conn, outbox.DefaultTable, base(n)); err != nil {
+		if _, err := shard.CreatePublications(ctx, conn, wire.DefaultTable, base(n)); err != nil {
 			t.Fatalf("n=%d: %v", n, err)
 		}
-		l, err := shard.ReadLayout(ctx, conn, outbox.DefaultTable, base(0))
+		l, err := shard.ReadLayout(ctx, conn, wire.DefaultTable, base(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestSlotsDecodeTheirShardOnly(t *testing.T) {
 	conn := setupDB(t)
 	ctx := t.Context()
 	set := base(3)
-	if _, err := shard.CreatePublications(ctx, conn, outbox.DefaultTable, set); err != nil {
+	if _, err := shard.CreatePublications(ctx, conn, wire.DefaultTable, set); err != nil {
 		t.Fatal(err)
 	}
 	for k := range 3 {
@@ -157,10 +157,10 @@ func TestSlotsDecodeTheirShardOnly(t *testing.T) {
 func TestMismatchesAreRefused(t *testing.T) {
 	conn := setupDB(t)
 	ctx := t.Context()
-	if _, err := shard.CreatePublications(ctx, conn, outbox.DefaultTable, base(3)); err != nil {
+	if _, err := shard.CreatePublications(ctx, conn, wire.DefaultTable, base(3)); err != nil {
 		t.Fatal(err)
 	}
-	l, err := shard.ReadLayout(ctx, conn, outbox.DefaultTable, base(0))
+	l, err := shard.ReadLayout(ctx, conn, wire.DefaultTable, base(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestMismatchesAreRefused(t *testing.T) {
 	}
 	// The single slot's publication beside the shards: migrate refuses to add either to the other.
 	mustExec(t, conn, "CREATE PUBLICATION walbox FOR TABLE outbox WITH (publish = 'insert')")
-	if l, err = shard.ReadLayout(ctx, conn, outbox.DefaultTable, base(0)); err != nil {
+	if l, err = shard.ReadLayout(ctx, conn, wire.DefaultTable, base(0)); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.Counts(); len(got) != 2 || got[0] != 1 || got[1] != 3 {
@@ -208,22 +208,22 @@ func TestMismatchesAreRefused(t *testing.T) {
 
 	// A filter changed behind walbox's back: shard 1's publication now selects shard 0's rows.
 	mustExec(t, conn, "ALTER PUBLICATION walbox_s1of3 SET TABLE outbox WHERE "+base(3).Filter(0))
-	err = shard.CheckPublication(ctx, conn, "walbox_s1of3", outbox.DefaultTable, 1, 3)
+	err = shard.CheckPublication(ctx, conn, "walbox_s1of3", wire.DefaultTable, 1, 3)
 	if !errors.Is(err, shard.ErrMismatch) || !containsAll(err.Error(), []string{"walbox_s1of3", "selects shard 0 of 3", "streams shard 1 of 3"}) {
 		t.Errorf("CheckPublication after the filter changed = %v", err)
 	}
-	if l, err = shard.ReadLayout(ctx, conn, outbox.DefaultTable, base(0)); err != nil {
+	if l, err = shard.ReadLayout(ctx, conn, wire.DefaultTable, base(0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Check(); !errors.Is(err, shard.ErrMismatch) {
 		t.Errorf("Check after the filter changed = %v", err)
 	}
-	if _, err := shard.CreatePublications(ctx, conn, outbox.DefaultTable, base(3)); !errors.Is(err, shard.ErrMismatch) {
+	if _, err := shard.CreatePublications(ctx, conn, wire.DefaultTable, base(3)); !errors.Is(err, shard.ErrMismatch) {
 		t.Errorf("CreatePublications over a changed filter = %v, want ErrMismatch", err)
 	}
 	// A set missing one publication leaves that shard's rows to no relay.
 	mustExec(t, conn, "DROP PUBLICATION walbox_s1of3")
-	if l, err = shard.ReadLayout(ctx, conn, outbox.DefaultTable, base(0)); err != nil {
+	if l, err = shard.ReadLayout(ctx, conn, wire.DefaultTable, base(0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Check(); !errors.Is(err, shard.ErrMismatch) || !strings.Contains(err.Error(), "walbox_s1of3") {

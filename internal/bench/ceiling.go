@@ -15,7 +15,7 @@ import (
 
 // runCeiling publishes spec.Count messages with pipelined confirms (at most spec.Window in
 // flight), as fast as the broker takes them or at spec.Rate per second. The messages are built as
-// walbox builds them (publisher.Message) and published like walbox publishes them: persistent,
+// walbox builds them (publisher.Publishing) and published like walbox publishes them: persistent,
 // mandatory, to the same exchange. Then it waits to be stopped, so that its CPU time and peak
 // RSS can be read while it still exists.
 func runCeiling(ctx context.Context, spec childSpec) error {
@@ -42,7 +42,7 @@ func runCeiling(ctx context.Context, spec childSpec) error {
 		}
 		now := time.Now()
 		m := message(seq, spec.Payload, now)
-		if err := p.publish(ctx, spec.Exchange, m.EventType, publisher.Message(m, "walbox"), now.UnixNano()); err != nil {
+		if err := p.publish(ctx, spec.Exchange, m.EventType, publisher.Publishing(m, "walbox"), now.UnixNano()); err != nil {
 			return err
 		}
 	}

@@ -146,7 +146,7 @@ func (f *frames) benchMessage(b *testing.B) {
 	ev, _ := d.Decode(0, f.insert)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = publisher.Message(&ev.Message, "walbox")
+		_ = publisher.Publishing(&ev.Message, "walbox")
 	}
 }
 
@@ -173,7 +173,7 @@ func (f *frames) benchAll(b *testing.B) {
 		_, _ = d.Decode(0, f.begin)
 		tr.Begin()
 		ev, _ := d.Decode(0, f.insert)
-		_ = publisher.Message(&ev.Message, "walbox")
+		_ = publisher.Publishing(&ev.Message, "walbox")
 		_ = tr.Dispatch(seq)
 		c, _ := d.Decode(0, f.commit)
 		tr.Commit(c.EndLSN + pglogrepl.LSN(seq*100))

@@ -102,7 +102,7 @@ func (p *poller) once(ctx context.Context) (int, error) {
 		if seq, ok := field(m.Payload, keySeq); ok && seq >= int64(p.measureFrom) {
 			start = m.CreatedAt.UnixNano()
 		}
-		if err := p.pub.publish(ctx, p.exchange, m.EventType, publisher.Message(m, "walbox"), start); err != nil {
+		if err := p.pub.publish(ctx, p.exchange, m.EventType, publisher.Publishing(m, "walbox"), start); err != nil {
 			return 0, err
 		}
 	}

@@ -1,11 +1,18 @@
-package outbox
+package wire
 
 import (
 	"errors"
 	"time"
 )
 
-// Confirm is the broker's verdict on one published message.
+// The vocabulary of publishing: what replication.Publisher (the interface the relay declares for
+// the broker side) takes and gives back. The interface stays with its user, in replication; the
+// values it speaks in live here, beside Message, because both sides must name them and neither
+// may import the other: publisher implements the interface without importing replication (which
+// links the PostgreSQL driver), and replication never imports publisher.
+
+// Confirm is the broker's verdict on one published message: Publisher.Confirms yields one per
+// message that Publish or Park accepted.
 type Confirm struct {
 	Seq uint64 // the sequence number Publish returned (the delivery tag)
 	Err error  // nil: the broker confirmed it and it was routed. Otherwise nacked, returned, or the session died.
@@ -25,7 +32,8 @@ var ErrUnpublishable = errors.New("message can never be published")
 // deadline, say), so that a caller never retries on a dead session.
 var ErrSessionClosed = errors.New("session closed")
 
-// Parked is a message that can never be delivered as written, set aside with the reason.
+// Parked is a message that can never be delivered as written, set aside with the reason: what the
+// relay hands to Publisher.Park.
 type Parked struct {
 	// Message is the row as far as it could be decoded.
 	Message Message

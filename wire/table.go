@@ -1,10 +1,8 @@
-package outbox
+package wire
 
 import (
 	"fmt"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Column names of the default outbox table (migrations/ creates it).
@@ -52,8 +50,15 @@ func ParseTable(s string) (Table, error) {
 func (t Table) String() string { return t.Schema + "." + t.Name }
 
 // Quoted returns the table name quoted for use in SQL.
-func (t Table) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+func (t Table) Quoted() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
 
 // EmitFunction returns the name of the table's emit function (EmitFunction in the table's schema),
 // quoted for use in SQL.
-func (t Table) EmitFunction() string { return pgx.Identifier{t.Schema, EmitFunction}.Sanitize() }
+func (t Table) EmitFunction() string { return quoteIdent(t.Schema) + "." + quoteIdent(EmitFunction) }
+
+// quoteIdent quotes an SQL identifier as pgx.Identifier.Sanitize does (NUL bytes dropped, double
+// quotes doubled), so that this package needs no database driver.
+func quoteIdent(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}

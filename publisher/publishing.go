@@ -9,11 +9,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 // Header names set on every message, from the outbox row. They win over headers of the same
-// name in outbox.Message.Headers.
+// name in wire.Message.Headers.
 const (
 	HeaderAggregateType = "aggregate_type"
 	HeaderAggregateID   = "aggregate_id"
@@ -22,7 +22,7 @@ const (
 // ContentType is the content type of every message: the payload is a JSON document.
 const ContentType = "application/json"
 
-// Message builds the AMQP publishing for m, which must not be nil; the routing key, m.Key(),
+// Publishing builds the AMQP publishing for m, which must not be nil; the routing key, m.Key(),
 // and the exchange go beside it.
 //
 // Properties: MessageId m.AMQPMessageID() (m.MessageID, or else m.ID), Type m.EventType, Timestamp m.CreatedAt (whole seconds on the
@@ -32,7 +32,7 @@ const ContentType = "application/json"
 // becomes a field array and map[string]any a nested table (both converted recursively), other
 // integers become int64, json.Number an int64 or a float64, and any other type its fmt.Sprint
 // text.
-func Message(m *outbox.Message, appID string) amqp.Publishing {
+func Publishing(m *wire.Message, appID string) amqp.Publishing {
 	h := make(amqp.Table, len(m.Headers)+2)
 	for k, v := range m.Headers {
 		h[k] = tableValue(v)
@@ -174,7 +174,7 @@ func fieldSize(v any) int {
 
 // checkMessage reports what would make amqp091 fail in the middle of writing the publish, which
 // kills the connection: short strings over 255 bytes.
-func checkMessage(m *outbox.Message) error {
+func checkMessage(m *wire.Message) error {
 	for _, f := range []struct{ name, value string }{
 		{"routing key", m.Key()}, {"event type", m.EventType}, {"message id", m.AMQPMessageID()}, {"exchange", m.Exchange},
 	} {
@@ -229,11 +229,11 @@ const (
 	HeaderParkRoutingKey = "x-walbox-routing-key" // the row's own routing key, if it has one
 )
 
-// Parked builds the publishing for a parked message: the row's id, type, timestamp and payload
+// ParkedPublishing builds the publishing for a parked message: the row's id, type, timestamp and payload
 // (dropped if over maxBody) as far as they were decoded, its aggregate headers, and headers naming
 // the reason, the table and the WAL position, and the row's own exchange and routing key if it
 // has them. The row's own headers are left out: they may be what made it unpublishable.
-func Parked(p *outbox.Parked, appID string, maxBody int) amqp.Publishing {
+func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing {
 	m := &p.Message
 	body := m.Payload
 	if len(body) > maxBody {

@@ -10,14 +10,14 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 func TestMessageProperties(t *testing.T) {
-	m := &outbox.Message{
+	m := &wire.Message{
 		ID:            uuid.MustParse("0190d5c6-7a1e-7b2c-9d3e-4f5a6b7c8d9e"),
 		AggregateType: "order",
 		AggregateID:   "42",
@@ -26,7 +26,7 @@ func TestMessageProperties(t *testing.T) {
 		Headers:       map[string]any{"traceparent": traceparent},
 		CreatedAt:     time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC),
 	}
-	got := publisher.Message(m, "walbox")
+	got := publisher.Publishing(m, "walbox")
 	want := amqp.Publishing{
 		Headers: amqp.Table{
 			"aggregate_type": "order",
@@ -49,7 +49,7 @@ func TestMessageProperties(t *testing.T) {
 func TestMessageFromMappedTable(t *testing.T) {
 	m := newMessage("order.created")
 	m.MessageID, m.RoutingKey, m.Exchange = "42", "order.order.created", "orders"
-	got := publisher.Message(m, "walbox")
+	got := publisher.Publishing(m, "walbox")
 	if got.MessageId != "42" || got.Type != "order.created" {
 		t.Errorf("got message id %q, type %q; want 42, order.created", got.MessageId, got.Type)
 	}
@@ -58,12 +58,12 @@ func TestMessageFromMappedTable(t *testing.T) {
 func TestParkedKeepsWhereTheMessageWasGoing(t *testing.T) {
 	m := newMessage("order.created")
 	m.MessageID, m.RoutingKey, m.Exchange = strings.Repeat("9", 300), "order.order.created", "orders"
-	got := publisher.Parked(&outbox.Parked{Message: *m, Reason: "exchange missing"}, "walbox", 1<<20)
+	got := publisher.ParkedPublishing(&wire.Parked{Message: *m, Reason: "exchange missing"}, "walbox", 1<<20)
 	if got.Headers[publisher.HeaderParkExchange] != "orders" ||
 		got.Headers[publisher.HeaderParkRoutingKey] != "order.order.created" || got.MessageId != strings.Repeat("9", 255) {
 		t.Errorf("got headers %v, message id %q", got.Headers, got.MessageId)
 	}
-	plain := publisher.Parked(&outbox.Parked{Message: *newMessage("order.created")}, "walbox", 1<<20)
+	plain := publisher.ParkedPublishing(&wire.Parked{Message: *newMessage("order.created")}, "walbox", 1<<20)
 	for _, h := range []string{publisher.HeaderParkExchange, publisher.HeaderParkRoutingKey} {
 		if v, ok := plain.Headers[h]; ok {
 			t.Errorf("header %s = %v on a message without its own exchange or key", h, v)
@@ -97,7 +97,7 @@ func TestMessageHeaders(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newMessage("e")
 			m.Headers = map[string]any{"h": tt.in}
-			h := publisher.Message(m, "walbox").Headers
+			h := publisher.Publishing(m, "walbox").Headers
 			if err := h.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
@@ -111,7 +111,7 @@ func TestMessageHeaders(t *testing.T) {
 func TestMessageAggregateHeadersWin(t *testing.T) {
 	m := newMessage("e")
 	m.Headers = map[string]any{"aggregate_type": "forged", "aggregate_id": "forged"}
-	h := publisher.Message(m, "walbox").Headers
+	h := publisher.Publishing(m, "walbox").Headers
 	if h["aggregate_type"] != "order" || h["aggregate_id"] != "42" {
 		t.Errorf("headers: got %v, want the row's aggregate", h)
 	}
@@ -121,7 +121,7 @@ func TestMessageDoesNotModifyInput(t *testing.T) {
 	m := newMessage("e")
 	arr := []any{1.0}
 	m.Headers = map[string]any{"a": arr, "o": map[string]any{"k": 1}}
-	publisher.Message(m, "walbox")
+	publisher.Publishing(m, "walbox")
 	if len(m.Headers) != 2 || !reflect.DeepEqual(m.Headers["o"], map[string]any{"k": 1}) {
 		t.Errorf("headers modified: %v", m.Headers)
 	}
@@ -132,7 +132,7 @@ func BenchmarkMessage(b *testing.B) {
 	m.Headers = map[string]any{"traceparent": traceparent}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = publisher.Message(m, "walbox")
+		_ = publisher.Publishing(m, "walbox")
 	}
 }
 

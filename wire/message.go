@@ -1,7 +1,4 @@
-// Package outbox is walbox's shared vocabulary: the message that travels from an outbox row to the
-// broker, and the contract of the table it is stored in. It has no behaviour of its own beyond
-// validation, so every other package can depend on it.
-package outbox
+package wire
 
 import (
 	"time"

@@ -1,10 +1,10 @@
-package outbox_test
+package wire_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestCheckColumns(t *testing.T) {
@@ -22,25 +22,25 @@ func TestCheckColumns(t *testing.T) {
 		}
 		return m
 	}
-	legacy := outbox.Mapping{Table: outbox.Table{Schema: "app", Name: "events"}, Headers: "meta", EventType: "kind"}
+	legacy := wire.Mapping{Table: wire.Table{Schema: "app", Name: "events"}, Headers: "meta", EventType: "kind"}
 	tests := []struct {
 		name    string
-		m       outbox.Mapping
+		m       wire.Mapping
 		actual  map[string]string
 		wantErr string // empty: no error
 	}{
-		{"the default table passes", outbox.Mapping{}, full, ""},
-		{"default optional columns may be missing", outbox.Mapping{},
+		{"the default table passes", wire.Mapping{}, full, ""},
+		{"default optional columns may be missing", wire.Mapping{},
 			without("headers", "created_at", "aggregate_type", "aggregate_id"), ""},
-		{"a missing event type is named", outbox.Mapping{}, without("event_type"), `no column "event_type"`},
-		{"a missing payload is named", outbox.Mapping{}, without("payload"), `no column "payload"`},
-		{"a missing id is named", outbox.Mapping{}, without("id"), `no column "id"`},
+		{"a missing event type is named", wire.Mapping{}, without("event_type"), `no column "event_type"`},
+		{"a missing payload is named", wire.Mapping{}, without("payload"), `no column "payload"`},
+		{"a missing id is named", wire.Mapping{}, without("id"), `no column "id"`},
 		{"an explicitly mapped optional column must exist", legacy,
 			map[string]string{"id": "uuid", "kind": "text", "payload": "jsonb"}, `no column "meta" (mapped as headers)`},
 		{"a routing key placeholder must exist even if it is a default optional column",
-			outbox.Mapping{RoutingKey: "{aggregate_type}.{event_type}"}, without("aggregate_type"),
+			wire.Mapping{RoutingKey: "{aggregate_type}.{event_type}"}, without("aggregate_type"),
 			`no column "aggregate_type"`},
-		{"an id from the position needs no id column", outbox.Mapping{MessageID: outbox.IDFromPosition}, without("id"), ""},
+		{"an id from the position needs no id column", wire.Mapping{MessageID: wire.IDFromPosition}, without("id"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
