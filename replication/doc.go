@@ -22,22 +22,65 @@
 // (silence.go). Streaming ends on any publish error, nack, return, lost connection or failed
 // coverage check; the next session starts again from the slot.
 //
+// # The stream loop
+//
+// A streaming session is three goroutines with one owner of everything. The stream's goroutine
+// (stream.run) owns the session's state, the publishing session and every write to the
+// replication connection. The reader (reader.go) only reads the connection and queues what the
+// server sends. The keeper (keeper.go) acts only while the stream's goroutine is inside a
+// publish call, on the connection and state lent to it for that call. Each turn of stream.run
+// computes its phase (stream.phase) and waits for the first of: WAL from the reader (in the
+// phases that read), a confirm from the publisher, the status timer, Run's context ending (or,
+// once it has, the shutdown deadline), and the connection ending. A confirm is applied as it
+// arrives, whatever the loop was waiting for.
+//
+//	            ┌──────── confirm ────────┐
+//	            ▼                         │
+//	      ┌───────────┐  Window in flight ┌─────────────┐
+//	      │ streaming │ ────────────────► │ window full │
+//	      └───────────┘                   └─────────────┘
+//	        │   ▲  a publish outlasts a status deadline: publish blocked
+//	        │   └─ (the keeper reports; the publish gives up, confirms are applied, it retries)
+//	        │ Run's context ends (from either phase above; the shutdown deadline starts)
+//	        ├── inside a transaction ──► finishing (read on to its commit) ──┐
+//	        └── at a boundary ─────────────────────────────────────────────┴──► draining
+//	                                                    (await the confirms in flight)
+//	finishing, draining ── deadline passed, or nothing in flight ──► stopped (final status)
+//
+// Errors leave any phase and end the session: a publish error, a nack or return, a lost or
+// silent connection, a failed coverage check. The shutdown's timing is all in shutdown.go
+// (stopClock); the window, the only bound on messages in flight, is in window.go.
+//
 // # Where the slot can move
 //
-// Only stream.sendStatus sends a position to the server (stream.go), and stream.finalStatus and
-// the keeper (keeper.go) call it. The position it sends is
+// One function sends a position to the server: stream.sendStatus (status.go). It is called from
+//
+//   - stream.maybeSendStatus, when the status timer fires (stream.statusTick) or after a publish
+//     that gave up at a status deadline (stream.publish);
+//   - stream.publish, before a publish call when the next update is less than half an interval
+//     away;
+//   - stream.handleCopyData, when a keepalive asks for a reply;
+//   - the keeper (statusKeeper.fire), at each status deadline during a publish call;
+//   - stream.finalReport at the end of a graceful stop (shutdown.go), and stream.finalStatus
+//     after a broker failure (relay.go calls it once stream.run has returned).
+//
+// The position it sends is
 //
 //	min(Tracker.Watermark(), watch.limit)
 //
-// after watch.record has written it to walbox_slots. Tracker.Watermark moves in three places,
-// all in stream.go: Tracker.Ack (a broker confirm of every message up to a transaction's end),
-// Tracker.Commit (a transaction's end LSN once all its messages are confirmed; an empty
-// transaction at once) and Tracker.AdvanceIdle (a keepalive's WAL end, taken only when nothing is in
-// flight and no transaction is open). watch.limit moves only in watch.check: to the WAL insert
-// position read by the check before the last successful one, so the slot never passes a point
-// where the publication's coverage was not verified. Nothing else moves it: not a row's LSN, not
-// a commit's start LSN, not anything merely received. Write, flush and apply positions are always
-// set together and explicitly.
+// (held at watch.recorded for an idle step, see idleStep) after watch.record has written it to
+// walbox_slots. Tracker.Watermark moves in three places, all in stream.go: Tracker.Ack in
+// stream.applyConfirm (a broker confirm of every message up to a transaction's end),
+// Tracker.Commit in stream.handleWAL (a transaction's end LSN once all its messages are
+// confirmed; an empty transaction at once) and Tracker.AdvanceIdle in stream.handleCopyData (a
+// keepalive's WAL end, taken only when nothing is in flight and no transaction is open).
+// watch.limit moves only in watch.check: to the WAL insert position read by the check before the
+// last successful one, so the slot never passes a point where the publication's coverage was not
+// verified. Nothing else moves it: not a row's LSN, not a commit's start LSN, not anything merely
+// received or queued by the reader. Write, flush and apply positions are always set together and
+// explicitly. Besides the stream, only two places touch the slot: creating it where none was
+// ever recorded (createSlot, server.go, for Relay.prepareSlot) and walbox recover, which replaces
+// it (Recovery.Recover, recover.go).
 //
 // # Failure
 //

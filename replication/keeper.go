@@ -3,65 +3,72 @@ package replication
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/wire"
 )
 
-// statusKeeper minds the replication connection while the stream's goroutine is held up in a
-// publish call: one the broker blocks (a memory or disk alarm), or one that does not heed its
-// context (the write of a large message to a slow broker), can last longer than
-// wal_sender_timeout. Meanwhile the keeper
+// statusKeeper minds the session while the stream's goroutine is held up in a publish call: one
+// the broker blocks (a memory or disk alarm), or one that does not heed its context (the write
+// of a large message to a slow broker), can last longer than wal_sender_timeout. Meanwhile the
+// keeper
 //
-//   - sends the status updates that fall due, so that the server keeps the session;
-//   - reads what the server sends, keeping it in order for the stream (the backlog), so that
-//     the connection's end is seen at once: an error, the stream's end, or a silence beyond the
-//     silence bound ends the publish call, and the session, before a standby can take the slot
-//     over. A relay that lost its replication connection must not publish any more.
+//   - sends the status updates that fall due, so that the server keeps the session, and asks
+//     the publish to give up at each (a publish that heeds its context returns, and the stream
+//     applies the confirms that arrived before it tries again);
+//   - ends the publish call, and the session, as soon as the reader finds the connection gone
+//     or the server silent beyond the silence bound, before a standby can take the slot over:
+//     a relay that lost its replication connection must not publish any more.
 //
-// The stream's goroutine owns the connection; it lends it to the keeper for the length of each
-// publish call (during), and takes it back before it touches the connection or the stream
-// again. The keeper starts on a timer, only for a call that lasts a tenth of a status interval,
-// and uses the connection only while armed; what both share is handed over under mu.
+// The stream's goroutine owns the connection's writes and the stream's state; it lends them to
+// the keeper for the length of each publish call (during) and takes them back before it touches
+// either again. The keeper acts only on a timer set for the next status deadline, or when the
+// reader fails; what both share is handed over under mu.
 type statusKeeper struct {
-	s       *stream
-	mu      sync.Mutex
-	stopped *sync.Cond // signalled when the reader stops
-	armed   bool
-	reading bool
-	timer   *time.Timer
-	cancel  context.CancelFunc // ends the publish call
-	err     error              // why the connection is taken for gone
+	s      *stream
+	mu     sync.Mutex
+	armed  bool
+	timer  *time.Timer
+	ctx    context.Context // the publish calls' context; ends with the stream's publishing
+	cancel context.CancelCauseFunc
+	err    error // why the connection is taken for gone
 }
 
-// maxBacklog bounds the messages the keeper holds for the stream; beyond it the keeper stops
-// reading until the publish call returns.
-const maxBacklog = 4096
+// errStatusDue is why the keeper ends a publish call's context: a status update fell due.
+var errStatusDue = errors.New("status update due")
 
-// during calls send(ctx) with the keeper armed; cancel ends ctx. It returns send's results, or
-// the keeper's error if the connection was found gone meanwhile.
-func (k *statusKeeper) during(ctx context.Context, cancel context.CancelFunc, send func(context.Context) (uint64, error)) (uint64, error) {
-	k.arm(cancel)
-	seq, err := send(ctx)
+// during calls send with the keeper armed. It returns send's results, or the keeper's error if
+// the connection was found gone meanwhile.
+func (k *statusKeeper) during(send func(context.Context) (uint64, error)) (uint64, error) {
+	seq, err := send(k.arm())
 	if kerr := k.disarm(); kerr != nil {
 		return 0, kerr
 	}
 	return seq, err
 }
 
-func (k *statusKeeper) arm(cancel context.CancelFunc) {
+// waitedOut reports whether err says only that the last publish call gave up because a status
+// update fell due, with the session still alive and nothing written.
+func (k *statusKeeper) waitedOut(err error) bool {
+	return err != nil && errors.Is(err, context.Canceled) && context.Cause(k.ctx) == errStatusDue &&
+		!errors.Is(err, wire.ErrSessionClosed)
+}
+
+func (k *statusKeeper) arm() context.Context {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.armed, k.cancel = true, cancel
-	wait := min(time.Until(k.s.statusDue), k.s.cfg.StatusInterval/10)
-	if k.timer == nil {
-		k.stopped = sync.NewCond(&k.mu)
-		k.timer = time.AfterFunc(wait, k.mind)
-		return
+	if k.ctx == nil || context.Cause(k.ctx) == errStatusDue {
+		k.ctx, k.cancel = context.WithCancelCause(k.s.stop.publishing)
 	}
-	k.timer.Reset(wait)
+	k.armed = true
+	wait := time.Until(k.s.statusDue)
+	if k.timer == nil {
+		k.timer = time.AfterFunc(wait, k.fire)
+	} else {
+		k.timer.Reset(wait)
+	}
+	return k.ctx
 }
 
 func (k *statusKeeper) disarm() error {
@@ -69,74 +76,48 @@ func (k *statusKeeper) disarm() error {
 	defer k.mu.Unlock()
 	k.armed = false
 	k.timer.Stop()
-	if k.reading {
-		_ = k.s.conn.Conn().SetReadDeadline(time.Now()) // wake the reader
-		for k.reading {
-			k.stopped.Wait()
-		}
-	}
 	err := k.err
-	k.err, k.cancel = nil, nil
+	k.err = nil
 	return err
 }
 
-// mind runs on the timer's goroutine while a publish call lasts: it reads from the server and
-// sends the status updates due, until disarmed or the connection is found gone.
-func (k *statusKeeper) mind() {
+// fire runs on the timer's goroutine at a status deadline during a publish call.
+func (k *statusKeeper) fire() {
 	k.mu.Lock()
-	if !k.armed || k.reading || k.err != nil {
-		k.mu.Unlock()
+	defer k.mu.Unlock()
+	s := k.s
+	if !k.armed || k.err != nil {
 		return
 	}
-	k.reading = true
-	defer func() {
-		k.reading = false
-		k.stopped.Broadcast()
-		k.mu.Unlock()
-	}()
-	for k.armed {
-		if err := k.step(); err != nil {
-			k.err = connGone{err}
-			k.cancel()
-			return
-		}
+	if wait := time.Until(s.statusDue); wait > 0 {
+		k.timer.Reset(wait) // the deadline moved since the timer was set
+		return
+	}
+	s.stats.Blocked.Store(true)
+	err := s.checkHeard()
+	if err == nil {
+		err = s.sendStatus()
+	}
+	if err != nil {
+		k.gone(err)
+		return
+	}
+	k.cancel(errStatusDue)
+	k.timer.Reset(time.Until(s.statusDue)) // for a call that does not heed its context
+}
+
+// connFailed is the reader's word that the connection is gone: a publish call in progress ends.
+func (k *statusKeeper) connFailed(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.armed && k.err == nil {
+		k.gone(err)
 	}
 }
 
-// step sends the status update if due, then waits, with mu released, for the server until the
-// next one is due or disarm wakes it. Called and returning with mu held.
-func (k *statusKeeper) step() error {
-	s := k.s
-	if !time.Now().Before(s.statusDue) {
-		if err := s.sendStatus(); err != nil {
-			return err
-		}
-	}
-	if len(s.backlog) >= maxBacklog {
-		// No room: stop reading, and keep the session until the publish call returns.
-		k.mu.Unlock()
-		time.Sleep(time.Until(s.statusDue))
-		k.mu.Lock()
-		return nil
-	}
-	// Set under mu, so that disarm's wake-up cannot come first and be overwritten.
-	if err := s.conn.Conn().SetReadDeadline(s.statusDue); err != nil {
-		return fmt.Errorf("keep the session: set read deadline: %w", err)
-	}
-	k.mu.Unlock()
-	msg, err := s.conn.ReceiveMessage(context.Background())
-	k.mu.Lock()
-	if err != nil {
-		if pgconn.Timeout(err) {
-			return s.checkHeard()
-		}
-		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
-	}
-	data, err := copyData(msg, s.cfg.Slot)
-	if err == nil && data != nil {
-		s.backlog = append(s.backlog, append([]byte{}, data...))
-	}
-	return err
+func (k *statusKeeper) gone(err error) {
+	k.err = connGone{err}
+	k.cancel(k.err)
 }
 
 // stop stops the timer for good; the stream calls it when the session ends.
@@ -146,6 +127,9 @@ func (k *statusKeeper) stop() {
 	k.armed = false
 	if k.timer != nil {
 		k.timer.Stop()
+	}
+	if k.cancel != nil {
+		k.cancel(nil)
 	}
 }
 

@@ -48,16 +48,3 @@ type Event struct {
 type noObserver struct{}
 
 func (noObserver) Observe(Event) {}
-
-// flight remembers a message in flight, by sequence number, for the latencies of its confirm.
-type flight struct {
-	at, commit time.Time
-	eventType  string
-	key        msgKey
-}
-
-// flightLog is a ring of the messages in flight, indexed by sequence number.
-type flightLog []flight
-
-func (f flightLog) put(seq uint64, s flight) { f[seq%uint64(len(f))] = s }
-func (f flightLog) get(seq uint64) flight    { return f[seq%uint64(len(f))] }

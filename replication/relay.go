@@ -179,8 +179,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		silence:  silence,
 		stats:    &r.stats,
 		obs:      r.cfg.Observer,
-		flights:  make(flightLog, r.cfg.Window+1),
-		stall:    &r.stall,
+		win:      newWindow(r.cfg.Window, &r.stall),
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)

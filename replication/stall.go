@@ -52,19 +52,11 @@ func (r *refused) Error() string {
 
 func (r *refused) Unwrap() error { return r.err }
 
-// window is how many messages may be in flight: one while stalled.
-func (s *stream) window() int {
-	if s.stall.active {
-		return 1
-	}
-	return s.cfg.Window
-}
-
 // passed ends the stall once the broker confirmed the refused message.
 func (s *stream) passed(k msgKey) {
-	if s.stall.active && s.stall.key == k {
+	if s.win.stall.active && s.win.stall.key == k {
 		s.log.Info("the refused message was confirmed; the stall is over", "msg_id", k.String())
-		*s.stall = stall{}
+		*s.win.stall = stall{}
 		s.stats.State.Store(int32(StateStreaming))
 	}
 }

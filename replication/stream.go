@@ -9,152 +9,175 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/wire"
 )
 
-// stream is one replication session: it owns the replication connection and the publishing
-// session, and runs in a single goroutine.
+// stream is one replication session. Its goroutine owns every piece of its state, the
+// publishing session and the writes to the replication connection; the reader goroutine only
+// reads the connection (reader.go), and the keeper borrows the connection and the state only
+// while the stream's goroutine is inside a publish call (keeper.go).
 type stream struct {
-	cfg        *Config
-	log        *slog.Logger
-	conn       *pgconn.PgConn
-	watch      *watch // records positions before they are reported, and checks the publication
-	pub        Publisher
-	dec        *decoder.Decoder
-	track      *checkpoint.Tracker
-	reported   pglogrepl.LSN // flush position last reported to the server
-	moved      pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
-	statusDue  time.Time     // when the next status update is due
-	statusSent time.Time     // when the last status update was sent
-	heard      *heardClock   // when the socket last read bytes from the server
-	silence    time.Duration // how long the server may stay silent, having been asked to reply
-	stats      *Stats
-	obs        Observer
-	flights    flightLog // messages in flight, for confirm latencies
-	commit     time.Time // commit time of the transaction being read
+	cfg   *Config
+	log   *slog.Logger
+	conn  *pgconn.PgConn
+	watch *watch // records positions before they are reported, and checks the publication
+	pub   Publisher
+	dec   *decoder.Decoder
+	track *checkpoint.Tracker
+	win   window // the messages in flight, and how many may be
+	stats *Stats
+	obs   Observer
 
-	deadline statusDeadline // see untilStatus
-	keeper   statusKeeper   // sends status updates during a long publish call
-	stall    *stall         // the relay's; see window
-	backlog  [][]byte       // CopyData the keeper read during a publish call, to handle first
+	// Status updates (status.go).
+	reported    pglogrepl.LSN // flush position last reported to the server
+	moved       pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
+	statusDue   time.Time     // when the next status update is due
+	statusSent  time.Time     // when the last status update was sent
+	statusTimer *time.Timer   // fires at statusDue
+	heard       *heardClock   // when the connection last read bytes from the server
+	silence     time.Duration // how long the server may stay silent, having been asked to reply
+
+	commit time.Time // commit time of the transaction being read
+
+	reader *reader
+	frames [][]byte // taken from the reader and not yet handled: frames[next:]
+	next   int
+	keeper statusKeeper
+	stop   *stopClock // the shutdown's timing (shutdown.go)
 }
 
-// statusDeadline is a context ending at the status deadline at, derived from parent.
-type statusDeadline struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	parent context.Context
-	at     time.Time
+// phase is where the stream's loop stands; doc.go draws them.
+type phase uint8
+
+const (
+	// streaming: reading WAL and publishing it, applying confirms as they arrive.
+	streaming phase = iota
+	// windowFull: as many messages in flight as the window allows (one while stalled): reading
+	// waits for a confirm.
+	windowFull
+	// finishing: Run's context ended inside a transaction: reading on to its commit, so that
+	// the final status covers what was published, until the shutdown deadline.
+	finishing
+	// draining: stopping at a transaction boundary: only confirms are awaited, until the
+	// shutdown deadline.
+	draining
+	// stopped: nothing left to wait for, or the deadline passed: the final status goes out.
+	stopped
+)
+
+// phase returns the loop's phase. A publish call held up by the broker (publish blocked, see
+// publish) happens inside streaming or finishing.
+func (s *stream) phase(ctx context.Context) phase {
+	switch {
+	case ctx.Err() == nil && s.windowFull():
+		return windowFull
+	case ctx.Err() == nil:
+		return streaming
+	case s.stop.expired():
+		return stopped
+	case s.track.Open():
+		return finishing
+	case s.track.InFlight() > 0:
+		return draining
+	}
+	return stopped
 }
 
 // run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the
-// session.
+// session. Each turn waits for whichever comes first of: WAL from the reader (when the phase
+// reads), a confirm, the status timer, the end of ctx or of the shutdown deadline, and the
+// connection's end.
 func (s *stream) run(ctx context.Context) error {
-	// Publishing outlives ctx by the shutdown timeout: a message received just before the end is
-	// still published, and its confirm awaited, rather than failing the final status update.
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.cfg.ShutdownTimeout, cancel) })
-	defer stop()
-
-	// receive waits on a read deadline, not on a context: cut the wait short when either ends.
-	wake := func() { _ = s.conn.Conn().SetReadDeadline(time.Now()) }
-	stopWake := context.AfterFunc(ctx, wake)
-	defer stopWake()
-	stopWakeP := context.AfterFunc(pctx, wake)
-	defer stopWakeP()
-	defer s.dropDeadline()
-	s.keeper.s = s
-	defer s.keeper.stop()
-
+	s.begin(ctx)
+	defer s.end()
 	confirms := s.pub.Confirms()
 	for {
-		if err := s.drainConfirms(confirms); err != nil {
-			return err
+		ph := s.phase(ctx)
+		if ph == stopped {
+			return s.shutdown()
 		}
-		if err := s.maybeSendStatus(false); err != nil {
-			return err
+		var frame, frames, failed <-chan struct{}
+		switch {
+		case !s.reads(ph):
+			failed = s.reader.failed // not reading: a connection that ends is seen here
+		case s.next < len(s.frames):
+			frame = ready // handle the next frame, unless something else is due
+		default:
+			frames = s.reader.ready
 		}
-		readCtx := ctx
-		if ctx.Err() != nil {
-			// Stop reading at a transaction boundary, so that the final status covers what was
-			// published; give up on that when the shutdown timeout runs out.
-			if !s.track.Open() || pctx.Err() != nil {
-				return s.shutdown(pctx, confirms)
-			}
-			readCtx = pctx
+		stop := ctx.Done()
+		if ph == finishing || ph == draining {
+			stop = s.stop.expiredC
 		}
-		if s.track.InFlight() >= s.window() {
-			if err := s.waitConfirm(readCtx, confirms); err != nil {
-				return err
-			}
-			continue
+		var err error
+		select {
+		case <-frame:
+			err = s.handleFrame()
+		case <-frames:
+			s.frames, err = s.reader.take(s.frames[:0])
+			s.next = 0
+		case c, ok := <-confirms:
+			err = s.applyConfirm(c, ok)
+		case <-s.statusTimer.C:
+			err = s.statusTick()
+		case <-failed:
+			err = s.reader.failure()
+		case <-stop:
+			// The phase moves on: to finishing or draining, or past the deadline to stopped.
 		}
-		if err := s.receive(readCtx, pctx); err != nil {
+		if err != nil && ph == draining {
+			s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
+				"unconfirmed", s.track.InFlight(), "error", err)
+			return s.finalReport()
+		}
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// receive reads one message from the server, waiting at most until the next status update is due
-// or ctx ends, and publishes with pctx.
-//
-// The wait is bounded by a read deadline on the socket rather than by a context: pgconn watches
-// a cancellable context with a goroutine of its own on every call, which costs more than
-// decoding the message. run wakes a read blocked when ctx ends.
-func (s *stream) receive(ctx, pctx context.Context) error {
-	if len(s.backlog) > 0 {
-		data := s.backlog[0]
-		s.backlog[0] = nil
-		s.backlog = s.backlog[1:]
-		return s.handleCopyData(pctx, data)
-	}
-	if err := s.conn.Conn().SetReadDeadline(s.statusDue); err != nil {
-		return fmt.Errorf("receive: set read deadline: %w", err)
-	}
-	msg, err := s.conn.ReceiveMessage(context.Background())
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if pgconn.Timeout(err) {
-			return s.checkHeard()
-		}
-		return fmt.Errorf("receive: %w", classify(err, s.cfg.Slot))
-	}
-	data, err := copyData(msg, s.cfg.Slot)
-	if err != nil || data == nil {
-		return err
-	}
-	return s.handleCopyData(pctx, data)
+// ready is always ready to receive from.
+var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// reads reports whether the loop takes WAL in phase ph.
+func (s *stream) reads(ph phase) bool {
+	return (ph == streaming || ph == finishing) && !s.windowFull()
 }
 
-// copyData returns the data of a CopyData message from the server; nil and no error for a
-// notice; an error for anything else, which ends the stream.
-func copyData(msg pgproto3.BackendMessage, slot string) ([]byte, error) {
-	switch msg := msg.(type) {
-	case *pgproto3.CopyData:
-		if msg.Data == nil {
-			return []byte{}, nil // empty, but not a notice: handleCopyData refuses it
-		}
-		return msg.Data, nil
-	case *pgproto3.ErrorResponse:
-		return nil, fmt.Errorf("replication stream: %w", classify(pgconn.ErrorResponseToPgError(msg), slot))
-	case *pgproto3.CopyDone:
-		return nil, errors.New("replication stream: server ended the stream")
-	case *pgproto3.NoticeResponse:
-		return nil, nil
-	}
-	return nil, fmt.Errorf("replication stream: unexpected message %T", msg)
+// windowFull reports whether the window allows no more messages in flight.
+func (s *stream) windowFull() bool { return s.track.InFlight() >= s.win.limit() }
+
+// begin starts what the session's loop needs: the shutdown clock, the status timer and the
+// reader. end stops them, and waits for the reader, so that the connection is the session's again.
+func (s *stream) begin(ctx context.Context) {
+	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout)
+	s.keeper.s = s
+	s.statusTimer = time.NewTimer(time.Until(s.statusDue))
+	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.keeper.connFailed)
 }
 
-// checkHeard fails the session when the server has been silent for longer than ServerTimeout.
-// Every status update asks for a reply once half a status interval passed without a byte, so only a
-// dead connection (a silent network partition, a server gone without closing it) stays silent.
+func (s *stream) end() {
+	s.reader.stop()
+	s.keeper.stop()
+	s.statusTimer.Stop()
+	s.stop.release()
+}
+
+// handleFrame handles the next frame taken from the reader.
+func (s *stream) handleFrame() error {
+	data := s.frames[s.next]
+	s.frames[s.next] = nil
+	s.next++
+	return s.handleCopyData(data)
+}
+
+// checkHeard fails the session when the server has been silent for longer than the silence
+// bound. Every status update asks for a reply once half a status interval passed without a
+// byte, so only a dead connection (a silent network partition, a server gone without closing
+// it) stays silent.
 func (s *stream) checkHeard() error {
 	if silent := s.silent(); silent > s.silence {
 		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
@@ -163,10 +186,15 @@ func (s *stream) checkHeard() error {
 	return nil
 }
 
-// silent returns how long the server has sent nothing at all.
-func (s *stream) silent() time.Duration { return s.heard.silent() }
+// silent returns how long the server has sent nothing, while the reader was reading it.
+func (s *stream) silent() time.Duration {
+	if s.reader != nil && !s.reader.listening() {
+		return 0
+	}
+	return s.heard.silent()
+}
 
-func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
+func (s *stream) handleCopyData(data []byte) error {
 	if len(data) == 0 {
 		return errors.New("replication stream: empty CopyData message")
 	}
@@ -181,7 +209,7 @@ func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
 		// flight and no transaction open that position is safe to confirm.
 		s.track.AdvanceIdle(ka.ServerWALEnd)
 		if ka.ReplyRequested {
-			return s.maybeSendStatus(true)
+			return s.sendStatus()
 		}
 		return nil
 	case pglogrepl.XLogDataByteID:
@@ -189,13 +217,13 @@ func (s *stream) handleCopyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("replication stream: %w", err)
 		}
-		return s.handleWAL(ctx, xld)
+		return s.handleWAL(xld)
 	default:
 		return fmt.Errorf("replication stream: unknown CopyData message type %q", data[0])
 	}
 }
 
-func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
+func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	ev, err := s.dec.Decode(xld.WALStart, xld.WALData)
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
@@ -203,7 +231,7 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		if !s.owns(de.Table, &de.Partial) {
 			return nil
 		}
-		return s.park(ctx, &de.Partial, de.Table, xld.WALStart, err)
+		return s.park(&de.Partial, de.Table, xld.WALStart, err)
 	}
 	if err != nil {
 		return fatal(fmt.Errorf("decode: %w", err))
@@ -217,9 +245,9 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
-		seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
+		seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
 		if errors.Is(err, wire.ErrUnpublishable) {
-			return s.park(ctx, &ev.Message, ev.Table, xld.WALStart, err)
+			return s.park(&ev.Message, ev.Table, xld.WALStart, err)
 		}
 		if err != nil {
 			return publishFailed(fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err))
@@ -238,64 +266,44 @@ func (s *stream) handleWAL(ctx context.Context, xld pglogrepl.XLogData) error {
 	return nil
 }
 
-// publish hands m to the broker. A publish held up by the broker (a memory or disk alarm blocks
-// publishers) is given up at each status deadline, so that the status update still goes out and
-// the server keeps the session, and then tried again. The publisher guarantees that a publish
-// ended by its context while waiting wrote nothing and left the session usable; an error that
-// says the session is gone ends the session here too, whatever else it wraps, or the retry
-// would spin on a dead session.
-func (s *stream) publish(ctx context.Context, send func(context.Context) (uint64, error)) (uint64, error) {
+// publish hands a message to the broker through send (a Publish or a Park), with the keeper
+// minding the replication connection meanwhile. A publish held up by the broker (a memory or
+// disk alarm blocks publishers) is the phase "publish blocked": at each status deadline the
+// keeper sends the status update and asks the publish to give up; the stream then applies the
+// confirms that arrived meanwhile and tries again. The publisher guarantees that a publish ended
+// by its context while waiting wrote nothing and left the session usable; an error that says
+// the session is gone ends the session here too, whatever else it wraps, or the retry would spin
+// on a dead session.
+func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
 		if time.Until(s.statusDue) < s.cfg.StatusInterval/2 {
-			// Send the status now rather than give the publish a deadline a moment away: a
-			// publish that checks a new exchange is cut, session and all, when its ctx ends.
+			// Send the status now rather than have the publish asked to give up a moment
+			// away: a publish that checks a new exchange is cut, session and all, when its
+			// ctx ends.
 			if err := s.sendStatus(); err != nil {
 				return 0, err
 			}
 		}
-		seq, err := s.keeper.during(s.untilStatus(ctx), s.deadline.cancel, send)
-		if !waitedOut(ctx, err) {
+		seq, err := s.keeper.during(send)
+		if !s.keeper.waitedOut(err) {
 			return seq, err
 		}
-		s.stats.Blocked.Store(true)
-		if err := s.sendStatus(); err != nil {
+		if err := s.drainConfirms(); err != nil {
+			return 0, err
+		}
+		if err := s.maybeSendStatus(); err != nil {
 			return 0, err
 		}
 	}
 }
 
-// untilStatus returns a context that ends with parent or at the next status deadline. It is
-// made once per status interval, not once per message.
-func (s *stream) untilStatus(parent context.Context) context.Context {
-	if d := &s.deadline; d.ctx == nil || d.parent != parent || !d.at.Equal(s.statusDue) {
-		s.dropDeadline()
-		d.ctx, d.cancel = context.WithDeadline(parent, s.statusDue)
-		d.parent, d.at = parent, s.statusDue
-	}
-	return s.deadline.ctx
-}
-
-func (s *stream) dropDeadline() {
-	if s.deadline.cancel != nil {
-		s.deadline.cancel()
-	}
-	s.deadline = statusDeadline{}
-}
-
-// waitedOut reports whether err says only that a publish waited until its status deadline, with
-// the session still alive and nothing written.
-func waitedOut(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, wire.ErrSessionClosed)
-}
-
 // park sets aside a row that can never become a deliverable message, so that the stream moves
 // on. The parked copy is confirmed like any message: the slot passes the row only once the broker
 // has it.
-func (s *stream) park(ctx context.Context, m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
+func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
 	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
-	seq, err := s.publish(ctx, func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
+	seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {
 		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err))
 	}
@@ -314,7 +322,8 @@ func (s *stream) park(ctx context.Context, m *wire.Message, table string, lsn pg
 }
 
 // drainConfirms applies every confirm already waiting, without blocking.
-func (s *stream) drainConfirms(confirms <-chan wire.Confirm) error {
+func (s *stream) drainConfirms() error {
+	confirms := s.pub.Confirms()
 	for {
 		select {
 		case c, ok := <-confirms:
@@ -327,19 +336,6 @@ func (s *stream) drainConfirms(confirms <-chan wire.Confirm) error {
 	}
 }
 
-// waitConfirm blocks until a confirm arrives, a status update is due, or ctx ends.
-func (s *stream) waitConfirm(ctx context.Context, confirms <-chan wire.Confirm) error {
-	timer := time.NewTimer(time.Until(s.statusDue))
-	defer timer.Stop()
-	select {
-	case c, ok := <-confirms:
-		return s.applyConfirm(c, ok)
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	return nil
-}
-
 func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	if !ok {
 		return brokerError{errors.New("publisher: session closed")}
@@ -350,7 +346,7 @@ func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 		if c.Seq == 0 { // the session died
 			return brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
 		}
-		return brokerError{&refused{seq: c.Seq, key: s.flights.get(c.Seq).key, err: c.Err}}
+		return brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
 	}
 	if err := s.track.Ack(c.Seq); err != nil {
 		return err
@@ -360,7 +356,7 @@ func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	f := s.flights.get(c.Seq)
+	f := s.win.get(c.Seq)
 	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
 	if !f.commit.IsZero() {
 		ev.CommitLatency = now.Sub(f.commit)
@@ -374,12 +370,12 @@ func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	return nil
 }
 
-// dispatch records a published message with the tracker and in the flight log.
+// dispatch records a published message with the tracker and in the window.
 func (s *stream) dispatch(seq uint64, m *wire.Message) error {
 	if err := s.track.Dispatch(seq); err != nil {
 		return err
 	}
-	s.flights.put(seq, flight{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
+	s.win.put(seq, flight{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
 	s.updateInFlight()
 	return nil
 }
@@ -392,119 +388,7 @@ func (s *stream) updateInFlight() {
 		s.stats.OldestSent.Store(0)
 		return
 	}
-	s.stats.OldestSent.Store(s.flights.get(s.track.Acked() + 1).at.UnixNano())
-}
-
-// maybeSendStatus reports the watermark when the status interval has passed, or at once when
-// force is set.
-func (s *stream) maybeSendStatus(force bool) error {
-	if !force && time.Now().Before(s.statusDue) {
-		return nil
-	}
-	return s.sendStatus()
-}
-
-// sendStatus reports the watermark as written, flushed and applied, capped at the last position
-// the watch verified the publication for, after recording it in the registry: the slot is never
-// ahead of the record by walbox's doing. The publication is checked again when the check is due or
-// when the cap holds the watermark back. All three positions are set explicitly: pglogrepl would
-// otherwise copy the write position into a zero flush position.
-func (s *stream) sendStatus() error {
-	ctx := context.Background()
-	if time.Since(s.watch.checked) >= s.cfg.StatusInterval {
-		if err := s.watch.check(ctx); err != nil {
-			return err
-		}
-	}
-	// A watermark held back by the cap takes a check whose predecessor read a position past it:
-	// at most two more, one round trip each.
-	for i := 0; i < 2 && s.track.Watermark() > s.watch.limit; i++ {
-		if err := s.watch.check(ctx); err != nil {
-			return err
-		}
-	}
-	w := min(s.track.Watermark(), s.watch.limit)
-	if s.idleStep(s.watch.recorded, w) {
-		w = s.watch.recorded
-	}
-	if err := s.watch.record(ctx, w); err != nil {
-		return err
-	}
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: w,
-		WALFlushPosition: w,
-		WALApplyPosition: w,
-		ClientTime:       time.Now(),
-		ReplyRequested:   s.silent() >= s.cfg.StatusInterval/2,
-	})
-	if err != nil {
-		return fmt.Errorf("send status update: %w", err)
-	}
-	if w != s.reported {
-		s.log.Debug("confirmed position", "slot", s.cfg.Slot, "lsn", w.String())
-	}
-	s.reported = w
-	s.stats.confirmedLSN(w)
-	s.statusSent = time.Now()
-	s.statusDue = s.statusSent.Add(s.cfg.StatusInterval)
-	s.reportSoon()
-	return nil
-}
-
-// idleRecordStep is how far keepalives alone must move the watermark past the recorded position
-// before it is recorded and reported: more than the WAL of one record (a full page image after a
-// checkpoint included), little next to the WAL a slot retains.
-const idleRecordStep = 64 << 10
-
-// idleStep reports whether only keepalives moved the watermark from from to to, and by less than
-// idleRecordStep: most likely past the WAL of the relay's own last record. Recording that would be
-// WAL for the next keepalive to carry, a write every status interval on an idle database for
-// ever, so such a step is neither recorded nor reported.
-func (s *stream) idleStep(from, to pglogrepl.LSN) bool {
-	return to > from && s.moved <= from && to-from < idleRecordStep
-}
-
-// reportDelay is how soon a watermark that moved is reported: a relay killed then sends again
-// little more than its window.
-const reportDelay = 100 * time.Millisecond
-
-// reportSoon brings the next status update forward to reportDelay after the last one when the
-// watermark has moved past what was reported.
-func (s *stream) reportSoon() {
-	if w := s.track.Watermark(); w <= s.reported || s.idleStep(s.reported, w) {
-		return
-	}
-	if soon := s.statusSent.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.statusDue) {
-		s.statusDue = soon
-	}
-}
-
-// shutdown waits for outstanding confirms until pctx ends (the shutdown timeout after the stop)
-// and reports the final position. Whatever is still unconfirmed is not lost: the slot has not
-// moved past it, so the next run sends it again.
-func (s *stream) shutdown(pctx context.Context, confirms <-chan wire.Confirm) error {
-	for s.track.InFlight() > 0 {
-		var err error
-		select {
-		case c, ok := <-confirms:
-			err = s.applyConfirm(c, ok)
-		case <-pctx.Done():
-			// Confirms that arrived with the timeout still count.
-			if err = s.drainConfirms(confirms); err == nil && s.track.InFlight() > 0 {
-				err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
-			}
-		}
-		if err != nil {
-			s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
-				"unconfirmed", s.track.InFlight(), "error", err)
-			break
-		}
-	}
-	if err := s.sendStatus(); err != nil {
-		return err
-	}
-	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.track.Watermark().String())
-	return nil
+	s.stats.OldestSent.Store(s.win.get(s.track.Acked() + 1).at.UnixNano())
 }
 
 // owns reports whether this relay publishes or parks m, decoded from table ("" for a logical

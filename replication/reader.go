@@ -1,0 +1,199 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// reader is the goroutine that reads the replication connection. It queues a copy of the data of
+// every CopyData message the server sends, in order, for the stream's goroutine to take, and
+// touches nothing else: it never writes to the connection (the stream's goroutine sends every
+// status update) and never sees the stream's state. Reading on while the stream waits (for a
+// confirm, for the broker) is what lets the stream select on WAL, confirms, its status timer and
+// its context at once, and see at once a connection that ends.
+//
+// Reading from a pgconn in one goroutine while another sends status updates is safe: a status
+// update writes straight to the socket and shares no state with a receive.
+//
+// The queue is bounded (maxQueued messages, maxQueuedBytes); when it is full the reader stops
+// reading until the stream takes from it, and the server's silence is not judged meanwhile
+// (see listening).
+type reader struct {
+	conn   *pgconn.PgConn
+	slot   string
+	heard  *heardClock
+	onFail func(error) // called on the reader's goroutine when reading ends in an error
+
+	ready  chan struct{} // holds a token while the queue has frames or the reader has failed
+	failed chan struct{} // closed when reading has ended; err says why
+	done   chan struct{} // closed when the goroutine has returned
+
+	mu      sync.Mutex
+	room    *sync.Cond // signalled when the stream takes from the queue, or on stop
+	queue   [][]byte
+	bytes   int
+	full    bool // waiting for room: the server is not being read
+	stopped bool
+	err     error
+}
+
+// Bounds of what the reader holds for the stream: a large transaction read while the stream
+// waits for confirms stays in the server's socket buffer, not in memory, beyond them.
+const (
+	maxQueued      = 4096
+	maxQueuedBytes = 16 << 20
+)
+
+func startReader(conn *pgconn.PgConn, slot string, heard *heardClock, onFail func(error)) *reader {
+	r := &reader{conn: conn, slot: slot, heard: heard, onFail: onFail, ready: make(chan struct{}, 1),
+		failed: make(chan struct{}), done: make(chan struct{})}
+	r.room = sync.NewCond(&r.mu)
+	go r.run()
+	return r
+}
+
+func (r *reader) run() {
+	defer close(r.done)
+	for {
+		data, err := r.receive()
+		if err == nil && data == nil {
+			continue // a notice
+		}
+		if !r.put(data, err) {
+			return
+		}
+	}
+}
+
+// receive reads the next message; nil data and nil error for a notice.
+func (r *reader) receive() ([]byte, error) {
+	msg, err := r.conn.ReceiveMessage(context.Background())
+	if err != nil {
+		if pgconn.Timeout(err) && r.isStopped() {
+			return nil, errReaderStopped
+		}
+		return nil, fmt.Errorf("receive: %w", classify(err, r.slot))
+	}
+	data, err := copyData(msg, r.slot)
+	if data != nil {
+		data = append(make([]byte, 0, len(data)), data...) // the message is valid until the next receive
+	}
+	return data, err
+}
+
+// put queues data, or records err and ends reading. It waits while the queue is full, and
+// reports whether to read on.
+func (r *reader) put(data []byte, err error) bool {
+	r.mu.Lock()
+	if err == nil {
+		waited := false
+		for !r.stopped && len(r.queue) > 0 && (len(r.queue) >= maxQueued || r.bytes+len(data) > maxQueuedBytes) {
+			r.full, waited = true, true
+			r.room.Wait()
+		}
+		if waited {
+			// Nothing was read while full: the silence measured from here is the server's.
+			r.heard.mark()
+			r.full = false
+		}
+		if r.stopped {
+			r.mu.Unlock()
+			return false
+		}
+		r.queue = append(r.queue, data)
+		r.bytes += len(data)
+		r.mu.Unlock()
+		r.signal()
+		return true
+	}
+	stopped := r.stopped
+	r.err = err
+	close(r.failed)
+	r.mu.Unlock()
+	if !stopped {
+		r.onFail(err)
+	}
+	r.signal()
+	return false
+}
+
+func (r *reader) signal() {
+	select {
+	case r.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take moves every queued frame to the end of into and returns it, with the error that ended
+// reading once nothing is left before it.
+func (r *reader) take(into [][]byte) ([][]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	into = append(into, r.queue...)
+	clear(r.queue)
+	r.queue, r.bytes = r.queue[:0], 0
+	r.room.Signal()
+	if len(into) > 0 {
+		return into, nil
+	}
+	return into, r.err
+}
+
+// failure returns the error that ended reading, once failed is closed.
+func (r *reader) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// listening reports whether the reader is reading the server, rather than waiting for room.
+func (r *reader) listening() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.full
+}
+
+func (r *reader) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// stop ends the reader and waits for it: a read in progress is woken by a read deadline in the
+// past, which pgconn survives. The connection is the stream's again afterwards.
+func (r *reader) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.room.Broadcast()
+	r.mu.Unlock()
+	_ = r.conn.Conn().SetReadDeadline(time.Now())
+	<-r.done
+	_ = r.conn.Conn().SetReadDeadline(time.Time{})
+}
+
+var errReaderStopped = errors.New("reader stopped")
+
+// copyData returns the data of a CopyData message from the server; nil and no error for a
+// notice; an error for anything else, which ends the stream.
+func copyData(msg pgproto3.BackendMessage, slot string) ([]byte, error) {
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		if msg.Data == nil {
+			return []byte{}, nil // empty, but not a notice: handleCopyData refuses it
+		}
+		return msg.Data, nil
+	case *pgproto3.ErrorResponse:
+		return nil, fmt.Errorf("replication stream: %w", classify(pgconn.ErrorResponseToPgError(msg), slot))
+	case *pgproto3.CopyDone:
+		return nil, errors.New("replication stream: server ended the stream")
+	case *pgproto3.NoticeResponse:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("replication stream: unexpected message %T", msg)
+}
