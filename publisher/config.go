@@ -67,7 +67,8 @@ type Config struct {
 
 	// Window is the most messages in flight (published, not yet confirmed); Publish waits for a
 	// confirm beyond it. It sizes the internal notification buffers. Default 1024, at most
-	// MaxWindow.
+	// MaxWindow. A caller that bounds what it has in flight itself, as the relay does with the
+	// same setting, never waits here: give it at least that bound.
 	Window int
 
 	// AppID is the AMQP app-id property of every message and the connection name shown by the

@@ -21,9 +21,10 @@
 // there comes back as ErrReturned. Publish returns the message's sequence number, its delivery
 // tag: 1, 2, 3… within the session. Call it from a single goroutine, so that sequence order is the caller's order.
 //
-// At most Config.Window messages are in flight; Publish waits for a confirm beyond that. While
-// the broker blocks the connection (a memory or disk alarm), Publish waits before writing. Both
-// waits end with ctx, and the session stays usable. A write that blocks anyway ignores ctx
+// At most Config.Window messages are in flight; Publish waits for a confirm beyond that (the
+// relay keeps its own window, of the same size, and never waits here). While the broker blocks
+// the connection (a memory or disk alarm), Publish waits before writing. Both waits end with
+// ctx, and the session stays usable. A write that blocks anyway ignores ctx
 // inside amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write
 // that makes no progress for that long fails and ends the session. Brief stalls of the broker's
 // flow control, and large messages that keep moving, pass unharmed.
