@@ -192,3 +192,21 @@ func (e *env) swapTableWithRowsInTheGap() {
 		e.t.Fatal(err)
 	}
 }
+
+// A confirm that arrives while the relay waits on a quiet replication connection is applied as
+// it arrives, and the position it moves reported within about 100 ms: not when the server next
+// sends something, nor at the next status interval.
+func TestConfirmOnAQuietConnectionIsReportedSoon(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
+	e.start(func(c *replication.Config) { c.StatusInterval = 10 * time.Second })
+	_, before := e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	time.Sleep(300 * time.Millisecond) // the relay has read everything and waits
+	start := time.Now()
+	e.broker.ack(1)
+	waitFor(t, 5*time.Second, "the slot to pass the confirmed transaction", func() bool { return e.slotLSN() > before })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("reported %v after the confirm, want well under the status interval (10 s)", d.Round(time.Millisecond))
+	}
+	t.Logf("reported %v after the confirm (status interval 10 s)", time.Since(start).Round(time.Millisecond))
+}
