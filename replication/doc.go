@@ -39,7 +39,7 @@
 //	      ┌───────────┐  Window in flight ┌─────────────┐
 //	      │ streaming │ ────────────────► │ window full │
 //	      └───────────┘                   └─────────────┘
-//	        │   ▲  a publish outlasts a status deadline: publish blocked
+//	        │   ▲  a publish outlasts a status interval: publish blocked
 //	        │   └─ (the keeper reports; the publish gives up, confirms are applied, it retries)
 //	        │ Run's context ends (from either phase above; the shutdown deadline starts)
 //	        ├── inside a transaction ──► finishing (read on to its commit) ──┐
@@ -56,9 +56,7 @@
 // One function sends a position to the server: stream.sendStatus (status.go). It is called from
 //
 //   - stream.maybeSendStatus, when the status timer fires (stream.statusTick) or after a publish
-//     that gave up at a status deadline (stream.publish);
-//   - stream.publish, before a publish call when the next update is less than half an interval
-//     away;
+//     that gave up (stream.publish);
 //   - stream.handleCopyData, when a keepalive asks for a reply;
 //   - the keeper (statusKeeper.fire), at each status deadline during a publish call;
 //   - stream.finalReport at the end of a graceful stop (shutdown.go), and stream.finalStatus

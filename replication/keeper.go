@@ -14,29 +14,32 @@ import (
 // of a large message to a slow broker), can last longer than wal_sender_timeout. Meanwhile the
 // keeper
 //
-//   - sends the status updates that fall due, so that the server keeps the session, and asks
-//     the publish to give up at each (a publish that heeds its context returns, and the stream
-//     applies the confirms that arrived before it tries again);
+//   - sends the status updates that fall due, so that the server keeps the session;
+//   - asks a publish that has lasted a whole status interval to give up (one that heeds its
+//     context returns, and the stream applies the confirms that arrived before it tries again);
 //   - ends the publish call, and the session, as soon as the reader finds the connection gone
 //     or the server silent beyond the silence bound, before a standby can take the slot over:
 //     a relay that lost its replication connection must not publish any more.
 //
 // The stream's goroutine owns the connection's writes and the stream's state; it lends them to
 // the keeper for the length of each publish call (during) and takes them back before it touches
-// either again. The keeper acts only on a timer set for the next status deadline, or when the
-// reader fails; what both share is handed over under mu.
+// either again. The keeper acts only on a timer, set for the next status deadline or the end of
+// the call's first status interval, or when the reader fails; what both share is handed over
+// under mu. A publish that merely checks a new exchange is never asked to give up: that would cut
+// it, session and all.
 type statusKeeper struct {
 	s      *stream
 	mu     sync.Mutex
 	armed  bool
+	since  time.Time // when the publish call started
 	timer  *time.Timer
 	ctx    context.Context // the publish calls' context; ends with the stream's publishing
 	cancel context.CancelCauseFunc
 	err    error // why the connection is taken for gone
 }
 
-// errStatusDue is why the keeper ends a publish call's context: a status update fell due.
-var errStatusDue = errors.New("status update due")
+// errStatusDue is why the keeper ends a publish call's context: the call lasted a status interval.
+var errStatusDue = errors.New("publish held up for a status interval")
 
 // during calls send with the keeper armed. It returns send's results, or the keeper's error if
 // the connection was found gone meanwhile.
@@ -48,8 +51,8 @@ func (k *statusKeeper) during(send func(context.Context) (uint64, error)) (uint6
 	return seq, err
 }
 
-// waitedOut reports whether err says only that the last publish call gave up because a status
-// update fell due, with the session still alive and nothing written.
+// waitedOut reports whether err says only that the last publish call gave up when the keeper
+// asked it to, with the session still alive and nothing written.
 func (k *statusKeeper) waitedOut(err error) bool {
 	return err != nil && errors.Is(err, context.Canceled) && context.Cause(k.ctx) == errStatusDue &&
 		!errors.Is(err, wire.ErrSessionClosed)
@@ -61,8 +64,8 @@ func (k *statusKeeper) arm() context.Context {
 	if k.ctx == nil || context.Cause(k.ctx) == errStatusDue {
 		k.ctx, k.cancel = context.WithCancelCause(k.s.stop.publishing)
 	}
-	k.armed = true
-	wait := time.Until(k.s.statusDue)
+	k.armed, k.since = true, time.Now()
+	wait := k.wait(k.since)
 	if k.timer == nil {
 		k.timer = time.AfterFunc(wait, k.fire)
 	} else {
@@ -81,7 +84,17 @@ func (k *statusKeeper) disarm() error {
 	return err
 }
 
-// fire runs on the timer's goroutine at a status deadline during a publish call.
+// wait returns how long from now until the keeper has something to do: the status deadline, or
+// the end of the call's first status interval.
+func (k *statusKeeper) wait(now time.Time) time.Duration {
+	next := k.s.statusDue
+	if giveUp := k.since.Add(k.s.cfg.StatusInterval); giveUp.After(now) && giveUp.Before(next) {
+		next = giveUp
+	}
+	return next.Sub(now)
+}
+
+// fire runs on the timer's goroutine during a publish call.
 func (k *statusKeeper) fire() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -89,21 +102,22 @@ func (k *statusKeeper) fire() {
 	if !k.armed || k.err != nil {
 		return
 	}
-	if wait := time.Until(s.statusDue); wait > 0 {
-		k.timer.Reset(wait) // the deadline moved since the timer was set
-		return
+	now := time.Now()
+	if !now.Before(s.statusDue) {
+		err := s.checkHeard()
+		if err == nil {
+			err = s.sendStatus()
+		}
+		if err != nil {
+			k.gone(err)
+			return
+		}
 	}
-	s.stats.Blocked.Store(true)
-	err := s.checkHeard()
-	if err == nil {
-		err = s.sendStatus()
+	if now.Sub(k.since) >= s.cfg.StatusInterval {
+		s.stats.Blocked.Store(true)
+		k.cancel(errStatusDue)
 	}
-	if err != nil {
-		k.gone(err)
-		return
-	}
-	k.cancel(errStatusDue)
-	k.timer.Reset(time.Until(s.statusDue)) // for a call that does not heed its context
+	k.timer.Reset(k.wait(time.Now())) // on for a call that does not heed its context
 }
 
 // connFailed is the reader's word that the connection is gone: a publish call in progress ends.

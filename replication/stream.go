@@ -268,23 +268,15 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 
 // publish hands a message to the broker through send (a Publish or a Park), with the keeper
 // minding the replication connection meanwhile. A publish held up by the broker (a memory or
-// disk alarm blocks publishers) is the phase "publish blocked": at each status deadline the
-// keeper sends the status update and asks the publish to give up; the stream then applies the
-// confirms that arrived meanwhile and tries again. The publisher guarantees that a publish ended
+// disk alarm blocks publishers) is the phase "publish blocked": the keeper sends the status
+// updates that fall due, and once the call has lasted a status interval asks it to give up; the
+// stream then applies the confirms that arrived meanwhile and tries again. The publisher guarantees that a publish ended
 // by its context while waiting wrote nothing and left the session usable; an error that says
 // the session is gone ends the session here too, whatever else it wraps, or the retry would spin
 // on a dead session.
 func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
-		if time.Until(s.statusDue) < s.cfg.StatusInterval/2 {
-			// Send the status now rather than have the publish asked to give up a moment
-			// away: a publish that checks a new exchange is cut, session and all, when its
-			// ctx ends.
-			if err := s.sendStatus(); err != nil {
-				return 0, err
-			}
-		}
 		seq, err := s.keeper.during(send)
 		if !s.keeper.waitedOut(err) {
 			return seq, err
