@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 )
@@ -44,7 +45,7 @@ func setup(t *testing.T, pg *testenv.Postgres, broker *fakeBroker) *env {
 	if _, err := migrations.Apply(ctx, e.conn, migrations.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replication.EnsureSlot(ctx, db, e.slot, registry.New(e.conn, "public")); err != nil {
+	if _, err := replication.EnsureSlot(ctx, db, e.slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(e.conn, "public")); err != nil {
 		t.Fatal(err)
 	}
 	return e
