@@ -94,6 +94,7 @@ func TestChartEnvironment(t *testing.T) {
 
 	first.Kill()
 	second.Kill()
+	w.waitSlotReleased(slot) // the walsender notices the dead relay a moment later
 	w.pg.Exec(t, w.db, "SELECT pg_drop_replication_slot($1)", slot)
 	third := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+freeAddr(t)), pod.Relay.Args...)
 	if code := third.Wait(time.Minute); code != 1 || !strings.Contains(third.Output(), "replication slot does not exist: slot "+slot) {

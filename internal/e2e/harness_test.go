@@ -142,6 +142,26 @@ func (w *world) slotLSN() pglogrepl.LSN {
 	return lsn
 }
 
+// waitSlotReleased waits until no walsender holds slot.
+func (w *world) waitSlotReleased(slot string) {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var active bool
+		if err := w.conn.QueryRow(context.Background(),
+			"SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
+			w.t.Fatal(err)
+		}
+		if !active {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("slot %s still active 30s after its relays were killed", slot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // declareQueue declares the test's exchange and a durable queue bound to every routing key.
 func (w *world) declareQueue() {
 	w.t.Helper()
