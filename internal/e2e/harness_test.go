@@ -81,6 +81,7 @@ func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	return testenv.Run(w.t, cmd, 2*time.Minute)
 }
 
+// startRelay starts `walbox run` on the world; extraEnv settings win.
 func (w *world) startRelay(extraEnv ...string) *testenv.Program {
 	w.t.Helper()
 	return w.startRelayEnv(append(w.env(), extraEnv...), "run")
