@@ -69,7 +69,7 @@ func TestChartEnvironment(t *testing.T) {
 		return append(out, extra...)
 	}
 
-	migrate := exec.Command(walboxBin, pod.Migrate.Args...)
+	migrate := exec.Command(walboxBin(t), pod.Migrate.Args...)
 	migrate.Env = env(pod.Migrate.Env)
 	if out, err := migrate.CombinedOutput(); err != nil || !strings.Contains(string(out), "created replication slot "+slot) {
 		t.Fatalf("the migrate job: %v\n%s", err, out)
@@ -84,19 +84,20 @@ func TestChartEnvironment(t *testing.T) {
 	waitHTTP(t, standby, "/readyz", "second relay waits as a standby", func(code int, b string) bool {
 		return code == 200 && strings.Contains(b, "standby")
 	})
-	if !strings.Contains(first.out.String(), `"window":64`) {
-		t.Errorf("the config file's window did not reach the relay:\n%s", first.out.String())
+	if !strings.Contains(first.Output(), `"window":64`) {
+		t.Errorf("the config file's window did not reach the relay:\n%s", first.Output())
 	}
 	tx := w.insertTx(w.conn, 5, "order.created")
 	if dups := checkAll(t, []txn{tx}, w.drain([]txn{tx}, nil, time.Minute)); dups != 0 {
 		t.Errorf("%d duplicates", dups)
 	}
 
-	first.kill()
-	second.kill()
+	first.Kill()
+	second.Kill()
+	w.waitSlotReleased(slot) // the walsender notices the dead relay a moment later
 	w.pg.Exec(t, w.db, "SELECT pg_drop_replication_slot($1)", slot)
 	third := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+freeAddr(t)), pod.Relay.Args...)
-	if code := third.wait(time.Minute); code != 1 || !strings.Contains(third.out.String(), "replication slot does not exist: slot "+slot) {
-		t.Fatalf("a relay without its slot: exit %d, want 1 naming the slot:\n%s", code, third.out.String())
+	if code := third.Wait(time.Minute); code != 1 || !strings.Contains(third.Output(), "replication slot does not exist: slot "+slot) {
+		t.Fatalf("a relay without its slot: exit %d, want 1 naming the slot:\n%s", code, third.Output())
 	}
 }

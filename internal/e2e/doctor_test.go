@@ -102,7 +102,7 @@ func TestDoctorFailsOnWalLevelReplica(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_level", "replica"))
 	testenv.RequireOwn(t, pg)
 	db := pg.NewDatabase(t)
-	w := &world{t: t, pg: pg, rabbit: testenv.SharedRabbit(t), db: db, conn: pg.Conn(t, db), bin: walboxBin,
+	w := &world{t: t, pg: pg, rabbit: testenv.SharedRabbit(t), db: db, conn: pg.Conn(t, db), bin: walboxBin(t),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
 	// No slot can exist without wal_level = logical; the table and publication can.
 	if out, code := w.walbox(nil, "migrate", "--no-slot"); code != 0 {

@@ -108,8 +108,8 @@ func testClusterKill(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluste
 	w.progress(v, 300, 90*time.Second)
 	cluster.Node(killed).Start(t)
 	wr.stop()
-	if r.exited() {
-		t.Fatalf("walbox exited:\n%s", tail(r.out.String(), 30))
+	if r.Exited() {
+		t.Fatalf("walbox exited:\n%s", testenv.Tail(r.Output(), 30))
 	}
 	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, fmt.Sprintf("failover_to_first_confirm=%v", took.Round(time.Millisecond)))
 }
@@ -157,8 +157,8 @@ func testClusterRollingRestart(t *testing.T, pg *testenv.Postgres, cluster *test
 		w.progress(v, 200, 90*time.Second)
 		brokers = append(brokers, mustStatus(t, r).Broker)
 		t.Logf("node %d restarted in %v; walbox on %s", i, time.Since(start).Round(time.Millisecond), brokers[i])
-		if r.exited() {
-			t.Fatalf("walbox exited during the restart of node %d:\n%s", i, tail(r.out.String(), 30))
+		if r.Exited() {
+			t.Fatalf("walbox exited during the restart of node %d:\n%s", i, testenv.Tail(r.Output(), 30))
 		}
 	}
 	wr.stop()
