@@ -52,15 +52,6 @@ func config(t *testing.T) (relayd.Config, *testenv.Postgres, string) {
 	}, pg, db
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // start runs the daemon in the background; the returned channel yields Run's result.
 func start(t *testing.T, cfg relayd.Config) (*relayd.Daemon, context.CancelFunc, <-chan error) {
@@ -119,7 +110,7 @@ func waitResult(t *testing.T, done <-chan error) error {
 // returns nil only after the HTTP server is gone.
 func TestRunRelaysServesAndStopsEverything(t *testing.T) {
 	cfg, pg, db := config(t)
-	cfg.Listen = freeAddr(t)
+	cfg.Listen = testenv.FreeAddr(t)
 	_, cancel, done := start(t, cfg)
 
 	eventually(t, "ready", func() bool { code, _, _ := get(cfg.Listen, "/readyz"); return code == 200 })
@@ -148,7 +139,7 @@ func TestRunRelaysServesAndStopsEverything(t *testing.T) {
 // are gone.
 func TestRelayFailureEndsAll(t *testing.T) {
 	cfg, _, _ := config(t)
-	cfg.Listen = freeAddr(t)
+	cfg.Listen = testenv.FreeAddr(t)
 	no := false
 	cfg.Relay.CreateSlot = &no // the slot does not exist: the relay refuses to start
 	_, _, done := start(t, cfg)
