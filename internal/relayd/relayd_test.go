@@ -52,7 +52,6 @@ func config(t *testing.T) (relayd.Config, *testenv.Postgres, string) {
 	}, pg, db
 }
 
-
 // start runs the daemon in the background; the returned channel yields Run's result.
 func start(t *testing.T, cfg relayd.Config) (*relayd.Daemon, context.CancelFunc, <-chan error) {
 	t.Helper()
