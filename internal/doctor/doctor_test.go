@@ -34,12 +34,9 @@ func setup(t *testing.T) *env {
 		t.Skip("integration test: needs PostgreSQL and RabbitMQ")
 	}
 	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
-	e := &env{pg: pg, db: pg.NewDatabase(t), broker: rabbit.URL()}
-	e.conn = pg.Conn(t, e.db)
+	e := &env{pg: pg, broker: rabbit.URL()}
+	e.db, e.conn = pg.MigratedDatabase(t, migrations.Config{})
 	ctx := t.Context()
-	if _, err := migrations.Apply(ctx, e.conn, migrations.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	slot := testenv.UniqueName("slot")
 	if _, err := replication.EnsureSlot(ctx, e.db, slot, registry.New(e.conn, "public")); err != nil {
 		t.Fatal(err)

@@ -35,10 +35,7 @@ func config(t *testing.T) (relayd.Config, *testenv.Postgres, string) {
 		t.Skip("integration test: needs PostgreSQL and RabbitMQ")
 	}
 	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
-	db := pg.NewDatabase(t)
-	if _, err := migrations.Apply(t.Context(), pg.Conn(t, db), migrations.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	db, _ := pg.MigratedDatabase(t, migrations.Config{})
 	pcfg := publisher.Config{Exchange: testenv.UniqueName("ex"), AppID: "walbox"}
 	eps, err := publisher.NewEndpoints(pcfg, []string{rabbit.URL()})
 	if err != nil {
