@@ -150,13 +150,13 @@ func brokerFix(msg string) string {
 	switch {
 	case strings.Contains(low, "certificate") || strings.Contains(low, "x509") || strings.Contains(low, "tls"):
 		return "the broker's certificate was not accepted: set --amqp-ca-file to the CA that signed it, and use the host name the certificate names"
-	case strings.Contains(low, "403") || strings.Contains(low, "access_refused") || strings.Contains(low, "password"):
-		return "Check the user and password (--amqp-password or WALBOX_AMQP_PASSWORD_FILE); the user needs permissions on the vhost " +
+	case strings.Contains(low, "(403)") || strings.Contains(low, "access_refused") || strings.Contains(low, "password"):
+		return "check the user and password (--amqp-password or WALBOX_AMQP_PASSWORD_FILE); the user needs permissions on the vhost " +
 			"(rabbitmqctl set_permissions), and guest may only connect from localhost"
 	case strings.Contains(low, "vhost"):
-		return "Check the vhost in --amqp-url (the path after the host, %2F for the default /)"
+		return "check the vhost in --amqp-url (the path after the host, %2F for the default /)"
 	}
-	return "Check the host and port in --amqp-url (WALBOX_AMQP_URL), that RabbitMQ runs and that this host can reach it"
+	return "check the host and port in --amqp-url (WALBOX_AMQP_URL), that RabbitMQ runs and that this host can reach it"
 }
 
 // amqpHost returns the host:port of an AMQP URL, without credentials.

@@ -27,7 +27,7 @@ type pgFacts struct {
 func (d doctor) postgres(ctx context.Context) []Check {
 	conn, err := pgx.Connect(ctx, d.dsn)
 	if err != nil {
-		return []Check{failCheck("postgres", "Check --database-url (host, port, database, user, password) and that pg_hba.conf admits this client",
+		return []Check{failCheck("postgres", "check --database-url (host, port, database, user, password) and that pg_hba.conf admits this client",
 			"cannot connect to PostgreSQL: %v", err)}
 	}
 	defer conn.Close(context.Background())
@@ -147,7 +147,7 @@ func roleCheck(f pgFacts) Check {
 func (d doctor) replicationCheck(ctx context.Context, f pgFacts) Check {
 	cfg, err := pgconn.ParseConfig(d.dsn)
 	if err != nil {
-		return failCheck("replication_connection", "Check --database-url", "parse database url: not a valid connection string or URL")
+		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "walbox-doctor"
@@ -164,7 +164,7 @@ func (d doctor) replicationCheck(ctx context.Context, f pgFacts) Check {
 	if err != nil {
 		msg = err.Error()
 	}
-	fix := "Check the server log for the reason"
+	fix := "check the server log for the reason"
 	switch {
 	case strings.Contains(msg, "superuser or replication role"):
 		fix = "as a superuser: ALTER ROLE " + f.userSQL + " REPLICATION"
@@ -186,7 +186,7 @@ func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts
 	}
 	cov, err := inspect.ReadCoverage(ctx, conn, d.publication, tables)
 	if err != nil {
-		return []Check{failCheck("publication", "Check that the role can read pg_publication", "%v", err)}
+		return []Check{failCheck("publication", "check that the role can read pg_publication", "%v", err)}
 	}
 	if err := cov.Err(); err != nil {
 		fix := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", f.publicationSQL)
@@ -202,7 +202,7 @@ func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts
 	var upd, del, trunc, all bool
 	if err := conn.QueryRow(ctx, `SELECT pubupdate, pubdelete, pubtruncate, puballtables FROM pg_publication WHERE pubname = $1`,
 		d.publication).Scan(&upd, &del, &trunc, &all); err != nil {
-		return []Check{failCheck("publication", "Check that the role can read pg_publication", "read publication %s: %v", d.publication, err)}
+		return []Check{failCheck("publication", "check that the role can read pg_publication", "read publication %s: %v", d.publication, err)}
 	}
 	var extra []string
 	for _, op := range []struct {
@@ -243,7 +243,7 @@ func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m out
 	err := conn.QueryRow(ctx, `SELECT attnames, rowfilter FROM pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, d.publication, t.Schema, t.Name).Scan(&attnames, &rowfilter)
 	if err != nil {
-		return failCheck("publication_table", "Check that the role can read pg_publication_tables", "read the tables of publication %s: %v", d.publication, err)
+		return failCheck("publication_table", "check that the role can read pg_publication_tables", "read the tables of publication %s: %v", d.publication, err)
 	}
 	// A column list (PostgreSQL 15) that leaves out a column walbox reads: the column is in the
 	// table, not in what the publication sends. A column missing from the table is tableCheck's.
