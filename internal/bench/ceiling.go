@@ -55,7 +55,9 @@ func runCeiling(ctx context.Context, spec childSpec) error {
 
 // publishShare publishes publisher i's share of n: the seqs i, i+n, i+2n, ... below spec.Count,
 // each when the schedule of spec.Rate has it due (at once without a rate), and waits for every
-// confirm.
+// confirm, also once ctx has ended: the benchmark stops the ceiling as soon as the consumer has
+// every message, which may be before the last confirms arrived (the stop's timeout bounds the
+// wait).
 func (p *pipeline) publishShare(ctx context.Context, spec childSpec, i, n int, start time.Time) error {
 	for seq := i; seq < spec.Count; seq += n {
 		if spec.Rate > 0 {
@@ -70,7 +72,7 @@ func (p *pipeline) publishShare(ctx context.Context, spec childSpec, i, n int, s
 			return err
 		}
 	}
-	return p.waitAll(ctx)
+	return p.waitAll(context.WithoutCancel(ctx))
 }
 
 // pipeline publishes with at most window messages awaiting their confirm, and records the time
