@@ -18,8 +18,9 @@ func (rep *Report) clusterTable(w io.Writer) {
 		"consumed on node 1, which leads it. *ceiling* is one publisher on node 1; *%s* are %d, one per node, "+
 		"each with its own connection, channel and window of %d; walbox gets every node in `--amqp-url` "+
 		"(its session, or each lane in turn, connects to the next node, node 1 first) and declares its "+
-		"alternate and park queues as quorum queues. Ratios are to the one-publisher ceiling of the same "+
-		"scenario: throughput as a share of its rate, latency as a multiple of its latency.\n\n",
+		"alternate and park queues as quorum queues. Broker CPU in the tables below is every node's VM "+
+		"together. Ratios are to the one-publisher ceiling of the same scenario: throughput as a share of "+
+		"its rate, latency as a multiple of its latency.\n\n",
 		rep.Nodes, Ceiling3, Ceiling3.connections(), rep.Window)
 	fmt.Fprintln(w, "| scenario | contender | connections | msg/s | vs ceiling | commit → consumer p50 | vs ceiling | p99 | vs ceiling |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|")
