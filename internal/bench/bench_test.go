@@ -90,13 +90,7 @@ func checkResult(t *testing.T, r bench.Result) {
 
 func checkOutput(t *testing.T, rep *bench.Report) {
 	t.Helper()
-	var md strings.Builder
-	rep.Markdown(&md)
-	for _, want := range []string{"## Drain", "## Steady", "## Targets", "| steady | walbox |", "| drain | polling 1s |"} {
-		if !strings.Contains(md.String(), want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md.String())
-		}
-	}
+	markdown(t, rep, "## Drain", "## Steady", "## Targets", "| steady | walbox |", "| drain | polling 1s |")
 	var svg strings.Builder
 	rep.SVG(&svg)
 	checkXML(t, svg.String())
