@@ -19,6 +19,7 @@ type runSettings struct {
 	b                                          *brokerSettings
 	status, shutdown, createSlot, wait, listen *setting
 	otlp, logLevel, logFormat, shards, shardK  *setting
+	lanes                                      *setting
 }
 
 func newRunSettings() *runSettings {
@@ -38,6 +39,8 @@ func newRunSettings() *runSettings {
 	r.logFormat = c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
 	r.shards = addShards(&c.s, "the number of shards `walbox migrate --shards` created (default: read from the publications)")
 	r.shardK = c.s.add("shard", "WALBOX_SHARD", "", "stream this shard (0, 1, ...) of the sharded outbox table, from its own slot")
+	r.lanes = c.s.add("lanes", "WALBOX_LANES", "1", "publish over this many channels, each on its own connection, "+
+		"by a hash of the aggregate id: each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)")
 	return r
 }
 
@@ -70,7 +73,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	rc := cfg.Relay
 	log.Info("starting", "version", version, "slot", rc.Slot, "publication", rc.Publication,
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
-		"brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
+		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", rc.Slot, "error", err)
 		return errors.New(redact.Text(err.Error(), r.c.secrets()...))
@@ -97,6 +100,12 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	}
 	if err := applyShard(ctx, &rc, r.c, r.shards, r.shardK, rc.Logger); err != nil {
 		return cfg, "", err
+	}
+	if cfg.Lanes, err = r.lanes.int(); err != nil {
+		return cfg, "", err
+	}
+	if cfg.Lanes < 1 || cfg.Lanes > relayd.MaxLanes {
+		return cfg, "", badSetting(r.lanes, "%d; want 1 to %d", cfg.Lanes, relayd.MaxLanes)
 	}
 	cfg.Relay, cfg.Secrets = rc, r.c.secrets()
 	if r.listen.value != "off" {

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,10 @@ func TestClusterFaults(t *testing.T) {
 	t.Run("rolling restart of every node", func(t *testing.T) {
 		defer cluster.StartAll(t)
 		testClusterRollingRestart(t, pg, cluster)
+	})
+	t.Run("three lanes, nodes killed in turn", func(t *testing.T) {
+		defer cluster.StartAll(t)
+		testClusterLanes(t, pg, cluster)
 	})
 }
 
@@ -167,4 +172,39 @@ func testClusterRollingRestart(t *testing.T, pg *testenv.Postgres, cluster *test
 	if st := mustStatus(t, r); st.Sessions < 2 {
 		t.Errorf("walbox had %d sessions: the restarts never reached it", st.Sessions)
 	}
+}
+
+// Three publishing lanes, one per node: two nodes are killed in turn (and started again) while
+// rows are written. A lane lost ends every lane and walbox starts again from the slot, past which
+// nothing unconfirmed on any lane went: nothing is lost, and no aggregate's messages arrive out of
+// their commit order (the verdict checks both).
+func testClusterLanes(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
+	w := clusterWorld(t, pg, cluster, 2)
+	w.relayMQ = strings.Join(cluster.URLs(), ",")
+	wr, v, r := brokerWorld(t, w, 34, quorumSinks, "WALBOX_LANES=3")
+	nodes := map[string]bool{}
+	for _, m := range regexp.MustCompile(`msg="connected to broker" broker=(\S+)`).FindAllStringSubmatch(r.Output(), -1) {
+		nodes[m[1]] = true
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("the lanes' sessions reached nodes %v; want one lane on each of the three\n%s", nodes, testenv.Tail(r.Output(), 20))
+	}
+	for _, k := range []int{0, 1} {
+		sessions := mustStatus(t, r).Sessions
+		start := time.Now()
+		cluster.Node(k).Kill(t)
+		waitFor(t, 2*time.Minute, "a new session after a lane's node was killed", func() bool {
+			st, err := r.status()
+			return err == nil && st.Sessions > sessions && st.State == "streaming"
+		})
+		t.Logf("killed node %d; streaming again %v later", k, time.Since(start).Round(time.Millisecond))
+		w.progress(v, 300, 90*time.Second)
+		cluster.Node(k).Start(t)
+		cluster.StartAll(t)
+	}
+	wr.stop()
+	if r.Exited() {
+		t.Fatalf("walbox exited:\n%s", testenv.Tail(r.Output(), 30))
+	}
+	w.verdict(wr.Writer, v, 3*time.Minute, 2, 2, "lanes=3")
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
+// MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
+const MaxLanes = 64
+
 // DefaultSlotPoll is how often the slot's retained WAL is read for the metrics by default.
 const DefaultSlotPoll = 15 * time.Second
 
@@ -28,6 +31,9 @@ type Config struct {
 	// Brokers are the RabbitMQ endpoints the sessions dial, the next one after a session is lost.
 	// Required.
 	Brokers *publisher.Endpoints
+	// Lanes is the number of publishing lanes (publisher.Lanes); 0 or 1 publishes on one channel,
+	// in commit order.
+	Lanes int
 	// Listen is the address of the HTTP endpoints, host:port; "" serves none.
 	Listen string
 	// Observer, when set, is told of every event as well as the metrics (the span exporter).
@@ -66,7 +72,10 @@ func New(cfg Config) (*Daemon, error) {
 	if rc.Logger == nil {
 		rc.Logger = slog.New(slog.DiscardHandler)
 	}
-	rc.Dial = dialer(cfg.Brokers, rc.Logger)
+	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
+		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
+	}
+	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {
 		rc.Observer = observers{d.metrics, cfg.Observer}
