@@ -22,17 +22,18 @@ var (
 	engine   *dockerenv.Engine
 	images   dockerenv.Images
 	repo     string
-	setupErr error // why the engine or the images are missing
+	missing  error // what the machine lacks to run the harness at all
+	setupErr error // why the engine or the images could not be set up on a machine that has it all
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
 	repo, _ = filepath.Abs(filepath.Join("..", ".."))
-	if setupErr = requirements(); setupErr != nil {
+	if missing = requirements(); missing != nil {
 		return m.Run() // each test skips or fails with the reason
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	start := time.Now()
 	if engine, setupErr = dockerenv.StartEngine(ctx); setupErr != nil {
@@ -88,17 +89,20 @@ func requirements() error {
 	return nil
 }
 
-// requireEngine skips the test outside CI, and fails it under CI, when the engine or the images
-// could not be set up.
+// requireEngine fails the test when the engine or the images could not be set up, and when the
+// machine lacks what the harness needs skips it outside CI and fails it under CI.
 func requireEngine(t *testing.T) {
 	t.Helper()
-	if setupErr == nil {
+	if setupErr != nil {
+		t.Fatalf("compose harness: %v", setupErr)
+	}
+	if missing == nil {
 		return
 	}
 	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		t.Fatalf("compose harness (CI=true): %v", setupErr)
+		t.Fatalf("compose harness (CI=true): %v", missing)
 	}
-	t.Skipf("compose harness: %v", setupErr)
+	t.Skipf("compose harness: %v", missing)
 }
 
 // newProject returns a project of the compose file with the local images; the caller removes it.

@@ -252,13 +252,13 @@ func bindQueue(t *testing.T, url, queue, exchange, key string) {
 // about eight minutes, and two of their tests fail against shared servers (TestStartupErrors, and
 // TestDemoNotifiesEveryOrder, whose demo uses the exchange outbox that the stack's own relay and
 // notifier use too).
-var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./internal/checker/"}
+var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./internal/checker/", "./internal/e2e/", "./internal/examplee2e/"}
 
 // The test profile runs integration tests inside compose against the compose servers.
 func TestTestProfile(t *testing.T) {
 	p := stack(t)
 	start := time.Now()
-	args := append([]string{"--profile", "test", "run", "--rm", "test", "go", "test", "-race", "-count=1", "-timeout", "20m", "-v"}, testPackages...)
+	args := append([]string{"--profile", "test", "run", "--rm", "test", "go", "test", "-race", "-count=1", "-timeout", "30m", "-v"}, testPackages...)
 	out, err := p.Compose(t.Context(), args...)
 	t.Logf("test profile ran in %v", time.Since(start).Round(time.Second))
 	passed := regexp.MustCompile(`(?m)^\s*--- PASS`).FindAllString(out, -1)
