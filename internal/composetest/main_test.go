@@ -4,6 +4,7 @@ package composetest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,7 +34,7 @@ func run(m *testing.M) int {
 	if missing = requirements(); missing != nil {
 		return m.Run() // each test skips or fails with the reason
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTime())
 	defer cancel()
 	start := time.Now()
 	if engine, setupErr = dockerenv.StartEngine(ctx); setupErr != nil {
@@ -62,6 +63,21 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// testsNeed is what the tests need after the setup: about 15 minutes on two busy cores.
+const testsNeed = 25 * time.Minute
+
+// setupTime returns how long the engine and the images may take to set up: what go test's
+// -timeout leaves after the tests (a cold setup took 26 minutes on two busy cores).
+func setupTime() time.Duration {
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > testsNeed {
+			return d - testsNeed
+		}
+	}
+	return 45 * time.Minute
 }
 
 // stopOnSignal stops the engine, and with it every container, when the tests are interrupted.

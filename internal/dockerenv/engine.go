@@ -58,7 +58,10 @@ func StartEngine(ctx context.Context) (*Engine, error) {
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
 		"--host", e.Host,
 		"--storage-driver", "vfs", "--iptables=false", "--bridge=none", "--userland-proxy=false",
-		"--cgroup-parent", filepath.Base(dir)) // so that leftovers can be found and killed
+		"--cgroup-parent", filepath.Base(dir), // so that leftovers can be found and killed
+		// dockerd starts a containerd of its own, unless the system's runs: then it uses that one,
+		// and these keep its containers apart from the system daemon's.
+		"--containerd-namespace", filepath.Base(dir), "--containerd-plugins-namespace", filepath.Base(dir)+"-plugins")
 	e.cmd.Stdout, e.cmd.Stderr = log, log
 	// Own process group, and SIGKILL if the test binary dies; its containers then stay behind
 	// until a later StartEngine kills them and removes the directory.
