@@ -43,6 +43,8 @@ func run(m *testing.M) int {
 	defer engine.Stop()
 	stopOnSignal(engine)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "composetest: "+format+"\n", args...) }
+	driver, _ := engine.Docker(ctx, "info", "--format", "{{.Driver}}")
+	logf("engine up, storage driver %s", driver)
 	cache, err := dockerenv.DefaultCache()
 	if err != nil {
 		setupErr = err

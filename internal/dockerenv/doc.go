@@ -4,9 +4,10 @@
 // # The engine
 //
 // StartEngine starts dockerd with its socket, data root, exec root and pid file in a fresh
-// directory under os.TempDir, vfs storage, and no iptables rules, default bridge or userland
-// proxy: ports a compose file publishes are not bound on the host, so nothing collides with
-// servers on the machine, and clients reach containers by their address on the project's network.
+// directory under os.TempDir, the storage driver it picks there (overlay2, or vfs where overlay2
+// does not work), and no iptables rules, default bridge or userland proxy: ports a compose file
+// publishes are not bound on the host, so nothing collides with servers on the machine, and
+// clients reach containers by their address on the project's network.
 // Stop stops the daemon (and with it every container) and removes the directory; a later
 // StartEngine removes what a test binary that died left behind. The system's daemon, if any, is
 // never used.
