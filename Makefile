@@ -46,7 +46,7 @@ chart: $(STATICCHECK) ## the Helm chart's tests (deploy/helm, a module of its ow
 
 test-compose: ## docker-compose.yml under a Docker engine of the test's own, images built locally and cached (root; about 35 min cold, 7-10 warm)
 	$(GO) vet -tags compose ./internal/composetest/
-	$(GO) test -tags compose -count=1 -timeout 75m -v ./internal/composetest/
+	$(GO) test -tags compose -count=1 -timeout 70m -v ./internal/composetest/
 
 unit: ## the fast tests only (no servers)
 	$(GO) test -race -count=1 -short $(PKGS)
