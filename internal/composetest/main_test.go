@@ -67,11 +67,13 @@ func run(m *testing.M) int {
 	return code
 }
 
-// testsNeed is what the tests need after the setup: about 15 minutes on two busy cores.
+// testsNeed is what the tests need after the setup: they took 10 minutes on two busy cores (13
+// with vfs storage).
 const testsNeed = 25 * time.Minute
 
 // setupTime returns how long the engine and the images may take to set up: what go test's
-// -timeout leaves after the tests (a cold setup took 26 minutes on two busy cores).
+// -timeout leaves after the tests (a cold setup took 8 minutes with vfs storage on two busy
+// cores, 26 on a busier machine).
 func setupTime() time.Duration {
 	flag.Parse()
 	if f := flag.Lookup("test.timeout"); f != nil {

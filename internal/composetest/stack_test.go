@@ -264,7 +264,7 @@ func bindQueue(t *testing.T, url, queue, exchange, key string) {
 // (kills, restarts, proxies): its tests need servers of their own and skip on shared ones.
 // internal/testenv tests the harness's own server management, which external servers bypass.
 // internal/bench sets up the benchmark's relays and loads, which `make bench` runs. `make test`
-// runs all three. The profile took 5½ minutes on two busy cores.
+// runs all three. The profile took 3m40s on two busy cores.
 var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./decoder/", "./inspect/",
 	"./shard/", "./internal/checker/", "./internal/e2e/", "./internal/examplee2e/"}
 
