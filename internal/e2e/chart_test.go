@@ -45,8 +45,19 @@ func TestChartEnvironment(t *testing.T) {
 	}
 	amqpPassword, _ := amqpURL.User.Password()
 	amqpURL.User = url.User(amqpURL.User.Username())
+	dbURL, err := url.Parse(w.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The harness's own server trusts local connections; an external one takes the URL's password.
+	dbPassword, ok := dbURL.User.Password()
+	if ok {
+		dbURL.User = url.User(dbURL.User.Username())
+	} else {
+		dbPassword = "unused: the test server trusts local connections"
+	}
 	for name, data := range map[string]string{
-		"secrets/database-password": "unused: the test server trusts local connections\n",
+		"secrets/database-password": dbPassword + "\n",
 		"secrets/amqp-password":     amqpPassword + "\n", // a trailing newline, as kubectl create secret --from-file leaves
 		"config/walbox.yaml":        pod.Config,
 	} {
@@ -59,7 +70,7 @@ func TestChartEnvironment(t *testing.T) {
 		}
 	}
 	slot := testenv.UniqueName("chart")
-	fill := strings.NewReplacer("__DATABASE_URL__", w.db, "__AMQP_URL__", amqpURL.String(),
+	fill := strings.NewReplacer("__DATABASE_URL__", dbURL.String(), "__AMQP_URL__", amqpURL.String(),
 		"__SLOT__", slot, "__EXCHANGE__", w.exchange, "/etc/walbox/", mounts+"/")
 	env := func(vars map[string]string, extra ...string) []string {
 		out := []string{"PATH=" + os.Getenv("PATH")}

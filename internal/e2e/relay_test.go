@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -318,8 +319,12 @@ func TestStartupErrors(t *testing.T) {
 	})
 	t.Run("wrong database password", func(t *testing.T) {
 		w := newWorld(t, pg, rabbit)
-		u := strings.Replace(w.db, "postgres@", "nobody:"+secret+"@", 1)
-		out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + u}, "status")
+		u, err := url.Parse(w.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword("nobody", secret) // whatever role the server's URL names
+		out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + u.String()}, "status")
 		if code == 0 || strings.Contains(out, secret) {
 			t.Fatalf("exit %d, output %q: want a failure without the password", code, out)
 		}
