@@ -175,7 +175,7 @@ func testClusterRollingRestart(t *testing.T, pg *testenv.Postgres, cluster *test
 }
 
 // Three publishing lanes, one per node: two nodes are killed in turn (and started again) while
-// rows are written. A lane lost ends every lane and walbox starts again from the slot, past which
+// rows are written, twice in all (12 times in the soak). A lane lost ends every lane and walbox starts again from the slot, past which
 // nothing unconfirmed on any lane went: nothing is lost, and no aggregate's messages arrive out of
 // their commit order (the verdict checks both).
 func testClusterLanes(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
@@ -189,7 +189,9 @@ func testClusterLanes(t *testing.T, pg *testenv.Postgres, cluster *testenv.Clust
 	if len(nodes) != 3 {
 		t.Fatalf("the lanes' sessions reached nodes %v; want one lane on each of the three\n%s", nodes, testenv.Tail(r.Output(), 20))
 	}
-	for _, k := range []int{0, 1} {
+	kills := soakInt("WALBOX_SOAK_CLUSTER_KILLS", 2, 12)
+	for i := range kills {
+		k := i % 2 // node 2 holds the verifier's queue
 		sessions := mustStatus(t, r).Sessions
 		start := time.Now()
 		cluster.Node(k).Kill(t)
@@ -206,5 +208,5 @@ func testClusterLanes(t *testing.T, pg *testenv.Postgres, cluster *testenv.Clust
 	if r.Exited() {
 		t.Fatalf("walbox exited:\n%s", testenv.Tail(r.Output(), 30))
 	}
-	w.verdict(wr.Writer, v, 3*time.Minute, 2, 2, "lanes=3")
+	w.verdict(wr.Writer, v, 3*time.Minute, kills, kills, "lanes=3")
 }
