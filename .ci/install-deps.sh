@@ -2,8 +2,10 @@
 # Installs the servers the integration tests start (internal/testenv), and
 # the Docker engine, docker-compose and debootstrap that the compose tests use
 # (internal/composetest), on Debian bookworm, if missing. Idempotent; run as root.
-# The system services the packages start are harmless: the tests run nodes
-# (and a Docker engine) of their own and never use the system ones.
+# It starts none of the packages' services: the tests run nodes (and a Docker
+# engine, with its containerd) of their own and never use the system ones, and a
+# machine without an init system (a container) could not start them, which
+# would fail the packages' configuration.
 set -eu
 
 missing=""
@@ -18,6 +20,12 @@ if [ -z "$missing" ]; then
 	exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	# invoke-rc.d and deb-systemd-invoke start no service while this denies it
+	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+	chmod 755 /usr/sbin/policy-rc.d
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 # shellcheck disable=SC2086 # word splitting of the package list is intended
 apt-get install -y -qq --no-install-recommends $missing

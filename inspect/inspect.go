@@ -274,3 +274,46 @@ func CheckTable(ctx context.Context, q Querier, m wire.Mapping) (map[string]stri
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// CoverageHolds reports whether the coverage identity now holds everything the identity recorded
+// held: the same publication, and every table recorded with the same identity and the same places
+// in it. It may hold more (an outbox table mapped and added to the publication since). A table
+// dropped from the publication and added again, or swapped by renames, is not held: its place or
+// its identity changed, and rows written in between were not decoded.
+func CoverageHolds(now, recorded string) bool {
+	nowPub, nowTables, ok1 := splitIdentity(now)
+	recPub, recTables, ok2 := splitIdentity(recorded)
+	if !ok1 || !ok2 || nowPub != recPub {
+		return false
+	}
+	held := make(map[string]bool, len(nowTables))
+	for _, t := range nowTables {
+		held[t] = true
+	}
+	for _, t := range recTables {
+		if !held[t] {
+			return false
+		}
+	}
+	return true
+}
+
+// splitIdentity splits a Coverage.Identity into the publication's identity and the tables'.
+func splitIdentity(id string) (publication string, tables []string, ok bool) {
+	rest, ok := strings.CutPrefix(id, "publication ")
+	if !ok {
+		return "", nil, false
+	}
+	publication, list, ok := strings.Cut(rest, ", tables ")
+	if !ok {
+		publication, ok = strings.CutSuffix(rest, ", tables")
+	}
+	for _, t := range strings.Fields(list) {
+		// A table that did not exist ("-:") or was not in the publication (":" with nothing after
+		// it) holds nothing.
+		if strings.HasPrefix(t, "-:") || strings.HasSuffix(t, ":") {
+			return "", nil, false
+		}
+	}
+	return publication, strings.Fields(list), ok
+}

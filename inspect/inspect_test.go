@@ -86,13 +86,14 @@ func TestLeastPrivilegeRoleSeesWhatRunNeeds(t *testing.T) {
 	pg, db, conn := setup(t)
 	ctx := t.Context()
 	role := strings.ReplaceAll(testenv.UniqueName("relay"), "-", "_")
-	pg.Exec(t, db, "CREATE ROLE "+role+" LOGIN REPLICATION")
+	// A password, for servers that ask for one (the harness's own trusts local connections).
+	pg.Exec(t, db, "CREATE ROLE "+role+" LOGIN REPLICATION PASSWORD '"+role+"'")
 	t.Cleanup(func() { pg.Exec(t, pg.URL(), "DROP ROLE IF EXISTS "+role) })
 	u, err := url.Parse(db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(role)
+	u.User = url.UserPassword(role, role)
 	relay := pg.Conn(t, u.String())
 	for _, q := range []inspect.Querier{conn, relay} {
 		cols, err := inspect.CheckTable(ctx, q, wire.Mapping{Table: wire.DefaultTable})

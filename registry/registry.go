@@ -116,7 +116,7 @@ func (s *Store) Exists(ctx context.Context) (bool, error) {
 func (s *Store) Current(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL",
-		s.table, s.fn("walbox_slot_coverage")+"(text, text)").Scan(&ok)
+		s.table, s.fn("walbox_slot_widen_coverage")+"(text, text, text)").Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
 	}
@@ -184,13 +184,24 @@ func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pg
 // PinCoverage records coverage (inspect.Coverage.Identity) for the slot unless a coverage is
 // recorded already, and returns the recorded one.
 func (s *Store) PinCoverage(ctx context.Context, slot, coverage string) (string, error) {
+	return s.coverage(ctx, "record", slot, "walbox_slot_coverage", "($1, $2)", slot, coverage)
+}
+
+// WidenCoverage replaces the coverage recorded for the slot by coverage, if recorded is still
+// the one recorded, and returns the recorded one. The caller has judged that coverage holds
+// everything recorded holds (inspect.CoverageHolds).
+func (s *Store) WidenCoverage(ctx context.Context, slot, recorded, coverage string) (string, error) {
+	return s.coverage(ctx, "widen", slot, "walbox_slot_widen_coverage", "($1, $2, $3)", slot, recorded, coverage)
+}
+
+// coverage calls the registry function fn, which returns the slot's recorded coverage.
+func (s *Store) coverage(ctx context.Context, verb, slot, fn, params string, args ...any) (string, error) {
 	var got *string
-	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_coverage")+"($1, $2)", slot, coverage).Scan(&got)
-	if err != nil {
-		return "", fmt.Errorf("record the coverage of slot %s: %w", slot, err)
+	if err := s.db.QueryRow(ctx, "SELECT "+s.fn(fn)+params, args...).Scan(&got); err != nil {
+		return "", fmt.Errorf("%s the coverage of slot %s: %w", verb, slot, err)
 	}
 	if got == nil {
-		return "", fmt.Errorf("record the coverage of slot %s: %w", slot, ErrNotRecorded)
+		return "", fmt.Errorf("%s the coverage of slot %s: %w", verb, slot, ErrNotRecorded)
 	}
 	return *got, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
@@ -149,7 +150,7 @@ func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
 	if err := e.stop(); err != nil {
 		t.Fatal(err)
 	}
-	e.swapTableWithRowsInTheGap()
+	e.swapTableWithRowsInTheGap("outbox")
 	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
 	again.start(nil)
 	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrNotCovered) || !strings.Contains(err.Error(), "recover") {
@@ -161,34 +162,80 @@ func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
 // create the slot and its record ahead of the first relay, which may start much later. Rows
 // written in between were never decoded all the same.
 func TestCoverageChangedBeforeTheFirstRunIsRefused(t *testing.T) {
-	// Not yet: recording the coverage when the slot is created needs the relay's tables, and a
-	// relay may legitimately start with more (a mapped table added to the publication after walbox
-	// migrate, internal/e2e TestMappedLegacyTable), which the recorded coverage would refuse.
-	t.Skip("known gap: a slot's coverage is recorded at its first run, not when walbox migrate or walbox reshard creates it")
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true)) // the slot exists, recorded as migrate records it
-	e.swapTableWithRowsInTheGap()
+	e.swapTableWithRowsInTheGap("outbox")
 	e.start(nil)
 	if err := e.wait(20 * time.Second); !errors.Is(err, replication.ErrNotCovered) || !strings.Contains(err.Error(), "recover") {
 		t.Fatalf("Run = %v (published %d), want ErrNotCovered naming walbox recover", err, len(e.broker.messages()))
 	}
 }
 
-// swapTableWithRowsInTheGap renames a new outbox table into place, commits rows to it while the
+// A relay may start with more tables than the slot's record holds: a table mapped and added to
+// the publication after walbox migrate created the slot. The record then takes the table in, so
+// that a later swap of that table while no walbox runs is refused as well.
+func TestCoverageWidensForAMappedTable(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	ctx := context.Background()
+	for _, sql := range []string{
+		"CREATE TABLE events (LIKE outbox INCLUDING ALL)",
+		"ALTER PUBLICATION walbox ADD TABLE events",
+	} {
+		if _, err := e.conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapped := func(c *replication.Config) {
+		c.Mappings = []wire.Mapping{wire.DefaultMapping(wire.DefaultTable),
+			wire.DefaultMapping(wire.Table{Schema: "public", Name: "events"})}
+	}
+	e.start(mapped)
+	e.insertInto("events", "mapped")
+	e.broker.waitPublished(t, 1)
+	if err := e.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var coverage string
+	if err := e.conn.QueryRow(ctx, "SELECT coverage FROM walbox_slots WHERE slot_name = $1", e.slot).Scan(&coverage); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(coverage[strings.Index(coverage, "tables")+len("tables"):])); n != 2 {
+		t.Fatalf("recorded coverage %q holds %d tables, want both", coverage, n)
+	}
+
+	e.swapTableWithRowsInTheGap("events")
+	again := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
+	again.start(mapped)
+	if err := again.wait(20 * time.Second); !errors.Is(err, replication.ErrNotCovered) {
+		t.Fatalf("Run = %v, want ErrNotCovered: the mapped table was swapped while no walbox ran", err)
+	}
+}
+
+// swapTableWithRowsInTheGap renames a new copy of table into place, commits a row to it while the
 // publication still holds the old one (never decoded), and then adds it to the publication.
-func (e *env) swapTableWithRowsInTheGap() {
+func (e *env) swapTableWithRowsInTheGap(table string) {
 	e.t.Helper()
 	ctx := context.Background()
 	for _, sql := range []string{
-		"CREATE TABLE outbox_new (LIKE outbox INCLUDING ALL)",
-		"ALTER TABLE outbox RENAME TO outbox_old",
-		"ALTER TABLE outbox_new RENAME TO outbox",
+		"CREATE TABLE " + table + "_new (LIKE " + table + " INCLUDING ALL)",
+		"ALTER TABLE " + table + " RENAME TO " + table + "_old",
+		"ALTER TABLE " + table + "_new RENAME TO " + table,
 	} {
 		if _, err := e.conn.Exec(ctx, sql); err != nil {
 			e.t.Fatal(err)
 		}
 	}
-	e.insertTx(2, "in the gap")
-	if _, err := e.conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE outbox"); err != nil {
+	e.insertInto(table, "in the gap")
+	if _, err := e.conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE "+table); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// insertInto commits one row to table, which has the default contract.
+func (e *env) insertInto(table, eventType string) {
+	e.t.Helper()
+	_, err := e.conn.Exec(context.Background(), "INSERT INTO "+table+` (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'order', '1', $2, '{}')`, uuid.New(), eventType)
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }

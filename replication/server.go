@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/wire"
 )
 
 // connect opens a logical replication connection (replication=database).
@@ -83,7 +84,11 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrep
 // created it. `walbox migrate` calls it right after creating the publication, so rows committed
 // before the first run are covered. A slot that is missing though recorded is not recreated: that
 // would skip the rows committed since it vanished (walbox recover deals with that).
-func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (bool, error) {
+//
+// The record holds what publication covers of tables, read before the slot is created: a relay
+// that starts much later, after the publication or a table was changed and put right again, finds
+// the coverage it reads now short of the one recorded, and stops (watch.pinCoverage).
+func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store) (bool, error) {
 	if !slotName.MatchString(slot) {
 		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
@@ -109,6 +114,10 @@ func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (boo
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
+	coverage, err := coveredIdentity(ctx, reg.DB(), publication, tables)
+	if err != nil {
+		return false, err
+	}
 	_, xmin, err := reg.Horizon(ctx)
 	if err != nil {
 		return false, err
@@ -119,7 +128,31 @@ func EnsureSlot(ctx context.Context, dsn, slot string, reg *registry.Store) (boo
 	}
 	_, err = reg.Register(ctx, registry.Record{Slot: slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
 		Origin: registry.OriginCreated, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: xmin})
+	if err == nil && coverage != "" {
+		_, err = reg.PinCoverage(ctx, slot, coverage)
+	}
 	return err == nil, err
+}
+
+// coveredIdentity returns the identity of what publication covers of tables (inspect.Coverage),
+// leaving out the tables it does not cover: a relay starting with one of them has no claim on
+// rows written to it before it was covered. Empty when the publication covers none.
+func coveredIdentity(ctx context.Context, db inspect.Querier, publication string, tables []wire.Table) (string, error) {
+	var covered []wire.Table
+	for _, t := range tables {
+		c, err := inspect.ReadCoverage(ctx, db, publication, []wire.Table{t})
+		if err != nil {
+			return "", err
+		}
+		if c.Err() == nil {
+			covered = append(covered, t)
+		}
+	}
+	if len(covered) == 0 {
+		return "", nil
+	}
+	c, err := inspect.ReadCoverage(ctx, db, publication, covered)
+	return c.Identity, err
 }
 
 // start sends START_REPLICATION for pgoutput protocol 1, without streaming of in-progress

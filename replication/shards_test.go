@@ -28,7 +28,7 @@ func TestShardsShareOutEmittedAndParkedMessages(t *testing.T) {
 	}
 	brokers := make([]*fakeBroker, n)
 	for k := range n {
-		if _, err := replication.EnsureSlot(ctx, e.db, set.SlotName(k), registry.New(e.conn, "public")); err != nil {
+		if _, err := replication.EnsureSlot(ctx, e.db, set.SlotName(k), set.PublicationName(k), []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
 			t.Fatal(err)
 		}
 		brokers[k] = newFakeBroker(true)

@@ -156,14 +156,23 @@ func (w *watch) check(ctx context.Context) error {
 }
 
 // pinCoverage holds the coverage the first check found against the one recorded for the slot,
-// recording it if there is none: a publication or table changed while no walbox ran, and put right
-// before this start, would otherwise pass unseen. walbox recover clears the recorded coverage.
+// recording it if there is none (walbox migrate records it when it creates the slot): a
+// publication or table changed while no walbox ran, and put right before this start, would
+// otherwise pass unseen. A coverage that holds everything recorded and more widens the record.
+// walbox recover clears the recorded coverage.
 func (w *watch) pinCoverage(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
 	recorded, err := w.reg.PinCoverage(ctx, w.slot, *w.identity)
 	if err != nil {
 		return err
+	}
+	if recorded != *w.identity && inspect.CoverageHolds(*w.identity, recorded) {
+		// An outbox table mapped and added to the publication since: the record takes it in, so
+		// that it is held from now on as well.
+		if recorded, err = w.reg.WidenCoverage(ctx, w.slot, recorded, *w.identity); err != nil {
+			return err
+		}
 	}
 	if recorded != *w.identity {
 		return fatal(fmt.Errorf("%w: publication %q or an outbox table was dropped, altered or swapped since walbox recorded it "+

@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/walbox-bench            # the full run of issue 5 (about an hour on 2 cores)
 //	go run ./cmd/walbox-bench -quick     # every scenario at tiny sizes (a few minutes)
+//	go run ./cmd/walbox-bench -cluster   # a three-node cluster and a quorum queue, 1 and 3 connections
 //
 // See docs/performance.md for what is measured and the latest results.
 package main
@@ -48,6 +49,7 @@ type options struct {
 	walboxBin, workDir         string
 	pollBatch, window, produce int
 	profile, hotPath, keep     bool
+	cluster                    bool
 	waitLoad                   float64
 	waitMax                    time.Duration
 	shards, shardsOut          string
@@ -65,8 +67,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.steady, "steady", 0, "how long each steady producer runs (default 60s; -quick 3s)")
 	fs.StringVar(&o.rates, "rates", "", "steady rates in rows/s, comma-separated (default 500,2000)")
 	fs.StringVar(&o.scenarios, "scenarios", "", "run only the scenarios whose name matches this regular expression")
-	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, walbox, polling 100ms, polling 1s")
-	fs.StringVar(&o.out, "out", "docs/bench/results.md", "markdown file to write the results to")
+	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, walbox, polling 100ms, polling 1s; "+
+		"with -cluster: ceiling, ceiling 3 publishers, walbox, walbox 3 lanes")
+	fs.BoolVar(&o.cluster, "cluster", false, "instead of the standard scenarios, drain and steady runs against a three-node RabbitMQ cluster "+
+		"with a quorum queue: the ceiling with 1 and 3 publishers, walbox with 1 and 3 lanes")
+	fs.StringVar(&o.out, "out", "", "markdown file to write the results to (default docs/bench/results.md; -cluster: docs/bench/cluster.md)")
 	fs.StringVar(&o.svg, "svg", "", "SVG chart to write (default: the -out file with .svg)")
 	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary to measure (default: build ./cmd/walbox)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for the relays' logs and profiles (default: a temporary one, removed unless -keep)")
@@ -75,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.window, "window", 1024, "messages in flight for walbox and the ceiling")
 	fs.IntVar(&o.produce, "producers", 4, "connections that commit the rows")
 	fs.BoolVar(&o.profile, "profile", false, "run walbox in-process under pprof (profiles in the work dir, kept); its figures are then not walbox's")
-	fs.BoolVar(&o.hotPath, "hot-path", true, "also measure the per-message work in process (decode, build, track)")
+	fs.BoolVar(&o.hotPath, "hot-path", true, "also measure the per-message work in process (decode, build, track); not with -cluster")
 	fs.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, wait until the 1-minute load average is below this (0: don't wait)")
 	fs.DurationVar(&o.waitMax, "wait-max", 40*time.Minute, "give up waiting for -wait-load after this long and run anyway")
 	fs.StringVar(&o.shards, "shards", "", "instead of the scenarios, drain -rows with each of these shard counts, one relay per shard (e.g. 1,2,4)")
@@ -85,6 +90,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.out == "" {
+		o.out = "docs/bench/results.md"
+		if o.cluster {
+			o.out = "docs/bench/cluster.md"
+		}
 	}
 	return o, nil
 }
@@ -136,8 +147,9 @@ func (o options) scenarioList() ([]bench.Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-scenarios: %w", err)
 	}
+	all, _ := o.set()
 	var out []bench.Scenario
-	for _, sc := range bench.Scenarios(z) {
+	for _, sc := range all(z) {
 		if !re.MatchString(sc.Name) {
 			continue
 		}
@@ -162,11 +174,12 @@ func (o options) contenderSet() (map[bench.Contender]bool, error) {
 	if o.contenders == "" {
 		return nil, nil
 	}
+	_, known := o.set()
 	set := map[bench.Contender]bool{}
 	for _, s := range strings.Split(o.contenders, ",") {
 		c := bench.Contender(strings.TrimSpace(s))
 		found := false
-		for _, k := range bench.AllContenders {
+		for _, k := range known {
 			found = found || k == c
 		}
 		if !found {
@@ -175,6 +188,14 @@ func (o options) contenderSet() (map[bench.Contender]bool, error) {
 		set[c] = true
 	}
 	return set, nil
+}
+
+// set returns the scenarios and contenders of the run: the standard ones, or -cluster's.
+func (o options) set() (func(bench.Sizes) []bench.Scenario, []bench.Contender) {
+	if o.cluster {
+		return bench.ClusterScenarios, bench.ClusterContenders
+	}
+	return bench.Scenarios, bench.AllContenders
 }
 
 func (o options) svgPath() string {
@@ -237,8 +258,12 @@ func measure(ctx context.Context, o options, scenarios []bench.Scenario, args []
 			return nil, err
 		}
 	}
+	startServers := bench.StartServers
+	if o.cluster {
+		startServers = bench.StartClusterServers
+	}
 	fmt.Fprintln(log, "starting PostgreSQL and RabbitMQ ...")
-	srv, stopServers, err := bench.StartServers()
+	srv, stopServers, err := startServers()
 	defer stopServers()
 	if err != nil {
 		return nil, err
@@ -251,7 +276,7 @@ func measure(ctx context.Context, o options, scenarios []bench.Scenario, args []
 		Window:    o.window,
 		Producers: o.produce,
 		Profile:   o.profile,
-		HotPath:   o.hotPath,
+		HotPath:   o.hotPath && !o.cluster,
 		Log:       log,
 		Command:   strings.TrimSpace("go run ./cmd/walbox-bench " + strings.Join(args, " ")),
 	}, srv)

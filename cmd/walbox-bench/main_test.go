@@ -80,3 +80,36 @@ func TestSVGBesideTheMarkdown(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 }
+
+func TestClusterRun(t *testing.T) {
+	o, err := parseFlags([]string{"-cluster", "-quick"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.out != "docs/bench/cluster.md" {
+		t.Errorf("-cluster writes to %s, want docs/bench/cluster.md", o.out)
+	}
+	scs, err := o.scenarioList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[bench.Kind]int{}
+	for _, sc := range scs {
+		kinds[sc.Kind]++
+		if sc.Queue != bench.Quorum || len(sc.Contenders) != 4 {
+			t.Errorf("%s: %s queue, contenders %v; want quorum and all four", sc.Name, sc.Queue, sc.Contenders)
+		}
+	}
+	if kinds[bench.Drain] != 1 || kinds[bench.Steady] != 2 {
+		t.Errorf("got %v drain and steady scenarios, want 1 and 2", kinds)
+	}
+	scs = scenariosOf(t, "-cluster", "-contenders", "ceiling,walbox 3 lanes")
+	if got := scs[0].Contenders; len(got) != 2 || got[1] != bench.Walbox3 {
+		t.Errorf("selected %v", got)
+	}
+	if o, _ := parseFlags([]string{"-contenders", "walbox 3 lanes"}, io.Discard); o.out != "docs/bench/results.md" {
+		t.Errorf("without -cluster writes to %s", o.out)
+	} else if _, err := o.scenarioList(); err == nil {
+		t.Error("walbox 3 lanes without -cluster: want an error")
+	}
+}

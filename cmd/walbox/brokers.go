@@ -1,12 +1,6 @@
 package main
 
-import (
-	"context"
-	"log/slog"
-
-	"github.com/walbox/walbox/publisher"
-	"github.com/walbox/walbox/replication"
-)
+import "github.com/walbox/walbox/publisher"
 
 // amqpURLs reads the --amqp-url list and puts the --amqp-password into every URL of it.
 func amqpURLs(list, password *setting) ([]string, error) {
@@ -30,19 +24,6 @@ func amqpURLs(list, password *setting) ([]string, error) {
 		}
 	}
 	return urls, nil
-}
-
-// brokerDialer opens the relay's sessions on the endpoints, and logs which node each one reached
-// (which /status and the walbox_broker_connected metric show as well).
-func brokerDialer(eps *publisher.Endpoints, log *slog.Logger) replication.Dialer {
-	return func(ctx context.Context) (replication.Publisher, error) {
-		s, err := eps.Dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("connected to broker", "broker", s.Endpoint())
-		return s, nil
-	}
 }
 
 const amqpURLHelp = "RabbitMQ URL, amqp:// or amqps://; several, comma-separated, for the nodes of a cluster: " +

@@ -71,3 +71,16 @@ func resolveSettings(t *testing.T, c *common) {
 		t.Fatal(err)
 	}
 }
+
+// --lanes takes 1 to relayd.MaxLanes; anything else stops run at start, naming the setting.
+func TestRunRejectsBadLanes(t *testing.T) {
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
+	t.Setenv("WALBOX_AMQP_URL", "amqp://mq1/")
+	for _, lanes := range []string{"0", "-1", "65", "three"} {
+		var out bytes.Buffer
+		code := mainWithExit(context.Background(), []string{"run", "--listen", "off", "--lanes", lanes}, &out, &out)
+		if code != 2 || !strings.Contains(out.String(), "--lanes") {
+			t.Errorf("--lanes %s: exit %d, output %q; want 2 and the setting named", lanes, code, out.String())
+		}
+	}
+}

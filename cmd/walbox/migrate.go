@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
@@ -85,15 +86,29 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slots come after the publications: pgoutput must find them in the WAL it decodes.
 	for k := range set.N {
-		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), registry.New(conn, table.Schema)); err != nil {
+		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema)); err != nil {
 			return fail(err)
 		}
 	}
 	return nil
 }
 
-func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot string, reg *registry.Store) error {
-	created, err := replication.EnsureSlot(ctx, dsn, slot, reg)
+// relayTables are the outbox tables `walbox run` will stream with these settings: the config
+// file's, or table.
+func relayTables(c *common, table outbox.Table) []outbox.Table {
+	maps := c.mappings()
+	if len(maps) == 0 {
+		return []outbox.Table{table}
+	}
+	tables := make([]outbox.Table, len(maps))
+	for i, m := range maps {
+		tables[i] = m.Table
+	}
+	return tables
+}
+
+func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store) error {
+	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg)
 	if err != nil {
 		return err
 	}

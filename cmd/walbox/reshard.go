@@ -130,7 +130,7 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 		fmt.Fprintf(r.out, "created publication %s\n", name)
 	}
 	for k := range to.N {
-		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), registry.New(r.conn, l.Table.Schema)); err != nil {
+		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema)); err != nil {
 			return err
 		}
 	}
@@ -140,17 +140,17 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 		if err != nil {
 			return err
 		}
-		behind := m.behind()
+		behind := m.Behind()
 		if len(behind) == 0 {
 			fmt.Fprintf(r.out, "every slot of %s passed the cut %s: start the relays of %s (if not yet), stop the old ones, "+
-				"then run walbox reshard --shards %d --retire\n", m.from.set, m.cut, m.to.set, r.n)
+				"then run walbox reshard --shards %d --retire\n", m.From.Set, m.Cut, m.To.Set, r.n)
 			return nil
 		}
 		if wait == 0 || time.Now().After(deadline) {
 			fmt.Fprintf(r.out, "cut %s: keep the relays of %s running until their slots pass it (walbox status shows them); "+
-				"not yet: %s\n", m.cut, m.from.set, strings.Join(behind, ", "))
+				"not yet: %s\n", m.Cut, m.From.Set, strings.Join(behind, ", "))
 			if wait > 0 {
-				return fmt.Errorf("the old slots did not pass the cut %s within %v: %s", m.cut, wait, strings.Join(behind, ", "))
+				return fmt.Errorf("the old slots did not pass the cut %s within %v: %s", m.Cut, wait, strings.Join(behind, ", "))
 			}
 			return nil
 		}
@@ -163,24 +163,24 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 }
 
 // move reads the reshard in progress.
-func (r resharder) move(ctx context.Context) (move, error) {
+func (r resharder) move(ctx context.Context) (shard.Move, error) {
 	l, from, err := r.layout(ctx)
 	if err != nil {
-		return move{}, err
+		return shard.Move{}, err
 	}
 	if from == 0 {
-		return move{}, fmt.Errorf("%w: %s; no reshard to %d shards is in progress", shard.ErrMismatch, l, r.n)
+		return shard.Move{}, fmt.Errorf("%w: %s; no reshard to %d shards is in progress", shard.ErrMismatch, l, r.n)
 	}
-	sets, err := readSets(ctx, r.conn, l)
+	sets, err := shard.ReadStates(ctx, r.conn, l)
 	if err != nil {
-		return move{}, err
+		return shard.Move{}, err
 	}
-	m, ok, err := findMove(sets)
+	m, ok, err := shard.FindMove(sets)
 	if err != nil {
-		return move{}, err
+		return shard.Move{}, err
 	}
-	if !ok || m.to.set.N != r.n {
-		return move{}, fmt.Errorf("%w: %s, and the set of %d shards is not the newer one", shard.ErrMismatch, l, r.n)
+	if !ok || m.To.Set.N != r.n {
+		return shard.Move{}, fmt.Errorf("%w: %s, and the set of %d shards is not the newer one", shard.ErrMismatch, l, r.n)
 	}
 	return m, nil
 }
@@ -194,36 +194,36 @@ func (r resharder) retire(ctx context.Context) error {
 		return err
 	}
 	var refuse []string
-	for k, sl := range m.from.slots {
+	for k, sl := range m.From.Slots {
 		switch {
-		case !sl.Exists && m.from.records[k] != nil:
+		case !sl.Exists && m.From.Records[k] != nil:
 			refuse = append(refuse, fmt.Sprintf("slot %s is missing though recorded (lost? see walbox recover)", sl.Name))
 		case !sl.Exists: // dropped by a retire cut short
-		case !m.passed(k):
-			refuse = append(refuse, fmt.Sprintf("slot %s is at %s, before the cut %s: keep its relay running", sl.Name, sl.ConfirmedFlush, m.cut))
+		case !m.Passed(k):
+			refuse = append(refuse, fmt.Sprintf("slot %s is at %s, before the cut %s: keep its relay running", sl.Name, sl.ConfirmedFlush, m.Cut))
 		case sl.Active:
 			refuse = append(refuse, fmt.Sprintf("slot %s is streaming to pid %d: stop its relay (it passed the cut)", sl.Name, deref(sl.ActivePID)))
 		}
 	}
 	if len(refuse) > 0 {
-		return fmt.Errorf("not retiring %s: %s", m.from.set, strings.Join(refuse, "; "))
+		return fmt.Errorf("not retiring %s: %s", m.From.Set, strings.Join(refuse, "; "))
 	}
 	reg := registry.New(r.conn, r.schema())
-	for _, sl := range m.from.slots {
+	for _, sl := range m.From.Slots {
 		if sl.Exists {
 			if _, err := r.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", sl.Name); err != nil {
 				return fmt.Errorf("drop slot %s: %w", sl.Name, err)
 			}
-			fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.cut)
+			fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
 		}
 		if err := reg.Forget(ctx, sl.Name); err != nil {
 			return err
 		}
 	}
-	if err := shard.DropPublications(ctx, r.conn, m.from.set); err != nil {
+	if err := shard.DropPublications(ctx, r.conn, m.From.Set); err != nil {
 		return err
 	}
-	fmt.Fprintf(r.out, "retired %s; %s relays the outbox table\n", m.from.set, m.to.set)
+	fmt.Fprintf(r.out, "retired %s; %s relays the outbox table\n", m.From.Set, m.To.Set)
 	return nil
 }
 

@@ -6,39 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/status"
 )
-
-// slotStatus is what `walbox status` shows.
-type slotStatus struct {
-	Slot              string  `json:"slot"`
-	Exists            bool    `json:"exists"`
-	Plugin            string  `json:"plugin,omitempty"`
-	Active            bool    `json:"active"`
-	ActivePID         *int32  `json:"active_pid"`
-	ConfirmedFlushLSN string  `json:"confirmed_flush_lsn,omitempty"`
-	RestartLSN        string  `json:"restart_lsn,omitempty"`
-	CurrentWALLSN     string  `json:"current_wal_lsn"`
-	LagBytes          *int64  `json:"lag_bytes"`
-	RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
-	WALStatus         *string `json:"wal_status"`
-	// MessagePrefix is the prefix of the logical decoding messages relayed like rows ("" for
-	// none); EmitFunction whether the outbox table's schema has the function that writes them.
-	MessagePrefix string `json:"message_prefix"`
-	EmitFunction  bool   `json:"emit_function"`
-	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
-	// resharded; the fields above then describe the single slot, which may not exist.
-	Shards []setStatus `json:"shard_sets,omitempty"`
-	// Relay is what the running relay reports at its /status, when it can be reached.
-	Relay      *relayStatus `json:"relay,omitempty"`
-	RelayError string       `json:"relay_error,omitempty"`
-}
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
@@ -59,6 +31,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	q := status.Query{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value)}
+	if q.Table, err = c.outboxTable(); err != nil {
+		return err
+	}
 	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
 
 	conn, err := pgx.Connect(ctx, dsn)
@@ -66,25 +42,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
-	st, err := readStatus(ctx, conn, c.slot.value)
-	if err != nil {
-		return fail(err)
-	}
-	table, err := c.outboxTable()
-	if err != nil {
-		return err
-	}
-	emit, err := readEmit(ctx, conn, table, relayedPrefix(c.messagePrefix.value))
-	if err != nil {
-		return fail(err)
-	}
-	st.MessagePrefix, st.EmitFunction = emit.prefix, emit.exists
-	problem, err := readShardStatus(ctx, conn, c, &st)
+	st, err := status.Read(ctx, conn, q)
 	if err != nil {
 		return fail(err)
 	}
 	if relayURL.value != "off" && relayURL.value != "" {
-		st.Relay, err = fetchRelayStatus(ctx, relayURL.value)
+		st.Relay, err = status.FetchRelay(ctx, relayURL.value)
 		if err != nil {
 			st.RelayError = redact.Text(err.Error(), c.secrets()...)
 		}
@@ -99,35 +62,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		printStatus(stdout, st)
 		printShards(stdout, st.Shards)
 	}
-	if problem != "" {
-		return errors.New(problem)
-	}
-	if !st.Exists && st.Shards == nil {
-		return fmt.Errorf("slot %s does not exist", st.Slot)
-	}
-	if need, _ := requireRelay.bool(); need {
-		if st.Relay == nil {
-			return fmt.Errorf("relay not reachable at %s", relayURL.value)
-		}
-		if st.Relay.State != "streaming" && st.Relay.State != "standby" {
-			return fmt.Errorf("relay is %s: %s", st.Relay.State, st.Relay.LastError)
-		}
-	}
-	if st.WALStatus != nil && *st.WALStatus == "lost" {
-		return fmt.Errorf("slot %s is invalidated (wal_status lost)", st.Slot)
-	}
-	return nil
+	need, _ := requireRelay.bool()
+	return st.Verdict(need, relayURL.value)
 }
 
-func readStatus(ctx context.Context, conn *pgx.Conn, slot string) (slotStatus, error) {
-	sl, err := inspect.ReadSlot(ctx, conn, slot)
-	if err != nil {
-		return slotStatus{Slot: slot, CurrentWALLSN: sl.CurrentWAL.String()}, err
-	}
-	return slotFromInspect(sl), nil
-}
-
-func printStatus(w io.Writer, st slotStatus) {
+func printStatus(w io.Writer, st status.Report) {
 	if !st.Exists && st.Shards != nil {
 		return
 	}
@@ -153,7 +92,7 @@ func printStatus(w io.Writer, st slotStatus) {
 }
 
 // messagesLine says whether emitted messages are relayed, with which prefix.
-func messagesLine(st slotStatus) string {
+func messagesLine(st status.Report) string {
 	if st.MessagePrefix == "" {
 		return "off (table only)"
 	}
@@ -164,7 +103,7 @@ func messagesLine(st slotStatus) string {
 	return fmt.Sprintf("prefix %s (%s)", st.MessagePrefix, fn)
 }
 
-func printRelay(w io.Writer, st slotStatus) {
+func printRelay(w io.Writer, st status.Report) {
 	if st.Relay == nil {
 		if st.RelayError != "" {
 			fmt.Fprintf(w, "relay                not reachable (%s)\n", st.RelayError)
@@ -184,29 +123,6 @@ func printRelay(w io.Writer, st slotStatus) {
 		last = "-"
 	}
 	fmt.Fprintf(w, "last_error           %s\n", last)
-}
-
-// fetchRelayStatus reads the running relay's /status.
-func fetchRelayStatus(ctx context.Context, base string) (*relayStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/status", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /status: %s", resp.Status)
-	}
-	var rs relayStatus
-	if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
-		return nil, fmt.Errorf("GET /status: %w", err)
-	}
-	return &rs, nil
 }
 
 func optInt(p *int64) string {

@@ -13,9 +13,10 @@ import (
 
 // topology is one trial's exchange and queue, declared as walbox declares its exchange (durable
 // topic with an alternate exchange), with a durable queue of the scenario's type bound to every
-// routing key.
+// routing key. The alternate exchange's queue is of sinkType (classic if empty), as walbox is
+// told to declare it.
 type topology struct {
-	url, exchange, queue, queueType string
+	url, exchange, queue, queueType, sinkType string
 }
 
 func (t topology) declare() error {
@@ -34,7 +35,7 @@ func (t topology) declare() error {
 		do   func() error
 	}{
 		{"alternate exchange", func() error { return ch.ExchangeDeclare(ae, "fanout", true, false, false, false, nil) }},
-		{"alternate queue", func() error { _, err := ch.QueueDeclare(ae, true, false, false, false, nil); return err }},
+		{"alternate queue", func() error { _, err := ch.QueueDeclare(ae, true, false, false, false, t.sinkArgs()); return err }},
 		{"alternate binding", func() error { return ch.QueueBind(ae, "", ae, false, nil) }},
 		{"exchange", func() error {
 			return ch.ExchangeDeclare(t.exchange, "topic", true, false, false, false, amqp.Table{"alternate-exchange": ae})
@@ -51,6 +52,14 @@ func (t topology) declare() error {
 		}
 	}
 	return nil
+}
+
+// sinkArgs are the arguments of the alternate exchange's queue.
+func (t topology) sinkArgs() amqp.Table {
+	if t.sinkType == "" || t.sinkType == Classic {
+		return nil
+	}
+	return amqp.Table{"x-queue-type": t.sinkType}
 }
 
 // remove deletes the trial's queues and exchanges, including those walbox declares; errors are

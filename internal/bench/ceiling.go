@@ -9,31 +9,57 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/walbox/walbox/publisher"
 )
 
-// runCeiling publishes spec.Count messages with pipelined confirms (at most spec.Window in
-// flight), as fast as the broker takes them or at spec.Rate per second. The messages are built as
-// walbox builds them (publisher.Publishing) and published like walbox publishes them: persistent,
-// mandatory, to the same exchange. Then it waits to be stopped, so that its CPU time and peak
-// RSS can be read while it still exists.
+// runCeiling publishes spec.Count messages over spec.Publishers connections (one if 0), each
+// with a channel of its own and pipelined confirms (at most spec.Window in flight), publisher i
+// on node i mod the nodes, as fast as the broker takes them or at spec.Rate per second in all.
+// Publisher i publishes the seqs i, i+n, i+2n, ..., on the one schedule they share. The messages
+// are built as walbox builds them (publisher.Publishing) and published like walbox publishes them:
+// persistent, mandatory, to the same exchange. Then it waits to be stopped, so that its CPU time
+// and peak RSS can be read while it still exists.
 func runCeiling(ctx context.Context, spec childSpec) error {
-	conn, err := amqp.Dial(spec.AMQPURL)
-	if err != nil {
-		return fmt.Errorf("dial broker: %w", err)
+	n := max(spec.Publishers, 1)
+	nodes := spec.Nodes
+	if len(nodes) == 0 {
+		nodes = []string{spec.AMQPURL}
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
+	pipes := make([]*pipeline, n)
+	for i := range pipes {
+		p, err := dialPipeline(nodes[i%len(nodes)], spec.Window)
+		if err != nil {
+			return err
+		}
+		defer p.conn.Close()
+		pipes[i] = p
 	}
-	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("confirm mode: %w", err)
-	}
-	p := &pipeline{ch: ch, window: spec.Window, acks: ch.NotifyPublish(make(chan amqp.Confirmation, spec.Window+64))}
 	start := time.Now()
-	for seq := range spec.Count {
+	g, gctx := errgroup.WithContext(ctx)
+	for i, p := range pipes {
+		g.Go(func() error { return p.publishShare(gctx, spec, i, n, start) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	fmt.Printf("published %d messages on %d connections, all confirmed, in %v\n", spec.Count, n, time.Since(start))
+	<-ctx.Done()
+	var latencies []time.Duration
+	for _, p := range pipes {
+		latencies = append(latencies, p.latencies...)
+	}
+	return writeResult(spec.ResultFile, latencies)
+}
+
+// publishShare publishes publisher i's share of n: the seqs i, i+n, i+2n, ... below spec.Count,
+// each when the schedule of spec.Rate has it due (at once without a rate), and waits for every
+// confirm, also once ctx has ended: the benchmark stops the ceiling as soon as the consumer has
+// every message, which may be before the last confirms arrived (the stop's timeout bounds the
+// wait).
+func (p *pipeline) publishShare(ctx context.Context, spec childSpec, i, n int, start time.Time) error {
+	for seq := i; seq < spec.Count; seq += n {
 		if spec.Rate > 0 {
 			due := start.Add(time.Duration(float64(seq) / float64(spec.Rate) * float64(time.Second)))
 			if err := p.idleUntil(ctx, due); err != nil {
@@ -46,22 +72,37 @@ func runCeiling(ctx context.Context, spec childSpec) error {
 			return err
 		}
 	}
-	if err := p.waitAll(ctx); err != nil {
-		return err
-	}
-	fmt.Printf("published %d messages, all confirmed, in %v\n", spec.Count, time.Since(start))
-	<-ctx.Done()
-	return writeResult(spec.ResultFile, p.latencies)
+	return p.waitAll(context.WithoutCancel(ctx))
 }
 
 // pipeline publishes with at most window messages awaiting their confirm, and records the time
 // from each message's start (a publish or commit time) to its confirm.
 type pipeline struct {
+	conn      *amqp.Connection
 	ch        *amqp.Channel
 	window    int
 	acks      <-chan amqp.Confirmation
 	starts    []int64 // Unix nanoseconds of each message in flight, in publish order; 0: not measured
 	latencies []time.Duration
+}
+
+// dialPipeline opens a connection to url and a channel in confirm mode on it. The caller closes
+// the connection.
+func dialPipeline(url string, window int) (*pipeline, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, fmt.Errorf("dial broker: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	return &pipeline{conn: conn, ch: ch, window: window, acks: ch.NotifyPublish(make(chan amqp.Confirmation, window+64))}, nil
 }
 
 // publish publishes msg; start is the time its confirm latency counts from, or 0.

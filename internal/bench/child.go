@@ -36,6 +36,10 @@ type childSpec struct {
 	// for messages from payload seq MeasureFrom on.
 	ResultFile  string `json:"result_file,omitempty"`
 	MeasureFrom int    `json:"measure_from,omitempty"`
+	// Publishers (ceiling) is how many connections publish, 1 if 0; they take the broker's Nodes
+	// in turn (AMQPURL alone if Nodes is empty).
+	Publishers int      `json:"publishers,omitempty"`
+	Nodes      []string `json:"nodes,omitempty"`
 }
 
 // IsChild reports whether this process was started as one of the benchmark's relays. A program

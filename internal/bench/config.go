@@ -19,8 +19,20 @@ const (
 	Poll1s    Contender = "polling 1s"
 )
 
-// AllContenders lists every contender.
+// The contenders that publish on several connections, for a cluster (see ClusterScenarios).
+const (
+	// Ceiling3 is the ceiling with three publishers, each a connection of its own with its own
+	// window, spread over the broker's nodes in turn.
+	Ceiling3 Contender = "ceiling 3 publishers"
+	// Walbox3 is `walbox run --lanes 3`: three channels, each on a connection of its own.
+	Walbox3 Contender = "walbox 3 lanes"
+)
+
+// AllContenders lists every contender of the standard scenarios.
 var AllContenders = []Contender{Ceiling, Walbox, Poll100ms, Poll1s}
+
+// ClusterContenders lists the contenders of the cluster scenarios.
+var ClusterContenders = []Contender{Ceiling, Ceiling3, Walbox, Walbox3}
 
 // pollInterval is the polling relay's interval, zero for the other contenders.
 func (c Contender) pollInterval() time.Duration {
@@ -35,8 +47,20 @@ func (c Contender) pollInterval() time.Duration {
 
 func (c Contender) polls() bool { return c.pollInterval() > 0 }
 
+// isCeiling reports whether the contender is the raw publisher, with one publisher or several.
+func (c Contender) isCeiling() bool { return c == Ceiling || c == Ceiling3 }
+
 // usesDB reports whether the contender reads its messages from PostgreSQL.
-func (c Contender) usesDB() bool { return c != Ceiling }
+func (c Contender) usesDB() bool { return !c.isCeiling() }
+
+// connections is how many connections the contender publishes on: the ceiling's publishers,
+// walbox's lanes.
+func (c Contender) connections() int {
+	if c == Ceiling3 || c == Walbox3 {
+		return 3
+	}
+	return 1
+}
 
 // Kind is a scenario's shape.
 type Kind int

@@ -12,6 +12,10 @@
 //     confirms, wait for all of them, commit; poll again at once after a full batch, else after the
 //     poll interval (100 ms or 1 s).
 //
+// ClusterScenarios run on a RabbitMQ cluster (StartClusterServers) into a quorum queue, with
+// contenders that publish on several connections: the ceiling with three publishers, one per
+// node, and walbox with three lanes; the report then sets each beside the one-publisher ceiling.
+//
 // Every contender is a process of its own, so that its CPU time and peak RSS can be read from
 // /proc/<pid>. The ceiling and the polling relay are this program (or test binary) run again in a
 // child role; see RunChild.
@@ -28,7 +32,8 @@
 //
 // CPU seconds (utime+stime from /proc/<pid>/stat, before and after the measured window) are
 // reported for the relay process, for all PostgreSQL processes together (children of the
-// postmaster, plus the postmaster's reaped children) and for the broker's Erlang VM. Peak RSS is
+// postmaster, plus the postmaster's reaped children) and for the broker's Erlang VM (every node's,
+// on a cluster). Peak RSS is
 // the relay's VmHWM. WAL is pg_current_wal_insert_lsn() before and after: the inserts' WAL is
 // measured on its own (the backlog, or a warm-up batch in steady runs), and what the relay adds
 // is the rest.

@@ -7,26 +7,25 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
 )
 
-// runInProcess runs the relay as `walbox run` wires it (replication.Relay over publisher
-// sessions, default settings) with a CPU profile, and writes the CPU and allocation profiles to
-// spec.Profile + ".cpu.pprof" and ".allocs.pprof" when stopped. It exists to find where time
-// goes; the benchmark's figures come from the real binary.
+// runInProcess runs the relay as `walbox run` wires it (package relayd: the relay over publisher
+// sessions, its metrics and slot poller, default settings, no HTTP endpoints) with a CPU
+// profile, and writes the CPU and allocation profiles to spec.Profile + ".cpu.pprof" and
+// ".allocs.pprof" when stopped. It exists to find where time goes; the benchmark's figures come
+// from the real binary.
 func runInProcess(ctx context.Context, spec childSpec) error {
 	pcfg := publisher.Config{URL: spec.AMQPURL, Exchange: spec.Exchange, Window: spec.Window, AppID: "walbox"}
-	if err := pcfg.Validate(); err != nil {
+	eps, err := publisher.NewEndpoints(pcfg, []string{spec.AMQPURL})
+	if err != nil {
 		return err
 	}
-	relay, err := replication.New(replication.Config{
-		DatabaseURL: spec.DatabaseURL,
-		Slot:        spec.Slot,
-		Window:      spec.Window,
-		Dial: func(ctx context.Context) (replication.Publisher, error) {
-			return publisher.Dial(ctx, pcfg)
-		},
+	d, err := relayd.New(relayd.Config{
+		Relay:   replication.Config{DatabaseURL: spec.DatabaseURL, Slot: spec.Slot, Window: spec.Window},
+		Brokers: eps,
 	})
 	if err != nil {
 		return err
@@ -39,7 +38,7 @@ func runInProcess(ctx context.Context, spec childSpec) error {
 	if err := pprof.StartCPUProfile(cpu); err != nil {
 		return fmt.Errorf("start profile: %w", err)
 	}
-	runErr := relay.Run(ctx)
+	runErr := d.Run(ctx)
 	pprof.StopCPUProfile()
 	return errors.Join(runErr, writeProfile("allocs", spec.Profile+".allocs.pprof"))
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
@@ -41,21 +40,13 @@ func runPoll(ctx context.Context, spec childSpec) error {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer db.Close(context.Background())
-	conn, err := amqp.Dial(spec.AMQPURL)
+	pub, err := dialPipeline(spec.AMQPURL, spec.Batch)
 	if err != nil {
-		return fmt.Errorf("dial broker: %w", err)
+		return err
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("confirm mode: %w", err)
-	}
-	acks := ch.NotifyPublish(make(chan amqp.Confirmation, spec.Batch+64))
-	p := &poller{db: db, pub: &pipeline{ch: ch, window: spec.Batch, acks: acks},
-		exchange: spec.Exchange, batch: spec.Batch, interval: spec.Interval, measureFrom: spec.MeasureFrom}
+	defer pub.conn.Close()
+	p := &poller{db: db, pub: pub, exchange: spec.Exchange, batch: spec.Batch, interval: spec.Interval,
+		measureFrom: spec.MeasureFrom}
 	for ctx.Err() == nil {
 		n, err := p.once(context.WithoutCancel(ctx))
 		if err != nil {

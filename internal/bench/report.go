@@ -30,10 +30,13 @@ func (rep *Report) Markdown(w io.Writer) {
 	if rep.Profiled {
 		p("**Profiled run**: walbox ran in-process under pprof, not as the real binary; its figures are not walbox's.\n\n")
 	}
+	rep.clusterTable(w)
 	rep.drainTable(w)
 	rep.steadyTable(w)
 	rep.hotPathTable(w)
-	rep.targetTable(w)
+	if rep.Nodes <= 1 {
+		rep.targetTable(w)
+	}
 	rep.failures(w)
 }
 

@@ -71,21 +71,28 @@ func TestTargetsAreRatiosWithinTheRun(t *testing.T) {
 }
 
 func TestMarkdownHasEveryResult(t *testing.T) {
-	var b strings.Builder
-	sampleReport().Markdown(&b)
-	md := b.String()
-	for _, want := range []string{
+	markdown(t, sampleReport(),
 		"![throughput and latency](results.svg)",
 		"| drain, 1-row tx | walbox | 1000 | 9500 | 95% | 0 / 0 | 0.02 | 20.0 | 0.10 | 0.20 | 20.0 MiB | 640 | 0 | – |",
 		"| drain, 1-row tx | polling 1s | 1000 | failed |",
 		"| steady 500/s | walbox | 1000 | – | 0 / 0 | 1.00 ms | 4.00 ms | 5.00 ms | 6.00 ms | – | – | – |",
 		"- drain, 1-row tx / polling 1s: 3 of 1000 messages after 2m0s without progress\n",
 		"| decode insert | 1500 | 666666 |",
-	} {
+	)
+}
+
+// markdown renders rep as markdown and fails the test for each of wants that it lacks.
+func markdown(t *testing.T, rep *bench.Report, wants ...string) string {
+	t.Helper()
+	var b strings.Builder
+	rep.Markdown(&b)
+	md := b.String()
+	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
+	return md
 }
 
 func TestSVGIsWellFormed(t *testing.T) {
@@ -96,5 +103,41 @@ func TestSVGIsWellFormed(t *testing.T) {
 			t.Errorf("%s: not an SVG", name)
 		}
 		checkXML(t, b.String())
+	}
+}
+
+func TestClusterReportSetsEachBesideTheOnePublisherCeiling(t *testing.T) {
+	drain := bench.Scenario{Name: "cluster drain", Kind: bench.Drain, Rows: 1000, TxSize: 1, Payload: 300, Queue: bench.Quorum}
+	steady := bench.Scenario{Name: "cluster steady", Kind: bench.Steady, Rate: 500, Duration: 2 * time.Second, Payload: 300,
+		Queue: bench.Quorum}
+	res := func(sc bench.Scenario, who bench.Contender, rate float64, p50 time.Duration) bench.Result {
+		r := bench.Result{Scenario: sc, Contender: who, Messages: 1000, Throughput: rate, RelayCPU: 0.1, PGCPU: 0.1,
+			BrokerCPU: 0.3, RelayRSS: 20 << 20, WALInsert: math.NaN(), WALRelay: math.NaN(), WALVacuum: math.NaN()}
+		if sc.Kind == bench.Steady {
+			r.Latency = &bench.Percentiles{N: 1000, P50: p50, P99: 10 * p50, P999: 20 * p50, Max: 30 * p50}
+		}
+		return r
+	}
+	rep := &bench.Report{Nodes: 3, Window: 1024, Results: []bench.Result{
+		res(drain, bench.Ceiling, 8000, 0), res(drain, bench.Ceiling3, 12000, 0),
+		res(drain, bench.Walbox, 6000, 0), res(drain, bench.Walbox3, 10000, 0),
+		res(steady, bench.Ceiling, 500, 2*time.Millisecond), res(steady, bench.Walbox3, 500, 5*time.Millisecond),
+	}}
+	md := markdown(t, rep,
+		"## A RabbitMQ cluster of 3 nodes",
+		"| cluster drain | ceiling | 1 | 8000 | 100% | – | – | – | – |",
+		"| cluster drain | ceiling 3 publishers | 3 | 12000 | 150% | – | – | – | – |",
+		"| cluster drain | walbox | 1 | 6000 | 75% |",
+		"| cluster drain | walbox 3 lanes | 3 | 10000 | 125% |",
+		"| cluster steady | walbox 3 lanes | 3 | 500 | – | 5.00 ms | 2.50× | 50.0 ms | 2.50× |",
+	)
+	if strings.Contains(md, "## Targets") {
+		t.Errorf("a cluster report holds the single-node targets:\n%s", md)
+	}
+	var svg strings.Builder
+	rep.SVG(&svg)
+	checkXML(t, svg.String())
+	if !strings.Contains(svg.String(), ">walbox 3 lanes</text>") {
+		t.Error("the chart's legend lacks walbox 3 lanes")
 	}
 }

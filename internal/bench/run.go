@@ -23,6 +23,7 @@ type Report struct {
 	Window    int
 	Producers int
 	Profiled  bool
+	Nodes     int // of the broker: 1, or a cluster's size
 	Results   []Result
 	HotPath   []HotPathResult
 	// Chart is the path of the SVG chart relative to the markdown file, linked from it if set.
@@ -54,7 +55,8 @@ func Run(ctx context.Context, cfg Config, srv Servers) (*Report, error) {
 	defer admin.Close(context.Background())
 	b := &bencher{cfg: cfg, srv: srv, admin: admin}
 	rep := &Report{Machine: machine(ctx, srv), Command: cfg.Command, Started: time.Now(), LoadStart: loadAvg(),
-		PollBatch: cfg.PollBatch, Window: cfg.Window, Producers: cfg.Producers, Profiled: cfg.Profile}
+		PollBatch: cfg.PollBatch, Window: cfg.Window, Producers: cfg.Producers, Profiled: cfg.Profile,
+		Nodes: len(srv.brokerURLs())}
 	defer func() { rep.Finished, rep.LoadEnd = time.Now(), loadAvg() }()
 	if cfg.HotPath {
 		fmt.Fprintln(cfg.Log, "hot path (in process, one core) ...")

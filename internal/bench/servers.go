@@ -16,9 +16,52 @@ import (
 // Servers are the PostgreSQL and RabbitMQ servers a run uses.
 type Servers struct {
 	DatabaseURL string // superuser URL of a database in which other databases can be created
+	// AMQPURL is the node that the benchmark declares its exchanges and queues on and consumes
+	// from; a cluster's first node.
 	AMQPURL     string
 	PostgresPID int // the postmaster, for CPU accounting; 0 if unknown (external server)
 	BrokerPID   int // the broker's Erlang VM; 0 if unknown
+	// NodeURLs and NodePIDs are every node's URL and Erlang VM when the broker is a cluster,
+	// AMQPURL's node first; nil for a single node.
+	NodeURLs []string
+	NodePIDs []int
+}
+
+// brokerURLs returns the URL of every node of the broker.
+func (s Servers) brokerURLs() []string {
+	if len(s.NodeURLs) > 0 {
+		return s.NodeURLs
+	}
+	return []string{s.AMQPURL}
+}
+
+// cluster reports whether the broker is a cluster of several nodes.
+func (s Servers) cluster() bool { return len(s.NodeURLs) > 1 }
+
+// sinkType is the type of the queues walbox declares for itself (alternate and park): quorum on a
+// cluster, where a classic queue is unavailable while its node is down, as in production.
+func (s Servers) sinkType() string {
+	if s.cluster() {
+		return Quorum
+	}
+	return Classic
+}
+
+// brokerCPU returns the CPU seconds of every node's Erlang VM together, or -1 if one is unknown.
+func (s Servers) brokerCPU() float64 {
+	pids := s.NodePIDs
+	if len(pids) == 0 {
+		pids = []int{s.BrokerPID}
+	}
+	total := 0.0
+	for _, pid := range pids {
+		cpu := treeCPU(pid)
+		if cpu < 0 {
+			return -1
+		}
+		total += cpu
+	}
+	return total
 }
 
 // PostgresOptions are the server settings of a benchmark run, on top of the test harness's
@@ -44,16 +87,22 @@ func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
 // binaries, through the test harness. stop kills them and removes their directories; it must be
 // called, also after an error.
 func StartServers() (srv Servers, stop func(), err error) {
+	return startServers("rabbitmq", func(h *harness, pg *testenv.Postgres) Servers {
+		return ServersOf(pg, testenv.StartRabbit(h))
+	})
+}
+
+// startServers starts PostgreSQL, then the broker with broker.
+func startServers(what string, broker func(*harness, *testenv.Postgres) Servers) (srv Servers, stop func(), err error) {
 	h := &harness{}
 	var pg *testenv.Postgres
-	var rabbit *testenv.Rabbit
 	if err := h.do(func() { pg = testenv.StartPostgres(h, PostgresOptions()...) }); err != nil {
 		return srv, h.close, fmt.Errorf("start postgres: %w", err)
 	}
-	if err := h.do(func() { rabbit = testenv.StartRabbit(h) }); err != nil {
-		return srv, h.close, fmt.Errorf("start rabbitmq: %w", err)
+	if err := h.do(func() { srv = broker(h, pg) }); err != nil {
+		return srv, h.close, fmt.Errorf("start %s: %w", what, err)
 	}
-	return ServersOf(pg, rabbit), h.close, nil
+	return srv, h.close, nil
 }
 
 // harness adapts the test harness, whose server starters take a testing.TB, to a program: Fatal

@@ -25,6 +25,8 @@ var contenderColor = map[Contender]string{
 	Walbox:    "#1f77b4",
 	Poll100ms: "#ff7f0e",
 	Poll1s:    "#d62728",
+	Ceiling3:  "#c7c7c7",
+	Walbox3:   "#17becf",
 }
 
 // percentile shades: p50, p99, p99.9.
@@ -39,7 +41,7 @@ func (rep *Report) SVG(w io.Writer) {
 	c.p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
 	rep.throughputPanel(c, 50)
 	rep.latencyPanel(c, 440)
-	c.legend(svgHeight - 40)
+	c.legend(svgHeight-40, rep.contenders())
 	c.p("</svg>\n")
 }
 
@@ -88,11 +90,11 @@ func (rep *Report) throughputPanel(c *canvas, top float64) {
 		c.line(plotLeft, y(v), plotRight, y(v), "#e5e5e5")
 		c.text(plotLeft-6, y(v)+4, "end", `fill="#555"`, short(v))
 	}
-	gw := float64(plotWidth) / float64(len(scs))
+	gw, whos := float64(plotWidth)/float64(len(scs)), rep.contenders()
 	for i, sc := range scs {
 		x0 := plotLeft + float64(i)*gw
-		bw := gw / float64(len(AllContenders)+1)
-		for j, who := range AllContenders {
+		bw := gw / float64(len(whos)+1)
+		for j, who := range whos {
 			r, ok := rep.find(sc.Name, who)
 			if !ok {
 				continue
@@ -131,11 +133,11 @@ func (rep *Report) latencyPanel(c *canvas, top float64) {
 		c.line(plotLeft, y(v), plotRight, y(v), "#e5e5e5")
 		c.text(plotLeft-6, y(v)+4, "end", `fill="#555"`, decade(v))
 	}
-	gw := float64(plotWidth) / float64(len(scs))
+	gw, whos := float64(plotWidth)/float64(len(scs)), rep.contenders()
 	for i, sc := range scs {
 		x0 := plotLeft + float64(i)*gw
-		cw := gw / float64(len(AllContenders)+1)
-		for j, who := range AllContenders {
+		cw := gw / float64(len(whos)+1)
+		for j, who := range whos {
 			r, ok := rep.find(sc.Name, who)
 			if !ok || r.Latency == nil {
 				continue
@@ -152,9 +154,9 @@ func (rep *Report) latencyPanel(c *canvas, top float64) {
 	c.line(plotLeft, bottom, plotRight, bottom, "#333")
 }
 
-func (c *canvas) legend(y float64) {
+func (c *canvas) legend(y float64, whos []Contender) {
 	x := float64(plotLeft)
-	for _, who := range AllContenders {
+	for _, who := range whos {
 		c.bar(x, y-10, 14, 14, contenderColor[who], 1, string(who))
 		c.text(x+20, y+2, "start", "", string(who))
 		x += 150

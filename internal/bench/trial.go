@@ -49,7 +49,7 @@ func (b *bencher) setup(ctx context.Context, sc Scenario, who Contender) (*trial
 	b.n++
 	t := &trial{b: b, sc: sc, who: who, name: fmt.Sprintf("bench_%d_%d", os.Getpid(), b.n),
 		label: fmt.Sprintf("%02d-%s", b.n, strings.ReplaceAll(string(who), " ", "-"))}
-	t.topo = topology{url: b.srv.AMQPURL, exchange: t.name, queue: t.name, queueType: sc.Queue}
+	t.topo = topology{url: b.srv.AMQPURL, exchange: t.name, queue: t.name, queueType: sc.Queue, sinkType: b.srv.sinkType()}
 	if err := t.topo.declare(); err != nil {
 		return t, err
 	}
@@ -86,15 +86,30 @@ func (t *trial) createTable(ctx context.Context) error {
 	return execSQL(ctx, t.dbURL, walboxTableSetup)
 }
 
+// walboxEnv is walbox's configuration: every node of the broker, and on a cluster quorum queues
+// for what it declares itself.
 func (t *trial) walboxEnv(extra ...string) []string {
-	return append([]string{
+	env := []string{
 		"WALBOX_DATABASE_URL=" + t.dbURL,
-		"WALBOX_AMQP_URL=" + t.b.srv.AMQPURL,
+		"WALBOX_AMQP_URL=" + strings.Join(t.b.srv.brokerURLs(), ","),
 		"WALBOX_SLOT=" + t.name,
 		"WALBOX_EXCHANGE=" + t.name,
 		"WALBOX_WINDOW=" + strconv.Itoa(t.b.cfg.Window),
 		"WALBOX_LOG_FORMAT=json",
-	}, extra...)
+	}
+	if t.b.srv.cluster() {
+		env = append(env, "WALBOX_QUEUE_TYPE="+t.topo.sinkType)
+	}
+	return append(env, extra...)
+}
+
+// walboxRun is the command line of `walbox run`. The lanes flag is given only for more than one
+// lane, so that the one-lane contender runs whatever walbox binary is measured.
+func (t *trial) walboxRun() []string {
+	if n := t.who.connections(); n > 1 {
+		return []string{"run", "--lanes", strconv.Itoa(n)}
+	}
+	return []string{"run"}
 }
 
 // startRelay starts the contender. The ceiling publishes count messages (at rate per second, or
@@ -104,13 +119,14 @@ func (t *trial) startRelay(count, rate, measureFrom int) (*process, error) {
 	cfg, dir := t.b.cfg, t.b.cfg.WorkDir
 	spec := childSpec{AMQPURL: t.b.srv.AMQPURL, Exchange: t.name, DatabaseURL: t.dbURL, Window: cfg.Window,
 		MeasureFrom: measureFrom}
-	if measureFrom >= 0 && (t.who == Ceiling || t.who.polls()) {
+	if measureFrom >= 0 && (t.who.isCeiling() || t.who.polls()) {
 		t.resultFile = filepath.Join(dir, t.label+".result.json")
 		spec.ResultFile = t.resultFile
 	}
 	switch {
-	case t.who == Ceiling:
+	case t.who.isCeiling():
 		spec.Role, spec.Count, spec.Rate, spec.Payload = "ceiling", count, rate, t.sc.Payload
+		spec.Publishers, spec.Nodes = t.who.connections(), t.b.srv.brokerURLs()
 	case t.who.polls():
 		spec.Role, spec.Batch, spec.Interval = "poll", cfg.PollBatch, t.who.pollInterval()
 	case cfg.Profile:
@@ -122,7 +138,7 @@ func (t *trial) startRelay(count, rate, measureFrom int) (*process, error) {
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		t.metricsURL = "http://" + addr + "/metrics"
-		return start(dir, t.label, cfg.WalboxBin, t.walboxEnv("WALBOX_LISTEN="+addr), "run")
+		return start(dir, t.label, cfg.WalboxBin, t.walboxEnv("WALBOX_LISTEN="+addr), t.walboxRun()...)
 	}
 	return startChild(dir, t.label, spec)
 }
@@ -149,7 +165,7 @@ func (t *trial) vacuum(ctx context.Context) error {
 type usage struct{ relay, pg, broker float64 }
 
 func (b *bencher) usage(relayPID int) usage {
-	u := usage{relay: 0, pg: treeCPU(b.srv.PostgresPID), broker: treeCPU(b.srv.BrokerPID)}
+	u := usage{relay: 0, pg: treeCPU(b.srv.PostgresPID), broker: b.srv.brokerCPU()}
 	if relayPID > 0 {
 		u.relay = processCPU(relayPID)
 	}

@@ -4,6 +4,7 @@ package composetest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,17 +23,18 @@ var (
 	engine   *dockerenv.Engine
 	images   dockerenv.Images
 	repo     string
-	setupErr error // why the engine or the images are missing
+	missing  error // what the machine lacks to run the harness at all
+	setupErr error // why the engine or the images could not be set up on a machine that has it all
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
 	repo, _ = filepath.Abs(filepath.Join("..", ".."))
-	if setupErr = requirements(); setupErr != nil {
+	if missing = requirements(); missing != nil {
 		return m.Run() // each test skips or fails with the reason
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTime())
 	defer cancel()
 	start := time.Now()
 	if engine, setupErr = dockerenv.StartEngine(ctx); setupErr != nil {
@@ -41,6 +43,8 @@ func run(m *testing.M) int {
 	defer engine.Stop()
 	stopOnSignal(engine)
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "composetest: "+format+"\n", args...) }
+	driver, _ := engine.Docker(ctx, "info", "--format", "{{.Driver}}")
+	logf("engine up, storage driver %s", driver)
 	cache, err := dockerenv.DefaultCache()
 	if err != nil {
 		setupErr = err
@@ -61,6 +65,23 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// testsNeed is what the tests need after the setup: they took 10 minutes on two busy cores (13
+// with vfs storage).
+const testsNeed = 25 * time.Minute
+
+// setupTime returns how long the engine and the images may take to set up: what go test's
+// -timeout leaves after the tests (a cold setup took 8 minutes with vfs storage on two busy
+// cores, 26 on a busier machine).
+func setupTime() time.Duration {
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > testsNeed {
+			return d - testsNeed
+		}
+	}
+	return 45 * time.Minute
 }
 
 // stopOnSignal stops the engine, and with it every container, when the tests are interrupted.
@@ -88,17 +109,20 @@ func requirements() error {
 	return nil
 }
 
-// requireEngine skips the test outside CI, and fails it under CI, when the engine or the images
-// could not be set up.
+// requireEngine fails the test when the engine or the images could not be set up, and when the
+// machine lacks what the harness needs skips it outside CI and fails it under CI.
 func requireEngine(t *testing.T) {
 	t.Helper()
-	if setupErr == nil {
+	if setupErr != nil {
+		t.Fatalf("compose harness: %v", setupErr)
+	}
+	if missing == nil {
 		return
 	}
 	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		t.Fatalf("compose harness (CI=true): %v", setupErr)
+		t.Fatalf("compose harness (CI=true): %v", missing)
 	}
-	t.Skipf("compose harness: %v", setupErr)
+	t.Skipf("compose harness: %v", missing)
 }
 
 // newProject returns a project of the compose file with the local images; the caller removes it.

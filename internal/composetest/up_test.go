@@ -30,7 +30,9 @@ var startOrder = map[string][]dockerenv.Dependency{
 
 // up runs `docker-compose up -d` and waits up to wait for every service to be ready (healthy
 // where it has a health check, running otherwise; walbox-migrate exited with 0). It returns the
-// problems found, each naming its service, and the timeline of container events.
+// problems found, each naming its service, and the timeline of container events. A service
+// whose restart policy restarted it once is not a problem (see dockerenv.CheckStartOrder); the
+// timeline shows it.
 func up(ctx context.Context, p *dockerenv.Project, wait time.Duration) (problems []string, timeline string) {
 	rec, err := p.Record(ctx)
 	if err != nil {
@@ -56,7 +58,13 @@ func up(ctx context.Context, p *dockerenv.Project, wait time.Duration) (problems
 			problems = append(problems, err.Error())
 		}
 	}
+	mayRestart := map[string]bool{}
+	for svc := range startOrder {
+		if s, err := p.State(ctx, svc); err == nil && s.Policy != "" && s.Policy != "no" {
+			mayRestart[svc] = true
+		}
+	}
 	events := rec.Stop()
-	problems = append(problems, dockerenv.CheckStartOrder(events, startOrder)...)
+	problems = append(problems, dockerenv.CheckStartOrder(events, startOrder, mayRestart)...)
 	return problems, dockerenv.Timeline(events)
 }

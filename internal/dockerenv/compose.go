@@ -45,10 +45,25 @@ type State struct {
 	Status       string // created, running, restarting, exited, ...
 	Health       string // "" without a health check; starting, healthy, unhealthy
 	ExitCode     int
-	RestartCount int
+	RestartCount int    // restarts by the restart policy since the container was last started by hand
+	Policy       string // the restart policy: no, always, unless-stopped, on-failure
 	StartedAt    time.Time
 	Pid          int    // of the container's main process, on the host; 0 unless running
 	IP           string // on the project's network
+	Check        HealthCheck
+}
+
+// HealthCheck is a container's health check as the engine runs it (zero without one).
+type HealthCheck struct {
+	Interval, Timeout, StartPeriod time.Duration
+	Retries                        int
+}
+
+// Unhealthy returns how long a container whose check fails from its start takes at most to be
+// reported unhealthy: its start period, then Retries failed checks, each after an interval and
+// taking up to its timeout.
+func (h HealthCheck) Unhealthy() time.Duration {
+	return h.StartPeriod + time.Duration(h.Retries)*(h.Interval+h.Timeout)
 }
 
 // Ready reports whether the service is up: healthy if it has a health check, else running.
@@ -82,6 +97,8 @@ func (p *Project) State(ctx context.Context, service string) (State, error) {
 	}
 	var c struct {
 		RestartCount int
+		HostConfig   struct{ RestartPolicy struct{ Name string } }
+		Config       struct{ Healthcheck *HealthCheck }
 		State        struct {
 			Status    string
 			ExitCode  int
@@ -96,10 +113,13 @@ func (p *Project) State(ctx context.Context, service string) (State, error) {
 	if err := json.Unmarshal([]byte(out), &c); err != nil {
 		return State{}, fmt.Errorf("inspect %s: %w", service, err)
 	}
-	s := State{Container: id, Status: c.State.Status, ExitCode: c.State.ExitCode, RestartCount: c.RestartCount, StartedAt: c.State.StartedAt,
-		Pid: c.State.Pid}
+	s := State{Container: id, Status: c.State.Status, ExitCode: c.State.ExitCode, RestartCount: c.RestartCount,
+		Policy: c.HostConfig.RestartPolicy.Name, StartedAt: c.State.StartedAt, Pid: c.State.Pid}
 	if c.State.Health != nil {
 		s.Health = c.State.Health.Status
+	}
+	if c.Config.Healthcheck != nil {
+		s.Check = *c.Config.Healthcheck
 	}
 	for _, n := range c.NetworkSettings.Networks {
 		s.IP = n.IPAddress

@@ -27,9 +27,10 @@ type Engine struct {
 	done   chan struct{}
 }
 
-// StartEngine starts dockerd with its own directories, vfs storage and no iptables, bridge or
-// userland proxy (published ports are not bound on the host; clients use container addresses), and
-// returns once it answers.
+// StartEngine starts dockerd with its own directories and no iptables, bridge or userland proxy
+// (published ports are not bound on the host; clients use container addresses), and returns once
+// it answers. The daemon picks its storage driver: overlay2 where the directory's file system
+// allows it, vfs (a full copy per layer, minutes slower) where not.
 func StartEngine(ctx context.Context) (*Engine, error) {
 	removeStale()
 	dockerd, err := exec.LookPath("dockerd")
@@ -57,8 +58,11 @@ func StartEngine(ctx context.Context) (*Engine, error) {
 		"--exec-root", filepath.Join(dir, "exec"),
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
 		"--host", e.Host,
-		"--storage-driver", "vfs", "--iptables=false", "--bridge=none", "--userland-proxy=false",
-		"--cgroup-parent", filepath.Base(dir)) // so that leftovers can be found and killed
+		"--iptables=false", "--bridge=none", "--userland-proxy=false",
+		"--cgroup-parent", filepath.Base(dir), // so that leftovers can be found and killed
+		// dockerd starts a containerd of its own, unless the system's runs: then it uses that one,
+		// and these keep its containers apart from the system daemon's.
+		"--containerd-namespace", filepath.Base(dir), "--containerd-plugins-namespace", filepath.Base(dir)+"-plugins")
 	e.cmd.Stdout, e.cmd.Stderr = log, log
 	// Own process group, and SIGKILL if the test binary dies; its containers then stay behind
 	// until a later StartEngine kills them and removes the directory.

@@ -94,10 +94,12 @@ type Dependency struct {
 	Condition Condition
 }
 
-// CheckStartOrder checks the events of an `up`: every service in deps started exactly once, and
-// only after each of its dependencies was healthy or had completed. It returns one line per
-// violation, naming the service.
-func CheckStartOrder(events []Event, deps map[string][]Dependency) []string {
+// CheckStartOrder checks the events of an `up`: every service in deps started once, and only
+// after each of its dependencies was healthy or had completed. A service in mayRestart (one with
+// a restart policy) may be started a second time, by its policy after it exited while what it
+// uses became ready; a third start is a crash loop. It returns one line per violation, naming
+// the service.
+func CheckStartOrder(events []Event, deps map[string][]Dependency, mayRestart map[string]bool) []string {
 	first := map[string]time.Time{} // the first time each condition held, keyed "service/condition"
 	starts := map[string][]time.Time{}
 	for _, e := range events {
@@ -122,8 +124,11 @@ func CheckStartOrder(events []Event, deps map[string][]Dependency) []string {
 			problems = append(problems, fmt.Sprintf("service %s never started", svc))
 			continue
 		}
-		if len(s) > 1 {
-			problems = append(problems, fmt.Sprintf("service %s started %d times (it exited and was restarted)", svc, len(s)))
+		switch {
+		case len(s) > 2:
+			problems = append(problems, fmt.Sprintf("service %s started %d times: a crash loop", svc, len(s)))
+		case len(s) > 1 && !mayRestart[svc]:
+			problems = append(problems, fmt.Sprintf("service %s started %d times, without a restart policy", svc, len(s)))
 		}
 		for _, d := range deps[svc] {
 			met, ok := first[fmt.Sprintf("%s/%d", d.Service, d.Condition)]

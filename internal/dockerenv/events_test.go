@@ -36,13 +36,17 @@ func TestCheckStartOrder(t *testing.T) {
 			[]dockerenv.Event{ev(0, "db", "start", ""), ev(2, "db", "health_status: healthy", ""),
 				ev(3, "migrate", "start", ""), ev(4, "migrate", "die", "1"), ev(5, "app", "start", "")},
 			[]string{"service app started at +5s, but migrate never became completed"}},
-		{"a restarted service is named",
-			append(inOrder, ev(6, "app", "die", "2"), ev(7, "app", "start", "")),
-			[]string{"service app started 2 times"}},
+		{"a service with a restart policy may be restarted once", append(inOrder, ev(6, "app", "die", "2"), ev(7, "app", "start", "")), nil},
+		{"a service restarted twice is in a crash loop",
+			append(inOrder, ev(6, "app", "die", "2"), ev(7, "app", "start", ""), ev(8, "app", "die", "2"), ev(9, "app", "start", "")),
+			[]string{"service app started 3 times: a crash loop"}},
+		{"a service without a restart policy started twice is named",
+			append(inOrder, ev(6, "db", "die", "2"), ev(7, "db", "start", "")),
+			[]string{"service db started 2 times, without a restart policy"}},
 		{"a service that never started is named", inOrder[:4], []string{"service app never started"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := dockerenv.CheckStartOrder(tc.events, deps)
+			got := dockerenv.CheckStartOrder(tc.events, deps, map[string]bool{"app": true})
 			if len(got) != len(tc.want) {
 				t.Fatalf("problems %q, want %d like %q", got, len(tc.want), tc.want)
 			}

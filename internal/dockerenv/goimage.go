@@ -30,9 +30,10 @@ func (b *Builder) goInputs(ctx context.Context) (key []string, dirs map[string]s
 	return []string{version, string(sum), deps}, map[string]string{"go": goroot}, nil
 }
 
-// dependencies lists the packages outside the module that its tests build, one a line.
+// dependencies lists the packages outside the module that its tests build, one a line, with
+// those of the tracing build (a test builds walbox with -tags otel).
 func (b *Builder) dependencies(ctx context.Context) (string, error) {
-	out, err := b.goCmd(ctx, nil, "list", "-deps", "-test",
+	out, err := b.goCmd(ctx, nil, "list", "-deps", "-test", "-tags", "otel",
 		"-f", "{{if not .Module}}{{.ImportPath}}{{else if not .Module.Main}}{{.ImportPath}}{{end}}", "./...")
 	if err != nil {
 		return "", err
@@ -61,8 +62,13 @@ func (g goBuild) cleanup() {
 	_ = os.RemoveAll(g.tmp)
 }
 
-// goContext fills a module cache from the local one (no network) and writes the warm-up files.
+// goContext fills a module cache from the local one and writes the warm-up files. The image's
+// `go mod download` (the Dockerfile's) reads the go.mod of every module in the graph, which the
+// local builds need not have fetched: the local cache gets them first, from the usual proxy.
 func (b *Builder) goContext(ctx context.Context, dirs map[string]string) (goBuild, error) {
+	if _, err := b.goCmd(ctx, nil, "mod", "download"); err != nil {
+		return goBuild{}, err
+	}
 	tmp, err := os.MkdirTemp("", "walbox-goimage-")
 	if err != nil {
 		return goBuild{}, err

@@ -34,11 +34,13 @@ type Images struct {
 	Postgres string // for postgres:15
 	RabbitMQ string // for rabbitmq:3.10-management
 	Go       string // for golang:1.26-bookworm
-	Walbox   string // what the project's Dockerfile builds
+	Runtime  string // for gcr.io/distroless/static-debian12:nonroot
+	Walbox   string // the project's Dockerfile, built on Go and Runtime
 }
 
 // Builder builds the images on an engine. Base and service images are cached as files under
-// Cache, each named by a hash of everything it is made from; the walbox image is built afresh.
+// Cache, each named by a hash of everything it is made from; the walbox image is built afresh
+// from the project's Dockerfile.
 type Builder struct {
 	Engine *Engine
 	Repo   string // the module's root
@@ -71,12 +73,12 @@ func (b *Builder) Build(ctx context.Context) (Images, error) {
 	for _, img := range []struct {
 		name string
 		tag  *string
-	}{{"postgres", &imgs.Postgres}, {"rabbitmq", &imgs.RabbitMQ}, {"go", &imgs.Go}} {
+	}{{"postgres", &imgs.Postgres}, {"rabbitmq", &imgs.RabbitMQ}, {"go", &imgs.Go}, {"runtime", &imgs.Runtime}} {
 		if *img.tag, err = b.service(ctx, img.name, base, baseKey); err != nil {
 			return Images{}, fmt.Errorf("%s image: %w", img.name, err)
 		}
 	}
-	if imgs.Walbox, err = b.walbox(ctx, base); err != nil {
+	if imgs.Walbox, err = b.walbox(ctx, imgs); err != nil {
 		return Images{}, fmt.Errorf("walbox image: %w", err)
 	}
 	b.prune()
@@ -202,29 +204,19 @@ func (b *Builder) service(ctx context.Context, name, base, baseKey string) (stri
 	return tag, nil
 }
 
-// walbox builds the image of walbox, orders and notifier from binaries built here.
-func (b *Builder) walbox(ctx context.Context, base string) (string, error) {
+// walbox builds the project's Dockerfile as `docker-compose up --build` does, with only its base
+// images swapped: the Go image for golang (its module cache makes the build offline) and the
+// runtime image for distroless.
+func (b *Builder) walbox(ctx context.Context, imgs Images) (string, error) {
 	start := time.Now()
-	bin, err := os.MkdirTemp("", "walbox-bin-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(bin)
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin+"/", "./cmd/walbox", "./cmd/orders", "./cmd/notifier")
-	build.Dir = b.Repo
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if _, err := output(build); err != nil {
-		return "", err
-	}
-	files, err := fs.Sub(imageFiles, "images/walbox")
-	if err != nil {
-		return "", err
-	}
 	tag := "walbox-test/walbox:dev"
-	if err := b.build(ctx, tag, base, files, map[string]string{"bin": bin}); err != nil {
-		return "", err
+	cmd := exec.CommandContext(ctx, b.Engine.docker, "build", "--network", "host",
+		"--build-arg", "GO_IMAGE="+imgs.Go, "--build-arg", "RUNTIME_IMAGE="+imgs.Runtime, "-t", tag, b.Repo)
+	cmd.Env = b.Engine.Env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("docker build %s: %w\n%s", tag, err, tail(string(out), 40))
 	}
-	b.Logf("built %s in %v", tag, time.Since(start).Round(time.Second))
+	b.Logf("built %s from the Dockerfile in %v", tag, time.Since(start).Round(time.Second))
 	return tag, nil
 }
 

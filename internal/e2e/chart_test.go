@@ -45,8 +45,19 @@ func TestChartEnvironment(t *testing.T) {
 	}
 	amqpPassword, _ := amqpURL.User.Password()
 	amqpURL.User = url.User(amqpURL.User.Username())
+	dbURL, err := url.Parse(w.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The harness's own server trusts local connections; an external one takes the URL's password.
+	dbPassword, ok := dbURL.User.Password()
+	if ok {
+		dbURL.User = url.User(dbURL.User.Username())
+	} else {
+		dbPassword = "unused: the test server trusts local connections"
+	}
 	for name, data := range map[string]string{
-		"secrets/database-password": "unused: the test server trusts local connections\n",
+		"secrets/database-password": dbPassword + "\n",
 		"secrets/amqp-password":     amqpPassword + "\n", // a trailing newline, as kubectl create secret --from-file leaves
 		"config/walbox.yaml":        pod.Config,
 	} {
@@ -59,7 +70,7 @@ func TestChartEnvironment(t *testing.T) {
 		}
 	}
 	slot := testenv.UniqueName("chart")
-	fill := strings.NewReplacer("__DATABASE_URL__", w.db, "__AMQP_URL__", amqpURL.String(),
+	fill := strings.NewReplacer("__DATABASE_URL__", dbURL.String(), "__AMQP_URL__", amqpURL.String(),
 		"__SLOT__", slot, "__EXCHANGE__", w.exchange, "/etc/walbox/", mounts+"/")
 	env := func(vars map[string]string, extra ...string) []string {
 		out := []string{"PATH=" + os.Getenv("PATH")}
@@ -69,7 +80,7 @@ func TestChartEnvironment(t *testing.T) {
 		return append(out, extra...)
 	}
 
-	migrate := exec.Command(walboxBin, pod.Migrate.Args...)
+	migrate := exec.Command(walboxBin(t), pod.Migrate.Args...)
 	migrate.Env = env(pod.Migrate.Env)
 	if out, err := migrate.CombinedOutput(); err != nil || !strings.Contains(string(out), "created replication slot "+slot) {
 		t.Fatalf("the migrate job: %v\n%s", err, out)
@@ -84,19 +95,20 @@ func TestChartEnvironment(t *testing.T) {
 	waitHTTP(t, standby, "/readyz", "second relay waits as a standby", func(code int, b string) bool {
 		return code == 200 && strings.Contains(b, "standby")
 	})
-	if !strings.Contains(first.out.String(), `"window":64`) {
-		t.Errorf("the config file's window did not reach the relay:\n%s", first.out.String())
+	if !strings.Contains(first.Output(), `"window":64`) {
+		t.Errorf("the config file's window did not reach the relay:\n%s", first.Output())
 	}
 	tx := w.insertTx(w.conn, 5, "order.created")
 	if dups := checkAll(t, []txn{tx}, w.drain([]txn{tx}, nil, time.Minute)); dups != 0 {
 		t.Errorf("%d duplicates", dups)
 	}
 
-	first.kill()
-	second.kill()
+	first.Kill()
+	second.Kill()
+	w.waitSlotReleased(slot) // the walsender notices the dead relay a moment later
 	w.pg.Exec(t, w.db, "SELECT pg_drop_replication_slot($1)", slot)
 	third := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+freeAddr(t)), pod.Relay.Args...)
-	if code := third.wait(time.Minute); code != 1 || !strings.Contains(third.out.String(), "replication slot does not exist: slot "+slot) {
-		t.Fatalf("a relay without its slot: exit %d, want 1 naming the slot:\n%s", code, third.out.String())
+	if code := third.Wait(time.Minute); code != 1 || !strings.Contains(third.Output(), "replication slot does not exist: slot "+slot) {
+		t.Fatalf("a relay without its slot: exit %d, want 1 naming the slot:\n%s", code, third.Output())
 	}
 }

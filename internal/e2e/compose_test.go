@@ -48,7 +48,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	var help strings.Builder
 	for _, cmd := range []string{"run", "migrate", "status"} {
-		h, _ := exec.Command(walboxBin, cmd, "--help").CombinedOutput()
+		h, _ := exec.Command(walboxBin(t), cmd, "--help").CombinedOutput()
 		help.Write(h)
 	}
 	for _, name := range regexp.MustCompile(`WALBOX_[A-Z_]+`).FindAllString(string(out), -1) {

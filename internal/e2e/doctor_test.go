@@ -102,7 +102,7 @@ func TestDoctorFailsOnWalLevelReplica(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_level", "replica"))
 	testenv.RequireOwn(t, pg)
 	db := pg.NewDatabase(t)
-	w := &world{t: t, pg: pg, rabbit: testenv.SharedRabbit(t), db: db, conn: pg.Conn(t, db), bin: walboxBin,
+	w := &world{t: t, pg: pg, rabbit: testenv.SharedRabbit(t), db: db, conn: pg.Conn(t, db), bin: walboxBin(t),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
 	// No slot can exist without wal_level = logical; the table and publication can.
 	if out, code := w.walbox(nil, "migrate", "--no-slot"); code != 0 {
@@ -169,6 +169,9 @@ func TestDoctorFindsMisconfiguration(t *testing.T) {
 		testenv.RequireOwn(t, pg)
 		dbURL := roleURL(t, pg, w.db, testenv.UniqueName("relay"), "LOGIN REPLICATION") // no SELECT on the outbox
 		r := w.doctor([]string{"WALBOX_DATABASE_URL=" + dbURL})
+		if r.code != 0 || !r.OK {
+			t.Errorf("exit %d, ok %t: want 0 and ok, as for a superuser (internal/doctor's test streams with such a role)\n%s", r.code, r.OK, r.out)
+		}
 		for _, name := range []string{"role", "replication_connection", "publication", "publication_table", "outbox_table", "slot", "slot_record"} {
 			if c := r.check(t, name); c.Status != "pass" {
 				t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)

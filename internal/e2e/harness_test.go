@@ -1,14 +1,10 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,27 +15,12 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-var walboxBin string
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "walbox-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	walboxBin = filepath.Join(dir, "walbox")
-	build := exec.Command("go", "build", "-race", "-o", walboxBin, "github.com/walbox/walbox/cmd/walbox")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build walbox:", err)
-		return 1
-	}
-	return testenv.Main(m)
+// walboxBin returns the walbox binary the tests run, race-built as the tests are.
+func walboxBin(t *testing.T) string {
+	t.Helper()
+	return testenv.Build(t, "cmd/walbox", "-race")
 }
 
 // world is one test's database, slot, exchange and queue.
@@ -61,7 +42,7 @@ func newWorld(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) *world
 		t.Skip("end-to-end test: needs PostgreSQL and RabbitMQ")
 	}
 	db := pg.NewDatabase(t)
-	w := &world{t: t, bin: walboxBin, pg: pg, rabbit: rabbit, db: db, conn: pg.Conn(t, db),
+	w := &world{t: t, bin: walboxBin(t), pg: pg, rabbit: rabbit, db: db, conn: pg.Conn(t, db),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
 	out, code := w.walbox(nil, "migrate")
 	if code != 0 {
@@ -87,7 +68,7 @@ func (w *world) env() []string {
 // binary returns the walbox binary the world runs: walboxBin unless the test set another.
 func (w *world) binary() string {
 	if w.bin == "" {
-		return walboxBin
+		return walboxBin(w.t)
 	}
 	return w.bin
 }
@@ -95,103 +76,23 @@ func (w *world) binary() string {
 // walbox runs a walbox command to completion and returns its combined output and exit code.
 func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, w.binary(), args...)
+	cmd := exec.Command(w.binary(), args...)
 	cmd.Env = append(w.env(), extraEnv...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		w.t.Fatalf("walbox %v: %v", args, err)
-	}
-	return string(out), 0
+	return testenv.Run(w.t, cmd, 2*time.Minute)
 }
 
-// relay is a `walbox run` subprocess.
-type relay struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-	err  error
-}
-
-func (w *world) startRelay(extraEnv ...string) *relay {
+// startRelay starts `walbox run` on the world; extraEnv settings win.
+func (w *world) startRelay(extraEnv ...string) *testenv.Program {
 	w.t.Helper()
 	return w.startRelayEnv(append(w.env(), extraEnv...), "run")
 }
 
 // startRelayEnv starts walbox with exactly env and args.
-func (w *world) startRelayEnv(env []string, args ...string) *relay {
+func (w *world) startRelayEnv(env []string, args ...string) *testenv.Program {
 	w.t.Helper()
 	cmd := exec.Command(w.binary(), args...)
 	cmd.Env = env
-	r := &relay{t: w.t, cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = r.out, r.out
-	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	go func() {
-		r.err = cmd.Wait()
-		close(r.done)
-	}()
-	w.t.Cleanup(func() {
-		r.signal(syscall.SIGKILL)
-		<-r.done
-		if w.t.Failed() {
-			w.t.Logf("walbox run output:\n%s", r.out.String())
-		}
-	})
-	return r
-}
-
-func (r *relay) signal(sig syscall.Signal) {
-	select {
-	case <-r.done:
-	default:
-		_ = r.cmd.Process.Signal(sig)
-	}
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (r *relay) wait(timeout time.Duration) int {
-	r.t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(timeout):
-		r.t.Fatalf("walbox run still running after %v:\n%s", timeout, r.out.String())
-	}
-	if r.err == nil {
-		return 0
-	}
-	if ee, ok := r.err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
-func (r *relay) kill() {
-	r.signal(syscall.SIGKILL)
-	<-r.done
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return testenv.Start(w.t, cmd)
 }
 
 // txn is one committed outbox transaction.
@@ -240,6 +141,26 @@ func (w *world) slotLSN() pglogrepl.LSN {
 		w.t.Fatal(err)
 	}
 	return lsn
+}
+
+// waitSlotReleased waits until no walsender holds slot.
+func (w *world) waitSlotReleased(slot string) {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var active bool
+		if err := w.conn.QueryRow(context.Background(),
+			"SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
+			w.t.Fatal(err)
+		}
+		if !active {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("slot %s still active 30s after its relays were killed", slot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // declareQueue declares the test's exchange and a durable queue bound to every routing key.

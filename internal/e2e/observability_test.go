@@ -144,7 +144,7 @@ func TestStandbyReportsItself(t *testing.T) {
 	if v := metric(body, `walbox_messages_published_total{event_type="order.created"}`); v != 0 {
 		t.Fatalf("the standby published %v messages", v)
 	}
-	first.kill()
+	first.Kill()
 	start := time.Now()
 	waitHTTP(t, standby, "/readyz", "standby takes over", func(code int, b string) bool {
 		return code == 200 && strings.Contains(b, "streaming")

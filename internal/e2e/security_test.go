@@ -55,7 +55,7 @@ func TestTLSAndPasswordFiles(t *testing.T) {
 	if !ssl {
 		t.Error("the replication connection does not use TLS")
 	}
-	r.kill()
+	r.Kill()
 
 	other := testenv.NewCerts(t) // a CA that did not sign the servers' certificates
 	t.Run("postgres certificate from another CA", func(t *testing.T) {

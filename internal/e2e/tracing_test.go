@@ -3,12 +3,9 @@ package e2e_test
 import (
 	"bytes"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,30 +14,11 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-var otelBuild struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
-// otelWalbox returns a walbox built with -tags otel, the build that exports spans, building it on
-// first use beside walboxBin (the default build, which refuses an OTLP endpoint).
+// otelWalbox returns a walbox built with -tags otel, the build that exports spans (the default
+// build refuses an OTLP endpoint).
 func otelWalbox(t *testing.T) string {
 	t.Helper()
-	otelBuild.once.Do(func() {
-		bin := filepath.Join(filepath.Dir(walboxBin), "walbox-otel")
-		out, err := exec.Command("go", "build", "-race", "-tags", "otel", "-o", bin,
-			"github.com/walbox/walbox/cmd/walbox").CombinedOutput()
-		if err != nil {
-			otelBuild.err = fmt.Errorf("build walbox -tags otel: %v\n%s", err, out)
-			return
-		}
-		otelBuild.bin = bin
-	})
-	if otelBuild.err != nil {
-		t.Fatal(otelBuild.err)
-	}
-	return otelBuild.bin
+	return testenv.Build(t, "cmd/walbox", "-race", "-tags", "otel")
 }
 
 // With an OTLP endpoint set, walbox built with tracing exports a span per publish in the trace of
@@ -91,10 +69,10 @@ func TestSpansAreExportedInTheRowsTrace(t *testing.T) {
 func TestOTLPEndpointRefusedWithoutTracing(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	r := w.startRelay("WALBOX_OTLP_ENDPOINT=http://127.0.0.1:4318")
-	if code := r.wait(30 * time.Second); code != 2 {
-		t.Fatalf("walbox run exited %d, want 2:\n%s", code, r.out.String())
+	if code := r.Wait(30 * time.Second); code != 2 {
+		t.Fatalf("walbox run exited %d, want 2:\n%s", code, r.Output())
 	}
-	out := r.out.String()
+	out := r.Output()
 	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "built without tracing") || !strings.Contains(out, "-tags otel") {
 		t.Fatalf("want one line saying the build has no tracing and how to get one, got:\n%s", out)
 	}

@@ -57,7 +57,7 @@ func testNotifiedAcrossRelayCrash(t *testing.T, wantRows int, opts ...orders.Sto
 
 	placed := s.placeConcurrently(40)
 	s.waitNotified(1, deliveryTimeout)
-	relay.kill()
+	relay.Kill()
 	placed = append(placed, s.placeConcurrently(40)...)
 	s.startRelay()
 	placed = append(placed, s.placeConcurrently(20)...)

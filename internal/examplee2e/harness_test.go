@@ -11,9 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,27 +23,7 @@ import (
 	"github.com/walbox/walbox/migrations"
 )
 
-var binDir string
-
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "walbox-example-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/",
-		"github.com/walbox/walbox/cmd/walbox", "github.com/walbox/walbox/cmd/demo")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build walbox and demo:", err)
-		return 1
-	}
-	return testenv.Main(m)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // system is one test's database, exchange and queue, with the order API served in-process,
 // and the relay and the notifier started on demand.
@@ -75,8 +52,8 @@ func newSystemWith(t *testing.T, rabbit *testenv.Rabbit, opts ...orders.StoreOpt
 	pg := testenv.SharedPostgres(t)
 	s := &system{t: t, rabbit: rabbit, db: pg.NewDatabase(t), slot: testenv.UniqueName("slot"),
 		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q")}
-	if out, err := s.walbox("migrate").CombinedOutput(); err != nil {
-		t.Fatalf("walbox migrate: %v\n%s", err, out)
+	if out, code := testenv.Run(t, s.walbox("migrate"), 2*time.Minute); code != 0 {
+		t.Fatalf("walbox migrate exited %d:\n%s", code, out)
 	}
 	pool, err := pgxpool.New(context.Background(), s.db)
 	if err != nil {
@@ -97,7 +74,7 @@ func testLogger(t *testing.T, level slog.Level) *slog.Logger {
 }
 
 func (s *system) walbox(args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(binDir, "walbox"), args...)
+	cmd := exec.Command(testenv.Build(s.t, "cmd/walbox"), args...)
 	cmd.Env = append(os.Environ(),
 		"WALBOX_DATABASE_URL="+s.db,
 		"WALBOX_AMQP_URL="+s.rabbit.URL(),
@@ -109,51 +86,19 @@ func (s *system) walbox(args ...string) *exec.Cmd {
 	return cmd
 }
 
-// relay is a `walbox run` subprocess.
-type relay struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-}
-
-// startRelay starts `walbox run`; cleanup kills it and shows its output if the test failed.
-func (s *system) startRelay() *relay {
+// startRelay starts `walbox run` and waits until it has declared its exchange.
+func (s *system) startRelay() *testenv.Program {
 	s.t.Helper()
-	r := &relay{cmd: s.walbox("run"), out: &lockedBuffer{}, done: make(chan struct{})}
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	if err := r.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	go func() {
-		_ = r.cmd.Wait()
-		close(r.done)
-	}()
+	r := testenv.Start(s.t, s.walbox("run"))
 	s.waitExchange(r)
-	s.t.Cleanup(func() {
-		r.kill()
-		if s.t.Failed() {
-			s.t.Logf("walbox run output:\n%s", r.out.String())
-		}
-	})
 	return r
 }
 
 // waitExchange waits until the relay has declared its exchange, which it does with arguments
 // of its own (an alternate exchange) that a consumer declaring it first would lack.
-func (s *system) waitExchange(r *relay) {
+func (s *system) waitExchange(r *testenv.Program) {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if exchangeExists(s.rabbit.URL(), s.exchange) {
-			return
-		}
-		select {
-		case <-r.done:
-			s.t.Fatalf("walbox run exited:\n%s", r.out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	s.t.Fatalf("exchange %s not declared after 30s:\n%s", s.exchange, r.out.String())
+	r.WaitFor("exchange "+s.exchange, 30*time.Second, func() bool { return exchangeExists(s.rabbit.URL(), s.exchange) })
 }
 
 func exchangeExists(url, name string) bool {
@@ -167,17 +112,6 @@ func exchangeExists(url, name string) bool {
 		return false
 	}
 	return ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil) == nil
-}
-
-// kill SIGKILLs the relay, as in a crash, and waits for it to exit.
-func (r *relay) kill() {
-	select {
-	case <-r.done:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGKILL)
-	<-r.done
 }
 
 // startNotifier runs the notification service's consumer in-process until cleanup.
@@ -274,21 +208,4 @@ func (s *system) waitNotified(n int, timeout time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

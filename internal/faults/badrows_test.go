@@ -88,7 +88,7 @@ func TestBadRowsUnderLoad(t *testing.T) {
 	st := mustStatus(t, r)
 	t.Logf("SUMMARY %s bad_rows=%d parked_found=%d unroutable_found=%d per_kind=%v relay_parked=%d",
 		t.Name(), len(written), len(parked), len(unroutable), got, st.Parked)
-	if !strings.Contains(r.out.String(), "parked") {
+	if !strings.Contains(r.Output(), "parked") {
 		t.Error("no log line about the parked rows")
 	}
 }

@@ -71,8 +71,8 @@ func testBrokerUnreachable(t *testing.T, pg *testenv.Postgres, rabbit *testenv.R
 	wr, v, r := brokerWorld(t, w, 22)
 	p.down()
 	time.Sleep(outage)
-	if r.exited() {
-		t.Fatalf("walbox run exited during a broker outage of %v:\n%s", outage, tail(r.out.String(), 30))
+	if r.Exited() {
+		t.Fatalf("walbox run exited during a broker outage of %v:\n%s", outage, testenv.Tail(r.Output(), 30))
 	}
 	if st := r.state(); st == "streaming" {
 		t.Errorf("relay reports %q after %v without a broker", st, outage)

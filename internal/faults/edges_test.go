@@ -25,20 +25,20 @@ func TestSlotReplacedWhileRetrying(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	_, cw, r := w.streaming(43)
 
-	r.signal(syscall.SIGSTOP)
+	r.Signal(syscall.SIGSTOP)
 	w.dropSlot()
 	if err := cw.Tx(t.Context(), 10); err != nil { // the gap: in no slot
 		t.Fatal(err)
 	}
 	w.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", w.slot)
 	created := w.confirmedLSN()
-	r.signal(syscall.SIGCONT)
+	r.Signal(syscall.SIGCONT)
 
 	for i, rr := range []*relay{r, w.startRelay()} { // the same process retrying, then a restart
-		code := rr.wait(time.Minute)
-		out := rr.out.String()
+		code := rr.Wait(time.Minute)
+		out := rr.Output()
 		if code == 0 || !strings.Contains(out, "ahead of") || !strings.Contains(out, "walbox recover") {
-			t.Fatalf("relay %d exited %d on a replaced slot; want non-zero and an error naming the gap:\n%s", i, code, tail(out, 20))
+			t.Fatalf("relay %d exited %d on a replaced slot; want non-zero and an error naming the gap:\n%s", i, code, testenv.Tail(out, 20))
 		}
 	}
 	if got := w.confirmedLSN(); got != created {
@@ -112,8 +112,8 @@ func TestColumnDriftStops(t *testing.T) {
 				w.exec(tc.insert)
 			}
 			w.expectStop(r, before, tc.want)
-			if strings.Contains(r.out.String(), "parked") {
-				t.Errorf("rows were parked instead of walbox stopping:\n%s", tail(r.out.String(), 20))
+			if strings.Contains(r.Output(), "parked") {
+				t.Errorf("rows were parked instead of walbox stopping:\n%s", testenv.Tail(r.Output(), 20))
 			}
 		})
 	}
@@ -139,14 +139,14 @@ func (w *world) streaming(seed uint64) (*checker.Verifier, *checker.Writer, *rel
 func (w *world) expectStop(r *relay, before pglogrepl.LSN, want ...string) {
 	w.t.Helper()
 	for i, rr := range []*relay{r, w.startRelay()} {
-		code := rr.wait(time.Minute)
-		out := rr.out.String()
+		code := rr.Wait(time.Minute)
+		out := rr.Output()
 		if code == 0 {
-			w.t.Fatalf("relay %d exited 0; want a non-zero exit:\n%s", i, tail(out, 20))
+			w.t.Fatalf("relay %d exited 0; want a non-zero exit:\n%s", i, testenv.Tail(out, 20))
 		}
 		for _, s := range want {
 			if !strings.Contains(out, s) {
-				w.t.Fatalf("relay %d exited %d without an error containing %q:\n%s", i, code, s, tail(out, 20))
+				w.t.Fatalf("relay %d exited %d without an error containing %q:\n%s", i, code, s, testenv.Tail(out, 20))
 			}
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -97,18 +96,9 @@ func (w *world) env(extra []string) []string {
 // walbox runs a walbox command to completion and returns its combined output and exit code.
 func (w *world) walbox(extraEnv []string, args ...string) (string, int) {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, walboxBin, args...)
+	cmd := exec.Command(walboxBin(w.t), args...)
 	cmd.Env = w.env(extraEnv)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		w.t.Fatalf("walbox %v: %v", args, err)
-	}
-	return string(out), 0
+	return testenv.Run(w.t, cmd, 2*time.Minute)
 }
 
 // declare declares the exchange as walbox does (with its alternate exchange) and the queue.
@@ -244,7 +234,7 @@ func (w *world) verdict(cw *checker.Writer, v *checker.Verifier, timeout time.Du
 			lost := rep.Lost
 			last := w.relays[len(w.relays)-1]
 			for _, r := range w.relays {
-				r.kill()
+				r.Kill()
 			}
 			w.startRelay(last.extra...)
 			rep = v.Await(context.Background(), cw.Committed(), timeout)
@@ -270,11 +260,11 @@ func (w *world) verdict(cw *checker.Writer, v *checker.Verifier, timeout time.Du
 func (w *world) relayStates() string {
 	var b strings.Builder
 	for _, r := range w.relays {
-		if r.exited() {
+		if r.Exited() {
 			continue
 		}
 		st, err := r.status()
-		fmt.Fprintf(&b, "relay pid %d: %+v %v\n", r.pid(), st, err)
+		fmt.Fprintf(&b, "relay pid %d: %+v %v\n", r.PID(), st, err)
 		if err == nil && st.State == "streaming" && st.BrokerBlocked {
 			b.WriteString("  RELAY BUG signature (docs/reliability.md, bug 1): \"streaming\" with broker_blocked and no " +
 				"progress, though no alarm is set: the publish loop retries a dead AMQP session forever\n")
@@ -370,21 +360,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -35,7 +35,7 @@ func TestRelayKilledAtRandomMoments(t *testing.T) {
 		r := w.startRelay()
 		// Up to 1.5 s: some kills land before the first session, most in the stream.
 		time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
-		r.kill()
+		r.Kill()
 		if i%5 == 4 {
 			t.Logf("round %d: %d committed, %d delivered so far", i+1, wr.Stats().Rows, v.Count())
 		}
@@ -70,7 +70,7 @@ func TestDuplicatesAfterKillWhileDraining(t *testing.T) {
 		from, start := v.Count(), time.Now()
 		waitDelivered(t, v, from+4000, time.Minute)
 		rates = append(rates, float64(v.Count()-from)/time.Since(start).Seconds())
-		r.kill()
+		r.Kill()
 		t.Logf("kill %d after %d deliveries at %.0f msg/s", i+1, v.Count(), rates[i])
 	}
 	w.startRelay(env...)

@@ -2,49 +2,29 @@ package faults_test
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-var (
-	soakFlag  = flag.Bool("soak", false, "run the long soak variants (also WALBOX_SOAK=1)")
-	walboxBin string
-)
+var soakFlag = flag.Bool("soak", false, "run the long soak variants (also WALBOX_SOAK=1)")
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
+	os.Exit(testenv.Main(m))
 }
 
-func run(m *testing.M) int {
-	if testenv.Short() {
-		return m.Run() // every test here skips
-	}
+// walboxBin returns the walbox binary under test: WALBOX_FAULTS_BIN if set (a binary built
+// elsewhere, e.g. from another revision), else one race-built like the rest of the suite, so
+// that a data race in the relay under faults fails the test.
+func walboxBin(t *testing.T) string {
+	t.Helper()
 	if bin := os.Getenv("WALBOX_FAULTS_BIN"); bin != "" {
-		walboxBin = bin // a walbox binary built elsewhere, e.g. from another revision
-		return testenv.Main(m)
+		return bin
 	}
-	dir, err := os.MkdirTemp("", "walbox-faults-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	walboxBin = filepath.Join(dir, "walbox")
-	// Race-built like the rest of the suite: a data race in the relay under faults fails the test.
-	build := exec.Command("go", "build", "-race", "-o", walboxBin, "github.com/walbox/walbox/cmd/walbox")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build walbox:", err)
-		return 1
-	}
-	return testenv.Main(m)
+	return testenv.Build(t, "cmd/walbox", "-race")
 }
 
 // soaking reports whether the long variants run.

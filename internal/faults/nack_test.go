@@ -30,8 +30,8 @@ func TestNackedMessagesAreRetried(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second) // a few more rounds of nack, backoff and replay
 	st := mustStatus(t, r)
-	if r.exited() || st.Sessions < 2 {
-		t.Fatalf("after nacks: relay exited %t, status %+v; want it retrying in new sessions", r.exited(), st)
+	if r.Exited() || st.Sessions < 2 {
+		t.Fatalf("after nacks: relay exited %t, status %+v; want it retrying in new sessions", r.Exited(), st)
 	}
 	v := w.startVerifier()
 	w.verdict(cw, v, 2*time.Minute, 1, 1, "sessions_while_full="+itoa(int(st.Sessions)))

@@ -41,11 +41,11 @@ func TestRecoverReplacedSlot(t *testing.T) {
 	v, wr := w.streamingWriter(52)
 
 	r := w.relays[0]
-	r.signal(syscall.SIGSTOP)
+	r.Signal(syscall.SIGSTOP)
 	w.dropSlot()
 	time.Sleep(500 * time.Millisecond) // rows committed here are in no slot
 	w.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", w.slot)
-	r.signal(syscall.SIGCONT)
+	r.Signal(syscall.SIGCONT)
 	w.expectRefusal(r, "ahead of")
 	w.recoverAndContinue(v, wr, "ahead at")
 }
@@ -59,7 +59,7 @@ func TestRecoverInvalidatedSlot(t *testing.T) {
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
 	v, wr := w.streamingWriter(53)
 
-	w.relays[0].kill()
+	w.relays[0].Kill()
 	w.burnWAL()
 	w.expectRefusal(w.startRelay(), "invalidated")
 	w.recoverAndContinue(v, wr, "lost")
@@ -81,10 +81,10 @@ func (w *world) streamingWriter(seed uint64) (*checker.Verifier, *writer) {
 // walbox recover.
 func (w *world) expectRefusal(r *relay, want string) {
 	w.t.Helper()
-	code := r.wait(time.Minute)
-	out := r.out.String()
+	code := r.Wait(time.Minute)
+	out := r.Output()
 	if code == 0 || !strings.Contains(out, want) || !strings.Contains(out, "walbox recover") {
-		w.t.Fatalf("walbox run exited %d; want non-zero and an error containing %q and naming walbox recover:\n%s", code, want, tail(out, 20))
+		w.t.Fatalf("walbox run exited %d; want non-zero and an error containing %q and naming walbox recover:\n%s", code, want, testenv.Tail(out, 20))
 	}
 }
 

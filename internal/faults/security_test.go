@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -117,7 +116,7 @@ func TestPasswordsNeverShown(t *testing.T) {
 			w := w.in(t)
 			p := newProxy(t, hostOf(t, rabbit.URL()))
 			r := w.startRelay(append(env, "WALBOX_AMQP_URL="+withHost(t, mqURL, p.addr))...)
-			defer func() { check(t, "walbox run (logs and exit)", r.out.String()) }()
+			defer func() { check(t, "walbox run (logs and exit)", r.Output()) }()
 			r.waitState("streaming", time.Minute)
 			pg.Exec(t, pg.URL(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1", w.slot)
 			p.down()
@@ -130,8 +129,7 @@ func TestPasswordsNeverShown(t *testing.T) {
 			}
 			out, _ := w.walbox(append(env, "WALBOX_RELAY_URL=http://"+r.addr), "status")
 			check(t, "walbox status with the relay's state", out)
-			r.signal(syscall.SIGTERM)
-			r.wait(30 * time.Second)
+			r.Stop(30 * time.Second)
 		})
 		t.Run(f.name+"/refused", func(t *testing.T) {
 			w := w.in(t)
@@ -232,7 +230,7 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Errorf("walbox status as walbox_relay exited %d:\n%s", code, out)
 	}
 	w.verdict(cw, v, time.Minute, 1, 0, "relay_role=LOGIN_REPLICATION_only migrate_role=table_owner")
-	if !strings.Contains(r.out.String(), "created the missing replication slot") {
-		t.Errorf("the relay did not say it created the slot:\n%s", tail(r.out.String(), 20))
+	if !strings.Contains(r.Output(), "created the missing replication slot") {
+		t.Errorf("the relay did not say it created the slot:\n%s", testenv.Tail(r.Output(), 20))
 	}
 }

@@ -65,7 +65,7 @@ func TestShardsKilledAtRandomMoments(t *testing.T) {
 	for i := range rounds {
 		k := rng.IntN(n)
 		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
-		relays[k].kill()
+		relays[k].Kill()
 		time.Sleep(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
 		relays[k] = shards[k].startShard(k, n)
 		if i%4 == 3 {
@@ -112,7 +112,7 @@ func TestReshardUnderLoad(t *testing.T) {
 
 	// An old relay that cannot move holds the reshard: its slot stays before the cut, and
 	// retiring is refused, naming it.
-	old[0].signal(syscall.SIGSTOP)
+	old[0].Signal(syscall.SIGSTOP)
 	if out, code := w.walbox(nil, "reshard", "--shards", "3"); code != 0 || !strings.Contains(out, "not yet: "+w.slot+"_s0of2") {
 		t.Fatalf("walbox reshard --shards 3 exited %d:\n%s", code, out)
 	}
@@ -120,7 +120,7 @@ func TestReshardUnderLoad(t *testing.T) {
 		!strings.Contains(out, "before the cut") {
 		t.Fatalf("retire with an old slot before the cut exited %d:\n%s", code, out)
 	}
-	old[0].signal(syscall.SIGCONT)
+	old[0].Signal(syscall.SIGCONT)
 	out, code := w.walbox(nil, "reshard", "--shards", "3", "--wait", "90s")
 	t.Logf("walbox reshard --shards 3:\n%s", out)
 	if code != 0 {
@@ -135,8 +135,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	}
 	w.progress(v, 500, time.Minute)
 	for _, r := range old {
-		r.signal(syscall.SIGTERM) //: confirm what the broker confirmed, and exit
-		if code := r.wait(30 * time.Second); code != 0 {
+		if code := r.Stop(30 * time.Second); code != 0 { // confirm what the broker confirmed, and exit
 			t.Errorf("old relay exited %d", code)
 		}
 	}
@@ -216,8 +215,8 @@ func TestMismatchedShardsRefused(t *testing.T) {
 	r.waitState("streaming", time.Minute)
 	set := shard.Set{Slot: w.slot, Publication: "walbox", N: 3}
 	w.pg.Exec(t, w.db, "ALTER PUBLICATION walbox_s1of3 SET TABLE outbox WHERE "+set.Filter(0))
-	if code := r.wait(time.Minute); code != 1 || !strings.Contains(r.out.String(), "selects shard 0 of 3") {
-		t.Errorf("relay exited %d after its filter changed:\n%s", code, tail(r.out.String(), 20))
+	if code := r.Wait(time.Minute); code != 1 || !strings.Contains(r.Output(), "selects shard 0 of 3") {
+		t.Errorf("relay exited %d after its filter changed:\n%s", code, testenv.Tail(r.Output(), 20))
 	}
 }
 

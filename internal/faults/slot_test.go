@@ -32,11 +32,11 @@ func TestSlotDroppedUnderRelay(t *testing.T) {
 
 	w.dropSlot()
 	for i, rr := range []*relay{r, w.startRelay(), w.startRelay("WALBOX_CREATE_SLOT=true")} {
-		code := rr.wait(time.Minute)
-		out := rr.out.String()
+		code := rr.Wait(time.Minute)
+		out := rr.Output()
 		if code == 0 || !strings.Contains(out, "does not exist") || !strings.Contains(out, "will not recreate") ||
 			!strings.Contains(out, "walbox recover") {
-			t.Fatalf("walbox run %d exited %d after its slot was dropped; want non-zero and a clear error:\n%s", i, code, tail(out, 20))
+			t.Fatalf("walbox run %d exited %d after its slot was dropped; want non-zero and a clear error:\n%s", i, code, testenv.Tail(out, 20))
 		}
 		if exists, _, _ := w.slotInfo(); exists {
 			t.Fatalf("the slot exists again after walbox run %d stopped: it was recreated", i)
@@ -88,7 +88,7 @@ func TestSlotInvalidated(t *testing.T) {
 		w := newWorld(t, pg, rabbit)
 		r := w.startRelay()
 		r.waitState("streaming", time.Minute)
-		r.kill()
+		r.Kill()
 		w.burnWAL()
 		r = w.startRelay()
 		w.checkLostSlotRefused(r)
@@ -97,9 +97,9 @@ func TestSlotInvalidated(t *testing.T) {
 		w := newWorld(t, pg, rabbit)
 		r := w.startRelay()
 		r.waitState("streaming", time.Minute)
-		r.signal(syscall.SIGSTOP)
+		r.Signal(syscall.SIGSTOP)
 		w.burnWAL()
-		r.signal(syscall.SIGCONT)
+		r.Signal(syscall.SIGCONT)
 		w.checkLostSlotRefused(r)
 	})
 }
@@ -134,10 +134,10 @@ func (w *world) burnWAL() {
 
 func (w *world) checkLostSlotRefused(r *relay) {
 	w.t.Helper()
-	code := r.wait(time.Minute)
-	out := r.out.String()
+	code := r.Wait(time.Minute)
+	out := r.Output()
 	if code == 0 || !strings.Contains(out, "invalidated") {
-		w.t.Fatalf("walbox run exited %d on an invalidated slot; want non-zero and a clear error:\n%s", code, tail(out, 20))
+		w.t.Fatalf("walbox run exited %d on an invalidated slot; want non-zero and a clear error:\n%s", code, testenv.Tail(out, 20))
 	}
 	w.t.Logf("walbox run exited %d: %s", code, lastLine(out, "relay stopped"))
 	if exists, _, status := w.slotInfo(); !exists || status != "lost" {
@@ -147,7 +147,7 @@ func (w *world) checkLostSlotRefused(r *relay) {
 	if code == 0 || !strings.Contains(st, "lost") {
 		w.t.Errorf("walbox status exited %d on an invalidated slot:\n%s", code, st)
 	}
-	w.t.Logf("SUMMARY %s faults=1 exit_code=%d slot_recreated=false status_exit_code=%d", w.t.Name(), r.exitCode(), code)
+	w.t.Logf("SUMMARY %s faults=1 exit_code=%d slot_recreated=false status_exit_code=%d", w.t.Name(), r.ExitCode(), code)
 }
 
 // lastLine returns the last line of out that contains s.

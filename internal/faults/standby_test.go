@@ -31,13 +31,13 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 
 	// 1. The active relay dies: the standby takes over.
-	active.kill()
+	active.Kill()
 	takeover := standby.waitState("streaming", time.Minute)
 	t.Logf("standby took over %v after the active relay was killed", takeover.Round(time.Millisecond))
 	w.progress(v, 200, time.Minute)
 
 	// 2. SIGKILL and an immediate restart: the new process may find the old walsender still there.
-	standby.kill()
+	standby.Kill()
 	quick := w.startRelay()
 	restart := quick.waitState("streaming", time.Minute)
 	t.Logf("relay restarted right after a SIGKILL streams after %v", restart.Round(time.Millisecond))
@@ -45,13 +45,13 @@ func TestStandbyTakesOver(t *testing.T) {
 
 	// 3. The old relay's death is hidden by a silent partition: its walsender holds the slot
 	// until wal_sender_timeout, and the new relay waits as a standby until then.
-	quick.kill()
+	quick.Kill()
 	p := newProxy(t, hostOf(t, pg.URL()))
 	hidden := w.startRelay("WALBOX_DATABASE_URL=" + withHost(t, w.db, p.addr))
 	hidden.waitState("streaming", time.Minute)
 	w.progress(v, 100, time.Minute)
 	p.partition()
-	hidden.kill()
+	hidden.Kill()
 	successor := w.startRelay()
 	sawStandby := false
 	start := time.Now()

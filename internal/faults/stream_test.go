@@ -32,7 +32,7 @@ func TestSchemaChangeMidStream(t *testing.T) {
 	for _, c := range changes {
 		w.progress(v, 200, time.Minute)
 		if c == "kill" {
-			r.kill()
+			r.Kill()
 			r = w.startRelay()
 			continue
 		}
@@ -100,7 +100,7 @@ func TestHugeTransactionKilledHalfway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.kill()
+	r.Kill()
 	delivered := v.Count()
 	// The slot may have moved into the transaction's WAL: while the server reads it, before it
 	// decodes the commit, the relay has nothing in flight and may confirm the keepalives' WAL
@@ -133,9 +133,9 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // raceBuilt reports whether the walbox binary under test was built with the race detector.
 func raceBuilt(t *testing.T) bool {
 	t.Helper()
-	info, err := buildinfo.ReadFile(walboxBin)
+	info, err := buildinfo.ReadFile(walboxBin(t))
 	if err != nil {
-		t.Fatalf("read build info of %s: %v", walboxBin, err)
+		t.Fatalf("read build info of %s: %v", walboxBin(t), err)
 	}
 	for _, s := range info.Settings {
 		if s.Key == "-race" {

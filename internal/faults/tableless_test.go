@@ -36,7 +36,7 @@ func TestTablelessRelayKilled(t *testing.T) {
 	for range rounds {
 		r := w.startRelay()
 		time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
-		r.kill()
+		r.Kill()
 	}
 	wr.stop()
 	w.startRelay()

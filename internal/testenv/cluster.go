@@ -46,6 +46,23 @@ func SharedCluster(tb testing.TB) *Cluster {
 	return sharedCL
 }
 
+// StartCluster forms a cluster of the caller's own, like SharedCluster, and registers its
+// shutdown with tb.Cleanup: for a program that needs a cluster outside a test binary (the
+// benchmark) or a test that must own every node. With WALBOX_TEST_AMQP_URL set it skips.
+func StartCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	c, err := startCluster()
+	if err != nil {
+		tb.Fatalf("testenv: rabbitmq cluster: %v", err)
+	}
+	tb.Cleanup(c.shutdown)
+	return c
+}
+
 // startCluster boots the nodes side by side, then joins the second and later ones to the first.
 func startCluster() (*Cluster, error) {
 	start := time.Now()

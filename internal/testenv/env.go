@@ -108,6 +108,16 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeAddr returns a host:port on 127.0.0.1 that was free a moment ago, for a server under test.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
 // makeDir creates a fresh directory for one server instance.
 func makeDir(kind string) (string, error) {
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-%s-", dirPrefix, os.Getpid(), kind))

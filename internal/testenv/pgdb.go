@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/migrations"
 )
 
 const sqlTimeout = 30 * time.Second
@@ -28,6 +29,20 @@ func (p *Postgres) Exec(tb testing.TB, dbURL, sql string, args ...any) {
 	if err := execSQL(dbURL, sql, args...); err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
+}
+
+// MigratedDatabase creates a database of the test's own (NewDatabase) with the outbox migrations
+// of cfg applied, and returns its URL and a connection to it (closed at cleanup).
+func (p *Postgres) MigratedDatabase(tb testing.TB, cfg migrations.Config) (string, *pgx.Conn) {
+	tb.Helper()
+	db := p.NewDatabase(tb)
+	conn := p.Conn(tb, db)
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	if _, err := migrations.Apply(ctx, conn, cfg); err != nil {
+		tb.Fatalf("testenv: migrate: %v", err)
+	}
+	return db, conn
 }
 
 // Conn opens a connection to dbURL that is closed at cleanup.

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -24,19 +24,19 @@ type pgFacts struct {
 }
 
 // postgres runs the PostgreSQL checks over one ordinary connection and one replication connection.
-func (d doctor) postgres(ctx context.Context) []check {
+func (d doctor) postgres(ctx context.Context) []Check {
 	conn, err := pgx.Connect(ctx, d.dsn)
 	if err != nil {
-		return []check{failCheck("postgres", "check --database-url (host, port, database, user, password) and that pg_hba.conf admits this client",
+		return []Check{failCheck("postgres", "check --database-url (host, port, database, user, password) and that pg_hba.conf admits this client",
 			"cannot connect to PostgreSQL: %v", err)}
 	}
 	defer conn.Close(context.Background())
 	f, err := d.readFacts(ctx, conn)
 	if err != nil {
-		return []check{failCheck("postgres", "run doctor as the role walbox runs as; it must be able to read pg_settings and pg_replication_slots",
+		return []Check{failCheck("postgres", "run doctor as the role walbox runs as; it must be able to read pg_settings and pg_replication_slots",
 			"read server settings: %v", err)}
 	}
-	out := []check{connectCheck(f, conn.Config()), walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
+	out := []Check{connectCheck(f, conn.Config()), walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
 		roleCheck(f), d.replicationCheck(ctx, f)}
 	out = append(out, d.publicationChecks(ctx, conn, f)...)
 	for _, m := range d.mappings {
@@ -46,8 +46,8 @@ func (d doctor) postgres(ctx context.Context) []check {
 	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f))
 }
 
-func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) check {
-	f, err := readEmit(ctx, conn, d.table, d.prefix)
+func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
+	f, err := inspect.ReadEmit(ctx, conn, d.table, d.prefix)
 	if err != nil {
 		return failCheck("emit_function", "", "%v", err)
 	}
@@ -68,7 +68,7 @@ func (d doctor) readFacts(ctx context.Context, conn *pgx.Conn) (pgFacts, error) 
 	return f, err
 }
 
-func connectCheck(f pgFacts, cfg *pgx.ConnConfig) check {
+func connectCheck(f pgFacts, cfg *pgx.ConnConfig) Check {
 	if f.InRecovery {
 		return failCheck("postgres", "point --database-url at the primary",
 			"PostgreSQL %s at %s is a standby (in recovery): logical decoding needs the primary", f.Version, hostPort(&cfg.Config))
@@ -76,7 +76,7 @@ func connectCheck(f pgFacts, cfg *pgx.ConnConfig) check {
 	return passCheck("postgres", "connected to PostgreSQL %s at %s, database %s as %s", f.Version, hostPort(&cfg.Config), f.Database, f.User)
 }
 
-func walLevelCheck(f pgFacts) check {
+func walLevelCheck(f pgFacts) Check {
 	if f.WalLevel == "logical" {
 		return passCheck("wal_level", "wal_level = logical")
 	}
@@ -84,7 +84,7 @@ func walLevelCheck(f pgFacts) check {
 		"wal_level = %s: logical decoding needs wal_level = logical", f.WalLevel)
 }
 
-func slotsCheck(f pgFacts, slot string) check {
+func slotsCheck(f pgFacts, slot string) Check {
 	need := 1
 	if f.slot.Exists {
 		need = 0 // walbox's slot exists and is counted already
@@ -102,7 +102,7 @@ func slotsCheck(f pgFacts, slot string) check {
 	return passCheck("max_replication_slots", "max_replication_slots = %d, %d in use", f.MaxSlots, f.UsedSlots)
 }
 
-func sendersCheck(f pgFacts) check {
+func sendersCheck(f pgFacts) Check {
 	need := 1
 	if f.slot.Active {
 		need = 0 // a WAL sender already streams walbox's slot
@@ -119,7 +119,7 @@ func sendersCheck(f pgFacts) check {
 	return passCheck("max_wal_senders", "max_wal_senders = %d, %d in use", f.MaxSenders, f.UsedSenders)
 }
 
-func keepSizeCheck(f pgFacts) check {
+func keepSizeCheck(f pgFacts) Check {
 	if f.KeepSizeMB < 0 {
 		return warnCheck("max_slot_wal_keep_size",
 			"set max_slot_wal_keep_size (e.g. 10GB; a reload suffices) to cap it, at a price: a slot further behind is "+
@@ -131,7 +131,7 @@ func keepSizeCheck(f pgFacts) check {
 		"alert on walbox_slot_retained_wal_bytes well below it", f.KeepSize)
 }
 
-func roleCheck(f pgFacts) check {
+func roleCheck(f pgFacts) Check {
 	switch {
 	case f.Super:
 		return passCheck("role", "role %s is a superuser (LOGIN REPLICATION without superuser is enough)", f.User)
@@ -144,7 +144,7 @@ func roleCheck(f pgFacts) check {
 
 // replicationCheck opens a logical replication connection, as `walbox run` does, and runs
 // IDENTIFY_SYSTEM: it proves pg_hba.conf and the role admit it.
-func (d doctor) replicationCheck(ctx context.Context, f pgFacts) check {
+func (d doctor) replicationCheck(ctx context.Context, f pgFacts) Check {
 	cfg, err := pgconn.ParseConfig(d.dsn)
 	if err != nil {
 		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
@@ -179,14 +179,14 @@ func (d doctor) replicationCheck(ctx context.Context, f pgFacts) check {
 
 // publicationChecks judges the publication as `walbox run` does (inspect.Coverage: it exists,
 // publishes inserts and holds every outbox table as it is now), then warns of what run tolerates.
-func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []check {
+func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []Check {
 	tables := make([]outbox.Table, len(d.mappings))
 	for i, m := range d.mappings {
 		tables[i] = m.WithDefaults().Table
 	}
 	cov, err := inspect.ReadCoverage(ctx, conn, d.publication, tables)
 	if err != nil {
-		return []check{failCheck("publication", "check that the role can read pg_publication", "%v", err)}
+		return []Check{failCheck("publication", "check that the role can read pg_publication", "%v", err)}
 	}
 	if err := cov.Err(); err != nil {
 		fix := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", f.publicationSQL)
@@ -197,12 +197,12 @@ func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts
 		case cov.Inserts:
 			fix = fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", f.publicationSQL, strings.Join(cov.Missing, ", "))
 		}
-		return []check{failCheck("publication", fix, "%v", err)}
+		return []Check{failCheck("publication", fix, "%v", err)}
 	}
 	var upd, del, trunc, all bool
 	if err := conn.QueryRow(ctx, `SELECT pubupdate, pubdelete, pubtruncate, puballtables FROM pg_publication WHERE pubname = $1`,
 		d.publication).Scan(&upd, &del, &trunc, &all); err != nil {
-		return []check{failCheck("publication", "check that the role can read pg_publication", "read publication %s: %v", d.publication, err)}
+		return []Check{failCheck("publication", "check that the role can read pg_publication", "read publication %s: %v", d.publication, err)}
 	}
 	var extra []string
 	for _, op := range []struct {
@@ -219,7 +219,7 @@ func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts
 			"publication %s also publishes %s: walbox skips them, but every DELETE of outbox rows (prune, delete after insert) "+
 				"is decoded and sent to it, and fails on a table without a replica identity", d.publication, strings.Join(extra, ", "))
 	}
-	out := []check{ops}
+	out := []Check{ops}
 	for _, m := range d.mappings {
 		out = append(out, d.publicationTableCheck(ctx, conn, m, all))
 	}
@@ -236,7 +236,7 @@ func tableList(tables []outbox.Table) string {
 
 // publicationTableCheck checks that the publication publishes every column walbox reads of the
 // table, and warns of a row filter.
-func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping, allTables bool) check {
+func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping, allTables bool) Check {
 	t := m.WithDefaults().Table
 	var attnames []string
 	var rowfilter *string
@@ -269,7 +269,7 @@ func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m out
 
 // tableCheck checks an outbox table's columns against its mapping, from the catalogs, as `walbox
 // run` does at the start of every session (inspect.CheckTable), then their types.
-func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping) check {
+func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping) Check {
 	cols, err := inspect.CheckTable(ctx, conn, m)
 	switch {
 	case errors.Is(err, inspect.ErrNoTable):
@@ -287,7 +287,7 @@ func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping
 // columnTypes checks the types of the required columns as the decoder reads them: a payload that
 // cannot be JSON or an event type that is not text fails; an id of any type is read as text, but
 // the default table's should be a uuid, and a payload should be json or jsonb (a warning).
-func columnTypes(m outbox.Mapping, cols map[string]string) check {
+func columnTypes(m outbox.Mapping, cols map[string]string) Check {
 	t := m.Table
 	id, et, pl := cols[m.ID], cols[m.EventType], cols[m.Payload]
 	if m.MessageID == outbox.IDFromPosition {
@@ -310,7 +310,7 @@ func columnTypes(m outbox.Mapping, cols map[string]string) check {
 }
 
 // slotCheck checks that the slot is a pgoutput slot of this database that can still deliver.
-func slotCheck(f pgFacts, slot string) check {
+func slotCheck(f pgFacts, slot string) Check {
 	s := f.slot
 	if !s.Exists {
 		return warnCheck("slot", "run `walbox migrate` (it creates the slot after the publication); otherwise `walbox run` creates it "+
@@ -346,7 +346,7 @@ func slotCheck(f pgFacts, slot string) check {
 
 // recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
 // that is missing, or ahead of the record, is a gap that run refuses.
-func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) check {
+func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	schemas := make([]string, len(d.mappings))
 	for i, m := range d.mappings {
 		schemas[i] = m.WithDefaults().Table.Schema
@@ -391,4 +391,28 @@ func bytesIEC(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// emitCheck judges the tableless outbox: messages need PostgreSQL 14, and an emit function that
+// writes another prefix than the relay reads would lose every message written through it.
+func emitCheck(f inspect.Emit, table outbox.Table) Check {
+	const name = "emit_function"
+	fn := table.Schema + "." + outbox.EmitFunction
+	switch {
+	case f.Prefix == "" && f.Exists:
+		return warnCheck(name, "set --message-prefix to the prefix "+fn+" emits, or drop the function",
+			"%s exists, but walbox relays no messages (--message-prefix none): whatever it writes is never published", fn)
+	case f.Prefix == "":
+		return passCheck(name, "messages off (--message-prefix none): the table is the only outbox")
+	case f.Version < 140000:
+		return failCheck(name, "upgrade PostgreSQL, or set --message-prefix none",
+			"PostgreSQL %d cannot send logical decoding messages to walbox (14 or later can)", f.Version/10000)
+	case !f.Exists:
+		return warnCheck(name, "run `walbox migrate` to write messages without rows; rows work without it",
+			"%s does not exist: messages with prefix %q are relayed, but nothing writes them", fn, f.Prefix)
+	case !f.Matches:
+		return failCheck(name, "run walbox with the --message-prefix the function was migrated with, or recreate it",
+			"%s does not emit with prefix %q: walbox would never publish what it writes", fn, f.Prefix)
+	}
+	return passCheck(name, "%s emits messages with prefix %q, which walbox relays like rows", fn, f.Prefix)
 }

@@ -1,0 +1,218 @@
+package doctor_test
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/doctor"
+	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/replication"
+)
+
+// env is a migrated database with its slot, and a broker.
+type env struct {
+	pg     *testenv.Postgres
+	db     string
+	conn   *pgx.Conn
+	cfg    doctor.Config
+	broker string
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL and RabbitMQ")
+	}
+	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
+	e := &env{pg: pg, broker: rabbit.URL()}
+	e.db, e.conn = pg.MigratedDatabase(t, migrations.Config{})
+	ctx := t.Context()
+	slot := testenv.UniqueName("slot")
+	if _, err := replication.EnsureSlot(ctx, e.db, slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(e.conn, "public")); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg = doctor.Config{DatabaseURL: e.db, Slot: slot, Publication: "walbox", Prefix: outbox.DefaultMessagePrefix,
+		Table: outbox.DefaultTable, Brokers: []publisher.Config{{URL: rabbit.URL(), Exchange: testenv.UniqueName("ex"), AppID: "walbox-doctor"}}}
+	if err := e.cfg.Brokers[0].Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// roleURL creates a role with attrs (dropped with the test) and returns the database's URL for it.
+func (e *env) roleURL(t *testing.T, attrs string) string {
+	t.Helper()
+	testenv.RequireOwn(t, e.pg) // an external server may not admit the new role
+	role := testenv.UniqueName("role")
+	ident := pgx.Identifier{role}.Sanitize()
+	e.pg.Exec(t, e.db, "CREATE ROLE "+ident+" "+attrs)
+	t.Cleanup(func() {
+		e.pg.Exec(t, e.db, "DROP OWNED BY "+ident)
+		e.pg.Exec(t, e.db, "DROP ROLE "+ident)
+	})
+	u, err := url.Parse(e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+func find(t *testing.T, checks []doctor.Check, name string) doctor.Check {
+	t.Helper()
+	for _, c := range checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s check in %+v", name, checks)
+	return doctor.Check{}
+}
+
+// noFailures fails the test for every failed check.
+func noFailures(t *testing.T, checks []doctor.Check) {
+	t.Helper()
+	for _, c := range checks {
+		if c.Status == "fail" {
+			t.Errorf("%s failed: %s (fix %q)", c.Name, c.Message, c.Fix)
+		}
+	}
+}
+
+// streams runs the relay as `walbox run` would with the doctor's settings, and reports whether a
+// row written now is confirmed by the broker.
+func (e *env) streams(t *testing.T, cfg doctor.Config) {
+	t.Helper()
+	eps, err := publisher.NewEndpoints(cfg.Brokers[0], []string{e.broker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := relayd.New(relayd.Config{Brokers: eps, Relay: replication.Config{DatabaseURL: cfg.DatabaseURL, Slot: cfg.Slot,
+		Publication: cfg.Publication, Table: cfg.Table, Mappings: cfg.Mappings, MaxBackoff: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	e.pg.Exec(t, e.db, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.created', '{}')`)
+	for deadline := time.Now().Add(time.Minute); d.Stats().Confirmed.Load() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay never confirmed the row (state %s, last error %q)",
+				replication.State(d.Stats().State.Load()), d.Stats().LastError())
+		}
+	}
+}
+
+func TestGoodSetupPasses(t *testing.T) {
+	e := setup(t)
+	checks := doctor.Run(t.Context(), e.cfg)
+	noFailures(t, checks)
+	if got := doctor.Failed(checks); got != 0 {
+		t.Errorf("Failed = %d, want 0", got)
+	}
+	for _, name := range []string{"postgres", "wal_level", "role", "replication_connection", "publication", "publication_table",
+		"outbox_table", "emit_function", "slot", "slot_record", "broker", "exchange"} {
+		if c := find(t, checks, name); c.Status != "pass" {
+			t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)
+		}
+	}
+}
+
+// The relay needs nothing but LOGIN REPLICATION (no SELECT on the outbox table): doctor passes
+// such a role, and the relay streams with it.
+func TestLeastPrivilegeRolePassesWhereRunStreams(t *testing.T) {
+	e := setup(t)
+	cfg := e.cfg
+	cfg.DatabaseURL = e.roleURL(t, "LOGIN REPLICATION")
+	checks := doctor.Run(t.Context(), cfg)
+	noFailures(t, checks)
+	if c := find(t, checks, "role"); c.Status != "pass" || !strings.Contains(c.Message, "has REPLICATION") {
+		t.Errorf("role: %s %q, want a pass for REPLICATION", c.Status, c.Message)
+	}
+	e.streams(t, cfg)
+}
+
+// A legacy table mapped column by column passes beside the default one, and the relay streams
+// both; a mapping naming a column the table lacks fails, naming it.
+func TestMappedLegacyTablePassesWhereRunStreams(t *testing.T) {
+	e := setup(t)
+	e.pg.Exec(t, e.db, `CREATE TABLE legacy_events (event_id bigserial PRIMARY KEY, kind text NOT NULL, body jsonb NOT NULL,
+		entity text, entity_id bigint, occurred_at timestamptz DEFAULT now())`)
+	e.pg.Exec(t, e.db, `ALTER PUBLICATION walbox ADD TABLE legacy_events`)
+	legacy := outbox.Mapping{Table: outbox.Table{Schema: "public", Name: "legacy_events"}, ID: "event_id", EventType: "kind",
+		Payload: "body", AggregateType: "entity", AggregateID: "entity_id", CreatedAt: "occurred_at"}
+	cfg := e.cfg
+	cfg.Mappings = []outbox.Mapping{{Table: outbox.DefaultTable}, legacy}
+	checks := doctor.Run(t.Context(), cfg)
+	noFailures(t, checks)
+	var tables int
+	for _, c := range checks {
+		if c.Name == "outbox_table" && c.Status == "pass" {
+			tables++
+		}
+	}
+	if tables != 2 || !strings.Contains(find(t, checks, "publication").Message, "public.legacy_events") {
+		t.Errorf("%d outbox_table passes, want 2, and a publication check naming the legacy table: %+v", tables, checks)
+	}
+	e.streams(t, cfg)
+
+	legacy.Payload = "data"
+	cfg.Mappings[1] = legacy
+	var named bool
+	for _, c := range doctor.Run(t.Context(), cfg) {
+		named = named || (c.Name == "outbox_table" && c.Status == "fail" && strings.Contains(c.Message, `"data"`))
+	}
+	if !named {
+		t.Error("a mapping naming a missing column: no failed outbox_table check naming it")
+	}
+}
+
+func TestFindsMisconfiguration(t *testing.T) {
+	e := setup(t)
+	for _, tc := range []struct {
+		name, check, fix string
+		edit             func(*doctor.Config)
+	}{
+		{"missing publication", "publication", "CREATE PUBLICATION nope FOR TABLE", func(c *doctor.Config) { c.Publication = "nope" }},
+		{"missing table", "outbox_table", "walbox migrate", func(c *doctor.Config) { c.Table = outbox.Table{Schema: "public", Name: "nope"} }},
+		{"emit function with another prefix", "emit_function", "--message-prefix", func(c *doctor.Config) { c.Prefix = "billing" }},
+		{"slot recorded but missing", "slot_record", "walbox recover", func(c *doctor.Config) {
+			e.pg.Exec(t, e.db, "SELECT pg_drop_replication_slot($1)", c.Slot)
+		}},
+		{"unreachable broker", "broker", "host and port", func(c *doctor.Config) {
+			c.Brokers = []publisher.Config{c.Brokers[0]}
+			c.Brokers[0].URL = "amqp://guest:guest@" + testenv.FreeAddr(t) + "/"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.cfg
+			tc.edit(&cfg)
+			checks := doctor.Run(t.Context(), cfg)
+			c := find(t, checks, tc.check)
+			if c.Status != "fail" || !strings.Contains(c.Fix, tc.fix) {
+				t.Errorf("%s: %s %q, fix %q: want a failure with a fix about %q", tc.check, c.Status, c.Message, c.Fix, tc.fix)
+			}
+			if doctor.Failed(checks) == 0 {
+				t.Error("Failed = 0")
+			}
+		})
+	}
+}

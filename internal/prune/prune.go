@@ -1,0 +1,112 @@
+package prune
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/outbox"
+)
+
+// LockTimeout bounds how long a batch waits for a lock (behind a schema change, say) before
+// prune gives up, so that it never stands in a lock queue for long.
+const LockTimeout = 5 * time.Second
+
+// Job deletes outbox rows older than a cutoff, a batch per transaction.
+type Job struct {
+	Table     outbox.Table
+	CreatedAt string        // the timestamp column (default outbox.ColCreatedAt)
+	OlderThan time.Duration // rows created before now() - OlderThan go
+	BatchSize int           // rows per DELETE
+	Pause     time.Duration // sleep between batches
+	DryRun    bool          // count only
+}
+
+// Result is what a prune did.
+type Result struct {
+	Cutoff  time.Time // the server's now() - OlderThan, fixed at the start
+	Rows    int64     // deleted, or with DryRun that would be
+	Batches int       // transactions that deleted rows
+}
+
+// ParseAge parses an age: a Go duration (36h, 90m) or whole days (7d), positive.
+func ParseAge(v string) (time.Duration, error) {
+	var (
+		d   time.Duration
+		err error
+	)
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, perr := strconv.Atoi(days)
+		d, err = time.Duration(n)*24*time.Hour, perr
+	} else {
+		d, err = time.ParseDuration(v)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration like 168h or 7d", v)
+	}
+	return d, nil
+}
+
+// Run fixes the cutoff by the server's clock, then deletes (or counts) the rows older than it.
+// Each batch is a transaction of its own: row locks on old rows only, held for one short DELETE.
+func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
+	var res Result
+	if j.BatchSize < 1 || j.OlderThan <= 0 {
+		return res, fmt.Errorf("prune: batch size %d and age %v must be positive", j.BatchSize, j.OlderThan)
+	}
+	if j.CreatedAt == "" {
+		j.CreatedAt = outbox.ColCreatedAt
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", LockTimeout.Milliseconds())); err != nil {
+		return res, fmt.Errorf("set lock_timeout: %w", err)
+	}
+	err := conn.QueryRow(ctx, "SELECT now() - $1::bigint * interval '1 microsecond'", j.OlderThan.Microseconds()).Scan(&res.Cutoff)
+	if err != nil {
+		return res, fmt.Errorf("read the server's clock: %w", err)
+	}
+	col := pgx.Identifier{j.CreatedAt}.Sanitize()
+	if j.DryRun {
+		err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s < $1", j.Table.Quoted(), col), res.Cutoff).Scan(&res.Rows)
+		if err != nil {
+			return res, fmt.Errorf("count rows of %s: %w", j.Table, err)
+		}
+		return res, nil
+	}
+	// ctid = ANY(ARRAY(...)) is a TID scan. The outer condition keeps it exact on a partitioned
+	// table, whose partitions repeat ctids.
+	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s < $1 AND ctid = ANY(ARRAY(
+		SELECT ctid FROM %[1]s WHERE %[2]s < $1 LIMIT $2))`, j.Table.Quoted(), col)
+	for {
+		tag, err := conn.Exec(ctx, del, res.Cutoff, j.BatchSize)
+		if err != nil {
+			return res, fmt.Errorf("delete from %s after %d rows: %w", j.Table, res.Rows, err)
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			res.Rows += n
+			res.Batches++
+		}
+		if tag.RowsAffected() < int64(j.BatchSize) {
+			return res, nil
+		}
+		if err := sleep(ctx, j.Pause); err != nil {
+			return res, fmt.Errorf("interrupted after %d rows: %w", res.Rows, err)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

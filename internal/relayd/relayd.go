@@ -1,0 +1,148 @@
+package relayd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walbox/walbox/metrics"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+)
+
+// MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
+const MaxLanes = 64
+
+// DefaultSlotPoll is how often the slot's retained WAL is read for the metrics by default.
+const DefaultSlotPoll = 15 * time.Second
+
+// Config is what the daemon runs.
+type Config struct {
+	// Relay configures the relay. Its Dial is set to open sessions on Brokers, and its Observer
+	// to the metrics (and Observer below); both must be left empty. Its Logger is the daemon's.
+	Relay replication.Config
+	// Brokers are the RabbitMQ endpoints the sessions dial, the next one after a session is lost.
+	// Required.
+	Brokers *publisher.Endpoints
+	// Lanes is the number of publishing lanes (publisher.Lanes); 0 or 1 publishes on one channel,
+	// in commit order.
+	Lanes int
+	// Listen is the address of the HTTP endpoints, host:port; "" serves none.
+	Listen string
+	// Observer, when set, is told of every event as well as the metrics (the span exporter).
+	Observer replication.Observer
+	// SlotPoll is how often the slot's retained WAL and wal_status are read for the metrics
+	// (default DefaultSlotPoll).
+	SlotPoll time.Duration
+	// Secrets are removed from the last error /status shows.
+	Secrets []string
+}
+
+// Daemon is a relay with its metrics, endpoints and slot poller, ready to run once.
+type Daemon struct {
+	cfg     Config
+	relay   *replication.Relay
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+}
+
+// New validates cfg and builds the daemon. An error is a bad setting.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Brokers == nil {
+		return nil, errors.New("relayd: no broker endpoints")
+	}
+	if cfg.Relay.Dial != nil || cfg.Relay.Observer != nil {
+		return nil, errors.New("relayd: the relay's Dial and Observer are set by the daemon")
+	}
+	if cfg.SlotPoll <= 0 {
+		cfg.SlotPoll = DefaultSlotPoll
+	}
+	d := &Daemon{cfg: cfg, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.metrics = metrics.New(d.reg)
+	d.metrics.WatchBroker(cfg.Brokers.Connected)
+	rc := cfg.Relay
+	if rc.Logger == nil {
+		rc.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
+		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
+	}
+	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+	rc.Observer = d.metrics
+	if cfg.Observer != nil {
+		rc.Observer = observers{d.metrics, cfg.Observer}
+	}
+	// Validate applies the defaults (the slot's name, the logger) the poller and endpoints use.
+	if err := rc.Validate(); err != nil {
+		return nil, err
+	}
+	relay, err := replication.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	d.relay, d.cfg.Relay = relay, rc
+	d.metrics.WatchStats(relay.Stats())
+	return d, nil
+}
+
+// Stats returns the relay's live counters.
+func (d *Daemon) Stats() *replication.Stats { return d.relay.Stats() }
+
+// Run relays until ctx ends or the relay stops with an error, which it returns. It serves the
+// endpoints and polls the slot meanwhile, and returns only once all of them stopped.
+func (d *Daemon) Run(ctx context.Context) error {
+	log := d.cfg.Relay.Logger
+	g, ctx := errgroup.WithContext(ctx)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if ln := d.listen(); ln != nil {
+		srv := d.server()
+		g.Go(func() error { return serve(ctx, srv, ln, log) })
+	}
+	g.Go(func() error {
+		d.metrics.PollSlot(ctx, d.cfg.Relay.DatabaseURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
+		return nil
+	})
+	g.Go(func() error {
+		defer stop() // the relay is the product: once it stops, the rest has nothing to serve
+		return d.relay.Run(ctx)
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	st := d.relay.Stats()
+	log.Info("exiting", "published", st.Published.Load(), "confirmed", st.Confirmed.Load())
+	return nil
+}
+
+// listen takes the HTTP address. Metrics are not the product: an address that cannot be taken
+// is logged loudly, and the relay relays anyway.
+func (d *Daemon) listen() net.Listener {
+	if d.cfg.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		d.cfg.Relay.Logger.Error("no metrics or health endpoints; fix --listen (WALBOX_LISTEN)",
+			"error", fmt.Errorf("listen on %s: %w", d.cfg.Listen, err))
+		return nil
+	}
+	return ln
+}
+
+// observers tells every one of them.
+type observers []replication.Observer
+
+func (os observers) Observe(e replication.Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}

@@ -1,0 +1,73 @@
+package status
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/shard"
+)
+
+// Set is one set of shards in `walbox status`.
+type Set struct {
+	Shards int `json:"shards"`
+	// Role is "retiring" or "replacing" while walbox reshard moves between two sets, else empty.
+	Role string `json:"role,omitempty"`
+	// Cut is the newer set's consistent point: every old slot must confirm past it before the
+	// old relays stop.
+	Cut   string  `json:"cut,omitempty"`
+	Slots []Shard `json:"slots"`
+}
+
+// Shard is one shard's slot.
+type Shard struct {
+	Shard       int    `json:"shard"`
+	Publication string `json:"publication"`
+	Report
+	// PassedCut, for a retiring set's slot, says whether it confirmed past the cut.
+	PassedCut *bool `json:"passed_cut,omitempty"`
+}
+
+// readShards fills in r.Shards when shards publish the outbox table (a single slot alone is
+// shown as before) and notes what makes the status fail: a shard slot missing or lost.
+func (r *Report) readShards(ctx context.Context, conn *pgx.Conn, layout shard.Layout) error {
+	ns := layout.Counts()
+	if len(ns) == 0 || (len(ns) == 1 && ns[0] == 1) {
+		return nil
+	}
+	sets, err := shard.ReadStates(ctx, conn, layout)
+	if err != nil {
+		return err
+	}
+	m, moving, err := shard.FindMove(sets)
+	if err != nil {
+		return err
+	}
+	if err := layout.Check(); err != nil {
+		r.problems = append(r.problems, err.Error())
+	}
+	for i := range sets {
+		set := &sets[i]
+		ss := Set{Shards: set.Set.N}
+		if moving {
+			ss.Cut, ss.Role = m.Cut.String(), "replacing"
+			if set == m.From {
+				ss.Role = "retiring"
+			}
+		}
+		for k, sl := range set.Slots {
+			one := Shard{Shard: k, Publication: set.Set.PublicationName(k), Report: fromSlot(sl)}
+			if moving && set == m.From {
+				passed := m.Passed(k)
+				one.PassedCut = &passed
+			}
+			if !sl.Exists {
+				r.problems = append(r.problems, "slot "+sl.Name+" does not exist")
+			} else if sl.WALStatus == "lost" {
+				r.problems = append(r.problems, "slot "+sl.Name+" is invalidated (wal_status lost)")
+			}
+			ss.Slots = append(ss.Slots, one)
+		}
+		r.Shards = append(r.Shards, ss)
+	}
+	return nil
+}

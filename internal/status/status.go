@@ -1,0 +1,99 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
+)
+
+// Report is what `walbox status` shows.
+type Report struct {
+	Slot              string  `json:"slot"`
+	Exists            bool    `json:"exists"`
+	Plugin            string  `json:"plugin,omitempty"`
+	Active            bool    `json:"active"`
+	ActivePID         *int32  `json:"active_pid"`
+	ConfirmedFlushLSN string  `json:"confirmed_flush_lsn,omitempty"`
+	RestartLSN        string  `json:"restart_lsn,omitempty"`
+	CurrentWALLSN     string  `json:"current_wal_lsn"`
+	LagBytes          *int64  `json:"lag_bytes"`
+	RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
+	WALStatus         *string `json:"wal_status"`
+	// MessagePrefix is the prefix of the logical decoding messages relayed like rows ("" for
+	// none); EmitFunction whether the outbox table's schema has the function that writes them.
+	MessagePrefix string `json:"message_prefix"`
+	EmitFunction  bool   `json:"emit_function"`
+	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
+	// resharded; the fields above then describe the single slot, which may not exist.
+	Shards []Set `json:"shard_sets,omitempty"`
+	// Relay is what the running relay reports at its /status, when it can be reached.
+	Relay      *Relay `json:"relay,omitempty"`
+	RelayError string `json:"relay_error,omitempty"`
+
+	problems []string // a shard slot missing or lost, a shard mismatch
+}
+
+// Query names what to read: the settings `walbox run` uses.
+type Query struct {
+	Slot, Publication string
+	Table             outbox.Table
+	Prefix            string // the relayed message prefix, "" for none
+}
+
+// Read reads the slot, the emit function and the sets of shards over conn.
+func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
+	sl, err := inspect.ReadSlot(ctx, conn, q.Slot)
+	if err != nil {
+		return Report{}, err
+	}
+	r := fromSlot(sl)
+	emit, err := inspect.ReadEmit(ctx, conn, q.Table, q.Prefix)
+	if err != nil {
+		return r, err
+	}
+	r.MessagePrefix, r.EmitFunction = emit.Prefix, emit.Exists
+	layout, err := shard.ReadLayout(ctx, conn, q.Table, shard.Set{Slot: q.Slot, Publication: q.Publication})
+	if err != nil {
+		return r, err
+	}
+	return r, r.readShards(ctx, conn, layout)
+}
+
+// Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
+// the slot invalidated, and if requireRelay, a relay that does not answer at relayURL or is
+// neither streaming nor a standby.
+func (r Report) Verdict(requireRelay bool, relayURL string) error {
+	switch {
+	case len(r.problems) > 0:
+		return errors.New(strings.Join(r.problems, "; "))
+	case !r.Exists && r.Shards == nil:
+		return fmt.Errorf("slot %s does not exist", r.Slot)
+	case requireRelay && r.Relay == nil:
+		return fmt.Errorf("relay not reachable at %s", relayURL)
+	case requireRelay && r.Relay.State != "streaming" && r.Relay.State != "standby":
+		return fmt.Errorf("relay is %s: %s", r.Relay.State, r.Relay.LastError)
+	case r.WALStatus != nil && *r.WALStatus == "lost":
+		return fmt.Errorf("slot %s is invalidated (wal_status lost)", r.Slot)
+	}
+	return nil
+}
+
+func fromSlot(sl inspect.Slot) Report {
+	r := Report{Slot: sl.Name, CurrentWALLSN: sl.CurrentWAL.String()}
+	if !sl.Exists {
+		return r
+	}
+	r.Exists, r.Plugin, r.Active, r.ActivePID = true, sl.Plugin, sl.Active, sl.ActivePID
+	r.ConfirmedFlushLSN, r.RestartLSN = sl.ConfirmedFlush.String(), sl.Restart.String()
+	r.LagBytes, r.RetainedWALBytes = sl.LagBytes, sl.RetainedBytes
+	if sl.WALStatus != "" {
+		r.WALStatus = &sl.WALStatus
+	}
+	return r
+}

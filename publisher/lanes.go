@@ -1,0 +1,216 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// Lanes publishes over several sessions, each a connection with one channel of its own: the
+// lanes. A message goes to the lane its aggregate id hashes to, so the messages of one aggregate
+// travel on one channel, in the order they were published; messages of different aggregates may
+// overtake each other across lanes.
+//
+// To its caller Lanes is one session: Publish returns sequence numbers 1, 2, 3, ... in the order
+// of the calls, whatever lane carried the message, and Confirms delivers the broker's verdict on
+// each under that number, in the order the verdicts arrive, which across lanes is not the order of
+// the sequence numbers. A caller that moves a position only past a prefix of sequence numbers
+// every one of which is confirmed (checkpoint.Tracker) keeps its guarantee.
+//
+// The first lane that fails ends them all: Confirms then reports the failure with sequence 0
+// and closes, and Publish returns an error wrapping ErrClosed (outbox.ErrSessionClosed). Publish
+// and Park must be called from one goroutine at a time, as for a Session.
+type Lanes struct {
+	lanes    []*lane
+	confirms chan wire.Confirm
+	seq      uint64        // the last sequence number handed out
+	stop     chan struct{} // closed by Close: verdicts nobody will read are dropped
+	stopOnce sync.Once
+	closeAll sync.Once
+	forwards sync.WaitGroup
+}
+
+// lane is one session and the sequence numbers, in Lanes' numbering, of the messages it carries
+// that still await a verdict: the session numbers its own messages 1, 2, 3, ..., so the one with
+// session number first+i is pending[i].
+type lane struct {
+	s       *Session
+	mu      sync.Mutex
+	first   uint64
+	pending []uint64
+}
+
+// DialLanes opens n sessions with dial, one per lane, and returns them as one. dial is called n
+// times in turn; with Endpoints.Dial the lanes spread over the nodes of a cluster. If any dial
+// fails, the sessions already open are closed.
+func DialLanes(ctx context.Context, n int, dial func(context.Context) (*Session, error)) (*Lanes, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("lanes: %d; want at least 1", n)
+	}
+	l := &Lanes{stop: make(chan struct{})}
+	window := 0
+	for i := range n {
+		s, err := dial(ctx)
+		if err != nil {
+			l.closeSessions()
+			return nil, fmt.Errorf("lane %d of %d: %w", i+1, n, err)
+		}
+		l.lanes = append(l.lanes, &lane{s: s, first: 1})
+		window += s.cfg.Window
+	}
+	// The caller's own window bounds what it has not read; a lane's end adds one verdict each.
+	l.confirms = make(chan wire.Confirm, window+2*n)
+	l.forwards.Add(n)
+	for _, ln := range l.lanes {
+		go l.forward(ln)
+	}
+	go func() {
+		l.forwards.Wait()
+		close(l.confirms)
+	}()
+	return l, nil
+}
+
+// Sessions returns the lanes' sessions, in lane order.
+func (l *Lanes) Sessions() []*Session {
+	ss := make([]*Session, len(l.lanes))
+	for i, ln := range l.lanes {
+		ss[i] = ln.s
+	}
+	return ss
+}
+
+// LaneOf returns the lane, of n, that carries the messages of aggregate id: FNV-1a of the id,
+// modulo n. It is not the hash of package shard, so that the lanes of one shard's relay are used
+// evenly.
+func LaneOf(aggregateID string, n int) int {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(aggregateID))
+	return int(h.Sum64() % uint64(n))
+}
+
+// Publish publishes m on the lane of its aggregate id and returns its sequence number. Errors are
+// those of Session.Publish: one that does not wrap ErrClosed wrote nothing, and the number is not
+// used.
+func (l *Lanes) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
+	if m == nil {
+		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
+	}
+	return l.send(ctx, m.AggregateID, func(s *Session) (uint64, error) { return s.Publish(ctx, m) })
+}
+
+// Park parks p (Session.Park) on the lane of its aggregate id.
+func (l *Lanes) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
+	if p == nil {
+		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
+	}
+	return l.send(ctx, p.Message.AggregateID, func(s *Session) (uint64, error) { return s.Park(ctx, p) })
+}
+
+// send numbers the message before the lane's session sends it, so that a verdict arriving at
+// once finds its number, and takes the number back if nothing was sent.
+func (l *Lanes) send(ctx context.Context, aggregateID string, publish func(*Session) (uint64, error)) (uint64, error) {
+	ln := l.lanes[LaneOf(aggregateID, len(l.lanes))]
+	seq := l.seq + 1
+	ln.mu.Lock()
+	want := ln.first + uint64(len(ln.pending))
+	ln.pending = append(ln.pending, seq)
+	ln.mu.Unlock()
+	got, err := publish(ln.s)
+	if err == nil && got != want {
+		err = fmt.Errorf("lane session numbered a message %d, expected %d", got, want)
+		l.fail(err)
+	}
+	if err != nil {
+		ln.mu.Lock()
+		ln.pending = ln.pending[:len(ln.pending)-1]
+		ln.mu.Unlock()
+		return 0, err
+	}
+	l.seq = seq
+	return seq, nil
+}
+
+// forward renumbers the lane's verdicts and passes them on. A failure of the lane ends every lane.
+func (l *Lanes) forward(ln *lane) {
+	defer l.forwards.Done()
+	for c := range ln.s.Confirms() {
+		if c.Seq == 0 {
+			l.pass(c)
+			l.fail(c.Err)
+			continue
+		}
+		ln.mu.Lock()
+		i := c.Seq - ln.first
+		if c.Seq < ln.first || i >= uint64(len(ln.pending)) {
+			ln.mu.Unlock()
+			err := fmt.Errorf("lane session confirmed message %d, which it was not given", c.Seq)
+			l.pass(wire.Confirm{Err: fmt.Errorf("%w: %w", ErrClosed, err)})
+			l.fail(err)
+			continue
+		}
+		c.Seq = ln.pending[i]
+		if i == 0 {
+			// Verdicts of one session arrive in its own order: drop the prefix decided.
+			ln.pending = ln.pending[1:]
+			ln.first++
+		} else {
+			ln.pending[i] = 0 // decided out of order; not expected of a session, but harmless
+		}
+		for len(ln.pending) > 0 && ln.pending[0] == 0 {
+			ln.pending = ln.pending[1:]
+			ln.first++
+		}
+		ln.mu.Unlock()
+		l.pass(c)
+	}
+	l.fail(errors.New("lane session closed"))
+}
+
+// pass hands a verdict on, unless Close was called.
+func (l *Lanes) pass(c wire.Confirm) {
+	select {
+	case l.confirms <- c:
+	case <-l.stop:
+	}
+}
+
+// fail closes every lane once, after the first failure.
+func (l *Lanes) fail(error) { go l.closeAll.Do(l.closeSessions) }
+
+func (l *Lanes) closeSessions() {
+	for _, ln := range l.lanes {
+		_ = ln.s.Close()
+	}
+}
+
+// Confirms returns the verdicts of every lane, numbered as Publish numbered the messages. It is
+// closed once every lane has ended.
+func (l *Lanes) Confirms() <-chan wire.Confirm { return l.confirms }
+
+// Close ends every lane (Session.Close) and returns the first error.
+func (l *Lanes) Close() error {
+	var errs []error
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.closeAll.Do(func() {
+		for _, ln := range l.lanes {
+			errs = append(errs, ln.s.Close())
+		}
+	})
+	l.forwards.Wait()
+	return errors.Join(errs...)
+}
+
+// Err returns the error that ended the first lane that failed, or nil while all are alive.
+func (l *Lanes) Err() error {
+	for _, ln := range l.lanes {
+		if err := ln.s.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

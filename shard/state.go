@@ -1,0 +1,110 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/registry"
+)
+
+// SetState is one set of shards (the single slot is a set of one) as the server has it: each
+// shard's slot and record.
+type SetState struct {
+	Set     Set
+	Slots   []inspect.Slot
+	Records []*registry.Record // nil where a slot has no record
+	// Created is the latest consistent point of its slots; 0 if one is unknown.
+	Created pglogrepl.LSN
+}
+
+// ReadStates reads every set of shards that publishes the outbox table, in order of shard count.
+func ReadStates(ctx context.Context, conn *pgx.Conn, layout Layout) ([]SetState, error) {
+	reg := registry.New(conn, layout.Table.Schema)
+	hasRegistry, err := reg.Exists(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var sets []SetState
+	for _, n := range layout.Counts() {
+		st := SetState{Set: layout.Set(n)}
+		for k := range n {
+			sl, err := inspect.ReadSlot(ctx, conn, st.Set.SlotName(k))
+			if err != nil {
+				return nil, err
+			}
+			st.Slots = append(st.Slots, sl)
+			var rec *registry.Record
+			if hasRegistry {
+				r, ok, err := reg.Get(ctx, st.Set.SlotName(k))
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					rec = &r
+				}
+			}
+			st.Records = append(st.Records, rec)
+		}
+		st.Created = consistentPoint(st)
+		sets = append(sets, st)
+	}
+	return sets, nil
+}
+
+// consistentPoint is the latest consistent point of the set's slots, from their records: every
+// transaction that commits after it is decoded by each of the set's slots. 0 when a slot has no
+// recorded consistent point.
+func consistentPoint(st SetState) pglogrepl.LSN {
+	var latest pglogrepl.LSN
+	for _, r := range st.Records {
+		if r == nil || r.CreatedLSN == 0 {
+			return 0
+		}
+		latest = max(latest, r.CreatedLSN)
+	}
+	return latest
+}
+
+// Move is a reshard in progress: the set it moves to was created after the set it moves from,
+// and the old set must deliver every row committed before Cut, the new set's consistent point.
+type Move struct {
+	From, To *SetState
+	Cut      pglogrepl.LSN
+}
+
+// FindMove returns the reshard in progress between exactly two sets, the newer one being the one
+// whose slots were created later. ok is false with fewer or more than two sets.
+func FindMove(sets []SetState) (m Move, ok bool, err error) {
+	if len(sets) != 2 {
+		return Move{}, false, nil
+	}
+	a, b := &sets[0], &sets[1]
+	if a.Created == 0 || b.Created == 0 {
+		return Move{}, false, fmt.Errorf("the slots of %s or of %s have no recorded consistent point; cannot tell which set replaces which", a.Set, b.Set)
+	}
+	if a.Created > b.Created {
+		a, b = b, a
+	}
+	return Move{From: a, To: b, Cut: b.Created}, true, nil
+}
+
+// Passed reports whether slot k of the old set has confirmed everything before the cut.
+func (m Move) Passed(k int) bool {
+	sl := m.From.Slots[k]
+	return sl.Exists && sl.ConfirmedFlush >= m.Cut
+}
+
+// Behind lists the old set's slots that have not passed the cut yet.
+func (m Move) Behind() []string {
+	var out []string
+	for k, sl := range m.From.Slots {
+		if !m.Passed(k) {
+			out = append(out, fmt.Sprintf("%s at %s", sl.Name, sl.ConfirmedFlush))
+		}
+	}
+	return slices.Clip(out)
+}

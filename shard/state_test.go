@@ -1,0 +1,40 @@
+package shard_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/shard"
+)
+
+// The newer set is the one whose slots were created later, whatever the order of the sets, and
+// the old slots pass its cut once they confirmed it.
+func TestFindMove(t *testing.T) {
+	base := shard.Set{Slot: "walbox", Publication: "walbox"}
+	one := shard.SetState{Set: base, Created: 100,
+		Slots: []inspect.Slot{{Name: "walbox", Exists: true, ConfirmedFlush: 250}}}
+	two := shard.SetState{Set: shard.Set{Slot: "walbox", Publication: "walbox", N: 2}, Created: 200}
+	for _, sets := range [][]shard.SetState{{one, two}, {two, one}} {
+		m, ok, err := shard.FindMove(sets)
+		if err != nil || !ok || m.From.Created != 100 || m.To.Created != 200 || m.Cut != 200 {
+			t.Fatalf("FindMove = %+v, %t, %v: want from the set created at 100 to the one at 200, cut 200", m, ok, err)
+		}
+		if !m.Passed(0) || len(m.Behind()) != 0 {
+			t.Errorf("a slot confirmed at 250: passed %t, behind %v; want passed", m.Passed(0), m.Behind())
+		}
+	}
+	one.Slots[0].ConfirmedFlush = pglogrepl.LSN(150)
+	m, _, _ := shard.FindMove([]shard.SetState{two, one})
+	if m.Passed(0) || !slices.Equal(m.Behind(), []string{"walbox at 0/96"}) {
+		t.Errorf("a slot confirmed at 150: passed %t, behind %v; want behind", m.Passed(0), m.Behind())
+	}
+	if _, ok, err := shard.FindMove([]shard.SetState{one}); ok || err != nil {
+		t.Errorf("one set: ok %t, err %v; want no move", ok, err)
+	}
+	one.Created = 0
+	if _, _, err := shard.FindMove([]shard.SetState{one, two}); err == nil {
+		t.Error("a set without a consistent point: nil error")
+	}
+}
