@@ -104,6 +104,12 @@ func (t *Tracker) Watermark() pglogrepl.LSN { return t.watermark }
 // InFlight returns how many dispatched messages await a confirm.
 func (t *Tracker) InFlight() int { return t.dispatched }
 
+// Span returns how many messages lie from the oldest unacked one to the newest dispatched: those
+// in flight and those acked ahead of an older one still in flight. It is InFlight while confirms
+// arrive in order; with confirms out of order (several publishing lanes) it is the bound that
+// keeps what awaits the oldest confirm, early acks included, within a window.
+func (t *Tracker) Span() int { return int(t.lastSeq - t.acked) }
+
 // Acked returns the highest sequence up to which every message is acked.
 func (t *Tracker) Acked() uint64 { return t.acked }
 

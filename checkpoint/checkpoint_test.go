@@ -167,6 +167,14 @@ func TestInFlight(t *testing.T) {
 	if got, want := tr.InFlight(), 2; got != want {
 		t.Errorf("in flight = %d, want %d", got, want)
 	}
+	// The span counts the early ack of 3 too: it waits on the oldest, 1.
+	if got, want := tr.Span(), 3; got != want {
+		t.Errorf("span = %d, want %d", got, want)
+	}
+	mustAck(t, tr, 1)
+	if got, want := tr.Span(), 2; got != want {
+		t.Errorf("span after acking 1 = %d, want %d", got, want)
+	}
 }
 
 // TestNeverPassesAnUnconfirmedMessage drives the tracker with random transactions, random ack

@@ -148,7 +148,7 @@ func (s *stream) reads(ph phase) bool {
 }
 
 // windowFull reports whether the window allows no more messages in flight.
-func (s *stream) windowFull() bool { return s.track.InFlight() >= s.win.limit() }
+func (s *stream) windowFull() bool { return s.track.Span() >= s.win.limit() }
 
 // begin starts what the session's loop needs: the shutdown clock, the status timer and the
 // reader. end stops them, and waits for the reader, so that the connection is the session's again.
