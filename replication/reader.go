@@ -131,7 +131,7 @@ func (r *reader) signal() {
 }
 
 // take moves every queued frame to the end of into and returns it, with the error that ended
-// reading once nothing is left before it.
+// reading once nothing is left before it (ready then holds a token for that error).
 func (r *reader) take(into [][]byte) ([][]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,6 +140,11 @@ func (r *reader) take(into [][]byte) ([][]byte, error) {
 	r.queue, r.bytes = r.queue[:0], 0
 	r.room.Signal()
 	if len(into) > 0 {
+		if r.err != nil {
+			// The failure's own signal may have found the frames' token there: leave one, or
+			// the stream, having handled these, would wait on ready for ever.
+			r.signal()
+		}
 		return into, nil
 	}
 	return into, r.err

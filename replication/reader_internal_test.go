@@ -1,0 +1,35 @@
+package replication
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+// A connection that ends right behind frames the stream has not taken yet (WAL and then the
+// server's error, or the end of the socket) must still wake the stream once those frames are
+// handled: the stream waits on ready alone while it reads, and the error is its only word that
+// nothing more will come.
+func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
+	r := &reader{heard: newHeardClock(), onFail: func(error) {}, ready: make(chan struct{}, 1),
+		failed: make(chan struct{}), done: make(chan struct{})}
+	r.room = sync.NewCond(&r.mu)
+	lost := errors.New("server closed the connection")
+	r.put([]byte{'w'}, nil) // a frame: ready holds a token
+	r.put(nil, lost)        // the end: ready is full, so its signal finds the token there
+
+	<-r.ready // the stream wakes for the frame ...
+	frames, err := r.take(nil)
+	if len(frames) != 1 || err != nil {
+		t.Fatalf("take = %d frames, %v; want the frame and no error yet", len(frames), err)
+	}
+	select { // ... handles it, and waits for more
+	case <-r.ready:
+	default:
+		t.Fatal("the reader failed behind a frame, but nothing wakes the stream to take the error: " +
+			"it waits on ready until a status update or the silence bound ends the session")
+	}
+	if _, err := r.take(nil); !errors.Is(err, lost) {
+		t.Fatalf("take after the frames = %v, want %v", err, lost)
+	}
+}
