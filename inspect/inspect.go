@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,7 +181,9 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 	var inserts *bool
 	var pubID *string
 	var tableIDs []string
+	var version int
 	err := q.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
+		current_setting('server_version_num')::int,
 		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
 		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
 			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
@@ -193,13 +196,20 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 			LEFT JOIN pg_namespace ns ON ns.nspname = x.s
 			LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = x.n
 			ORDER BY x.i)`,
-		publication, schemas, names).Scan(&wal, &xmin, &inserts, &c.Missing, &pubID, &tableIDs)
+		publication, schemas, names).Scan(&wal, &xmin, &version, &inserts, &c.Missing, &pubID, &tableIDs)
 	if err != nil {
 		return c, fmt.Errorf("check publication %s: %w", publication, err)
 	}
 	c.Exists, c.Inserts = inserts != nil, inserts != nil && *inserts
 	if pubID != nil {
 		c.Identity = "publication " + *pubID + ", tables " + strings.Join(tableIDs, " ")
+		ns, err := schemaEntries(ctx, q, publication, schemas, tableIDs, version)
+		if err != nil {
+			return c, err
+		}
+		if ns != "" {
+			c.Identity += ", schemas " + ns
+		}
 	}
 	if c.WAL, err = pglogrepl.ParseLSN(wal); err != nil {
 		return c, fmt.Errorf("check publication: wal position %q: %w", wal, err)
@@ -215,6 +225,26 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 		}
 	}
 	return c, nil
+}
+
+// schemaEntries returns the identities of the places in publication of the schemas among schemas,
+// when a table is covered by no place of its own (a table entry "oid:"): the publication covers
+// it FOR TABLES IN SCHEMA (PostgreSQL 15) or FOR ALL TABLES. A schema dropped from the
+// publication and added again gets a new place, as a table does. Empty when every table has a
+// place of its own, so that the identity of such a publication reads as it always did.
+func schemaEntries(ctx context.Context, q Querier, publication string, schemas, tableIDs []string, version int) (string, error) {
+	if version < 150000 || !slices.ContainsFunc(tableIDs, func(id string) bool { return strings.HasSuffix(id, ":") }) {
+		return "", nil
+	}
+	var entries []string
+	err := q.QueryRow(ctx, `SELECT ARRAY(SELECT n.pnnspid::text || ':' || n.oid::text
+		FROM pg_publication_namespace n JOIN pg_publication p ON p.oid = n.pnpubid
+		JOIN pg_namespace ns ON ns.oid = n.pnnspid
+		WHERE p.pubname = $1 AND ns.nspname = ANY($2::text[]) ORDER BY n.oid)`, publication, schemas).Scan(&entries)
+	if err != nil {
+		return "", fmt.Errorf("check publication %s: its schemas: %w", publication, err)
+	}
+	return strings.Join(entries, " "), nil
 }
 
 // Err reports what the coverage lacks: the publication, its inserts, or a table.
@@ -276,44 +306,53 @@ func CheckTable(ctx context.Context, q Querier, m wire.Mapping) (map[string]stri
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // CoverageHolds reports whether the coverage identity now holds everything the identity recorded
-// held: the same publication, and every table recorded with the same identity and the same places
-// in it. It may hold more (an outbox table mapped and added to the publication since). A table
-// dropped from the publication and added again, or swapped by renames, is not held: its place or
-// its identity changed, and rows written in between were not decoded.
+// held: the same publication, every table recorded with the same identity and the same places in
+// it, and every schema recorded in the same place. It may hold more (an outbox table mapped and
+// added to the publication since; the places of the schemas, which an identity recorded before
+// walbox read them lacks). A table or schema dropped from the publication and added again, or a
+// table swapped by renames, is not held: its place or its identity changed, and rows written in
+// between were not decoded.
 func CoverageHolds(now, recorded string) bool {
-	nowPub, nowTables, ok1 := splitIdentity(now)
-	recPub, recTables, ok2 := splitIdentity(recorded)
-	if !ok1 || !ok2 || nowPub != recPub {
+	nowID, ok1 := splitIdentity(now)
+	recID, ok2 := splitIdentity(recorded)
+	if !ok1 || !ok2 || nowID.publication != recID.publication {
 		return false
 	}
-	held := make(map[string]bool, len(nowTables))
-	for _, t := range nowTables {
-		held[t] = true
-	}
-	for _, t := range recTables {
-		if !held[t] {
+	return containsAll(nowID.tables, recID.tables) && containsAll(nowID.schemas, recID.schemas)
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
 			return false
 		}
 	}
 	return true
 }
 
-// splitIdentity splits a Coverage.Identity into the publication's identity and the tables'.
-func splitIdentity(id string) (publication string, tables []string, ok bool) {
+// identity is a Coverage.Identity in its parts.
+type identity struct {
+	publication     string
+	tables, schemas []string
+}
+
+// splitIdentity splits a Coverage.Identity: "publication <oid>@<xmin>, tables <entry> ...[,
+// schemas <entry> ...]".
+func splitIdentity(id string) (identity, bool) {
 	rest, ok := strings.CutPrefix(id, "publication ")
 	if !ok {
-		return "", nil, false
+		return identity{}, false
 	}
-	publication, list, ok := strings.Cut(rest, ", tables ")
+	pub, rest, ok := strings.Cut(rest, ", tables")
 	if !ok {
-		publication, ok = strings.CutSuffix(rest, ", tables")
+		return identity{}, false
 	}
-	for _, t := range strings.Fields(list) {
-		// A table that did not exist ("-:") or was not in the publication (":" with nothing after
-		// it) holds nothing.
-		if strings.HasPrefix(t, "-:") || strings.HasSuffix(t, ":") {
-			return "", nil, false
+	tables, schemas, _ := strings.Cut(rest, ", schemas ")
+	out := identity{publication: pub, tables: strings.Fields(tables), schemas: strings.Fields(schemas)}
+	for _, t := range out.tables {
+		if strings.HasPrefix(t, "-:") { // a table that did not exist holds nothing
+			return identity{}, false
 		}
 	}
-	return publication, strings.Fields(list), ok
+	return out, true
 }

@@ -32,7 +32,8 @@
 // computes its phase (stream.phase) and waits for the first of: WAL from the reader (in the
 // phases that read), a confirm from the publisher, the status timer, Run's context ending (or,
 // once it has, the shutdown deadline), and the connection ending. A confirm is applied as it
-// arrives, whatever the loop was waiting for.
+// arrives, whatever the loop was waiting for, except during a publish call: those that arrive
+// while the broker holds a publish up are applied when the call returns or gives up.
 //
 //	            ┌──────── confirm ────────┐
 //	            ▼                         │
@@ -72,13 +73,17 @@
 // Tracker.Commit in stream.handleWAL (a transaction's end LSN once all its messages are
 // confirmed; an empty transaction at once) and Tracker.AdvanceIdle in stream.handleCopyData (a
 // keepalive's WAL end, taken only when nothing is in flight and no transaction is open).
-// watch.limit moves only in watch.check: to the WAL insert position read by the check before the
-// last successful one, so the slot never passes a point where the publication's coverage was not
+// watch.limit starts each session at the slot's confirmed_flush_lsn (Relay.session, relay.go)
+// and moves only in watch.check: to the WAL insert position read by the check before the last
+// successful one, so the slot never passes a point where the publication's coverage was not
 // verified. Nothing else moves it: not a row's LSN, not a commit's start LSN, not anything merely
 // received or queued by the reader. Write, flush and apply positions are always set together and
-// explicitly. Besides the stream, only two places touch the slot: creating it where none was
-// ever recorded (createSlot, server.go, for Relay.prepareSlot) and walbox recover, which replaces
-// it (Recovery.Recover, recover.go).
+// explicitly. Besides the stream, these places touch the slot, none of them moving an existing
+// one: creating it where none was ever recorded (createSlot, server.go, called by
+// Relay.prepareSlot for `walbox run` and by EnsureSlot for `walbox migrate` and `walbox
+// reshard`); walbox recover, which replaces it (Recovery.Recover, recover.go); and `walbox
+// reshard --retire`, which drops the old set's slots once each passed the cut
+// (cmd/walbox/reshard.go).
 //
 // # Failure
 //

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,11 @@ func (s *stream) sendStatus() error {
 	if err := s.watch.record(ctx, w); err != nil {
 		return err
 	}
+	if err := s.connectionLost(); err != nil {
+		// pgconn closes a connection whose read failed from a goroutine of its own, writing to
+		// it as it goes: a status update now would race with that, and is lost anyway.
+		return err
+	}
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: w,
 		WALFlushPosition: w,
@@ -110,4 +116,16 @@ func (s *stream) reportSoon() {
 	if soon := s.statusSent.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.statusDue) {
 		s.setDue(soon)
 	}
+}
+
+// connectionLost returns the error that ended the reader, if reading ended because the
+// connection failed (not because the stream stopped the reader to use the connection itself).
+func (s *stream) connectionLost() error {
+	if s.reader == nil {
+		return nil
+	}
+	if err := s.reader.failure(); err != nil && !errors.Is(err, errReaderStopped) {
+		return err
+	}
+	return nil
 }
