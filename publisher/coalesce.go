@@ -31,7 +31,8 @@ type coalescer struct {
 	delay time.Duration
 
 	mu     sync.Mutex
-	writes int // socket writes made
+	writes int       // socket writes made
+	wrote  time.Time // when the last socket write started
 	hold   bool
 	buf    []byte
 	armed  bool // the timer is set to write what is held
@@ -82,8 +83,21 @@ func (w *coalescer) holding(on bool) {
 }
 
 // Flush writes what is held.
-func (w *coalescer) Flush() error {
+func (w *coalescer) Flush() error { return w.flushSoon(false) }
+
+// flushSoon writes what is held, now; or, if soon and the last socket write was less than the
+// delay ago, when the delay has passed. Under a steady flow of messages that one at a time would
+// each be a write of its own, that turns them into a write per delay.
+func (w *coalescer) flushSoon(soon bool) error {
 	w.mu.Lock()
+	if soon && len(w.buf) > 0 && w.err == nil && time.Since(w.wrote) < w.delay {
+		if !w.armed {
+			w.armed = true
+			w.timer.Reset(w.delay)
+		}
+		w.mu.Unlock()
+		return nil
+	}
 	if err := w.err; err != nil {
 		w.mu.Unlock()
 		return err
@@ -117,6 +131,7 @@ func (w *coalescer) flush() (int, error) {
 // write writes p to the socket; a failure is sticky. w.mu is held.
 func (w *coalescer) write(p []byte) (int, error) {
 	w.writes++
+	w.wrote = time.Now()
 	n, err := w.Conn.Write(p)
 	if err != nil {
 		w.err = err

@@ -111,3 +111,34 @@ func TestCoalescerStuckFlushFails(t *testing.T) {
 		t.Errorf("Write after a failed flush: %v, want the same failure", err)
 	}
 }
+
+// Flush asked soon after a socket write leaves what is held to the timer, so that a steady flow
+// of single messages becomes a write per delay; long after one, it writes at once.
+func TestCoalescerFlushSoonAfterAWrite(t *testing.T) {
+	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
+	go w.Write([]byte("beat")) // a write, just now
+	readExactly(t, r, "beat")
+	w.holding(true)
+	w.Write([]byte("pub1"))
+	w.holding(false)
+	start := time.Now()
+	if err := w.flushSoon(true); err != nil {
+		t.Fatal(err)
+	}
+	nothingToRead(t, r, 30*time.Millisecond)
+	readExactly(t, r, "pub1") // by the timer
+	if d := time.Since(start); d < 90*time.Millisecond {
+		t.Errorf("written after %v, want after the 100ms delay", d)
+	}
+
+	time.Sleep(150 * time.Millisecond) // the last write is now older than the delay
+	w.holding(true)
+	w.Write([]byte("pub2"))
+	w.holding(false)
+	start = time.Now()
+	go w.flushSoon(true)
+	readExactly(t, r, "pub2")
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("written after %v, want at once", d)
+	}
+}

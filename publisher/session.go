@@ -287,7 +287,7 @@ func (s *Session) acquire(ctx context.Context) error {
 	default:
 	}
 	// The window is full: the held messages must reach the broker for confirms to free it.
-	if err := s.Flush(); err != nil {
+	if err := s.write(false); err != nil {
 		return err
 	}
 	select {
@@ -364,15 +364,19 @@ func (s *Session) writeFailed(err error) error {
 }
 
 // Flush writes to the broker the messages that Publish and Park handed over but the session
-// still holds, to send several in one write. The session writes them by itself within a
-// millisecond, so Flush is only to save that delay: call it when there is nothing more to publish
-// for now. An error wraps ErrClosed: the session has ended. Call it from the goroutine that
-// publishes.
-func (s *Session) Flush() error {
+// still holds, to send several in one write: at once, unless the session wrote to the broker less
+// than a millisecond ago; then when that millisecond has passed, together with what is published
+// meanwhile. The session writes what it holds by itself within a millisecond, so Flush is only to
+// save that delay: call it when there is nothing more to publish for now. An error wraps
+// ErrClosed: the session has ended. Call it from the goroutine that publishes.
+func (s *Session) Flush() error { return s.write(true) }
+
+// write writes what the session holds; soon as for coalescer.flushSoon.
+func (s *Session) write(soon bool) error {
 	if s.out == nil {
 		return nil
 	}
-	if err := s.out.Flush(); err != nil {
+	if err := s.out.flushSoon(soon); err != nil {
 		return s.writeFailed(err)
 	}
 	return nil
