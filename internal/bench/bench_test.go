@@ -36,7 +36,7 @@ func TestSmoke(t *testing.T) {
 			Contenders: []bench.Contender{bench.Walbox, bench.Poll100ms}, Memory: true},
 	}
 	rep, _ := runBench(t, bench.Config{Scenarios: scenarios})
-	if got, want := len(rep.Results), 10; got != want {
+	if got, want := len(rep.Results), 2*len(all)+2; got != want {
 		t.Fatalf("got %d results, want %d", got, want)
 	}
 	for _, r := range rep.Results {
