@@ -29,6 +29,15 @@
 // that makes no progress for that long fails and ends the session. Brief stalls of the broker's
 // flow control, and large messages that keep moving, pass unharmed.
 //
+// Publish returning means the message is handed over, not yet written: the session holds the
+// frames of a burst of publishes and writes them together, when the caller calls Flush (it has
+// nothing more to publish for now; if the session wrote less than 1 ms before, the write waits
+// for the rest of that millisecond), when 64 KiB are held, when the window fills, or 1 ms after
+// the first was held. The broker then takes a burst, or a steady flow of single messages, in one
+// read per write instead of one per message.
+// Heartbeats and every other method are written at once, behind what is held. A held write that
+// fails ends the session like any failed write: its messages never get a positive Confirm.
+//
 // # Confirms
 //
 // Confirms delivers exactly one wire.Confirm per published message, in sequence order, with a

@@ -8,3 +8,18 @@ func SetRecheckMissing(d time.Duration) (restore func()) {
 	recheckMissing = d
 	return func() { recheckMissing = old }
 }
+
+// SetCoalesceDelay changes how long sessions dialled from now hold published messages before
+// writing them by themselves, until restore.
+func SetCoalesceDelay(d time.Duration) (restore func()) {
+	old := coalesceDelay
+	coalesceDelay = d
+	return func() { coalesceDelay = old }
+}
+
+// SocketWrites returns how many writes the session made to its socket.
+func SocketWrites(s *Session) int {
+	s.out.mu.Lock()
+	defer s.out.mu.Unlock()
+	return s.out.writes
+}

@@ -192,6 +192,16 @@ func (l *Lanes) closeSessions() {
 // closed once every lane has ended.
 func (l *Lanes) Confirms() <-chan wire.Confirm { return l.confirms }
 
+// Flush writes what every lane holds (Session.Flush) and returns the first error.
+func (l *Lanes) Flush() error {
+	for _, ln := range l.lanes {
+		if err := ln.s.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close ends every lane (Session.Close) and returns the first error.
 func (l *Lanes) Close() error {
 	var errs []error

@@ -41,6 +41,7 @@ type Session struct {
 	netMu  sync.Mutex
 	netc   net.Conn // the TCP connection under conn, for cutting it
 	netCut bool
+	out    *coalescer // what amqp091 writes to: it holds the frames of a publish burst
 
 	mu        sync.Mutex
 	published uint64   // last delivery tag handed out
@@ -194,7 +195,8 @@ func (s *Session) dialer(ctx context.Context) func(network, addr string) (net.Co
 		if s.netCut {
 			c.Close()
 		}
-		return writeBound{Conn: c, timeout: s.cfg.WriteTimeout}, nil
+		s.out = newCoalescer(writeBound{Conn: c, timeout: s.cfg.WriteTimeout}, s.writeFailed)
+		return s.out, nil
 	}
 }
 
@@ -282,6 +284,15 @@ func (s *Session) acquire(ctx context.Context) error {
 	select {
 	case s.window <- struct{}{}:
 		return nil
+	default:
+	}
+	// The window is full: the held messages must reach the broker for confirms to free it.
+	if err := s.write(false); err != nil {
+		return err
+	}
+	select {
+	case s.window <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.dead:
@@ -322,7 +333,9 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
 	s.mu.Unlock()
 
+	s.out.holding(true)
 	err := s.ch.Publish(exchange, key, true, false, msg)
+	s.out.holding(false)
 	if err == nil {
 		// Written in full: the Confirm tells what became of it.
 		return seq, nil
@@ -331,15 +344,42 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.published-- // amqp091 did the same with its counter
 	s.mu.Unlock()
 	s.release()
-	s.cut() // a failed write leaves a stream that cannot be resumed
+	if f := s.failure(); f != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		s.cut()
+		return 0, f
+	}
+	return 0, s.writeFailed(err)
+}
+
+// writeFailed ends the session after a failed write to the socket: a failed write leaves a
+// stream that cannot be resumed. It returns err as the session's failure.
+func (s *Session) writeFailed(err error) error {
+	s.cut()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the broker took nothing for %v: %w", s.cfg.WriteTimeout, err)
-	} else if f := s.failure(); f != nil {
-		return 0, f
 	}
 	err = fmt.Errorf("%w: %w", ErrClosed, err)
 	s.fail(err)
-	return 0, err
+	return err
+}
+
+// Flush writes to the broker the messages that Publish and Park handed over but the session
+// still holds, to send several in one write: at once, unless the session wrote to the broker less
+// than a millisecond ago; then when that millisecond has passed, together with what is published
+// meanwhile. The session writes what it holds by itself within a millisecond, so Flush is only to
+// save that delay: call it when there is nothing more to publish for now. An error wraps
+// ErrClosed: the session has ended. Call it from the goroutine that publishes.
+func (s *Session) Flush() error { return s.write(true) }
+
+// write writes what the session holds; soon as for coalescer.flushSoon.
+func (s *Session) write(soon bool) error {
+	if s.out == nil {
+		return nil
+	}
+	if err := s.out.flushSoon(soon); err != nil {
+		return s.writeFailed(err)
+	}
+	return nil
 }
 
 // writeBound gives every write to the broker's socket its own deadline, WriteTimeout from when

@@ -31,6 +31,13 @@ type Publisher interface {
 	Close() error
 }
 
+// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, to write
+// several messages at once. The stream calls Flush whenever it goes back to waiting: for WAL,
+// for confirms or for the broker. An error says the session is gone, like a failed Publish.
+type Flusher interface {
+	Flush() error
+}
+
 // Dialer opens a new publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

@@ -33,6 +33,10 @@ type fakeBroker struct {
 	// slowWrite makes every Publish take that long whatever its ctx says, as the write of a large
 	// message to a slow broker does.
 	slowWrite time.Duration
+	// holdUntilFlush makes sessions Flushers that, in auto mode, confirm a message only once a
+	// Flush after its Publish wrote it, as a publisher that holds a burst's writes does.
+	holdUntilFlush bool
+	flushes        int // Flush calls that wrote something
 }
 
 func newFakeBroker(auto bool) *fakeBroker {
@@ -44,6 +48,7 @@ type fakeSession struct {
 	seq      uint64
 	pending  []uint64
 	msgs     map[uint64]wire.Message // published in this session, by sequence number
+	held     []wire.Confirm          // holdUntilFlush: confirms waiting for a Flush
 	confirms chan wire.Confirm
 	closed   bool
 	err      error // why the session closed, returned by every later Publish
@@ -59,7 +64,29 @@ func (b *fakeBroker) dial(context.Context) (replication.Publisher, error) {
 	}
 	s := &fakeSession{b: b, confirms: make(chan wire.Confirm, 1<<16)}
 	b.sessions = append(b.sessions, s)
+	if b.holdUntilFlush {
+		return &flushingSession{s}, nil
+	}
 	return s, nil
+}
+
+// flushingSession is a fakeSession that holds its confirms until Flush.
+type flushingSession struct{ *fakeSession }
+
+var _ replication.Flusher = (*flushingSession)(nil)
+
+func (s *flushingSession) Flush() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if len(s.held) == 0 || s.closed {
+		return nil
+	}
+	s.b.flushes++
+	for _, c := range s.held {
+		s.confirms <- c
+	}
+	s.held = s.held[:0]
+	return nil
 }
 
 func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
@@ -108,7 +135,11 @@ func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, err
 		if b.reject != nil && b.reject(m) {
 			c.Err = errors.New("fake: nacked")
 		}
-		s.confirms <- c
+		if b.holdUntilFlush {
+			s.held = append(s.held, c)
+		} else {
+			s.confirms <- c
+		}
 	} else {
 		s.pending = append(s.pending, s.seq)
 		b.maxInFlight = max(b.maxInFlight, len(s.pending))

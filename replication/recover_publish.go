@@ -75,6 +75,11 @@ func (p *republisher) drain() error {
 
 // wait blocks until the broker confirmed every message sent.
 func (p *republisher) wait(ctx context.Context) error {
+	if f, ok := p.pub.(Flusher); ok {
+		if err := f.Flush(); err != nil {
+			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, err)
+		}
+	}
 	for p.confirmed < p.sent {
 		select {
 		case c, ok := <-p.confirms:

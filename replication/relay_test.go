@@ -135,6 +135,32 @@ func TestRolledBackRowsAreNeverPublished(t *testing.T) {
 	equalIDs(t, ids(got), after)
 }
 
+// The stream asks a publisher that holds its writes to flush them whenever it goes back to
+// waiting: with a publisher that confirms nothing it was not asked to flush, everything is
+// confirmed all the same, and the slot moves.
+func TestStreamFlushesWhenItWaits(t *testing.T) {
+	b := newFakeBroker(true)
+	b.holdUntilFlush = true
+	e := setup(t, testenv.SharedPostgres(t), b)
+	e.start(func(c *replication.Config) { c.Window = 64 })
+	var want []uuid.UUID
+	var before pglogrepl.LSN
+	for i := range 5 {
+		var tx []uuid.UUID
+		tx, before = e.insertTx(1+i*50, "flushed")
+		want = append(want, tx...)
+	}
+	e.broker.waitPublished(t, len(want))
+	waitFor(t, 10*time.Second, "slot past the last transaction", func() bool { return e.slotLSN() > before })
+	equalIDs(t, ids(e.broker.messages()), want)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.Logf("%d messages, %d flushes", len(want), b.flushes)
+	if b.flushes == 0 {
+		t.Fatal("never flushed")
+	}
+}
+
 func TestBigTransactionStaysWithinTheWindow(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
 	const window = 16

@@ -45,6 +45,7 @@ type stream struct {
 	reader *reader
 	frames [][]byte // taken from the reader and not yet handled: frames[next:]
 	next   int
+	held   bool // published since the publisher was last flushed (if it is a Flusher)
 	keeper statusKeeper
 	stop   *stopClock // the shutdown's timing (shutdown.go)
 }
@@ -108,6 +109,12 @@ func (s *stream) run(ctx context.Context) error {
 		default:
 			frames = s.reader.ready
 		}
+		if frame == nil && len(frames) == 0 {
+			// Going back to waiting: what was published goes out now, in one write.
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
 		stop := ctx.Done()
 		if ph == finishing || ph == draining {
 			stop = s.stop.expiredC
@@ -137,6 +144,19 @@ func (s *stream) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// flush asks the publisher to write the messages it holds, if it holds any.
+func (s *stream) flush() error {
+	f, ok := s.pub.(Flusher)
+	if !ok || !s.held {
+		return nil
+	}
+	s.held = false
+	if err := f.Flush(); err != nil {
+		return publishFailed(fmt.Errorf("flush: %w", err))
+	}
+	return nil
 }
 
 // ready is always ready to receive from.
@@ -368,6 +388,7 @@ func (s *stream) dispatch(seq uint64, m *wire.Message) error {
 		return err
 	}
 	s.win.put(seq, flight{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
+	s.held = true
 	s.updateInFlight()
 	return nil
 }

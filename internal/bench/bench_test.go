@@ -36,7 +36,7 @@ func TestSmoke(t *testing.T) {
 			Contenders: []bench.Contender{bench.Walbox, bench.Poll100ms}, Memory: true},
 	}
 	rep, _ := runBench(t, bench.Config{Scenarios: scenarios})
-	if got, want := len(rep.Results), 10; got != want {
+	if got, want := len(rep.Results), 2*len(all)+2; got != want {
 		t.Fatalf("got %d results, want %d", got, want)
 	}
 	for _, r := range rep.Results {
@@ -93,7 +93,7 @@ func checkResult(t *testing.T, r bench.Result) {
 		t.Errorf("%s: CPU relay %.2f, postgres %.2f, broker %.2f; RSS %d: want all measured",
 			name, r.RelayCPU, r.PGCPU, r.BrokerCPU, r.RelayRSS)
 	}
-	dbContender := r.Contender != bench.Ceiling && r.Contender != bench.Ceiling3
+	dbContender := r.Contender != bench.Ceiling && r.Contender != bench.Ceiling3 && r.Contender != bench.NoConfirms
 	if got := !math.IsNaN(r.WALInsert) && !math.IsNaN(r.WALRelay); got != dbContender {
 		t.Errorf("%s: WAL measured %v, want %v", name, got, dbContender)
 	}
@@ -106,6 +106,12 @@ func checkResult(t *testing.T, r bench.Result) {
 	}
 	if r.Latency == nil || r.Latency.N != r.Messages {
 		t.Errorf("%s: latency %+v, want one sample per message (%d)", name, r.Latency, r.Messages)
+	}
+	if r.Contender == bench.NoConfirms {
+		if r.Confirm != nil {
+			t.Errorf("%s: commit-to-confirm latency %+v without confirms", name, r.Confirm)
+		}
+		return
 	}
 	if r.Confirm == nil || r.Confirm.N < r.Messages {
 		t.Errorf("%s: commit-to-confirm latency %+v, want at least %d samples", name, r.Confirm, r.Messages)

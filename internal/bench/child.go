@@ -40,6 +40,8 @@ type childSpec struct {
 	// in turn (AMQPURL alone if Nodes is empty).
 	Publishers int      `json:"publishers,omitempty"`
 	Nodes      []string `json:"nodes,omitempty"`
+	// NoConfirms (ceiling) publishes transient messages, not mandatory, without confirms.
+	NoConfirms bool `json:"no_confirms,omitempty"`
 }
 
 // IsChild reports whether this process was started as one of the benchmark's relays. A program

@@ -13,10 +13,13 @@ type Contender string
 
 // The contenders, in the order they run within a scenario.
 const (
-	Ceiling   Contender = "ceiling"
-	Walbox    Contender = "walbox"
-	Poll100ms Contender = "polling 100ms"
-	Poll1s    Contender = "polling 1s"
+	Ceiling Contender = "ceiling"
+	// NoConfirms is the ceiling without durability, as relays that do not wait for the broker
+	// publish: transient messages, not mandatory, on a channel without confirms.
+	NoConfirms Contender = "no confirms"
+	Walbox     Contender = "walbox"
+	Poll100ms  Contender = "polling 100ms"
+	Poll1s     Contender = "polling 1s"
 )
 
 // The contenders that publish on several connections, for a cluster (see ClusterScenarios).
@@ -29,7 +32,7 @@ const (
 )
 
 // AllContenders lists every contender of the standard scenarios.
-var AllContenders = []Contender{Ceiling, Walbox, Poll100ms, Poll1s}
+var AllContenders = []Contender{Ceiling, NoConfirms, Walbox, Poll100ms, Poll1s}
 
 // ClusterContenders lists the contenders of the cluster scenarios.
 var ClusterContenders = []Contender{Ceiling, Ceiling3, Walbox, Walbox3}
@@ -47,8 +50,9 @@ func (c Contender) pollInterval() time.Duration {
 
 func (c Contender) polls() bool { return c.pollInterval() > 0 }
 
-// isCeiling reports whether the contender is the raw publisher, with one publisher or several.
-func (c Contender) isCeiling() bool { return c == Ceiling || c == Ceiling3 }
+// isCeiling reports whether the contender is the raw publisher, with one publisher or several,
+// with confirms or without.
+func (c Contender) isCeiling() bool { return c == Ceiling || c == Ceiling3 || c == NoConfirms }
 
 // usesDB reports whether the contender reads its messages from PostgreSQL.
 func (c Contender) usesDB() bool { return !c.isCeiling() }

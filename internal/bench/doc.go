@@ -6,6 +6,8 @@
 //
 //   - ceiling: a raw amqp091 publisher with pipelined confirms (the same window as walbox), the
 //     same messages, exchange and queue type, and no database;
+//   - no confirms: the ceiling as relays that do not wait for the broker publish: transient
+//     messages, not mandatory, without confirms; what durability costs is the gap to the ceiling;
 //   - walbox: the real `walbox run` binary;
 //   - polling: the classic relay, UPDATE … SET published_at = now() WHERE id IN (SELECT … ORDER BY
 //     seq LIMIT batch FOR UPDATE SKIP LOCKED) RETURNING …, publish the batch with pipelined

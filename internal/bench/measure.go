@@ -51,6 +51,14 @@ func (r Result) CPUPerMessage() float64 {
 	return r.RelayCPU / float64(r.Messages) * 1e6
 }
 
+// BrokerCPUPerMessage returns the broker's CPU microseconds per message, or -1 if unknown.
+func (r Result) BrokerCPUPerMessage() float64 {
+	if r.BrokerCPU < 0 || r.Messages == 0 {
+		return -1
+	}
+	return r.BrokerCPU / float64(r.Messages) * 1e6
+}
+
 // trial runs one contender in one scenario; a failure is recorded in the result.
 func (b *bencher) trial(ctx context.Context, sc Scenario, who Contender) Result {
 	r := newResult(sc, who)

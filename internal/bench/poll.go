@@ -40,7 +40,7 @@ func runPoll(ctx context.Context, spec childSpec) error {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer db.Close(context.Background())
-	pub, err := dialPipeline(spec.AMQPURL, spec.Batch)
+	pub, err := dialPipeline(spec.AMQPURL, spec.Batch, true)
 	if err != nil {
 		return err
 	}

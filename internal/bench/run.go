@@ -89,6 +89,9 @@ func summary(r Result) string {
 	if us := r.CPUPerMessage(); us >= 0 {
 		s += fmt.Sprintf("  %.1f µs/msg", us)
 	}
+	if us := r.BrokerCPUPerMessage(); us >= 0 {
+		s += fmt.Sprintf("  broker %.1f µs/msg", us)
+	}
 	return s + fmt.Sprintf("  load %.2f", loadAvg())
 }
 

@@ -127,6 +127,7 @@ func (t *trial) startRelay(count, rate, measureFrom int) (*process, error) {
 	case t.who.isCeiling():
 		spec.Role, spec.Count, spec.Rate, spec.Payload = "ceiling", count, rate, t.sc.Payload
 		spec.Publishers, spec.Nodes = t.who.connections(), t.b.srv.brokerURLs()
+		spec.NoConfirms = t.who == NoConfirms
 	case t.who.polls():
 		spec.Role, spec.Batch, spec.Interval = "poll", cfg.PollBatch, t.who.pollInterval()
 	case cfg.Profile:

@@ -1,0 +1,146 @@
+package publisher
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Bounds of what a coalescing connection holds back: it writes once coalesceBytes are held, or
+// coalesceDelay after the first of them was held, whichever comes first.
+const coalesceBytes = 64 << 10
+
+var coalesceDelay = time.Millisecond // a variable for tests
+
+// coalescer is the net.Conn under amqp091. amqp091 flushes its buffer to the socket after every
+// publish, so each message would be a TCP write of its own and wake the broker on its own. While
+// the session publishes (hold), the coalescer keeps those writes and sends them together: when
+// the caller has nothing more to publish for now (Session.Flush), when coalesceBytes are held, or
+// coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
+// declarations, close) goes out at once, after what is held, so nothing waits behind a publish
+// burst and the byte order of the stream is kept.
+//
+// A held write reports success to amqp091 before it reaches the socket; if a write that Flush
+// (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
+// saw fail) and every later write returns the error. Each socket write keeps its own deadline
+// (writeBound), so a broker that stops reading still has the connection cut.
+type coalescer struct {
+	net.Conn
+	failed func(error) error
+
+	delay time.Duration
+
+	mu     sync.Mutex
+	writes int       // socket writes made
+	wrote  time.Time // when the last socket write started
+	hold   bool
+	buf    []byte
+	armed  bool // the timer is set to write what is held
+	timer  *time.Timer
+	err    error // the first failed write; sticky
+}
+
+func newCoalescer(c net.Conn, failed func(error) error) *coalescer {
+	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay}
+	w.timer = time.AfterFunc(time.Hour, func() { _ = w.Flush() })
+	w.timer.Stop()
+	return w
+}
+
+func (w *coalescer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return 0, w.err
+	}
+	if !w.hold {
+		if len(w.buf) == 0 {
+			return w.write(p)
+		}
+		w.buf = append(w.buf, p...)
+		if _, err := w.flush(); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	w.buf = append(w.buf, p...)
+	if len(w.buf) >= coalesceBytes {
+		if _, err := w.flush(); err != nil {
+			return 0, err
+		}
+	} else if !w.armed {
+		w.armed = true
+		w.timer.Reset(w.delay)
+	}
+	return len(p), nil
+}
+
+// holding sets whether writes are held (true while a publish writes its frames).
+func (w *coalescer) holding(on bool) {
+	w.mu.Lock()
+	w.hold = on
+	w.mu.Unlock()
+}
+
+// Flush writes what is held.
+func (w *coalescer) Flush() error { return w.flushSoon(false) }
+
+// flushSoon writes what is held, now; or, if soon and the last socket write was less than the
+// delay ago, when the delay has passed. Under a steady flow of messages that one at a time would
+// each be a write of its own, that turns them into a write per delay.
+func (w *coalescer) flushSoon(soon bool) error {
+	w.mu.Lock()
+	if soon && len(w.buf) > 0 && w.err == nil && time.Since(w.wrote) < w.delay {
+		if !w.armed {
+			w.armed = true
+			w.timer.Reset(w.delay)
+		}
+		w.mu.Unlock()
+		return nil
+	}
+	if err := w.err; err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	_, err := w.flush()
+	w.mu.Unlock()
+	if err != nil && w.failed != nil {
+		return w.failed(err)
+	}
+	return err
+}
+
+// flush writes the held bytes; w.mu is held.
+func (w *coalescer) flush() (int, error) {
+	if w.armed {
+		w.armed = false
+		w.timer.Stop()
+	}
+	if len(w.buf) == 0 {
+		return 0, nil
+	}
+	n, err := w.write(w.buf)
+	if cap(w.buf) > 4*coalesceBytes {
+		w.buf = nil // one large message; do not keep its buffer
+	} else {
+		w.buf = w.buf[:0]
+	}
+	return n, err
+}
+
+// write writes p to the socket; a failure is sticky. w.mu is held.
+func (w *coalescer) write(p []byte) (int, error) {
+	w.writes++
+	w.wrote = time.Now()
+	n, err := w.Conn.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// Close closes the socket without waiting for a write in progress (which it ends).
+func (w *coalescer) Close() error {
+	w.timer.Stop()
+	return w.Conn.Close()
+}

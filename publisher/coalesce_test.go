@@ -1,0 +1,94 @@
+package publisher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/publisher"
+)
+
+// A burst of messages published before a Flush reaches the broker in a few socket writes, and
+// every message is delivered, in order, and confirmed.
+func TestBurstIsWrittenTogetherAndConfirmed(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(200 * time.Millisecond)()
+	s, exchange := dial(t, r.URL(), publisher.Config{Window: 1024})
+	ch := admin(t, r.URL())
+	q := bindQueue(t, ch, exchange, "#", nil)
+
+	const n = 500
+	ids := make([]string, 0, n)
+	before := publisher.SocketWrites(s)
+	for range n {
+		m := newMessage("order.created")
+		ids = append(ids, m.AMQPMessageID())
+		publish(t, s, m)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if w := publisher.SocketWrites(s) - before; w > n/50 {
+		t.Errorf("%d messages took %d socket writes, want at most %d", n, w, n/50)
+	}
+	for i := uint64(1); i <= n; i++ {
+		if c := next(t, s); c.Seq != i || c.Err != nil {
+			t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, i)
+		}
+	}
+	for i, id := range ids {
+		if d := get(t, ch, q); d.MessageId != id {
+			t.Fatalf("delivery %d: message %s, want %s", i, d.MessageId, id)
+		}
+	}
+}
+
+// Without a Flush, the session writes what it holds by itself, a moment later.
+func TestHeldMessageIsWrittenByItself(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	s, _ := dial(t, r.URL(), publisher.Config{})
+	start := time.Now()
+	seq := publish(t, s, newMessage("order.created"))
+	if c := next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, seq)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("confirmed after %v", d)
+	}
+}
+
+// Heartbeats and synchronous methods (here the check that a message's exchange exists) are
+// never held: each goes out at once, and takes what is held with it.
+func TestHeartbeatAndMethodsAreNotHeld(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(time.Hour)()
+	ch := admin(t, r.URL())
+
+	s, _ := dial(t, r.URL(), publisher.Config{Heartbeat: time.Second})
+	start := time.Now()
+	seq := publish(t, s, newMessage("order.created"))
+	if c := next(t, s); c.Seq != seq || c.Err != nil { // the heartbeat wrote it
+		t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, seq)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a held message went out with a heartbeat after %v, want within the 1s interval", d)
+	}
+
+	s, _ = dial(t, r.URL(), publisher.Config{})
+	other := testenv.UniqueName("other")
+	if err := ch.ExchangeDeclare(other, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := publish(t, s, newMessage("order.created"))
+	m := newMessage("order.created")
+	m.Exchange = other
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.Publish(ctx, m); err != nil { // checks the exchange on a channel of its own first
+		t.Fatalf("Publish to another exchange while a message is held: %v", err)
+	}
+	if c := next(t, s); c.Seq != first || c.Err != nil {
+		t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, first)
+	}
+}
