@@ -27,7 +27,7 @@ func TestDefaultsAreTheIssueSizes(t *testing.T) {
 	if len(scs) != 10 {
 		t.Fatalf("got %d scenarios, want 10", len(scs))
 	}
-	if got := scs[0]; got.Rows != 200_000 || got.TxSize != 1 || len(got.Contenders) != 4 {
+	if got := scs[0]; got.Rows != 200_000 || got.TxSize != 1 || len(got.Contenders) != len(bench.AllContenders) {
 		t.Errorf("first scenario %+v: want a 200,000-row drain of single-row transactions by every contender", got)
 	}
 	var rates []int
