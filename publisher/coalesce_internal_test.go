@@ -1,10 +1,13 @@
 package publisher
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -140,5 +143,77 @@ func TestCoalescerFlushSoonAfterAWrite(t *testing.T) {
 	readExactly(t, r, "pub2")
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("written after %v, want at once", d)
+	}
+}
+
+// A Flush that fails ends the session, and says why once: the error is the session's failure,
+// not that failure wrapped in itself again.
+func TestSessionFlushFailureIsReportedOnce(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	s := &Session{cfg: Config{WriteTimeout: 100 * time.Millisecond}, dead: make(chan struct{})}
+	s.out = newCoalescer(writeBound{Conn: client, timeout: s.cfg.WriteTimeout}, s.writeFailed)
+	s.out.holding(true)
+	s.out.Write([]byte("pub1")) // nobody reads the pipe
+	s.out.holding(false)
+	err := s.Flush()
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Flush into a stalled pipe: %v, want ErrClosed and os.ErrDeadlineExceeded", err)
+	}
+	if err.Error() != s.Err().Error() {
+		t.Errorf("Flush: %q; want the session's failure, %q", err, s.Err())
+	}
+}
+
+// Writes from a publishing goroutine (holding around each) and from another goroutine (not
+// holding), with the timer, Flush and flushSoon all writing what is held, reach the socket
+// complete and in the order the writes were made.
+func TestCoalescerKeepsOrderUnderConcurrency(t *testing.T) {
+	w, server := pipeCoalescer(t, 50*time.Microsecond, nil)
+
+	var mu sync.Mutex // plays amqp091's sendM: the order writes are made in
+	var want bytes.Buffer
+	write := func(p string) {
+		mu.Lock()
+		defer mu.Unlock()
+		want.WriteString(p)
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Errorf("Write: %v", err)
+		}
+	}
+	got := make(chan []byte)
+	go func() { b, _ := io.ReadAll(server); got <- b }()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range 3000 {
+			w.holding(true)
+			write(fmt.Sprintf("<m%d>", i))
+			write(fmt.Sprintf("<h%d>", i))
+			w.holding(false)
+			switch i % 3 {
+			case 0:
+				_ = w.Flush()
+			case 1:
+				_ = w.flushSoon(true)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range 300 {
+			write(fmt.Sprintf("<b%d>", i))
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond) // the timer writes the rest
+	w.Conn.Close()
+	b := <-got
+	if !bytes.Equal(b, want.Bytes()) {
+		t.Fatalf("socket got %d bytes, want %d, in write order", len(b), want.Len())
 	}
 }

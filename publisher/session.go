@@ -376,10 +376,11 @@ func (s *Session) write(soon bool) error {
 	if s.out == nil {
 		return nil
 	}
-	if err := s.out.flushSoon(soon); err != nil {
-		return s.writeFailed(err)
+	err := s.out.flushSoon(soon)
+	if err == nil || errors.Is(err, ErrClosed) {
+		return err // a write that failed just now was reported through writeFailed already
 	}
-	return nil
+	return s.writeFailed(err) // the write that failed was an earlier one
 }
 
 // writeBound gives every write to the broker's socket its own deadline, WriteTimeout from when

@@ -37,6 +37,9 @@ type fakeBroker struct {
 	// Flush after its Publish wrote it, as a publisher that holds a burst's writes does.
 	holdUntilFlush bool
 	flushes        int // Flush calls that wrote something
+	// slowFlush makes every Flush that has something to write take that long, as a write to a
+	// slow broker does.
+	slowFlush time.Duration
 }
 
 func newFakeBroker(auto bool) *fakeBroker {
@@ -80,6 +83,11 @@ func (s *flushingSession) Flush() error {
 	defer s.b.mu.Unlock()
 	if len(s.held) == 0 || s.closed {
 		return nil
+	}
+	if d := s.b.slowFlush; d > 0 {
+		s.b.mu.Unlock()
+		time.Sleep(d)
+		s.b.mu.Lock()
 	}
 	s.b.flushes++
 	for _, c := range s.held {

@@ -605,6 +605,23 @@ func TestLongPublishKeepsTheSessionAlive(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), want)
 }
 
+// The same holds when the long write is a Flush of what the publisher held back, not a Publish.
+func TestLongFlushKeepsTheSessionAlive(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
+	testenv.RequireOwn(t, pg)
+	b := newFakeBroker(true)
+	b.holdUntilFlush = true
+	b.slowFlush = 3 * time.Second
+	e := setup(t, pg, b)
+	e.start(nil)
+	want, before := e.insertTx(1, "held")
+	waitFor(t, 20*time.Second, "slot past the slowly flushed message", func() bool { return e.slotLSN() > before })
+	if n := e.broker.sessionCount(); n != 1 {
+		t.Fatalf("%d sessions: the long flush let the server drop the replication session", n)
+	}
+	equalIDs(t, ids(e.broker.messages()), want)
+}
+
 // A message the broker refuses every time (here returned as unroutable) stalls the stream, but
 // each retry must send only that message, not again the whole window published behind it: those
 // messages reach consumers at every retry. The relay says it is stalled, and once the message

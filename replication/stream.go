@@ -146,14 +146,18 @@ func (s *stream) run(ctx context.Context) error {
 	}
 }
 
-// flush asks the publisher to write the messages it holds, if it holds any.
+// flush asks the publisher to write the messages it holds, if it holds any. The write can last
+// as long as a publish call's (a slow broker), so the keeper minds the session meanwhile, as
+// during a publish.
 func (s *stream) flush() error {
 	f, ok := s.pub.(Flusher)
 	if !ok || !s.held {
 		return nil
 	}
 	s.held = false
-	if err := f.Flush(); err != nil {
+	defer s.stats.Blocked.Store(false)
+	_, err := s.keeper.during(func(context.Context) (uint64, error) { return 0, f.Flush() })
+	if err != nil {
 		return publishFailed(fmt.Errorf("flush: %w", err))
 	}
 	return nil
