@@ -214,13 +214,3 @@ func (l *Lanes) Close() error {
 	l.forwards.Wait()
 	return errors.Join(errs...)
 }
-
-// Err returns the error that ended the first lane that failed, or nil while all are alive.
-func (l *Lanes) Err() error {
-	for _, ln := range l.lanes {
-		if err := ln.s.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}

@@ -86,7 +86,7 @@ func TestChartEnvironment(t *testing.T) {
 		t.Fatalf("the migrate job: %v\n%s", err, out)
 	}
 
-	active, standby := freeAddr(t), freeAddr(t)
+	active, standby := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	first := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+active), pod.Relay.Args...)
 	waitHTTP(t, active, "/readyz", "first relay streaming", func(code int, b string) bool {
 		return code == 200 && strings.Contains(b, "streaming")
@@ -107,7 +107,7 @@ func TestChartEnvironment(t *testing.T) {
 	second.Kill()
 	w.waitSlotReleased(slot) // the walsender notices the dead relay a moment later
 	w.pg.Exec(t, w.db, "SELECT pg_drop_replication_slot($1)", slot)
-	third := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+freeAddr(t)), pod.Relay.Args...)
+	third := w.startRelayEnv(env(pod.Relay.Env, "WALBOX_LISTEN="+testenv.FreeAddr(t)), pod.Relay.Args...)
 	if code := third.Wait(time.Minute); code != 1 || !strings.Contains(third.Output(), "replication slot does not exist: slot "+slot) {
 		t.Fatalf("a relay without its slot: exit %d, want 1 naming the slot:\n%s", code, third.Output())
 	}

@@ -241,7 +241,7 @@ func closedPort(t *testing.T) int {
 func TestDoctorChecksEveryEndpoint(t *testing.T) {
 	rabbit := testenv.SharedRabbit(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
-	dead := freeAddr(t)
+	dead := testenv.FreeAddr(t)
 	down := "amqp://guest:down-node-pw@" + dead + "/"
 
 	r := w.doctor([]string{"WALBOX_AMQP_URL=" + down + "," + rabbit.URL()})

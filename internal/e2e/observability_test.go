@@ -2,9 +2,6 @@ package e2e_test
 
 import (
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,26 +10,6 @@ import (
 
 	"github.com/walbox/walbox/internal/testenv"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func httpGet(addr, path string) (int, string, error) {
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
-}
 
 // metric returns the value of one series in a /metrics body (0 if absent).
 func metric(body, series string) float64 {
@@ -53,7 +30,7 @@ func waitHTTP(t *testing.T, addr, path, what string, check func(code int, body s
 	var body string
 	var err error
 	for time.Now().Before(deadline) {
-		code, body, err = httpGet(addr, path)
+		code, body, err = testenv.HTTPGet(addr, path)
 		if err == nil && check(code, body) {
 			return body
 		}
@@ -67,10 +44,10 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 	rabbit := testenv.StartRabbit(t)
 	testenv.RequireOwn(t, rabbit)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	w.startRelay("WALBOX_LISTEN=" + addr)
 
-	if code, body, err := httpGet(addr, "/healthz"); err == nil && code != 200 {
+	if code, body, err := testenv.HTTPGet(addr, "/healthz"); err == nil && code != 200 {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
 	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
@@ -101,7 +78,7 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 	waitHTTP(t, addr, "/metrics", "broker reconnect counted", func(_ int, b string) bool {
 		return metric(b, `walbox_reconnects_total{reason="broker"}`) >= 1
 	})
-	_, st, _ := httpGet(addr, "/status")
+	_, st, _ := testenv.HTTPGet(addr, "/status")
 	var status struct {
 		State     string `json:"state"`
 		LastError string `json:"last_error"`
@@ -122,7 +99,7 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 
 func TestStandbyReportsItself(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
-	active, standby := freeAddr(t), freeAddr(t)
+	active, standby := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	first := w.startRelay("WALBOX_LISTEN=" + active)
 	waitHTTP(t, active, "/readyz", "first relay streaming", func(code int, _ string) bool { return code == 200 })
 	w.startRelay("WALBOX_LISTEN=" + standby)

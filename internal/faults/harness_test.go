@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -350,14 +349,3 @@ func hostOf(t *testing.T, u string) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-// freeAddr returns a 127.0.0.1 address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}

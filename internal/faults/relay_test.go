@@ -38,7 +38,7 @@ type relayStatus struct {
 // startRelay starts `walbox run` on the world; extra environment settings win.
 func (w *world) startRelay(extra ...string) *relay {
 	w.t.Helper()
-	addr := freeAddr(w.t)
+	addr := testenv.FreeAddr(w.t)
 	cmd := exec.Command(walboxBin(w.t), "run")
 	cmd.Env = w.env(append([]string{"WALBOX_LISTEN=" + addr}, extra...))
 	r := &relay{Program: testenv.Start(w.t, cmd), t: w.t, extra: extra, addr: addr}

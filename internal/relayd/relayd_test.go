@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -69,16 +67,6 @@ func start(t *testing.T, cfg relayd.Config) (*relayd.Daemon, context.CancelFunc,
 	return d, cancel, done
 }
 
-func get(addr, path string) (int, string, error) {
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
-}
-
 // eventually polls cond until it holds, or fails the test after a while.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -109,16 +97,16 @@ func TestRunRelaysServesAndStopsEverything(t *testing.T) {
 	cfg.Listen = testenv.FreeAddr(t)
 	_, cancel, done := start(t, cfg)
 
-	eventually(t, "ready", func() bool { code, _, _ := get(cfg.Listen, "/readyz"); return code == 200 })
+	eventually(t, "ready", func() bool { code, _, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); return code == 200 })
 	pg.Exec(t, db, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.created', '{}')`)
 	eventually(t, "the row confirmed in /status", func() bool {
-		_, body, err := get(cfg.Listen, "/status")
+		_, body, err := testenv.HTTPGet(cfg.Listen, "/status")
 		var st status.Relay
 		return err == nil && json.Unmarshal([]byte(body), &st) == nil && st.Confirmed == 1 && st.State == "streaming" &&
 			st.Slot == cfg.Relay.Slot && st.Broker != ""
 	})
 	eventually(t, "the slot poller's gauge", func() bool {
-		_, body, _ := get(cfg.Listen, "/metrics")
+		_, body, _ := testenv.HTTPGet(cfg.Listen, "/metrics")
 		return strings.Contains(body, `walbox_slot_wal_status{wal_status="reserved"} 1`)
 	})
 
@@ -126,7 +114,7 @@ func TestRunRelaysServesAndStopsEverything(t *testing.T) {
 	if err := waitResult(t, done); err != nil {
 		t.Fatalf("Run after the context ended: %v, want nil", err)
 	}
-	if _, _, err := get(cfg.Listen, "/healthz"); err == nil {
+	if _, _, err := testenv.HTTPGet(cfg.Listen, "/healthz"); err == nil {
 		t.Error("the HTTP server still answers after Run returned")
 	}
 }
@@ -144,7 +132,7 @@ func TestRelayFailureEndsAll(t *testing.T) {
 	if !errors.Is(err, replication.ErrSlotMissing) {
 		t.Fatalf("Run: %v, want ErrSlotMissing", err)
 	}
-	if _, _, err := get(cfg.Listen, "/healthz"); err == nil {
+	if _, _, err := testenv.HTTPGet(cfg.Listen, "/healthz"); err == nil {
 		t.Error("the HTTP server still answers after the relay failed")
 	}
 }

@@ -3,7 +3,9 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -116,6 +118,17 @@ func FreeAddr(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// HTTPGet gets http://addr+path and returns the status code and the body.
+func HTTPGet(addr, path string) (int, string, error) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }
 
 // makeDir creates a fresh directory for one server instance.
