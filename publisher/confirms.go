@@ -63,16 +63,26 @@ func (s *Session) run() {
 	}
 }
 
+// onAck judges c and every confirmation already waiting behind it, in one turn of run: amqp091
+// splits a multiple ack into one Confirmation per delivery tag, and they arrive together.
 func (s *Session) onAck(c amqp.Confirmation, ok bool) {
-	if !ok {
-		s.end(s.closeCause())
-		return
-	}
-	at := time.Now() // the confirm arrived now: amqp091's reader hands it over at once
-	s.drainReturns()
-	if err := s.judge(c, at); err != nil {
-		s.cut()
-		s.end(err)
+	at := time.Now() // the confirms arrived by now: amqp091's reader hands them over at once
+	for {
+		if !ok {
+			s.end(s.closeCause())
+			return
+		}
+		s.drainReturns()
+		if err := s.judge(c, at); err != nil {
+			s.cut()
+			s.end(err)
+			return
+		}
+		select {
+		case c, ok = <-s.tr.acks:
+		default:
+			return
+		}
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 
 // Publisher is what the relay needs from the broker side: one session of publishing with confirms.
 // Publish is called from one goroutine, in stream order; it returns the message's sequence number
-// (1, 2, 3, ... within the session). Confirms yields one verdict per published message; a nil Err
+// (1, 2, 3, ... within the session). The message is valid only during the call: the relay reuses
+// it for the next. Confirms yields one verdict per published message; a nil Err
 // means the broker confirmed and routed it. After a failure the channel yields an error and closes.
 //
 // Park sets aside a message that can never be delivered as written, with the reason; it is

@@ -69,7 +69,7 @@
 //
 // (held at watch.recorded for an idle step, see idleStep) after watch.record has written it to
 // walbox_slots. Tracker.Watermark moves in three places, all in stream.go: Tracker.Ack in
-// stream.applyConfirm (a broker confirm of every message up to a transaction's end),
+// stream.confirmOne (a broker confirm of every message up to a transaction's end),
 // Tracker.Commit in stream.handleWAL (a transaction's end LSN once all its messages are
 // confirmed; an empty transaction at once) and Tracker.AdvanceIdle in stream.handleCopyData (a
 // keepalive's WAL end, taken only when nothing is in flight and no transaction is open).

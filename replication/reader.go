@@ -29,6 +29,7 @@ type reader struct {
 	slot   string
 	heard  *heardClock
 	onFail func(error) // called on the reader's goroutine when reading ends in an error
+	block  []byte      // where the next copy goes (copyFrame); the reader goroutine's own
 
 	ready  chan struct{} // holds a token while the queue has frames or the reader has failed
 	failed chan struct{} // closed when reading has ended; err says why
@@ -48,6 +49,9 @@ type reader struct {
 const (
 	maxQueued      = 4096
 	maxQueuedBytes = 16 << 20
+	// frameBlock is the size of the blocks copyFrame copies frames into; larger frames get an
+	// allocation of their own.
+	frameBlock = 64 << 10
 )
 
 func startReader(conn *pgconn.PgConn, slot string, heard *heardClock, onFail func(error)) *reader {
@@ -82,9 +86,25 @@ func (r *reader) receive() ([]byte, error) {
 	}
 	data, err := copyData(msg, r.slot)
 	if data != nil {
-		data = append(make([]byte, 0, len(data)), data...) // the message is valid until the next receive
+		data = r.copyFrame(data) // the message is valid until the next receive
 	}
 	return data, err
+}
+
+// copyFrame copies data into the current block, and starts a new block when it is full: one
+// allocation per block of small frames instead of one per frame. The copies never overlap (each
+// is capped at its own length), and a block is garbage once the stream has dropped every frame
+// in it; the decoder keeps no reference into a frame.
+func (r *reader) copyFrame(data []byte) []byte {
+	if len(data) > frameBlock/8 {
+		return append(make([]byte, 0, len(data)), data...)
+	}
+	if cap(r.block)-len(r.block) < len(data) {
+		r.block = make([]byte, 0, frameBlock)
+	}
+	n := len(r.block)
+	r.block = append(r.block, data...)
+	return r.block[n:len(r.block):len(r.block)]
 }
 
 // put queues data, or records err and ends reading. It waits while the queue is full, and

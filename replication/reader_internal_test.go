@@ -33,3 +33,32 @@ func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
 		t.Fatalf("take after the frames = %v, want %v", err, lost)
 	}
 }
+
+// Frames copied into one block are independent copies: changing the source, or appending to one
+// copy, leaves the others as they were; a frame too large for a block gets its own allocation.
+func TestCopyFrameKeepsFramesApart(t *testing.T) {
+	r := &reader{}
+	src := []byte("first")
+	a := r.copyFrame(src)
+	b := r.copyFrame([]byte("second"))
+	copy(src, "XXXXX")
+	a = append(a, "!!!"...)
+	if string(a) != "first!!!" || string(b) != "second" {
+		t.Fatalf("copies changed: %q, %q", a, b)
+	}
+	big := make([]byte, frameBlock)
+	c := r.copyFrame(big)
+	if &c[0] == &big[0] || len(c) != frameBlock {
+		t.Fatal("a large frame was not copied on its own")
+	}
+	d := r.copyFrame([]byte("third"))
+	if cap(d) != len(d) || string(d) != "third" {
+		t.Fatalf("copy %q has capacity %d beyond its length", d, cap(d))
+	}
+	// A block that is full starts a new one.
+	for range 2 * frameBlock / 100 {
+		if f := r.copyFrame(make([]byte, 100)); len(f) != 100 || cap(f) != 100 {
+			t.Fatalf("copy of 100 bytes has length %d, capacity %d", len(f), cap(f))
+		}
+	}
+}

@@ -40,7 +40,8 @@ type stream struct {
 	heard       *heardClock   // when the connection last read bytes from the server
 	silence     time.Duration // how long the server may stay silent, having been asked to reply
 
-	commit time.Time // commit time of the transaction being read
+	commit time.Time     // commit time of the transaction being read
+	ev     decoder.Event // the WAL message being handled, reused for the next: it would escape to the heap
 
 	reader *reader
 	frames [][]byte // taken from the reader and not yet handled: frames[next:]
@@ -127,7 +128,7 @@ func (s *stream) run(ctx context.Context) error {
 			s.frames, err = s.reader.take(s.frames[:0])
 			s.next = 0
 		case c, ok := <-confirms:
-			err = s.applyConfirm(c, ok)
+			err = s.applyConfirms(c, ok)
 		case <-s.statusTimer.C:
 			err = s.statusTick()
 		case <-failed:
@@ -248,7 +249,9 @@ func (s *stream) handleCopyData(data []byte) error {
 }
 
 func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
-	ev, err := s.dec.Decode(xld.WALStart, xld.WALData)
+	var err error
+	s.ev, err = s.dec.Decode(xld.WALStart, xld.WALData)
+	ev := &s.ev
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)
@@ -339,20 +342,46 @@ func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why erro
 
 // drainConfirms applies every confirm already waiting, without blocking.
 func (s *stream) drainConfirms() error {
-	confirms := s.pub.Confirms()
-	for {
-		select {
-		case c, ok := <-confirms:
-			if err := s.applyConfirm(c, ok); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
+	select {
+	case c, ok := <-s.pub.Confirms():
+		return s.applyConfirms(c, ok)
+	default:
+		return nil
 	}
 }
 
-func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
+// applyConfirms applies c and every confirm already waiting behind it, in one step: each message
+// is acked in the tracker and observed on its own, and what depends only on the outcome (the
+// watermark, the in-flight gauges, the next status update) is settled once for the batch. A
+// broker that acks many messages with one multiple ack thus costs the loop one turn, not one per
+// message. The batch is bounded by the window: no more confirms can be waiting than messages in
+// flight.
+func (s *stream) applyConfirms(c wire.Confirm, ok bool) error {
+	confirms := s.pub.Confirms()
+	var last time.Time
+	var err error
+	applied := 0
+	for {
+		if err = s.confirmOne(c, ok); err != nil {
+			break
+		}
+		applied++
+		last = c.At
+		select {
+		case c, ok = <-confirms:
+			continue
+		default:
+		}
+		break
+	}
+	if applied > 0 {
+		s.settle(last)
+	}
+	return err
+}
+
+// confirmOne applies one confirm: the tracker's ack and the message's observation.
+func (s *stream) confirmOne(c wire.Confirm, ok bool) error {
 	if !ok {
 		return brokerError{errors.New("publisher: session closed")}
 	}
@@ -367,7 +396,6 @@ func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	if err := s.track.Ack(c.Seq); err != nil {
 		return err
 	}
-	s.moved = s.track.Watermark()
 	now := c.At
 	if now.IsZero() {
 		now = time.Now()
@@ -380,10 +408,20 @@ func (s *stream) applyConfirm(c wire.Confirm, ok bool) error {
 	s.obs.Observe(ev)
 	s.passed(f.key)
 	s.stats.confirmed()
-	s.stats.LastConfirm.Store(now.UnixNano())
+	return nil
+}
+
+// settle brings what follows from the tracker up to date after confirms were applied: the
+// watermark the next status update reports, the in-flight gauges and the time of the last confirm
+// (at; now if zero).
+func (s *stream) settle(at time.Time) {
+	s.moved = s.track.Watermark()
+	if at.IsZero() {
+		at = time.Now()
+	}
+	s.stats.LastConfirm.Store(at.UnixNano())
 	s.updateInFlight()
 	s.reportSoon()
-	return nil
 }
 
 // dispatch records a published message with the tracker and in the window.

@@ -1,0 +1,123 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/wire"
+)
+
+// burstPublisher is a Publisher whose confirms a test queues by hand.
+type burstPublisher struct{ confirms chan wire.Confirm }
+
+func (p *burstPublisher) Publish(context.Context, *wire.Message) (uint64, error) { return 0, nil }
+func (p *burstPublisher) Park(context.Context, *wire.Parked) (uint64, error)     { return 0, nil }
+func (p *burstPublisher) Confirms() <-chan wire.Confirm                          { return p.confirms }
+func (p *burstPublisher) Close() error                                           { return nil }
+
+// countingObserver counts the confirm events it sees.
+type countingObserver struct{ confirmed, failed int }
+
+func (o *countingObserver) Observe(e Event) {
+	switch e.Kind {
+	case Confirmed:
+		o.confirmed++
+	case ConfirmFailed:
+		o.failed++
+	}
+}
+
+// burstStream is a stream with n messages in flight, in one transaction that committed at end.
+func burstStream(t *testing.T, n int, end pglogrepl.LSN) (*stream, *burstPublisher, *countingObserver) {
+	t.Helper()
+	pub := &burstPublisher{confirms: make(chan wire.Confirm, n+1)}
+	obs := &countingObserver{}
+	s := &stream{
+		cfg:   &Config{StatusInterval: time.Second},
+		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		pub:   pub,
+		track: checkpoint.New(1),
+		win:   newWindow(n, &stall{}),
+		stats: &Stats{},
+		obs:   obs,
+	}
+	s.statusDue = time.Now().Add(time.Hour)
+	s.track.Begin()
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		if err := s.track.Dispatch(seq); err != nil {
+			t.Fatal(err)
+		}
+		s.win.put(seq, flight{at: time.Now(), eventType: "e"})
+	}
+	s.track.Commit(end)
+	return s, pub, obs
+}
+
+// A burst of confirms, as a multiple ack gives, is applied in one step: the first confirm's turn
+// of the loop applies every confirm already waiting, and settles the watermark, the in-flight
+// gauge and the next status update once.
+func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
+	const n, end = 64, pglogrepl.LSN(5000)
+	s, pub, obs := burstStream(t, n, end)
+	for seq := uint64(1); seq <= n; seq++ {
+		pub.confirms <- wire.Confirm{Seq: seq, At: time.Now()}
+	}
+	first := <-pub.confirms
+	if err := s.applyConfirms(first, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.track.InFlight(); got != 0 {
+		t.Fatalf("in flight after one step: %d, want 0", got)
+	}
+	if obs.confirmed != n {
+		t.Fatalf("observed %d confirms, want %d", obs.confirmed, n)
+	}
+	if s.track.Watermark() != end || s.moved != end {
+		t.Fatalf("watermark %s, moved %s; want both %s", s.track.Watermark(), s.moved, end)
+	}
+	if got := s.stats.InFlight.Load(); got != 0 {
+		t.Fatalf("in-flight gauge %d, want 0", got)
+	}
+	if !s.statusDue.Before(time.Now().Add(time.Minute)) {
+		t.Fatal("the moved watermark did not bring the status update forward")
+	}
+}
+
+// A failed verdict inside a burst stops the step there: the confirms before it count, the ones
+// after it stay unread, and the watermark does not pass the transaction.
+func TestConfirmBurstStopsAtAFailure(t *testing.T) {
+	const n, end = 10, pglogrepl.LSN(5000)
+	s, pub, obs := burstStream(t, n, end)
+	for seq := uint64(1); seq <= n; seq++ {
+		c := wire.Confirm{Seq: seq, At: time.Now()}
+		if seq == 4 {
+			c.Err = errors.New("nacked")
+		}
+		pub.confirms <- c
+	}
+	first := <-pub.confirms
+	err := s.applyConfirms(first, true)
+	var be brokerError
+	if !errors.As(err, &be) {
+		t.Fatalf("error %v, want a broker error", err)
+	}
+	if obs.confirmed != 3 || obs.failed != 1 {
+		t.Fatalf("observed %d confirmed and %d failed, want 3 and 1", obs.confirmed, obs.failed)
+	}
+	if got := len(pub.confirms); got != n-4 {
+		t.Fatalf("%d confirms left unread, want %d", got, n-4)
+	}
+	if w := s.track.Watermark(); w >= end {
+		t.Fatalf("watermark %s passed the transaction with a nacked message (end %s)", w, end)
+	}
+	if got := s.stats.InFlight.Load(); got != n-3 {
+		t.Fatalf("in-flight gauge %d, want %d", got, n-3)
+	}
+}
