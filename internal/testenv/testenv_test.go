@@ -421,11 +421,13 @@ func publish(t *testing.T, url, queue, body string) {
 }
 
 // consume takes one message from queue. A node that has just started after a crash may still be
-// recovering its durable queues, and answers NOT_FOUND meanwhile: consume asks again for a while.
+// recovering its durable queues, and answers NOT_FOUND meanwhile: consume asks again for a while
+// (on two cores busy with other tests, recovery has taken more than 30 s).
 func consume(t *testing.T, url, queue string) string {
 	t.Helper()
 	var deliveries <-chan amqp.Delivery
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	start := time.Now()
+	for deadline := start.Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		var err error
 		deliveries, err = channel(t, url).Consume(queue, "", true, false, false, false, nil)
 		var ae *amqp.Error
@@ -433,7 +435,7 @@ func consume(t *testing.T, url, queue string) string {
 			break
 		}
 		if !errors.As(err, &ae) || ae.Code != amqp.NotFound || time.Now().After(deadline) {
-			t.Fatal(err)
+			t.Fatalf("consume %s, %v after the first try: %v", queue, time.Since(start).Round(time.Second), err)
 		}
 	}
 	select {
