@@ -13,17 +13,17 @@ import (
 
 // Metrics implements replication.Observer. Observe must be called from one goroutine (the relay's).
 type Metrics struct {
-	published, confirmed  *prometheus.CounterVec
-	parked                *prometheus.CounterVec
-	returned, nacked      prometheus.Counter
-	retried               prometheus.Counter
-	reconnects            *prometheus.CounterVec
-	confirmLat, commitLat prometheus.Histogram
-	retained              prometheus.Gauge
-	walStatus             *prometheus.GaugeVec
-	pollErrors            prometheus.Counter
-	byType                map[string]typeCounters // cache of the label lookups, by event type
-	reg                   prometheus.Registerer
+	published, confirmed              *prometheus.CounterVec
+	parked                            *prometheus.CounterVec
+	returned, nacked                  prometheus.Counter
+	retried                           prometheus.Counter
+	reconnects                        *prometheus.CounterVec
+	confirmLat, commitLat, publishLag prometheus.Histogram
+	retained                          prometheus.Gauge
+	walStatus                         *prometheus.GaugeVec
+	pollErrors                        prometheus.Counter
+	byType                            map[string]typeCounters // cache of the label lookups, by event type
+	reg                               prometheus.Registerer
 }
 
 type typeCounters struct{ published, confirmed prometheus.Counter }
@@ -46,6 +46,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		confirmLat: f.histogram("walbox_confirm_latency_seconds", "Time from publish to the broker's confirm."),
 		commitLat: f.histogram("walbox_commit_to_confirm_seconds",
 			"Time from the transaction's commit (its Begin message's timestamp) to the broker's confirm."),
+		publishLag: f.histogram("walbox_commit_to_publish_seconds",
+			"Time from the transaction's commit to walbox publishing the message: the server decoding and sending it, "+
+				"and walbox reading it. The rest of commit to confirm is the broker's (walbox_confirm_latency_seconds)."),
 		retained: f.gauge("walbox_slot_retained_wal_bytes",
 			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
 		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),
@@ -69,6 +72,7 @@ func (m *Metrics) Observe(e replication.Event) {
 		m.confirmLat.Observe(e.ConfirmLatency.Seconds())
 		if e.CommitLatency > 0 {
 			m.commitLat.Observe(e.CommitLatency.Seconds())
+			m.publishLag.Observe(max(e.CommitLatency-e.ConfirmLatency, 0).Seconds())
 		}
 	case replication.ConfirmFailed:
 		switch {

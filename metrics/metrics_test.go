@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +79,23 @@ walbox_slot_wal_status{wal_status="reserved"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(reg, "walbox_commit_to_confirm_seconds"); n != 1 {
-		t.Fatalf("commit-to-confirm histogram: %d series", n)
+	for _, h := range []string{"walbox_commit_to_confirm_seconds", "walbox_commit_to_publish_seconds"} {
+		if n := testutil.CollectAndCount(reg, h); n != 1 {
+			t.Fatalf("%s: %d series", h, n)
+		}
+	}
+	// Commit to publish is commit to confirm less publish to confirm: 5 ms - 3 ms.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "walbox_commit_to_publish_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-0.002) > 1e-9 {
+				t.Fatalf("commit to publish: %d samples, sum %v; want 1 of 0.002", h.GetSampleCount(), h.GetSampleSum())
+			}
+		}
 	}
 }
 
