@@ -54,7 +54,7 @@ unit: ## the fast tests only (no servers)
 demo: ## run the order/notification demo with throwaway PostgreSQL and RabbitMQ (Ctrl-C stops it)
 	$(GO) run ./cmd/demo $(DEMO_ARGS)
 
-bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway servers (about 30 min; BENCH_ARGS to pass flags)
+bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway servers (about 40 min; BENCH_ARGS to pass flags)
 	$(GO) run ./cmd/walbox-bench -wait-load 1.5 $(BENCH_ARGS)
 
 soak: ## the long fault soak: 200 relay kills, long outages, 300,000 rows (about 10 min)

@@ -24,8 +24,8 @@ func scenariosOf(t *testing.T, args ...string) []bench.Scenario {
 
 func TestDefaultsAreTheIssueSizes(t *testing.T) {
 	scs := scenariosOf(t)
-	if len(scs) != 10 {
-		t.Fatalf("got %d scenarios, want 10", len(scs))
+	if len(scs) != 12 {
+		t.Fatalf("got %d scenarios, want 12", len(scs))
 	}
 	if got := scs[0]; got.Rows != 200_000 || got.TxSize != 1 || len(got.Contenders) != len(bench.AllContenders) {
 		t.Errorf("first scenario %+v: want a 200,000-row drain of single-row transactions by every contender", got)
@@ -39,8 +39,8 @@ func TestDefaultsAreTheIssueSizes(t *testing.T) {
 			rates = append(rates, sc.Rate)
 		}
 	}
-	if got := len(rates); got != 4 {
-		t.Errorf("got %d steady scenarios (%v), want 4", got, rates)
+	if got := len(rates); got != 6 {
+		t.Errorf("got %d steady scenarios (%v), want 6: in process and through pgbench", got, rates)
 	}
 }
 
@@ -70,6 +70,18 @@ func TestSelection(t *testing.T) {
 		}
 		if err == nil {
 			t.Errorf("%v: want an error", args)
+		}
+	}
+}
+
+func TestPgbenchScenariosStandBesideTheInProcessOnes(t *testing.T) {
+	scs := scenariosOf(t, "-scenarios", "^steady 2000/s")
+	if len(scs) != 2 || scs[0].Load != bench.InProcess || scs[1].Load != bench.Pgbench {
+		t.Fatalf("got %v, want steady 2000/s in process, then through pgbench", scs)
+	}
+	for _, c := range scs[1].Contenders {
+		if c == bench.Ceiling || c == bench.NoConfirms {
+			t.Errorf("%s runs %s, which has no database to load", scs[1].Name, c)
 		}
 	}
 }

@@ -25,18 +25,21 @@ func TestMain(m *testing.M) {
 }
 
 // TestSmoke runs the whole benchmark at tiny sizes, so that it cannot rot: every contender, both
-// kinds of scenario, both queue types, large payloads and a large transaction. It checks that
-// every figure was measured, never how good it is.
+// kinds of scenario, both loads of a steady one, both queue types, large payloads and a large
+// transaction. It checks that every figure was measured, never how good it is.
 func TestSmoke(t *testing.T) {
 	all := bench.AllContenders
+	db := []bench.Contender{bench.Walbox, bench.Poll100ms}
 	scenarios := []bench.Scenario{
 		{Name: "drain", Kind: bench.Drain, Rows: 300, TxSize: 1, Payload: 300, Queue: bench.Classic, Contenders: all},
 		{Name: "steady", Kind: bench.Steady, Rate: 200, Duration: 2 * time.Second, Payload: 300, Queue: bench.Classic, Contenders: all},
+		{Name: "steady, pgbench", Kind: bench.Steady, Rate: 200, Duration: 2 * time.Second, Payload: 300, Queue: bench.Classic,
+			Contenders: db, Load: bench.Pgbench},
 		{Name: "one tx, 10 KB, quorum", Kind: bench.Drain, Rows: 200, TxSize: 200, Payload: 10 << 10, Queue: bench.Quorum,
-			Contenders: []bench.Contender{bench.Walbox, bench.Poll100ms}, Memory: true},
+			Contenders: db, Memory: true},
 	}
 	rep, _ := runBench(t, bench.Config{Scenarios: scenarios})
-	if got, want := len(rep.Results), 2*len(all)+2; got != want {
+	if got, want := len(rep.Results), 2*len(all)+2*len(db); got != want {
 		t.Fatalf("got %d results, want %d", got, want)
 	}
 	for _, r := range rep.Results {
@@ -107,6 +110,12 @@ func checkResult(t *testing.T, r bench.Result) {
 	if r.Latency == nil || r.Latency.N != r.Messages {
 		t.Errorf("%s: latency %+v, want one sample per message (%d)", name, r.Latency, r.Messages)
 	}
+	if dbContender && r.ProducerRate <= 0 {
+		t.Errorf("%s: producer rate %.0f rows/s, want it measured", name, r.ProducerRate)
+	}
+	if pgbench := r.Scenario.Load == bench.Pgbench; pgbench != (r.LoadLag != nil) || pgbench && r.LoadLag.N != r.Messages {
+		t.Errorf("%s: load lag %+v: want one sample per message from pgbench, none from the in-process load", name, r.LoadLag)
+	}
 	if r.Contender == bench.NoConfirms {
 		if r.Confirm != nil {
 			t.Errorf("%s: commit-to-confirm latency %+v without confirms", name, r.Confirm)
@@ -120,7 +129,8 @@ func checkResult(t *testing.T, r bench.Result) {
 
 func checkOutput(t *testing.T, rep *bench.Report) {
 	t.Helper()
-	markdown(t, rep, "## Drain", "## Steady", "## Targets", "| steady | walbox |", "| drain | polling 1s |")
+	markdown(t, rep, "## Drain", "## Steady", "## Targets", "| steady | walbox |", "| drain | polling 1s |",
+		"| steady, pgbench | walbox |")
 	var svg strings.Builder
 	rep.SVG(&svg)
 	checkXML(t, svg.String())

@@ -34,6 +34,10 @@ const (
 // AllContenders lists every contender of the standard scenarios.
 var AllContenders = []Contender{Ceiling, NoConfirms, Walbox, Poll100ms, Poll1s}
 
+// dbContenders are the contenders that relay from PostgreSQL: the only ones a load outside the
+// benchmark, pgbench, can feed.
+var dbContenders = []Contender{Walbox, Poll100ms, Poll1s}
+
 // ClusterContenders lists the contenders of the cluster scenarios.
 var ClusterContenders = []Contender{Ceiling, Ceiling3, Walbox, Walbox3}
 
@@ -83,6 +87,18 @@ func (k Kind) String() string {
 	return "drain"
 }
 
+// Load is what commits a steady scenario's rows.
+type Load string
+
+const (
+	// InProcess, the zero Load, commits them from goroutines of the benchmark itself, on a fixed
+	// schedule.
+	InProcess Load = ""
+	// Pgbench commits them from PostgreSQL's pgbench, a process of its own, rate-limited on its
+	// schedule (random gaps of the same mean); latency then runs from each row's insert.
+	Pgbench Load = "pgbench"
+)
+
 // Queue types of the bound queue.
 const (
 	Classic = "classic"
@@ -100,6 +116,8 @@ type Scenario struct {
 	Payload    int           // approximate JSON payload size in bytes
 	Queue      string        // Classic or Quorum
 	Contenders []Contender
+	// Load commits a steady scenario's rows: in this process, or through pgbench.
+	Load Load
 	// Memory marks the scenarios the peak RSS target is about.
 	Memory bool
 }
@@ -126,8 +144,23 @@ func (s Scenario) validate() error {
 		return fmt.Errorf("scenario %s: queue type %q, want classic or quorum", s.Name, s.Queue)
 	case len(s.Contenders) == 0:
 		return fmt.Errorf("scenario %s: no contenders", s.Name)
+	case s.Load == Pgbench && s.Kind != Steady:
+		return fmt.Errorf("scenario %s: the pgbench load is for steady scenarios only", s.Name)
+	}
+	for _, c := range s.Contenders {
+		if s.Load == Pgbench && !c.usesDB() {
+			return fmt.Errorf("scenario %s: contender %s has no database for pgbench to load", s.Name, c)
+		}
 	}
 	return nil
+}
+
+// latencyFrom names where a steady scenario's end-to-end latency starts.
+func (s Scenario) latencyFrom() string {
+	if s.Load == Pgbench {
+		return "insert"
+	}
+	return "commit"
 }
 
 // Sizes scales the standard scenarios.
@@ -160,6 +193,10 @@ func Scenarios(z Sizes) []Scenario {
 	for _, r := range z.Rates {
 		ss = append(ss, Scenario{Name: fmt.Sprintf("steady %d/s", r), Kind: Steady, Rate: r, Duration: z.Steady,
 			Payload: small, Queue: Classic, Contenders: all})
+	}
+	for _, r := range z.Rates {
+		ss = append(ss, Scenario{Name: fmt.Sprintf("steady %d/s, pgbench", r), Kind: Steady, Rate: r, Duration: z.Steady,
+			Payload: small, Queue: Classic, Contenders: dbContenders, Load: Pgbench})
 	}
 	ss = append(ss,
 		Scenario{Name: "drain, 1-row tx, 10 KB", Kind: Drain, Rows: z.LargeRows, TxSize: 1, Payload: large, Queue: Classic, Contenders: all},
@@ -233,6 +270,10 @@ func (c *Config) validate() error {
 	for _, s := range c.Scenarios {
 		if err := s.validate(); err != nil {
 			return err
+		}
+		if s.Load == Pgbench && s.messages()%c.Producers != 0 {
+			return fmt.Errorf("scenario %s: %d rows do not split evenly over %d producers (pgbench counts transactions per client)",
+				s.Name, s.messages(), c.Producers)
 		}
 	}
 	return nil

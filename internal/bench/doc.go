@@ -32,6 +32,13 @@
 // which bounds commit-to-confirm from above within the broker's delivery time. walbox's confirm
 // time cannot be observed from outside its process.
 //
+// A steady scenario's Load may instead be Pgbench: PostgreSQL's pgbench, a process of its own,
+// commits the window's rows at the rate (-R, with -t rows per producer connection for an exact
+// count), each row stamped with clock_timestamp() as it is inserted, and latency runs from that
+// insert to the consumer. pgbench's per-transaction log gives its achieved rate and how late it
+// started each transaction against its schedule (Result.LoadLag), which tells a late load from a
+// slow relay. Such scenarios run only the contenders that read PostgreSQL.
+//
 // CPU seconds (utime+stime from /proc/<pid>/stat, before and after the measured window) are
 // reported for the relay process, for all PostgreSQL processes together (children of the
 // postmaster, plus the postmaster's reaped children) and for the broker's Erlang VM (every node's,

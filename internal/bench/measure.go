@@ -17,12 +17,14 @@ type Result struct {
 	Messages   int          // measured messages
 	Seconds    float64      // from the first to the last delivery
 	Throughput float64      // messages per second over Seconds
-	Latency    *Percentiles // steady: commit (or publish) to consumer
+	Latency    *Percentiles // steady: commit (publish; pgbench load: insert) to consumer
 	// Confirm (steady) is commit to broker confirm: from walbox's own histogram (approximate), the
 	// polling relay's created_at, or the ceiling's publish call.
 	Confirm *Percentiles
 	// ProducerRate is the rate at which a steady producer's commits actually went (rows/s).
 	ProducerRate float64
+	// LoadLag (pgbench load) is how late pgbench started each transaction against its schedule.
+	LoadLag *Percentiles
 
 	RelayCPU  float64 // CPU seconds of the relay process in the measured window
 	PGCPU     float64 // of every PostgreSQL process
@@ -173,11 +175,13 @@ func (t *trial) steady(ctx context.Context, r *Result) error {
 	sc, n, warm := t.sc, t.sc.messages(), 0
 	var prod *producer
 	if t.who.usesDB() {
-		var err error
-		if prod, err = newProducer(ctx, t.dbURL, t.table, t.b.cfg.Producers, sc.Payload); err != nil {
-			return err
+		if sc.Load == InProcess {
+			var err error
+			if prod, err = newProducer(ctx, t.dbURL, t.table, t.b.cfg.Producers, sc.Payload); err != nil {
+				return err
+			}
+			defer prod.close()
 		}
-		defer prod.close()
 		warm = warmupRows
 		if _, err := t.backlog(ctx, r, warm, 1); err != nil {
 			return err
@@ -207,14 +211,13 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	var from int64
 	var commits []int64
 	var err error
-	if prod != nil {
+	if t.who.usesDB() {
 		if from, err = t.lsn(ctx); err != nil {
 			return err
 		}
-		if commits, err = prod.steady(ctx, warm, n, t.sc.Rate); err != nil {
-			return fmt.Errorf("producer: %w", err)
+		if commits, err = t.load(ctx, r, prod, warm, n); err != nil {
+			return err
 		}
-		_, r.ProducerRate = span(commits)
 	}
 	waitErr := cons.wait(ctx, warm+n, stallTimeout, relay.alive)
 	t.finish(r, relay, before)
@@ -234,7 +237,7 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	r.Seconds, r.Throughput = span(arrivals)
 	r.Duplicates = int(cons.dups.Load())
 	if commits == nil {
-		commits = cons.sent // the ceiling's send times
+		commits = cons.sent[warm:] // the ceiling's send times, or the insert times of pgbench's rows
 	}
 	r.Latency = latencies(commits, arrivals)
 	if err := t.relayWAL(ctx, r, from, n, warm+n); err != nil {
@@ -243,6 +246,20 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	// The window's WAL holds the inserts too; the warm-up measured them alone.
 	r.WALRelay -= r.WALInsert
 	return nil
+}
+
+// load commits the window's rows, seq warm to warm+n-1: from prod on its fixed schedule,
+// returning each row's commit time, or through pgbench, whose rows carry their insert time.
+func (t *trial) load(ctx context.Context, r *Result, prod *producer, warm, n int) ([]int64, error) {
+	if t.sc.Load == Pgbench {
+		return nil, t.pgbench(ctx, r, n)
+	}
+	commits, err := prod.steady(ctx, warm, n, t.sc.Rate)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	_, r.ProducerRate = span(commits)
+	return commits, nil
 }
 
 // commitHistogram scrapes walbox's commit-to-confirm histogram once nothing is in flight; nil for

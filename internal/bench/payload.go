@@ -34,11 +34,21 @@ var padSource = func() string {
 // bytes on every path. ts is a time in Unix nanoseconds: the ceiling's send time, or the time the
 // producer built a row.
 func payload(seq int, ts int64, size int) string {
-	head := `{"ts": ` + strconv.FormatInt(ts, 10) + `, "pad": "`
-	tail := `", "seq": ` + strconv.Itoa(seq) + `}`
-	n := min(max(size-len(head)-len(tail), 0), len(padSource)/2)
+	head, tail := payloadEnds(seq, ts)
+	return head + pad(seq, size-len(head)-len(tail)) + tail
+}
+
+// payloadEnds returns what comes before and after the padding in the body of message seq.
+func payloadEnds(seq int, ts int64) (head, tail string) {
+	return `{"ts": ` + strconv.FormatInt(ts, 10) + `, "pad": "`, `", "seq": ` + strconv.Itoa(seq) + `}`
+}
+
+// pad returns message seq's padding of n bytes (none if n is negative), taken from padSource at
+// an offset that depends on seq.
+func pad(seq, n int) string {
+	n = min(max(n, 0), len(padSource)/2)
 	off := (seq * 7919) % (len(padSource) - n)
-	return head + padSource[off:off+n] + tail
+	return padSource[off : off+n]
 }
 
 // Keys read back from a delivered body.

@@ -75,7 +75,7 @@ func TestMarkdownHasEveryResult(t *testing.T) {
 		"![throughput and latency](results.svg)",
 		"| drain, 1-row tx | walbox | 1000 | 9500 | 95% | 0 / 0 | 0.02 | 20.0 | 0.10 | 0.20 | 200.0 | 20.0 MiB | 640 | 0 | – |",
 		"| drain, 1-row tx | polling 1s | 1000 | failed |",
-		"| steady 500/s | walbox | 1000 | – | 0 / 0 | 1.00 ms | 4.00 ms | 5.00 ms | 6.00 ms | – | – | – |",
+		"| steady 500/s | walbox | 1000 | – | – | 0 / 0 | 1.00 ms | 4.00 ms | 5.00 ms | 6.00 ms | – | – | – |",
 		"- drain, 1-row tx / polling 1s: 3 of 1000 messages after 2m0s without progress\n",
 		"| decode insert | 1500 | 666666 |",
 	)

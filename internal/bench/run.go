@@ -86,6 +86,9 @@ func summary(r Result) string {
 	if r.Latency != nil {
 		s += fmt.Sprintf("  p50 %s  p99 %s", ms(r.Latency.P50), ms(r.Latency.P99))
 	}
+	if r.LoadLag != nil {
+		s += fmt.Sprintf("  load lag p99 %s", ms(r.LoadLag.P99))
+	}
 	if us := r.CPUPerMessage(); us >= 0 {
 		s += fmt.Sprintf("  %.1f µs/msg", us)
 	}

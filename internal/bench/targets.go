@@ -49,7 +49,7 @@ func (rep *Report) Targets() []Target {
 			// The end-to-end p99 is exact and bounds commit-to-confirm from above; walbox's own
 			// commit-to-confirm figure is interpolated from its histogram.
 			met := w.Latency.P99 <= bound || (w.Confirm != nil && w.Confirm.P99 <= bound)
-			fig := "commit → consumer " + ms(w.Latency.P99)
+			fig := sc.latencyFrom() + " → consumer " + ms(w.Latency.P99)
 			if w.Confirm != nil {
 				fig += "; commit → confirm " + approx(w.Confirm, w.Confirm.P99)
 			}

@@ -58,6 +58,11 @@ func (b *bencher) setup(ctx context.Context, sc Scenario, who Contender) (*trial
 			return t, err
 		}
 	}
+	if sc.Load == Pgbench {
+		if err := execSQL(ctx, t.dbURL, pgbenchSeqDDL); err != nil {
+			return t, fmt.Errorf("pgbench sequence: %w", err)
+		}
+	}
 	if _, err := b.admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return t, fmt.Errorf("checkpoint: %w", err)
 	}

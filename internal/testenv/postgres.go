@@ -89,7 +89,7 @@ func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		return &Postgres{url: u, external: true}
 	}
-	requireBinary(tb, pgBin("postgres"), EnvDatabaseURL)
+	requireBinary(tb, PGBin("postgres"), EnvDatabaseURL)
 	p, err := startPostgres(opts...)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
@@ -107,7 +107,7 @@ func SharedPostgres(tb testing.TB) *Postgres {
 		return &Postgres{url: u, external: true}
 	}
 	requireMain(tb, "SharedPostgres")
-	requireBinary(tb, pgBin("postgres"), EnvDatabaseURL)
+	requireBinary(tb, PGBin("postgres"), EnvDatabaseURL)
 	sharedPGMu.Lock()
 	defer sharedPGMu.Unlock()
 	if sharedPG == nil && sharedPGErr == nil {
@@ -122,7 +122,9 @@ func SharedPostgres(tb testing.TB) *Postgres {
 	return sharedPG
 }
 
-func pgBin(name string) string {
+// PGBin returns the path of the PostgreSQL 15 program name (postgres, initdb, pgbench, ...) in
+// the directory the harness runs them from.
+func PGBin(name string) string {
 	dir := pgBinDir
 	if d := os.Getenv("WALBOX_TEST_PG_BIN"); d != "" {
 		dir = d
@@ -175,7 +177,7 @@ func (p *Postgres) initDir() error {
 			return fmt.Errorf("chown %s: %w", dir, err)
 		}
 	}
-	cmd := exec.Command(pgBin("initdb"), "-D", p.dataDir(), "-A", "trust", "-U", "postgres",
+	cmd := exec.Command(PGBin("initdb"), "-D", p.dataDir(), "-A", "trust", "-U", "postgres",
 		"-E", "UTF8", "--locale=C", "--no-sync")
 	p.prepare(cmd)
 	if out, err := run("initdb", cmd, scaled(pgStartTimeout)); err != nil {
@@ -260,7 +262,7 @@ func (p *Postgres) start() error {
 		return fmt.Errorf("open postgres log: %w", err)
 	}
 	defer logf.Close() // the child keeps its own descriptor
-	cmd := exec.Command(pgBin("postgres"), "-D", p.dataDir())
+	cmd := exec.Command(PGBin("postgres"), "-D", p.dataDir())
 	p.prepare(cmd)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	proc, err := startProcess("postgres", cmd)
