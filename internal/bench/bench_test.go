@@ -125,6 +125,10 @@ func checkResult(t *testing.T, r bench.Result) {
 	if r.Confirm == nil || r.Confirm.N < r.Messages {
 		t.Errorf("%s: commit-to-confirm latency %+v, want at least %d samples", name, r.Confirm, r.Messages)
 	}
+	walbox := r.Contender == bench.Walbox || r.Contender == bench.Walbox3
+	if walbox != (r.Publish != nil) || walbox && r.Publish.N < r.Messages {
+		t.Errorf("%s: commit-to-publish latency %+v: want walbox's alone, at least %d samples", name, r.Publish, r.Messages)
+	}
 }
 
 func checkOutput(t *testing.T, rep *bench.Report) {

@@ -21,6 +21,9 @@ type Result struct {
 	// Confirm (steady) is commit to broker confirm: from walbox's own histogram (approximate), the
 	// polling relay's created_at, or the ceiling's publish call.
 	Confirm *Percentiles
+	// Publish (steady, walbox) is the part of Confirm before the broker: commit to publish, from
+	// walbox's histogram (approximate); nil for other contenders and builds without it.
+	Publish *Percentiles
 	// ProducerRate is the rate at which a steady producer's commits actually went (rows/s).
 	ProducerRate float64
 	// LoadLag (pgbench load) is how late pgbench started each transaction against its schedule.
@@ -207,7 +210,7 @@ func (t *trial) steady(ctx context.Context, r *Result) error {
 func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *consumer, relay *process, warm int) error {
 	n := t.sc.messages()
 	before := t.b.usage(relay.pid())
-	hist0, histErr := t.commitHistogram(ctx)
+	hist0, histErr := t.histograms(ctx)
 	var from int64
 	var commits []int64
 	var err error
@@ -221,8 +224,11 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	}
 	waitErr := cons.wait(ctx, warm+n, stallTimeout, relay.alive)
 	t.finish(r, relay, before)
-	if hist1, err := t.commitHistogram(ctx); err == nil && histErr == nil && hist1 != nil {
-		r.Confirm = hist1.minus(hist0).percentiles()
+	if hist1, err := t.histograms(ctx); err == nil && histErr == nil && hist1[0] != nil {
+		r.Confirm = hist1[0].minus(hist0[0]).percentiles()
+		if len(hist1[1]) > 0 && len(hist0[1]) > 0 {
+			r.Publish = hist1[1].minus(hist0[1]).percentiles()
+		}
 	}
 	if err := errors.Join(waitErr, relay.stop(stopTimeout)); err != nil {
 		return err
@@ -262,14 +268,22 @@ func (t *trial) load(ctx context.Context, r *Result, prod *producer, warm, n int
 	return commits, nil
 }
 
-// commitHistogram scrapes walbox's commit-to-confirm histogram once nothing is in flight; nil for
-// other contenders.
-func (t *trial) commitHistogram(ctx context.Context) (histogram, error) {
+// histograms scrapes walbox's commit-to-confirm and commit-to-publish histograms once nothing is
+// in flight; nil for other contenders. A build without the second gives it empty.
+func (t *trial) histograms(ctx context.Context) ([2]histogram, error) {
 	if t.metricsURL == "" {
-		return nil, nil
+		return [2]histogram{}, nil
 	}
 	settle(ctx, strings.TrimSuffix(t.metricsURL, "/metrics")+"/status")
-	return scrape(ctx, t.metricsURL, commitHistogram)
+	confirm, err := scrape(ctx, t.metricsURL, commitHistogram)
+	if err != nil {
+		return [2]histogram{}, err
+	}
+	publish, err := scrape(ctx, t.metricsURL, publishHistogram)
+	if err != nil {
+		publish = nil
+	}
+	return [2]histogram{confirm, publish}, nil
 }
 
 // span returns the seconds from the earliest to the latest of times (Unix nanoseconds; zeros

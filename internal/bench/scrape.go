@@ -18,6 +18,10 @@ import (
 // in its Begin message) to the broker's confirm of each of its messages.
 const commitHistogram = "walbox_commit_to_confirm_seconds"
 
+// publishHistogram is the part of it before the broker: from the commit to walbox publishing the
+// message (the server decoding and sending it, walbox reading it). Older builds lack it.
+const publishHistogram = "walbox_commit_to_publish_seconds"
+
 // bucket is one cumulative histogram bucket.
 type bucket struct {
 	le    float64 // upper bound, seconds (+Inf for the last)
