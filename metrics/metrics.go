@@ -13,17 +13,17 @@ import (
 
 // Metrics implements replication.Observer. Observe must be called from one goroutine (the relay's).
 type Metrics struct {
-	published, confirmed              *prometheus.CounterVec
-	parked                            *prometheus.CounterVec
-	returned, nacked                  prometheus.Counter
-	retried                           prometheus.Counter
-	reconnects                        *prometheus.CounterVec
-	confirmLat, commitLat, publishLag prometheus.Histogram
-	retained                          prometheus.Gauge
-	walStatus                         *prometheus.GaugeVec
-	pollErrors                        prometheus.Counter
-	byType                            map[string]typeCounters // cache of the label lookups, by event type
-	reg                               prometheus.Registerer
+	published, confirmed                       *prometheus.CounterVec
+	parked                                     *prometheus.CounterVec
+	returned, nacked                           prometheus.Counter
+	retried                                    prometheus.Counter
+	reconnects                                 *prometheus.CounterVec
+	confirmLat, commitLat, publishLag, readLag prometheus.Histogram
+	retained                                   prometheus.Gauge
+	walStatus                                  *prometheus.GaugeVec
+	pollErrors                                 prometheus.Counter
+	byType                                     map[string]typeCounters // cache of the label lookups, by event type
+	reg                                        prometheus.Registerer
 }
 
 type typeCounters struct{ published, confirmed prometheus.Counter }
@@ -47,8 +47,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		commitLat: f.histogram("walbox_commit_to_confirm_seconds",
 			"Time from the transaction's commit (its Begin message's timestamp) to the broker's confirm."),
 		publishLag: f.histogram("walbox_commit_to_publish_seconds",
-			"Time from the transaction's commit to walbox publishing the message: the server decoding and sending it, "+
-				"and walbox reading it. The rest of commit to confirm is the broker's (walbox_confirm_latency_seconds)."),
+			"Time from the transaction's commit to walbox's publish of the message: the server decoding and sending it, "+
+				"walbox reading it, and any wait before the publish (a full window, a blocked broker). "+
+				"The rest of commit to confirm is publish to confirm (walbox_confirm_latency_seconds)."),
+		readLag: f.histogram("walbox_commit_to_read_seconds",
+			"Time from the transaction's commit to walbox reading the message from the replication connection: "+
+				"the server decoding and sending it. The first part of walbox_commit_to_publish_seconds."),
 		retained: f.gauge("walbox_slot_retained_wal_bytes",
 			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
 		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),
@@ -72,7 +76,8 @@ func (m *Metrics) Observe(e replication.Event) {
 		m.confirmLat.Observe(e.ConfirmLatency.Seconds())
 		if e.CommitLatency > 0 {
 			m.commitLat.Observe(e.CommitLatency.Seconds())
-			m.publishLag.Observe(max(e.CommitLatency-e.ConfirmLatency, 0).Seconds())
+			m.publishLag.Observe(max(e.PublishDelay, 0).Seconds()) // below 0 only if the clocks disagree
+			m.readLag.Observe(max(e.ReadDelay, 0).Seconds())
 		}
 	case replication.ConfirmFailed:
 		switch {

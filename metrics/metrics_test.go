@@ -26,7 +26,8 @@ func TestObserveCountsEachEvent(t *testing.T) {
 		m.Observe(replication.Event{Kind: replication.Published, EventType: "order.created"})
 	}
 	m.Observe(replication.Event{Kind: replication.Confirmed, EventType: "order.created",
-		ConfirmLatency: 3 * time.Millisecond, CommitLatency: 5 * time.Millisecond})
+		ConfirmLatency: 3 * time.Millisecond, CommitLatency: 5 * time.Millisecond, PublishDelay: 2 * time.Millisecond,
+		ReadDelay: time.Millisecond})
 	m.Observe(replication.Event{Kind: replication.ConfirmFailed, Err: fmt.Errorf("x: %w", publisher.ErrNacked)})
 	m.Observe(replication.Event{Kind: replication.Parked, EventType: "", Reason: "bad_row"})
 	m.Observe(replication.Event{Kind: replication.SessionEnded, Retried: 7,
@@ -79,23 +80,28 @@ walbox_slot_wal_status{wal_status="reserved"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []string{"walbox_commit_to_confirm_seconds", "walbox_commit_to_publish_seconds"} {
+	for _, h := range []string{"walbox_commit_to_confirm_seconds", "walbox_commit_to_publish_seconds", "walbox_commit_to_read_seconds"} {
 		if n := testutil.CollectAndCount(reg, h); n != 1 {
 			t.Fatalf("%s: %d series", h, n)
 		}
 	}
-	// Commit to publish is commit to confirm less publish to confirm: 5 ms - 3 ms.
+	// Commit to publish and commit to read are the event's PublishDelay and ReadDelay.
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sums := map[string]float64{"walbox_commit_to_publish_seconds": 0.002, "walbox_commit_to_read_seconds": 0.001}
 	for _, mf := range mfs {
-		if mf.GetName() == "walbox_commit_to_publish_seconds" {
+		if sum, ok := sums[mf.GetName()]; ok {
 			h := mf.GetMetric()[0].GetHistogram()
-			if h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-0.002) > 1e-9 {
-				t.Fatalf("commit to publish: %d samples, sum %v; want 1 of 0.002", h.GetSampleCount(), h.GetSampleSum())
+			if h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-sum) > 1e-9 {
+				t.Fatalf("%s: %d samples, sum %v; want 1 of %v", mf.GetName(), h.GetSampleCount(), h.GetSampleSum(), sum)
 			}
+			delete(sums, mf.GetName())
 		}
+	}
+	if len(sums) > 0 {
+		t.Fatalf("not exported: %v", sums)
 	}
 }
 

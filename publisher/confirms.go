@@ -63,26 +63,30 @@ func (s *Session) run() {
 	}
 }
 
-// onAck judges c and every confirmation already waiting behind it, in one turn of run: amqp091
-// splits a multiple ack into one Confirmation per delivery tag, and they arrive together.
+// onAck judges c and the confirmations that were already waiting behind it when it arrived, in
+// one turn of run: amqp091 splits a multiple ack into one Confirmation per delivery tag, and they
+// arrive together. Acks that come in meanwhile wait for the next turn, so that a turn is bounded
+// and every verdict's time is no earlier than its arrival.
 func (s *Session) onAck(c amqp.Confirmation, ok bool) {
-	at := time.Now() // the confirms arrived by now: amqp091's reader hands them over at once
-	for {
+	at := time.Now() // they arrived by now: amqp091's reader hands them over at once
+	for waiting := len(s.tr.acks); ; waiting-- {
 		if !ok {
 			s.end(s.closeCause())
 			return
 		}
 		s.drainReturns()
+		if s.tr.final {
+			return // a return matching nothing in flight ended the session: no verdict after its last
+		}
 		if err := s.judge(c, at); err != nil {
 			s.cut()
 			s.end(err)
 			return
 		}
-		select {
-		case c, ok = <-s.tr.acks:
-		default:
+		if waiting == 0 {
 			return
 		}
+		c, ok = <-s.tr.acks
 	}
 }
 

@@ -121,3 +121,27 @@ func TestConfirmBurstStopsAtAFailure(t *testing.T) {
 		t.Fatalf("in-flight gauge %d, want %d", got, n-3)
 	}
 }
+
+// A session that closes behind a burst ends the step there: the confirms before the close count,
+// and the watermark moves over them alone.
+func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
+	const n, end = 6, pglogrepl.LSN(5000)
+	s, pub, obs := burstStream(t, n, end)
+	for seq := uint64(1); seq <= 3; seq++ {
+		pub.confirms <- wire.Confirm{Seq: seq, At: time.Now()}
+	}
+	close(pub.confirms)
+	first := <-pub.confirms
+	err := s.applyConfirms(first, true)
+	var be brokerError
+	if !errors.As(err, &be) {
+		t.Fatalf("error %v, want a broker error", err)
+	}
+	if obs.confirmed != 3 || s.track.InFlight() != n-3 || s.stats.InFlight.Load() != n-3 {
+		t.Fatalf("observed %d confirmed, %d in flight (gauge %d); want 3 and %d", obs.confirmed,
+			s.track.InFlight(), s.stats.InFlight.Load(), n-3)
+	}
+	if w := s.track.Watermark(); w >= end {
+		t.Fatalf("watermark %s passed the transaction with unconfirmed messages (end %s)", w, end)
+	}
+}

@@ -40,9 +40,16 @@ type Event struct {
 	EventType      string
 	ConfirmLatency time.Duration // publish to broker ack
 	CommitLatency  time.Duration // transaction commit to broker ack; 0 when unknown
-	Reason         string
-	Retried        int
-	Err            error
+	// PublishDelay is from the transaction's commit to the publish call's return (Confirmed, when
+	// CommitLatency is known): the server decoding and sending the row, walbox reading it, and any
+	// wait before the publish (a full window, a blocked broker, the rows before it).
+	PublishDelay time.Duration
+	// ReadDelay is the first part of PublishDelay: from the commit to walbox's reader reading the
+	// row's frame from the replication connection (the server decoding and sending it).
+	ReadDelay time.Duration
+	Reason    string
+	Retried   int
+	Err       error
 }
 
 type noObserver struct{}

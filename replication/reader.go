@@ -37,11 +37,17 @@ type reader struct {
 
 	mu      sync.Mutex
 	room    *sync.Cond // signalled when the stream takes from the queue, or on stop
-	queue   [][]byte
+	queue   []frame
 	bytes   int
 	full    bool // waiting for room: the server is not being read
 	stopped bool
 	err     error
+}
+
+// frame is the data of one CopyData message, and when the reader read it.
+type frame struct {
+	data []byte
+	read time.Time
 }
 
 // Bounds of what the reader holds for the stream: a large transaction read while the stream
@@ -96,6 +102,9 @@ func (r *reader) receive() ([]byte, error) {
 // is capped at its own length), and a block is garbage once the stream has dropped every frame
 // in it; the decoder keeps no reference into a frame.
 func (r *reader) copyFrame(data []byte) []byte {
+	if len(data) == 0 {
+		return []byte{} // not nil, which would read as a notice
+	}
 	if len(data) > frameBlock/8 {
 		return append(make([]byte, 0, len(data)), data...)
 	}
@@ -126,7 +135,7 @@ func (r *reader) put(data []byte, err error) bool {
 			r.mu.Unlock()
 			return false
 		}
-		r.queue = append(r.queue, data)
+		r.queue = append(r.queue, frame{data: data, read: time.Now()})
 		r.bytes += len(data)
 		r.mu.Unlock()
 		r.signal()
@@ -152,7 +161,7 @@ func (r *reader) signal() {
 
 // take moves every queued frame to the end of into and returns it, with the error that ended
 // reading once nothing is left before it (ready then holds a token for that error).
-func (r *reader) take(into [][]byte) ([][]byte, error) {
+func (r *reader) take(into []frame) ([]frame, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	into = append(into, r.queue...)

@@ -97,8 +97,9 @@ func (s *stream) finalReport() error {
 
 // finalStatus reports the watermark after a broker failure, having first applied the confirms
 // that had already arrived: a publish that failed or gave up left them unread. Applying stops at
-// the first failed confirm, and the watermark never passes one, so this confirms nothing the
-// broker did not. Errors change nothing: the session is over.
+// the first failed confirm it reads; the one that ended the session may have been read already,
+// but it froze the tracker, and the watermark never passes a failed confirm, so this confirms
+// nothing the broker did not. Errors change nothing: the session is over.
 func (s *stream) finalStatus() {
 	_ = s.drainConfirms()
 	_ = s.sendStatus()

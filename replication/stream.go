@@ -44,7 +44,8 @@ type stream struct {
 	ev     decoder.Event // the WAL message being handled, reused for the next: it would escape to the heap
 
 	reader *reader
-	frames [][]byte // taken from the reader and not yet handled: frames[next:]
+	frames []frame   // taken from the reader and not yet handled: frames[next:]
+	read   time.Time // when the reader read the frame being handled
 	next   int
 	held   bool // published since the publisher was last flushed (if it is a Flusher)
 	keeper statusKeeper
@@ -193,10 +194,11 @@ func (s *stream) end() {
 
 // handleFrame handles the next frame taken from the reader.
 func (s *stream) handleFrame() error {
-	data := s.frames[s.next]
-	s.frames[s.next] = nil
+	f := s.frames[s.next]
+	s.frames[s.next] = frame{}
 	s.next++
-	return s.handleCopyData(data)
+	s.read = f.read
+	return s.handleCopyData(f.data)
 }
 
 // checkHeard fails the session when the server has been silent for longer than the silence
@@ -404,6 +406,8 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) error {
 	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
 	if !f.commit.IsZero() {
 		ev.CommitLatency = now.Sub(f.commit)
+		ev.PublishDelay = f.at.Sub(f.commit)
+		ev.ReadDelay = f.read.Sub(f.commit)
 	}
 	s.obs.Observe(ev)
 	s.passed(f.key)
@@ -429,7 +433,7 @@ func (s *stream) dispatch(seq uint64, m *wire.Message) error {
 	if err := s.track.Dispatch(seq); err != nil {
 		return err
 	}
-	s.win.put(seq, flight{at: time.Now(), commit: s.commit, eventType: m.EventType, key: keyOf(m)})
+	s.win.put(seq, flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m)})
 	s.held = true
 	s.updateInFlight()
 	return nil

@@ -19,6 +19,7 @@ type window struct {
 // for naming it if the broker refuses it.
 type flight struct {
 	at, commit time.Time
+	read       time.Time // when the reader read the message's frame
 	eventType  string
 	key        msgKey
 }

@@ -129,6 +129,9 @@ func checkResult(t *testing.T, r bench.Result) {
 	if walbox != (r.Publish != nil) || walbox && r.Publish.N < r.Messages {
 		t.Errorf("%s: commit-to-publish latency %+v: want walbox's alone, at least %d samples", name, r.Publish, r.Messages)
 	}
+	if walbox != (r.Read != nil) || walbox && r.Read.N < r.Messages {
+		t.Errorf("%s: commit-to-read latency %+v: want walbox's alone, at least %d samples", name, r.Read, r.Messages)
+	}
 }
 
 func checkOutput(t *testing.T, rep *bench.Report) {

@@ -24,6 +24,9 @@ type Result struct {
 	// Publish (steady, walbox) is the part of Confirm before the broker: commit to publish, from
 	// walbox's histogram (approximate); nil for other contenders and builds without it.
 	Publish *Percentiles
+	// Read (steady, walbox) is the part of Publish before walbox: commit to walbox's reader
+	// reading the row, the server's decoding and sending (approximate); nil as Publish.
+	Read *Percentiles
 	// ProducerRate is the rate at which a steady producer's commits actually went (rows/s).
 	ProducerRate float64
 	// LoadLag (pgbench load) is how late pgbench started each transaction against its schedule.
@@ -229,6 +232,9 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 		if len(hist1[1]) > 0 && len(hist0[1]) > 0 {
 			r.Publish = hist1[1].minus(hist0[1]).percentiles()
 		}
+		if len(hist1[2]) > 0 && len(hist0[2]) > 0 {
+			r.Read = hist1[2].minus(hist0[2]).percentiles()
+		}
 	}
 	if err := errors.Join(waitErr, relay.stop(stopTimeout)); err != nil {
 		return err
@@ -268,22 +274,23 @@ func (t *trial) load(ctx context.Context, r *Result, prod *producer, warm, n int
 	return commits, nil
 }
 
-// histograms scrapes walbox's commit-to-confirm and commit-to-publish histograms once nothing is
-// in flight; nil for other contenders. A build without the second gives it empty.
-func (t *trial) histograms(ctx context.Context) ([2]histogram, error) {
+// histograms scrapes walbox's commit-to-confirm, commit-to-publish and commit-to-read histograms
+// once nothing is in flight; nil for other contenders. A build without the last two gives them
+// empty.
+func (t *trial) histograms(ctx context.Context) ([3]histogram, error) {
+	var hs [3]histogram
 	if t.metricsURL == "" {
-		return [2]histogram{}, nil
+		return hs, nil
 	}
 	settle(ctx, strings.TrimSuffix(t.metricsURL, "/metrics")+"/status")
-	confirm, err := scrape(ctx, t.metricsURL, commitHistogram)
-	if err != nil {
-		return [2]histogram{}, err
+	for i, name := range []string{commitHistogram, publishHistogram, readHistogram} {
+		h, err := scrape(ctx, t.metricsURL, name)
+		if err != nil && i == 0 {
+			return hs, err
+		}
+		hs[i] = h // nil when an older build lacks it
 	}
-	publish, err := scrape(ctx, t.metricsURL, publishHistogram)
-	if err != nil {
-		publish = nil
-	}
-	return [2]histogram{confirm, publish}, nil
+	return hs, nil
 }
 
 // span returns the seconds from the earliest to the latest of times (Unix nanoseconds; zeros

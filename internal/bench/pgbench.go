@@ -36,6 +36,14 @@ func (t *trial) pgbench(ctx context.Context, r *Result, n int) error {
 		return fmt.Errorf("pgbench load: %w", err)
 	}
 	prefix := filepath.Join(dir, t.label+"-pgbench-tx")
+	// A reused work directory may hold an earlier run's logs under the same prefix: they would be
+	// read as this run's.
+	old, _ := filepath.Glob(prefix + ".*")
+	for _, name := range old {
+		if err := os.Remove(name); err != nil {
+			return fmt.Errorf("pgbench load: remove an earlier run's log: %w", err)
+		}
+	}
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "1", "-R", strconv.Itoa(t.sc.Rate),
 		"-t", strconv.Itoa(n / clients), "-f", script, "-l", "--log-prefix", prefix}
 	cmdline := "pgbench " + strings.Join(args, " ")

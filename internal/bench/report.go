@@ -74,8 +74,10 @@ func (rep *Report) steadyTable(w io.Writer) {
 		"`walbox_commit_to_confirm_seconds` histogram (the commit timestamp of the transaction's Begin message; "+
 		"≈: interpolated within power-of-two buckets), for the polling relay from the row's created_at (the "+
 		"start of its single-row transaction), for the ceiling from the publish call. *Commit → publish* is the "+
-		"part of walbox's before the broker, from its `walbox_commit_to_publish_seconds` histogram (≈): the server "+
-		"decoding and sending the transaction, and walbox reading it. The window follows a "+
+		"part of walbox's before its publish, from its `walbox_commit_to_publish_seconds` histogram (≈): the server "+
+		"decoding and sending the transaction, walbox reading it, and any wait for its window; *commit → read* "+
+		"(`walbox_commit_to_read_seconds`) is its first part, to walbox's reader reading the row from the "+
+		"replication connection: the server's decoding and sending. The window follows a "+
 		"warm-up of %d rows.\n\n"+
 		"In the *pgbench* scenarios the rows come from PostgreSQL's pgbench, a process of its own with one connection "+
 		"per producer, whose rate limit schedules transactions at random intervals of the same mean. Their latency "+
@@ -83,18 +85,18 @@ func (rep *Report) steadyTable(w io.Writer) {
 		"transaction as its commit) to the consumer: *insert → consumer* in the consumer columns. Producer rows/s "+
 		"is then pgbench's achieved rate and *load lag* how late pgbench started its transactions against its "+
 		"schedule, so that a late load tells itself apart from a slow relay.\n\n", warmupRows)
-	fmt.Fprintln(w, "| scenario | contender | messages | producer rows/s | load lag p50 / p99 / max | restarts / dups | commit → consumer p50 | p99 | p99.9 | max | commit → confirm p50 | p99 | p99.9 | commit → publish p50 | p99 |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| scenario | contender | messages | producer rows/s | load lag p50 / p99 / max | restarts / dups | commit → consumer p50 | p99 | p99.9 | max | commit → confirm p50 | p99 | p99.9 | commit → publish p50 | p99 | commit → read p50 | p99 |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
-		l, c, pub := orNone(r.Latency), orNone(r.Confirm), orNone(r.Publish)
+		l, c, pub, rd := orNone(r.Latency), orNone(r.Confirm), orNone(r.Publish), orNone(r.Read)
 		prod := "–"
 		if r.ProducerRate > 0 {
 			prod = fmt.Sprintf("%.0f", r.ProducerRate)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Scenario.Name, r.Contender, r.Messages, prod, loadLag(r.LoadLag), r.Restarts, r.Duplicates,
 			ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max), approx(c, c.P50), approx(c, c.P99), approx(c, c.P999),
-			approx(pub, pub.P50), approx(pub, pub.P99))
+			approx(pub, pub.P50), approx(pub, pub.P99), approx(rd, rd.P50), approx(rd, rd.P99))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Cost of the steady runs, over the measured window. The producer's inserts are the same for every "+

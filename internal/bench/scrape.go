@@ -18,9 +18,14 @@ import (
 // in its Begin message) to the broker's confirm of each of its messages.
 const commitHistogram = "walbox_commit_to_confirm_seconds"
 
-// publishHistogram is the part of it before the broker: from the commit to walbox publishing the
-// message (the server decoding and sending it, walbox reading it). Older builds lack it.
+// publishHistogram is the part of it before the publish: from the commit to walbox's publish of the
+// message (the server decoding and sending it, walbox reading it, any wait for the window or a
+// blocked broker). Older builds lack it.
 const publishHistogram = "walbox_commit_to_publish_seconds"
+
+// readHistogram is the first part of that: from the commit to walbox's reader reading the row
+// from the replication connection (the server decoding and sending it). Older builds lack it.
+const readHistogram = "walbox_commit_to_read_seconds"
 
 // bucket is one cumulative histogram bucket.
 type bucket struct {

@@ -26,6 +26,7 @@ var walboxMetrics = map[string]bool{
 	"walbox_confirm_latency_seconds":        true,
 	"walbox_commit_to_confirm_seconds":      true,
 	"walbox_commit_to_publish_seconds":      true,
+	"walbox_commit_to_read_seconds":         true,
 	"walbox_inflight_messages":              false,
 	"walbox_oldest_unconfirmed_age_seconds": false,
 	"walbox_confirmed_lsn_bytes":            false,
