@@ -52,7 +52,8 @@ func New(reg prometheus.Registerer) *Metrics {
 				"The rest of commit to confirm is publish to confirm (walbox_confirm_latency_seconds)."),
 		readLag: f.histogram("walbox_commit_to_read_seconds",
 			"Time from the transaction's commit to walbox reading the message from the replication connection: "+
-				"the server decoding and sending it. The first part of walbox_commit_to_publish_seconds."),
+				"the server decoding and sending it, and, while walbox's window is full, the wait to be read. "+
+				"The first part of walbox_commit_to_publish_seconds."),
 		retained: f.gauge("walbox_slot_retained_wal_bytes",
 			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
 		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),

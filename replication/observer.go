@@ -45,7 +45,8 @@ type Event struct {
 	// wait before the publish (a full window, a blocked broker, the rows before it).
 	PublishDelay time.Duration
 	// ReadDelay is the first part of PublishDelay: from the commit to walbox's reader reading the
-	// row's frame from the replication connection (the server decoding and sending it).
+	// row's frame from the replication connection (the server decoding and sending it; while the
+	// window is full, rows also wait here, unread).
 	ReadDelay time.Duration
 	Reason    string
 	Retried   int

@@ -44,7 +44,8 @@ type reader struct {
 	err     error
 }
 
-// frame is the data of one CopyData message, and when the reader read it.
+// frame is the data of one CopyData message, and when the reader read it from the connection
+// (before any wait for room in the queue).
 type frame struct {
 	data []byte
 	read time.Time
@@ -75,7 +76,7 @@ func (r *reader) run() {
 		if err == nil && data == nil {
 			continue // a notice
 		}
-		if !r.put(data, err) {
+		if !r.put(frame{data: data, read: time.Now()}, err) {
 			return
 		}
 	}
@@ -116,13 +117,13 @@ func (r *reader) copyFrame(data []byte) []byte {
 	return r.block[n:len(r.block):len(r.block)]
 }
 
-// put queues data, or records err and ends reading. It waits while the queue is full, and
-// reports whether to read on.
-func (r *reader) put(data []byte, err error) bool {
+// put queues f, or records err and ends reading. It waits while the queue is full, and reports
+// whether to read on.
+func (r *reader) put(f frame, err error) bool {
 	r.mu.Lock()
 	if err == nil {
 		waited := false
-		for !r.stopped && len(r.queue) > 0 && (len(r.queue) >= maxQueued || r.bytes+len(data) > maxQueuedBytes) {
+		for !r.stopped && len(r.queue) > 0 && (len(r.queue) >= maxQueued || r.bytes+len(f.data) > maxQueuedBytes) {
 			r.full, waited = true, true
 			r.room.Wait()
 		}
@@ -135,8 +136,8 @@ func (r *reader) put(data []byte, err error) bool {
 			r.mu.Unlock()
 			return false
 		}
-		r.queue = append(r.queue, frame{data: data, read: time.Now()})
-		r.bytes += len(data)
+		r.queue = append(r.queue, f)
+		r.bytes += len(f.data)
 		r.mu.Unlock()
 		r.signal()
 		return true

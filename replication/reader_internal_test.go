@@ -15,8 +15,8 @@ func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
 		failed: make(chan struct{}), done: make(chan struct{})}
 	r.room = sync.NewCond(&r.mu)
 	lost := errors.New("server closed the connection")
-	r.put([]byte{'w'}, nil) // a frame: ready holds a token
-	r.put(nil, lost)        // the end: ready is full, so its signal finds the token there
+	r.put(frame{data: []byte{'w'}}, nil) // a frame: ready holds a token
+	r.put(frame{}, lost)                 // the end: ready is full, so its signal finds the token there
 
 	<-r.ready // the stream wakes for the frame ...
 	frames, err := r.take(nil)
