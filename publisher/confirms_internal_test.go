@@ -1,0 +1,65 @@
+package publisher
+
+import (
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// turnSession is a session with n messages in flight and no connection, whose notifications a
+// test queues by hand.
+func turnSession(n int) *Session {
+	s := &Session{
+		acks:     make(chan amqp.Confirmation, 8),
+		returns:  make(chan amqp.Return, 8),
+		confirms: make(chan wire.Confirm, 8),
+		window:   make(chan struct{}, 8),
+		ids:      make([]string, 8),
+		dead:     make(chan struct{}),
+	}
+	for tag := 1; tag <= n; tag++ {
+		s.ids[tag] = string(rune('a' + tag))
+		s.window <- struct{}{}
+	}
+	s.published = uint64(n)
+	s.tr.acks, s.tr.returns = s.acks, s.returns
+	return s
+}
+
+// The acks waiting behind the first are judged in the same turn, in order, with one time.
+func TestOnAckJudgesTheWaitingAcksInOneTurn(t *testing.T) {
+	s := turnSession(3)
+	s.acks <- amqp.Confirmation{DeliveryTag: 2, Ack: true}
+	s.acks <- amqp.Confirmation{DeliveryTag: 3, Ack: true}
+	s.onAck(amqp.Confirmation{DeliveryTag: 1, Ack: true}, true)
+	if len(s.confirms) != 3 || len(s.acks) != 0 {
+		t.Fatalf("%d confirms, %d acks left; want 3 and 0", len(s.confirms), len(s.acks))
+	}
+	first := <-s.confirms
+	for want := uint64(1); want <= 3; want++ {
+		c := first
+		if want > 1 {
+			c = <-s.confirms
+		}
+		if c.Seq != want || c.Err != nil || !c.At.Equal(first.At) {
+			t.Fatalf("confirm %+v, want seq %d, no error, the turn's time", c, want)
+		}
+	}
+}
+
+// A return that matches nothing in flight ends the session while acks wait: the session's last
+// verdict (sequence 0, the failure) is the last one it gives; no ack is judged after it.
+func TestOnAckGivesNoVerdictAfterTheLast(t *testing.T) {
+	s := turnSession(2)
+	s.returns <- amqp.Return{MessageId: "not in flight", ReplyCode: 312}
+	s.acks <- amqp.Confirmation{DeliveryTag: 2, Ack: true}
+	s.onAck(amqp.Confirmation{DeliveryTag: 1, Ack: true}, true)
+	if len(s.confirms) != 1 {
+		t.Fatalf("%d confirms, want only the session's last", len(s.confirms))
+	}
+	if c := <-s.confirms; c.Seq != 0 || c.Err == nil {
+		t.Fatalf("confirm %+v, want sequence 0 with the failure", c)
+	}
+}
