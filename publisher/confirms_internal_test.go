@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -37,13 +38,13 @@ func TestOnAckJudgesTheWaitingAcksInOneTurn(t *testing.T) {
 	if len(s.confirms) != 3 || len(s.acks) != 0 {
 		t.Fatalf("%d confirms, %d acks left; want 3 and 0", len(s.confirms), len(s.acks))
 	}
-	first := <-s.confirms
+	var at time.Time
 	for want := uint64(1); want <= 3; want++ {
-		c := first
-		if want > 1 {
-			c = <-s.confirms
+		c := <-s.confirms
+		if want == 1 {
+			at = c.At
 		}
-		if c.Seq != want || c.Err != nil || !c.At.Equal(first.At) {
+		if c.Seq != want || c.Err != nil || !c.At.Equal(at) {
 			t.Fatalf("confirm %+v, want seq %d, no error, the turn's time", c, want)
 		}
 	}

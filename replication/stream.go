@@ -360,43 +360,41 @@ func (s *stream) drainConfirms() error {
 // flight.
 func (s *stream) applyConfirms(c wire.Confirm, ok bool) error {
 	confirms := s.pub.Confirms()
-	var last time.Time
-	var err error
-	applied := 0
+	var last time.Time // when the last confirm applied arrived; zero while none was
 	for {
-		if err = s.confirmOne(c, ok); err != nil {
-			break
+		at, err := s.confirmOne(c, ok)
+		if err != nil {
+			if !last.IsZero() {
+				s.settle(last)
+			}
+			return err
 		}
-		applied++
-		last = c.At
+		last = at
 		select {
 		case c, ok = <-confirms:
-			continue
 		default:
+			s.settle(last)
+			return nil
 		}
-		break
 	}
-	if applied > 0 {
-		s.settle(last)
-	}
-	return err
 }
 
-// confirmOne applies one confirm: the tracker's ack and the message's observation.
-func (s *stream) confirmOne(c wire.Confirm, ok bool) error {
+// confirmOne applies one confirm: the tracker's ack and the message's observation. It returns
+// when the confirm arrived (now, if the publisher does not say).
+func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	if !ok {
-		return brokerError{errors.New("publisher: session closed")}
+		return time.Time{}, brokerError{errors.New("publisher: session closed")}
 	}
 	if c.Err != nil {
 		s.track.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
 		if c.Seq == 0 { // the session died
-			return brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
+			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
 		}
-		return brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
+		return time.Time{}, brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
 	}
 	if err := s.track.Ack(c.Seq); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	now := c.At
 	if now.IsZero() {
@@ -412,17 +410,14 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) error {
 	s.obs.Observe(ev)
 	s.passed(f.key)
 	s.stats.confirmed()
-	return nil
+	return now, nil
 }
 
-// settle brings what follows from the tracker up to date after confirms were applied: the
-// watermark the next status update reports, the in-flight gauges and the time of the last confirm
-// (at; now if zero).
+// settle brings what follows from the tracker up to date after confirms were applied, the last
+// of which arrived at at: the watermark the next status update reports, the in-flight gauges and
+// the time of the last confirm.
 func (s *stream) settle(at time.Time) {
 	s.moved = s.track.Watermark()
-	if at.IsZero() {
-		at = time.Now()
-	}
 	s.stats.LastConfirm.Store(at.UnixNano())
 	s.updateInFlight()
 	s.reportSoon()

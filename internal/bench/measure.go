@@ -283,13 +283,11 @@ func (t *trial) histograms(ctx context.Context) ([3]histogram, error) {
 		return hs, nil
 	}
 	settle(ctx, strings.TrimSuffix(t.metricsURL, "/metrics")+"/status")
-	for i, name := range []string{commitHistogram, publishHistogram, readHistogram} {
-		h, err := scrape(ctx, t.metricsURL, name)
-		if err != nil && i == 0 {
-			return hs, err
-		}
-		hs[i] = h // nil when an older build lacks it
+	got, err := scrape(ctx, t.metricsURL, commitHistogram, publishHistogram, readHistogram)
+	if err != nil {
+		return hs, err
 	}
+	copy(hs[:], got) // the last two nil when an older build lacks them
 	return hs, nil
 }
 

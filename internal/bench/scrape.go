@@ -36,8 +36,9 @@ type bucket struct {
 // histogram is a cumulative Prometheus histogram, buckets sorted by bound.
 type histogram []bucket
 
-// scrape reads the buckets of histogram name from a Prometheus text endpoint.
-func scrape(ctx context.Context, url, name string) (histogram, error) {
+// scrape reads the buckets of histograms names from a Prometheus text endpoint in one request,
+// in the order of names. The first must be there; any other the endpoint lacks is nil.
+func scrape(ctx context.Context, url string, names ...string) ([]histogram, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -52,33 +53,36 @@ func scrape(ctx context.Context, url, name string) (histogram, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
 	}
-	var h histogram
+	hs := make([]histogram, len(names))
 	sc := bufio.NewScanner(resp.Body)
-	prefix := name + `_bucket{le="`
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
+		for i, name := range names {
+			rest, ok := strings.CutPrefix(sc.Text(), name+`_bucket{le="`)
+			if !ok {
+				continue
+			}
+			le, count, ok := strings.Cut(rest, `"} `)
+			if !ok {
+				continue
+			}
+			b, err1 := strconv.ParseFloat(le, 64)
+			c, err2 := strconv.ParseFloat(strings.TrimSpace(count), 64)
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("scrape %s: bad bucket line %q", url, sc.Text())
+			}
+			hs[i] = append(hs[i], bucket{le: b, count: c})
 		}
-		le, count, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		b, err1 := strconv.ParseFloat(le, 64)
-		c, err2 := strconv.ParseFloat(strings.TrimSpace(count), 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("scrape %s: bad bucket line %q", url, sc.Text())
-		}
-		h = append(h, bucket{le: b, count: c})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	if len(h) == 0 {
-		return nil, fmt.Errorf("scrape %s: no %s", url, name)
+	if len(hs[0]) == 0 {
+		return nil, fmt.Errorf("scrape %s: no %s", url, names[0])
 	}
-	slices.SortFunc(h, func(a, b bucket) int { return cmpFloat(a.le, b.le) })
-	return h, nil
+	for _, h := range hs {
+		slices.SortFunc(h, func(a, b bucket) int { return cmpFloat(a.le, b.le) })
+	}
+	return hs, nil
 }
 
 func cmpFloat(a, b float64) int {
