@@ -21,7 +21,7 @@ help: ## list the targets
 build: ## build the binaries into bin/ (TAGS=otel: a walbox with tracing)
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet and staticcheck (the default build, and walbox with tracing)
+check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet, staticcheck (the default build, and walbox with tracing), and the repository checks: docs' size, no tracked binaries
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
@@ -30,6 +30,7 @@ check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet and staticcheck (the d
 	$(GO) vet -tags otel ./cmd/walbox
 	$(STATICCHECK) $(PKGS)
 	$(STATICCHECK) -tags otel ./cmd/walbox
+	$(GO) run ./internal/repocheck
 
 tidy: ## go mod tidy, of walbox and of the chart's test module
 	$(GO) mod tidy

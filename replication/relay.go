@@ -220,7 +220,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	switch {
 	case !info.Exists && recorded:
 		return info, fatal(fmt.Errorf("%w: slot %s was dropped or lost; walbox last confirmed %s on it at %s, and rows committed "+
-			"after that are in no slot. walbox will not recreate it: run `walbox recover` (see the README, Slot lost)",
+			"after that are in no slot. walbox will not recreate it: run `walbox recover` (see docs/operations.md, Slot lost)",
 			ErrSlotMissing, r.cfg.Slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
 	case !info.Exists:
 		return r.createSlot(ctx, conn, w, sys)

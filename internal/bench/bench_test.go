@@ -168,7 +168,7 @@ func (l testLog) Write(p []byte) (int, error) {
 
 // TestProducerCost measures what each way of writing costs the producer, and the relay's drain
 // of each, in one run: briefly by default, for the report with WALBOX_BENCH_PRODUCERS set to a
-// trial duration and WALBOX_BENCH_PRODUCER_ROUNDS to a number of rounds (docs/performance.md used
+// trial duration and WALBOX_BENCH_PRODUCER_ROUNDS to a number of rounds (docs/bench/log.md used
 // 5s and 3). It checks what must hold whatever the machine:
 // walbox_emit leaves no row and no dead tuple, delete-after-insert leaves only dead tuples, and
 // every backlog drains completely.

@@ -9,17 +9,19 @@ import (
 	"testing"
 )
 
-// The README's Layout table lists every package of the module, and lists them in an order in
-// which each package's code (its tests aside) imports only packages above it, as the README says.
-func TestReadmeLayoutListsEveryPackageInImportOrder(t *testing.T) {
+// The Layout table of docs/architecture.md lists every package of the module, and lists them in
+// an order in which each package's code (its tests aside) imports only packages above it, as the
+// page says.
+func TestArchitectureLayoutListsEveryPackageInImportOrder(t *testing.T) {
+	const doc = "docs/architecture.md"
 	root := filepath.Join("..", "..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	text, err := os.ReadFile(filepath.Join(root, doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Layout\n")
+	_, section, ok := strings.Cut(string(text), "\n## Layout\n")
 	if !ok {
-		t.Fatal("README.md has no Layout section")
+		t.Fatal(doc + " has no Layout section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	row := map[string]int{} // package folder → its row in the table
@@ -39,7 +41,7 @@ func TestReadmeLayoutListsEveryPackageInImportOrder(t *testing.T) {
 		pkg := strings.TrimPrefix(fields[0], module+"/")
 		at, ok := row[pkg]
 		if !ok {
-			t.Errorf("README.md's Layout table has no row for %s/", pkg)
+			t.Errorf("%s's Layout table has no row for %s/", doc, pkg)
 			continue
 		}
 		for _, imp := range fields[1:] {
@@ -51,7 +53,7 @@ func TestReadmeLayoutListsEveryPackageInImportOrder(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "deploy", "helm", "go.mod")); err == nil {
 		if _, ok := row["deploy/helm"]; !ok {
-			t.Error("README.md's Layout table has no row for deploy/helm/ (the chart's test module)")
+			t.Error(doc + "'s Layout table has no row for deploy/helm/ (the chart's test module)")
 		}
 	}
 }

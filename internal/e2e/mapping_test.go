@@ -25,20 +25,13 @@ func TestMappedLegacyTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conf := filepath.Join(t.TempDir(), "walbox.yaml")
-	yaml := `tables:
-  - table: public.outbox
-  - table: public.legacy_events
-    id: event_id
-    event-type: kind
-    payload: body
-    aggregate-type: entity
-    aggregate-id: entity_id
-    headers: meta
-    created-at: occurred_at
-    routing-key: "{entity}.{kind}"
-`
-	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+	// The example config maps this table: the relay and doctor read that very file.
+	conf, err := filepath.Abs(filepath.Join("..", "..", "examples", "legacy-table.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml, err := os.ReadFile(conf)
+	if err != nil {
 		t.Fatal(err)
 	}
 	x := w.insertTx(w.conn, 2, "order.created")
@@ -83,7 +76,7 @@ func TestMappedLegacyTable(t *testing.T) {
 
 	// A mapping naming a column the table lacks stops walbox with an error naming it.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte(strings.Replace(yaml, "payload: body", "payload: data", 1)), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(yaml), "payload: body", "payload: data", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code := w.walbox([]string{"WALBOX_CONFIG=" + bad, "WALBOX_SLOT=" + w.slot + "_x"}, "run")
