@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
@@ -59,6 +60,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
 	}
+	if !skipSlot {
+		if err := checkWalLevel(ctx, conn); err != nil {
+			return fail(err)
+		}
+	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
 		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
 	if err != nil {
@@ -91,6 +97,21 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return nil
+}
+
+// checkWalLevel refuses a server without logical decoding before migrate changes anything: the
+// slot would fail after the table was created.
+func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {
+	srv, err := inspect.ReadServer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if srv.WalLevel == "logical" {
+		return nil
+	}
+	return fmt.Errorf("%w: wal_level is %s, so no replication slot can be created; nothing was changed. "+
+		"Run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL, then walbox migrate again "+
+		"(or --no-slot to create only the table and publication)", inspect.ErrWalLevel, srv.WalLevel)
 }
 
 // relayTables are the outbox tables `walbox run` will stream with these settings: the config

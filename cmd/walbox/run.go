@@ -75,6 +75,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
 		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
+		err = explainAuth(err)
 		log.Error("relay stopped", "slot", rc.Slot, "error", err)
 		return errors.New(redact.Text(err.Error(), r.c.secrets()...))
 	}
