@@ -158,7 +158,7 @@ type Coverage struct {
 	Exists      bool
 	Inserts     bool     // the publication publishes inserts
 	Missing     []string // outbox tables it does not contain as they are now (quoted schema.name)
-	Absent      []string // outbox tables that do not exist at all (quoted schema.name), among Missing
+	Absent      []string // outbox tables that do not exist at all (schema.name), among Missing
 	Contains    []string // the tables it does contain, when some are missing
 	WAL         pglogrepl.LSN
 	Xmin        uint64
@@ -204,7 +204,7 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 	c.Exists, c.Inserts = inserts != nil, inserts != nil && *inserts
 	for i, id := range tableIDs {
 		if strings.HasPrefix(id, "-:") {
-			c.Absent = append(c.Absent, tables[i].Quoted())
+			c.Absent = append(c.Absent, tables[i].String())
 		}
 	}
 	if pubID != nil {

@@ -167,8 +167,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
-	r.stats.State.Store(int32(r.unlessStalled(StateStreaming)))
-	r.stats.clearLastError()
+	st := r.unlessStalled(StateStreaming)
+	r.stats.State.Store(int32(st))
+	if st == StateStreaming {
+		r.stats.clearLastError() // the error that ended the last session is over
+	}
 	defer r.stats.Streaming.Store(false)
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
