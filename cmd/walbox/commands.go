@@ -119,6 +119,12 @@ func (c *common) outboxTable() (outbox.Table, error) {
 	return t, nil
 }
 
+// fail returns err as the command's final error: a refused login said plainly, and no password
+// of this command's settings in it.
+func (c *common) fail(err error) error {
+	return errors.New(redact.Text(explainAuth(err).Error(), c.secrets()...))
+}
+
 // secrets are the passwords in this command's connection settings.
 func (c *common) secrets() []string {
 	var conns, raw []string

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
-	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
@@ -45,7 +43,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := set.Validate(); err != nil {
 		return badSetting(shardsSetting, "%v", err)
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -42,22 +42,6 @@ func TestOperatorMessages(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	rabbit := testenv.SharedRabbit(t)
 
-	t.Run("wrong database password", func(t *testing.T) {
-		w := newWorld(t, pg, rabbit)
-		u, err := url.Parse(w.db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.UserPassword(u.User.Username(), "not-the-password")
-		for _, cmd := range []string{"status", "run"} {
-			out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + u.String()}, cmd)
-			wantExit(t, code, 1, out)
-			oneLine(t, out, "authentication failed", "28P01", `user "`+u.User.Username()+`"`, "--database-password")
-			if strings.Contains(out, "tls error") || strings.Contains(out, "never reached") {
-				t.Errorf("walbox %s blames TLS or the address:\n%s", cmd, out)
-			}
-		}
-	})
 	t.Run("malformed database url", func(t *testing.T) {
 		w := newWorld(t, pg, rabbit)
 		addr := testenv.FreeAddr(t)
@@ -138,5 +122,50 @@ func TestMigrateChecksWalLevelFirst(t *testing.T) {
 	}
 	if exists {
 		t.Errorf("migrate created the outbox table before it found wal_level wrong")
+	}
+}
+
+// passwordAuth makes pg ask every role but postgres for its password (scram-sha-256).
+func passwordAuth(t *testing.T, pg *testenv.Postgres) {
+	t.Helper()
+	hba := []string{
+		"local all postgres trust", "host all postgres 127.0.0.1/32 trust", "host replication postgres 127.0.0.1/32 trust",
+		"host all all 127.0.0.1/32 scram-sha-256", "host replication all 127.0.0.1/32 scram-sha-256",
+	}
+	var file string
+	conn := pg.Conn(t, pg.URL())
+	if err := conn.QueryRow(t.Context(), "SHOW hba_file").Scan(&file); err != nil {
+		t.Fatal(err)
+	}
+	lines := "'" + strings.Join(hba, "', '") + "'"
+	pg.Exec(t, pg.URL(), "COPY (SELECT unnest(ARRAY["+lines+"])) TO "+pgLiteral(file))
+	pg.Exec(t, pg.URL(), "SELECT pg_reload_conf()")
+}
+
+func pgLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// A wrong password is reported as a refused login, naming the user and the setting, whatever
+// TLS attempt came first (sslmode=prefer against a server without TLS).
+func TestWrongDatabasePasswordSaysSo(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	passwordAuth(t, pg)
+	roleURL(t, pg, w.db, "relayer", "LOGIN REPLICATION PASSWORD 'right-password'")
+	u, err := url.Parse(strings.Replace(w.db, "sslmode=disable", "sslmode=prefer", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("relayer", "wrong-password")
+	for _, cmd := range []string{"status", "run"} {
+		out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + u.String()}, cmd)
+		wantExit(t, code, 1, out)
+		if cmd == "run" { // after the relay's log lines
+			out = out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
+		}
+		oneLine(t, out, "authentication failed", "28P01", `user "relayer"`, "--database-password")
+		if strings.Contains(out, "tls error") || strings.Contains(out, "never reached") || strings.Contains(out, "wrong-password") {
+			t.Errorf("walbox %s blames TLS or the address, or shows the password:\n%s", cmd, out)
+		}
 	}
 }
