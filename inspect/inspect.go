@@ -265,8 +265,9 @@ func (c Coverage) Err() error {
 		return fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
 			ErrNotCovered, c.Publication, pub)
 	case len(c.Absent) > 0:
-		return fmt.Errorf("%w: table %s does not exist (or the role cannot see it); create it with `walbox migrate`, "+
-			"or set --table (or the config file's tables) to the outbox table", ErrNoTable, c.Absent[0])
+		// Both sentinels: it is a table that is missing, and so a table the publication lacks.
+		return fmt.Errorf("%w: table %s does not exist (or the role cannot see it), so the %w; create it with `walbox migrate`, "+
+			"or set --table (or the config file's tables) to the outbox table", ErrNoTable, c.Absent[0], ErrNotCovered)
 	case len(c.Missing) > 0:
 		has := " (it contains no table)"
 		if len(c.Contains) > 0 {
