@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -20,9 +21,18 @@ func explainAuth(err error) error {
 	if errors.As(err, &ce) && ce.Config != nil {
 		user = ce.Config.User
 	}
-	fix := "check the password (--database-password, or the URL's)"
-	if pgErr.Code == "28000" {
-		fix = "add a pg_hba.conf line for this user, database and address, then reload PostgreSQL"
+	return fmt.Errorf("postgres refused user %q: authentication failed (SQLSTATE %s: %s); %s", user, pgErr.Code, pgErr.Message, authFix(pgErr))
+}
+
+// authFix names the way out of a refused login.
+func authFix(pgErr *pgconn.PgError) string {
+	switch {
+	case pgErr.Code == "28P01":
+		return "check the password (--database-password, or the URL's)"
+	case strings.Contains(pgErr.Message, "does not exist"):
+		return "fix the user in --database-url, or create the role (LOGIN REPLICATION)"
+	case strings.Contains(pgErr.Message, "pg_hba.conf"):
+		return "add a pg_hba.conf line for this user, database and address (replication connections match the database name), then reload PostgreSQL"
 	}
-	return fmt.Errorf("postgres refused user %q: authentication failed (SQLSTATE %s: %s); %s", user, pgErr.Code, pgErr.Message, fix)
+	return "check the user and password in --database-url, and pg_hba.conf"
 }
