@@ -202,9 +202,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 }
 
 // firstContact makes a connection failure permanent when the server was never reached, unless the
-// relay is configured to wait for it.
-// A server that answered with a refusal was reached: the failure stays permanent at start, without
-// the advice about its address.
+// relay is configured to wait for it. A server that answered with a refusal was reached: the
+// failure is permanent too, without the advice about its address.
 func (r *Relay) firstContact(err error, reached *bool) error {
 	switch {
 	case *reached || r.cfg.WaitForServers || !Retryable(err):
