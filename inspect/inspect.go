@@ -158,6 +158,7 @@ type Coverage struct {
 	Exists      bool
 	Inserts     bool     // the publication publishes inserts
 	Missing     []string // outbox tables it does not contain as they are now (quoted schema.name)
+	Absent      []string // outbox tables that do not exist at all (schema.name), among Missing
 	Contains    []string // the tables it does contain, when some are missing
 	WAL         pglogrepl.LSN
 	Xmin        uint64
@@ -201,6 +202,11 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 		return c, fmt.Errorf("check publication %s: %w", publication, err)
 	}
 	c.Exists, c.Inserts = inserts != nil, inserts != nil && *inserts
+	for i, id := range tableIDs {
+		if strings.HasPrefix(id, "-:") {
+			c.Absent = append(c.Absent, tables[i].String())
+		}
+	}
 	if pubID != nil {
 		c.Identity = "publication " + *pubID + ", tables " + strings.Join(tableIDs, " ")
 		ns, err := schemaEntries(ctx, q, publication, schemas, tableIDs, version)
@@ -258,6 +264,10 @@ func (c Coverage) Err() error {
 	case !c.Inserts:
 		return fmt.Errorf("%w: publication %q does not publish inserts (ALTER PUBLICATION %s SET (publish = 'insert'))",
 			ErrNotCovered, c.Publication, pub)
+	case len(c.Absent) > 0:
+		// Both sentinels: it is a table that is missing, and so a table the publication lacks.
+		return fmt.Errorf("%w: table %s does not exist (or the role cannot see it), so the %w; create it with `walbox migrate`, "+
+			"or set --table (or the config file's tables) to the outbox table", ErrNoTable, c.Absent[0], ErrNotCovered)
 	case len(c.Missing) > 0:
 		has := " (it contains no table)"
 		if len(c.Contains) > 0 {

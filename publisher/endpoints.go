@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	secrets "github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/wire"
 )
 
 // ParseURLs splits a comma-separated list of broker URLs, the nodes of one cluster say, and
@@ -100,9 +101,13 @@ func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 	if len(errs) == 1 {
 		return nil, errs[0]
 	}
-	msgs := make([]string, len(errs))
+	msgs, reached := make([]string, len(errs)), false
 	for i, err := range errs {
 		msgs[i] = err.Error()
+		reached = reached || errors.Is(err, wire.ErrServerAnswered)
+	}
+	if reached {
+		return nil, answered{fmt.Errorf("no broker of %d opened a session: %s", len(errs), strings.Join(msgs, "; "))}
 	}
 	return nil, fmt.Errorf("no broker of %d answered: %s", len(errs), strings.Join(msgs, "; "))
 }

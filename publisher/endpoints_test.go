@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
 )
 
 func TestParseURLs(t *testing.T) {
@@ -110,6 +112,9 @@ func TestEndpointsAllDown(t *testing.T) {
 		if err == nil {
 			t.Fatal("Dial succeeded with every broker down")
 		}
+		if errors.Is(err, wire.ErrServerAnswered) {
+			t.Errorf("round %d: no broker answered, yet the error says one did: %v", round, err)
+		}
 		msg := err.Error()
 		for i, h := range eps.Hosts() {
 			if !strings.Contains(msg, h) {
@@ -143,6 +148,9 @@ func TestEndpointsRedactRefusal(t *testing.T) {
 	}
 	if msg := err.Error(); strings.Contains(msg, "wrong-pw-1234") || strings.Contains(msg, "other-pw-5678") {
 		t.Errorf("error shows a password: %v", err)
+	}
+	if !errors.Is(err, wire.ErrServerAnswered) {
+		t.Errorf("one broker answered with a refusal, yet the error does not say so: %v", err)
 	}
 }
 

@@ -42,3 +42,10 @@ func (e *ReturnError) Error() string {
 
 // Unwrap returns ErrReturned.
 func (e *ReturnError) Unwrap() error { return ErrReturned }
+
+// answered marks a dial error after the broker answered (wire.ErrServerAnswered).
+type answered struct{ err error }
+
+func (a answered) Error() string        { return a.err.Error() }
+func (a answered) Unwrap() error        { return a.err }
+func (a answered) Is(target error) bool { return target == wire.ErrServerAnswered }

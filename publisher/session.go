@@ -95,6 +95,10 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("dial %s: %w", host(uri), ctx.Err())
 		}
+		var ae *amqp.Error
+		if s.conn != nil || errors.As(err, &ae) {
+			err = answered{err}
+		}
 		s.closeConn()
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/wire"
 )
 
 // Relay moves outbox rows from the slot to the broker. Create it with New and call Run once.
@@ -54,7 +55,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 	}()
 	for {
-		r.stats.State.Store(int32(r.unlessStalled(StateStarting)))
+		if State(r.stats.State.Load()) != StateStandby {
+			r.stats.State.Store(int32(r.unlessStalled(StateStarting)))
+		}
 		progressed, err := r.session(ctx)
 		r.endSession(err)
 		r.noteStall(err)
@@ -69,8 +72,10 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		wait := backoff.next(progressed)
 		if errors.Is(err, ErrSlotActive) {
 			wait = r.cfg.StandbyRetry
-			r.stats.State.Store(int32(StateStandby))
-			log.Info("standby: slot is in use by another process", "slot", r.cfg.Slot, "error", err)
+			// A standby says so once, not at every retry.
+			if State(r.stats.State.Swap(int32(StateStandby))) != StateStandby {
+				log.Info("standby: slot is in use by another process; taking over when it is free", "slot", r.cfg.Slot, "error", err)
+			}
 		} else {
 			r.stats.State.Store(int32(r.unlessStalled(StateRetrying)))
 			log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
@@ -162,7 +167,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
-	r.stats.State.Store(int32(r.unlessStalled(StateStreaming)))
+	st := r.unlessStalled(StateStreaming)
+	r.stats.State.Store(int32(st))
+	if st == StateStreaming {
+		r.stats.clearLastError() // the error that ended the last session is over
+	}
 	defer r.stats.Streaming.Store(false)
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
@@ -193,12 +202,22 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 }
 
 // firstContact makes a connection failure permanent when the server was never reached, unless the
-// relay is configured to wait for it.
+// relay is configured to wait for it. A server that answered with a refusal was reached: the
+// failure is permanent too, without the advice about its address.
 func (r *Relay) firstContact(err error, reached *bool) error {
-	if *reached || r.cfg.WaitForServers || !Retryable(err) {
+	switch {
+	case *reached || r.cfg.WaitForServers || !Retryable(err):
 		return err
+	case errors.Is(err, wire.ErrServerAnswered), answeredByPostgres(err):
+		return fatal(err)
 	}
 	return fatal(fmt.Errorf("%w (never reached since start; check the URL, or set wait-for-servers)", err))
+}
+
+// answeredByPostgres reports whether err carries the server's own error, a refused login say.
+func answeredByPostgres(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 // prepareSlot reads the slot and holds it against the registry, the database's record of the

@@ -71,6 +71,9 @@ func (s *Stats) LastError() string {
 	return v
 }
 
+// clearLastError forgets the last session's error once a session streams again.
+func (s *Stats) clearLastError() { s.lastErr.Store("") }
+
 func (s *Stats) setLastError(err error) {
 	if err != nil {
 		s.lastErr.Store(err.Error())

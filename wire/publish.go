@@ -32,6 +32,10 @@ var ErrUnpublishable = errors.New("message can never be published")
 // deadline, say), so that a caller never retries on a dead session.
 var ErrSessionClosed = errors.New("session closed")
 
+// ErrServerAnswered marks a failure to open a publishing session with a server that did answer:
+// it refused the login or a declare. The server was reached, so its address is not in doubt.
+var ErrServerAnswered = errors.New("the server answered")
+
 // Parked is a message that can never be delivered as written, set aside with the reason: what the
 // relay hands to Publisher.Park.
 type Parked struct {

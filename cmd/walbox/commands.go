@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/outbox"
 )
@@ -28,16 +29,37 @@ func newFlagSet(name, summary string, stderr io.Writer) *flag.FlagSet {
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return errHelp
 		}
-		return configError{err.Error()}
+		return flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
-		return configError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+		return configError{fmt.Sprintf("unexpected argument %q (%s --help lists the flags)", fs.Arg(0), fs.Name())}
 	}
 	return nil
+}
+
+// flagError turns the flag package's error into one line: an unknown flag with the nearest known
+// one, and where to find the rest, instead of the whole usage.
+func flagError(fs *flag.FlagSet, err error) error {
+	help := fmt.Sprintf(" (%s --help lists the flags)", fs.Name())
+	name, unknown := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !unknown {
+		return configError{strings.ReplaceAll(err.Error(), " -", " --") + help}
+	}
+	name = strings.TrimLeft(name, "-")
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
+	return configError{fmt.Sprintf("unknown flag --%s%s%s", name, didYouMean(name, flags, "--%s"), help)}
 }
 
 // common holds the settings every database command shares.
@@ -82,6 +104,10 @@ func (c *common) dsn() (string, error) {
 	if err != nil {
 		return "", badSetting(c.databasePassword, "%v", err)
 	}
+	// Parsed here, before anything starts, so that a malformed URL is a bad setting (exit 2).
+	if _, err := pgconn.ParseConfig(dsn); err != nil {
+		return "", badSetting(c.databaseURL, "%s", redact.Text(err.Error(), c.secrets()...))
+	}
 	return dsn, nil
 }
 
@@ -91,6 +117,12 @@ func (c *common) outboxTable() (outbox.Table, error) {
 		return outbox.Table{}, badSetting(c.table, "%v", err)
 	}
 	return t, nil
+}
+
+// fail returns err as the command's final error: a refused login said plainly, and no password
+// of this command's settings in it.
+func (c *common) fail(err error) error {
+	return errors.New(redact.Text(explainAuth(err).Error(), c.secrets()...))
 }
 
 // secrets are the passwords in this command's connection settings.

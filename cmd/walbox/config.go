@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
 	"sort"
 
 	"go.yaml.in/yaml/v3"
@@ -73,12 +75,12 @@ func loadConfigFile(path string) (*configFile, error) {
 		node := raw[k]
 		if k == "tables" {
 			if cf.tables, err = decodeTables(&node); err != nil {
-				return nil, fmt.Errorf("config file %s: tables: %w", path, err)
+				return nil, fmt.Errorf("config file %s: %w", path, err)
 			}
 			continue
 		}
 		if !known(k) {
-			return nil, fmt.Errorf("config file %s: unknown setting %q", path, k)
+			return nil, fmt.Errorf("config file %s: unknown setting %q%s", path, k, didYouMean(k, knownSettings, "%q"))
 		}
 		if node.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("config file %s: %s: want a single value", path, k)
@@ -98,6 +100,9 @@ func known(k string) bool {
 }
 
 func decodeTables(node *yaml.Node) ([]outbox.Mapping, error) {
+	if err := checkTableKeys(node); err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	if err := enc.Encode(node); err != nil {
@@ -113,15 +118,45 @@ func decodeTables(node *yaml.Node) ([]outbox.Mapping, error) {
 	for i, e := range entries {
 		t, err := outbox.ParseTable(e.Table)
 		if err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		m := outbox.Mapping{Table: t, ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
 			EventType: e.EventType, Payload: e.Payload, Headers: e.Headers, CreatedAt: e.CreatedAt,
 			ExchangeColumn: e.ExchangeColumn, RoutingKey: e.RoutingKey, MessageID: outbox.IDSource(e.MessageID)}
 		if err := m.Validate(); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+			return nil, fmt.Errorf("tables[%d]: %w", i, err)
 		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// tableKeys are the keys of an entry of tables, from tableYAML's tags.
+func tableKeys() []string {
+	t := reflect.TypeOf(tableYAML{})
+	keys := make([]string, t.NumField())
+	for i := range keys {
+		keys[i] = t.Field(i).Tag.Get("yaml")
+	}
+	return keys
+}
+
+// checkTableKeys names the first unknown key of an entry of tables, with the nearest known one.
+func checkTableKeys(node *yaml.Node) error {
+	if node.Kind != yaml.SequenceNode {
+		return nil // the decoder says what it wants
+	}
+	keys := tableKeys()
+	for i, entry := range node.Content {
+		if entry.Kind != yaml.MappingNode {
+			continue
+		}
+		for j := 0; j+1 < len(entry.Content); j += 2 {
+			k := entry.Content[j].Value
+			if !slices.Contains(keys, k) {
+				return fmt.Errorf("unknown key %q in tables[%d] (line %d)%s", k, i, entry.Content[j].Line, didYouMean(k, keys, "%q"))
+			}
+		}
+	}
+	return nil
 }

@@ -64,10 +64,12 @@ func TestConfigFileValueAndDefault(t *testing.T) {
 
 func TestConfigFileErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
-		{"unknown setting", "slott: x\n", `unknown setting "slott"`},
+		{"unknown setting", "slott: x\n", `unknown setting "slott"; did you mean "slot"?`},
 		{"not a map", "- a\n- b\n", "config file"},
 		{"list for a value", "slot: [a, b]\n", "want a single value"},
-		{"unknown table field", "tables:\n  - table: public.events\n    colour: red\n", "colour"},
+		{"unknown table field", "tables:\n  - table: public.events\n    colour: red\n", `unknown key "colour" in tables[0]`},
+		{"mistyped table field", "tables:\n  - table: public.events\n  - table: public.more\n    evnet-type: kind\n",
+			`unknown key "evnet-type" in tables[1] (line 4); did you mean "event-type"?`},
 		{"bad message id source", "tables:\n  - table: public.events\n    message-id: random\n", "message id source"},
 		{"no id without position ids", "tables:\n  - table: public.events\n    id: \"-\"\n", "no id column"},
 	}

@@ -42,7 +42,8 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// redactHandler masks passwords in log messages and attributes.
+// redactHandler masks passwords in log messages and attributes, and writes durations as text
+// (3.6s) in every format.
 type redactHandler struct {
 	next    slog.Handler
 	secrets []string
@@ -69,6 +70,9 @@ func (h redactHandler) attr(a slog.Attr) slog.Attr {
 			return slog.String(a.Key, redact.Text(err.Error(), h.secrets...))
 		}
 		return slog.String(a.Key, redact.Text(fmt.Sprint(v.Any()), h.secrets...))
+	case slog.KindDuration:
+		// slog's JSON handler writes a duration as nanoseconds; an operator reads 3.6s.
+		return slog.String(a.Key, v.Duration().String())
 	case slog.KindGroup:
 		attrs := v.Group()
 		out := make([]any, len(attrs))

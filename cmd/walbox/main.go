@@ -58,7 +58,7 @@ func mainWithExit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
+		err := explainAuth(c.run(ctx, args[1:], stdout, stderr))
 		var ce configError
 		switch {
 		case err == nil, errors.Is(err, errHelp):

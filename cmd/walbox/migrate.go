@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
@@ -44,7 +43,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := set.Validate(); err != nil {
 		return badSetting(shardsSetting, "%v", err)
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -58,6 +57,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
+	}
+	if !skipSlot {
+		if err := checkWalLevel(ctx, conn); err != nil {
+			return fail(err)
+		}
 	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
 		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
@@ -91,6 +95,21 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return nil
+}
+
+// checkWalLevel refuses a server without logical decoding before migrate changes anything: the
+// slot would fail after the table was created.
+func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {
+	srv, err := inspect.ReadServer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if srv.WalLevel == "logical" {
+		return nil
+	}
+	return fmt.Errorf("%w: wal_level is %s, so no replication slot can be created; nothing was changed. "+
+		"Run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL, then walbox migrate again "+
+		"(or --no-slot to create only the table and publication)", inspect.ErrWalLevel, srv.WalLevel)
 }
 
 // relayTables are the outbox tables `walbox run` will stream with these settings: the config

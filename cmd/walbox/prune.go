@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/prune"
-	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/outbox"
 )
 
@@ -45,7 +43,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if job.DryRun, err = dryRun.bool(); err != nil {
 		return err
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 
 	ctx, stop := signalContext(ctx, func() {})
 	defer stop()

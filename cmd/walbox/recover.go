@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
@@ -38,7 +36,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 	// Every node of --amqp-url, in turn, as walbox run dials them.
 	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) { return eps.Dial(ctx) }
 	cfg.OnParked = func(p *outbox.Parked) {

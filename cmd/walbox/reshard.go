@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
@@ -51,7 +49,7 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return fail(fmt.Errorf("connect to postgres: %w", err))

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
@@ -75,8 +74,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
 		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
-		log.Error("relay stopped", "slot", rc.Slot, "error", err)
-		return errors.New(redact.Text(err.Error(), r.c.secrets()...))
+		log.Error("relay stopped", "slot", rc.Slot, "error", explainAuth(err))
+		return r.c.fail(err)
 	}
 	return nil
 }

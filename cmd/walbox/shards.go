@@ -114,7 +114,7 @@ func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common, 
 		l, err := connectAndReadLayout(ctx, cfg.DatabaseURL, c)
 		if err == nil || !cfg.WaitForServers || ctx.Err() != nil {
 			if err != nil {
-				return l, errors.New(redact.Text(err.Error(), c.secrets()...))
+				return l, c.fail(err)
 			}
 			return l, nil
 		}

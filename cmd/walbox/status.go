@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -35,7 +34,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if q.Table, err = c.outboxTable(); err != nil {
 		return err
 	}
-	fail := func(err error) error { return errors.New(redact.Text(err.Error(), c.secrets()...)) }
+	fail := c.fail
 
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

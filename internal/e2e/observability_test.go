@@ -102,10 +102,14 @@ func TestStandbyReportsItself(t *testing.T) {
 	active, standby := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	first := w.startRelay("WALBOX_LISTEN=" + active)
 	waitHTTP(t, active, "/readyz", "first relay streaming", func(code int, _ string) bool { return code == 200 })
-	w.startRelay("WALBOX_LISTEN=" + standby)
+	second := w.startRelay("WALBOX_LISTEN=" + standby)
 	waitHTTP(t, standby, "/readyz", "second relay is a standby", func(code int, b string) bool {
 		return code == 200 && strings.Contains(b, "standby")
 	})
+	time.Sleep(3 * time.Second) // three of its retries
+	if n := strings.Count(second.Output(), "slot is in use"); n != 1 {
+		t.Errorf("the standby said %d times that the slot is in use, want once:\n%s", n, second.Output())
+	}
 	body := waitHTTP(t, standby, "/metrics", "standby metrics", func(int, string) bool { return true })
 	if v := metric(body, "walbox_active"); v != 0 {
 		t.Errorf("standby walbox_active = %v", v)
@@ -129,4 +133,15 @@ func TestStandbyReportsItself(t *testing.T) {
 	t.Logf("standby took over %v after the active relay was killed", time.Since(start).Round(time.Millisecond))
 	x := w.insertTx(w.conn, 3, "order.created")
 	w.drain([]txn{x}, nil, time.Minute)
+	_, st, _ := testenv.HTTPGet(standby, "/status")
+	var status struct {
+		State     string  `json:"state"`
+		LastError *string `json:"last_error"`
+	}
+	if err := json.Unmarshal([]byte(st), &status); err != nil {
+		t.Fatalf("/status: %v: %s", err, st)
+	}
+	if status.State != "streaming" || status.LastError != nil {
+		t.Errorf("/status after the take-over = %s, want streaming without the standby's last_error", st)
+	}
 }
