@@ -19,6 +19,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c := newCommon()
 	noSlot := c.s.addBool("no-slot", "WALBOX_MIGRATE_NO_SLOT", "false",
 		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
+	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
+		"the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots")
 	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
@@ -60,7 +62,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return mismatch(shardsSetting, err)
 	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
-		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
+		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1, RelayRole: relayRole.value})
 	if err != nil {
 		return fail(err)
 	}

@@ -43,7 +43,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
 	out = append(out, d.emitCheck(ctx, conn))
-	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f))
+	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
