@@ -265,3 +265,27 @@ func TestRecordRightsFailUntilMigrated(t *testing.T) {
 		})
 	}
 }
+
+// PostgreSQL lets PUBLIC execute pg_logical_emit_message, so any role can write a message walbox
+// relays: doctor warns while messages are relayed, with the REVOKE that stops it, and passes
+// once it ran, or with messages off.
+func TestMessageRightsWarnUntilRevoked(t *testing.T) {
+	e := setup(t)
+	testenv.RequireOwn(t, e.pg) // changes a catalog function's rights in the test's database
+	c := find(t, doctor.Run(t.Context(), e.cfg), "message_rights")
+	if c.Status != "warn" || !strings.Contains(c.Message, "PUBLIC may execute pg_logical_emit_message") ||
+		!strings.Contains(c.Fix, "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text)") {
+		t.Errorf("message_rights: %s %q, fix %q: want a warning with the REVOKE", c.Status, c.Message, c.Fix)
+	}
+	off := e.cfg
+	off.Prefix = ""
+	if c := find(t, doctor.Run(t.Context(), off), "message_rights"); c.Status != "pass" {
+		t.Errorf("message_rights with messages off: %s %q, want pass", c.Status, c.Message)
+	}
+	fix := find(t, doctor.Run(t.Context(), e.cfg), "message_rights").Fix
+	revoke, _, _ := strings.Cut(strings.TrimPrefix(fix, "as a superuser: "), ";")
+	e.pg.Exec(t, e.db, revoke)
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "message_rights"); c.Status != "pass" {
+		t.Errorf("message_rights after %s: %s %q, want pass", revoke, c.Status, c.Message)
+	}
+}

@@ -42,7 +42,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
-	out = append(out, d.emitCheck(ctx, conn))
+	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
 	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
 }
 

@@ -106,3 +106,30 @@ func shellWord(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// messageRightsCheck warns when any role may write a message walbox relays: PostgreSQL lets
+// PUBLIC execute pg_logical_emit_message, so with messages relayed, every role that can log in
+// can put an event on the broker under walbox's name, with or without walbox_emit.
+func (d doctor) messageRightsCheck(ctx context.Context, conn *pgx.Conn) Check {
+	const name = "message_rights"
+	if d.prefix == "" {
+		return passCheck(name, "messages off (--message-prefix none): no message reaches the broker through walbox")
+	}
+	var public bool
+	var sigs []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
+			WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')), false),
+			coalesce(array_agg(format('pg_logical_emit_message(%s)', pg_get_function_identity_arguments(p.oid)) ORDER BY p.oid), '{}')
+		FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace`).Scan(&public, &sigs)
+	if err != nil {
+		return failCheck(name, "", "read the rights on pg_logical_emit_message: %v", err)
+	}
+	if !public {
+		return passCheck(name, "only roles granted pg_logical_emit_message may write messages with prefix %q", d.prefix)
+	}
+	fns := strings.Join(sigs, ", ")
+	return warnCheck(name, "as a superuser: REVOKE EXECUTE ON FUNCTION "+fns+" FROM PUBLIC; then GRANT EXECUTE ON FUNCTION "+fns+
+		" TO the roles that call walbox_emit. Or, if nothing calls walbox_emit, run walbox with --message-prefix none",
+		"PUBLIC may execute pg_logical_emit_message: any role that can log in can write a message with prefix %q, "+
+			"which walbox publishes like an outbox row", d.prefix)
+}
