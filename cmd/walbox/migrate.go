@@ -61,6 +61,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
 	}
+	if err := checkRole(ctx, conn, relayRole); err != nil {
+		return err
+	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
 		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1, RelayRole: relayRole.value})
 	if err != nil {
@@ -118,6 +121,21 @@ func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication st
 		fmt.Fprintf(stdout, "created replication slot %s\n", slot)
 	} else {
 		fmt.Fprintf(stdout, "replication slot %s exists\n", slot)
+	}
+	return nil
+}
+
+// checkRole makes a --relay-role that names no role a bad setting.
+func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
+	if st.value == "" {
+		return nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", st.value).Scan(&exists); err != nil {
+		return fmt.Errorf("look up role %s: %w", st.value, err)
+	}
+	if !exists {
+		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)
 	}
 	return nil
 }

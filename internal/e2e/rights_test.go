@@ -57,6 +57,9 @@ func TestRunRefusesARoleThatCannotWriteItsRecord(t *testing.T) {
 		t.Fatalf("exit %d, final lines %q: want exit 1 and one line naming walbox_slot_confirm and %q\n%s", code, lines, want, out)
 	}
 
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role+"_absent"); code != 2 || !strings.Contains(out, "--relay-role (WALBOX_RELAY_ROLE): role") {
+		t.Errorf("walbox migrate --relay-role naming no role: exit %d, want 2 naming --relay-role:\n%s", code, out)
+	}
 	if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 0 {
 		t.Fatalf("walbox migrate --relay-role exited %d:\n%s", code, out)
 	}
