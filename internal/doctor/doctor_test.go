@@ -289,3 +289,26 @@ func TestMessageRightsWarnUntilRevoked(t *testing.T) {
 		t.Errorf("message_rights after %s: %s %q, want pass", revoke, c.Status, c.Message)
 	}
 }
+
+// doctor run as another role than the relay's (the owner, a superuser) holds the rights against
+// the relay role it is given: without it, the relay's grant is one role too many.
+func TestRecordRightsOfAnotherRelayRole(t *testing.T) {
+	e := setup(t)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.RelayRole = relay
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "pass" || !strings.Contains(c.Message, relay) {
+		t.Errorf("record_rights with RelayRole %s: %s %q (fix %q), want a pass naming it", relay, c.Status, c.Message, c.Fix)
+	}
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "walbox_slot_confirm ("+relay+")") {
+		t.Errorf("record_rights without RelayRole: %s %q, want a failure naming %s as another role", c.Status, c.Message, relay)
+	}
+	cfg.RelayRole = relay + "_absent"
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "fail" || !strings.Contains(c.Fix, "--relay-role") {
+		t.Errorf("record_rights with a RelayRole that does not exist: %s %q (fix %q), want a failure", c.Status, c.Message, c.Fix)
+	}
+}

@@ -14,15 +14,27 @@ import (
 type recordFunction struct {
 	name   string
 	public bool     // PUBLIC may execute it (a NULL proacl is PostgreSQL's default: it may)
-	mine   bool     // the role doctor runs as, walbox run's, may execute it
-	others []string // other roles granted EXECUTE: neither the owner, a member of it, a superuser nor this role
+	relay  bool     // the relay's role may execute it
+	others []string // other roles granted EXECUTE: neither the owner, a member of it, a superuser nor the relay's role
 }
 
-// rightsCheck checks that only the owner and the relay's role (the role doctor runs as) may
-// execute the functions that move walbox's record of its slots: whoever may can move the record
-// past a gap, and a replaced slot then goes unnoticed.
+// rightsCheck checks that only the owner and the relay's role (doctor's own unless --relay-role
+// names it) may execute the functions that move walbox's record of its slots: whoever may can
+// move the record past a gap, and a replaced slot then goes unnoticed.
 func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	const name = "record_rights"
+	relay := d.relayRole
+	if relay == "" {
+		relay = f.User
+	}
+	fix := "as the outbox table's owner: walbox migrate --relay-role " + shellWord(relay)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", relay).Scan(&exists); err != nil {
+		return failCheck(name, "", "look up role %s: %v", relay, err)
+	}
+	if !exists {
+		return failCheck(name, "set --relay-role to the role walbox run logs in as", "relay role %s does not exist", relay)
+	}
 	schemas := make([]string, len(d.mappings))
 	for i, m := range d.mappings {
 		schemas[i] = m.WithDefaults().Table.Schema
@@ -31,13 +43,12 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
-	fns, err := readRecordFunctions(ctx, conn, reg.Schema())
+	fns, err := readRecordFunctions(ctx, conn, reg.Schema(), relay)
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
-	fix := "as the outbox table's owner: walbox migrate --relay-role " + shellWord(f.User)
 	if len(fns) == 0 {
-		return warnCheck(name, "run `walbox migrate --relay-role "+shellWord(f.User)+"` as the outbox table's owner",
+		return warnCheck(name, "run `walbox migrate --relay-role "+shellWord(relay)+"` as the outbox table's owner",
 			"the functions that record walbox's slots are not in schema %s", reg.Schema())
 	}
 	var public, others, denied []string
@@ -48,7 +59,7 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		if len(fn.others) > 0 {
 			others = append(others, fmt.Sprintf("%s (%s)", fn.name, strings.Join(fn.others, ", ")))
 		}
-		if !fn.mine {
+		if !fn.relay {
 			denied = append(denied, fn.name)
 		}
 	}
@@ -58,29 +69,29 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 			": any role that can log in can move walbox's record past a gap, and a replaced slot goes unnoticed")
 	}
 	if len(others) > 0 {
-		problems = append(problems, "roles other than the owner and "+f.User+" may execute "+strings.Join(others, ", "))
+		problems = append(problems, "roles other than the owner and "+relay+" may execute "+strings.Join(others, ", "))
 	}
 	if len(denied) > 0 {
-		problems = append(problems, "role "+f.User+" may not execute "+strings.Join(denied, ", ")+": walbox run refuses to start")
+		problems = append(problems, "role "+relay+" may not execute "+strings.Join(denied, ", ")+": walbox run refuses to start")
 	}
 	if len(problems) > 0 {
 		return failCheck(name, fix, "%s", strings.Join(problems, "; "))
 	}
 	return passCheck(name, "only the owner and %s may move walbox's record of its slots (%d functions in schema %s)",
-		f.User, len(fns), reg.Schema())
+		relay, len(fns), reg.Schema())
 }
 
-func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema string) ([]recordFunction, error) {
+func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay string) ([]recordFunction, error) {
 	rows, err := conn.Query(ctx, `SELECT p.proname::text,
 			p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),
-			has_function_privilege(p.oid, 'EXECUTE'),
+			has_function_privilege($3::text, p.oid, 'EXECUTE'),
 			ARRAY(SELECT r.rolname::text FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
-				WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND r.rolname <> current_user
+				WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND r.rolname <> $3
 				  AND NOT r.rolsuper AND NOT pg_has_role(r.oid, p.proowner, 'MEMBER')
 				ORDER BY 1)
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = $1 AND p.proname = ANY($2)
-		ORDER BY 1`, schema, migrations.RecordFunctions)
+		ORDER BY 1`, schema, migrations.RecordFunctions, relay)
 	if err != nil {
 		return nil, fmt.Errorf("read the rights on the record functions: %w", err)
 	}
@@ -88,7 +99,7 @@ func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema string) ([]
 	var fns []recordFunction
 	for rows.Next() {
 		var fn recordFunction
-		if err := rows.Scan(&fn.name, &fn.public, &fn.mine, &fn.others); err != nil {
+		if err := rows.Scan(&fn.name, &fn.public, &fn.relay, &fn.others); err != nil {
 			return nil, fmt.Errorf("read the rights on the record functions: %w", err)
 		}
 		fns = append(fns, fn)
