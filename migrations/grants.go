@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -51,6 +52,18 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 				return fmt.Errorf("restrict %s: %w", f.sig, err)
 			}
 		}
+	}
+	// A role that neither owns the functions nor is a superuser gets a warning, not an error, from
+	// REVOKE: make it one.
+	var still []string
+	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname || ' (owner ' || pg_get_userbyid(p.proowner) || ')'
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = ANY($2) AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
+			WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')) ORDER BY 1)`, schema, RecordFunctions).Scan(&still); err != nil {
+		return fmt.Errorf("read the record functions: %w", err)
+	}
+	if len(still) > 0 {
+		return fmt.Errorf("PUBLIC may still execute %s: run walbox migrate as their owner", strings.Join(still, ", "))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit grants: %w", err)
