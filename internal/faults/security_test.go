@@ -55,6 +55,9 @@ func TestPasswordsNeverShown(t *testing.T) {
 	t.Cleanup(func() { rabbit.Ctl(t, "delete_user", mqUser) })
 
 	w := newWorld(t, pg, rabbit)
+	if out, code := w.walbox(nil, "migrate", "--relay-role", "walbox_relay"); code != 0 {
+		t.Fatalf("walbox migrate --relay-role walbox_relay exited %d:\n%s", code, out)
+	}
 	u, err := url.Parse(w.db)
 	if err != nil {
 		t.Fatal(err)
