@@ -15,13 +15,15 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := newCommon()
 	b := addBrokerSettings(&c.s)
 	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
+	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
+		"the role `walbox run` logs in as, when doctor runs as another role (default: the database URL's role)")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
-		Mappings: c.mappings()}
+		Mappings: c.mappings(), RelayRole: relayRole.value}
 	var err error
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err

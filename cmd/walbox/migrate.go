@@ -18,6 +18,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c := newCommon()
 	noSlot := c.s.addBool("no-slot", "WALBOX_MIGRATE_NO_SLOT", "false",
 		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
+	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
+		"the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots")
 	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
@@ -58,13 +60,16 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
 	}
+	if err := checkRole(ctx, conn, relayRole); err != nil {
+		return err
+	}
 	if !skipSlot {
 		if err := checkWalLevel(ctx, conn); err != nil {
 			return fail(err)
 		}
 	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
-		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
+		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1, RelayRole: relayRole.value})
 	if err != nil {
 		return fail(err)
 	}
@@ -135,6 +140,21 @@ func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication st
 		fmt.Fprintf(stdout, "created replication slot %s\n", slot)
 	} else {
 		fmt.Fprintf(stdout, "replication slot %s exists\n", slot)
+	}
+	return nil
+}
+
+// checkRole makes a --relay-role that names no role a bad setting.
+func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
+	if st.value == "" {
+		return nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", st.value).Scan(&exists); err != nil {
+		return fmt.Errorf("look up role %s: %w", st.value, err)
+	}
+	if !exists {
+		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)
 	}
 	return nil
 }

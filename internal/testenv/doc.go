@@ -96,10 +96,12 @@
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
 //   - shutdown: TestSIGTERMWithMessagesInFlight
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
-//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment
+//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
+//     TestRunRefusesARoleThatCannotWriteItsRecord
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
+//     TestDoctorFailsUntilMigrateRestrictsTheRecord,
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace
