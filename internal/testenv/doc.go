@@ -93,7 +93,8 @@
 // settings, exit codes, messages and endpoints.
 //
 //   - the stream: TestTenThousandRowsInCommitOrder,
-//     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
+//     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
+//     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
