@@ -94,7 +94,7 @@
 //
 //   - the stream: TestTenThousandRowsInCommitOrder,
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
-//   - shutdown: TestSIGTERMWithMessagesInFlight
+//   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
@@ -102,7 +102,8 @@
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
-//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace
+//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
+//     TestBlockedBrokerIsSeen
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
 //     TestDeployPromtool, TestReadmeLayoutListsEveryPackageInImportOrder
