@@ -71,7 +71,7 @@ func (s *stream) expiring() {
 // them, so the next run sends them again.
 func (s *stream) gaveUp(err error) {
 	if n := s.track.InFlight(); n > 0 || err != nil {
-		s.log.Warn("shutdown: gave up on unconfirmed messages; the next run sends them again from the slot",
+		s.log.Warn("shutdown: gave up waiting for the broker; the next run sends the unconfirmed messages again from the slot",
 			"slot", s.cfg.Slot, "unconfirmed", n, "shutdown_timeout", s.cfg.ShutdownTimeout.String(), "error", err)
 	}
 }

@@ -94,7 +94,8 @@
 //
 //   - the stream: TestTenThousandRowsInCommitOrder,
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
-//   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks
+//   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
