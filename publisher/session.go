@@ -429,8 +429,8 @@ func (s *Session) Err() error { return s.failure() }
 
 // Close ends the session: it closes the connection, waiting at most Config.CloseTimeout for the
 // broker before cutting it (at once if the broker blocks the connection), and stops the internal
-// goroutine. Messages without a Confirm may or
-// may not have reached the broker. It is safe to call more than once and from any goroutine.
+// goroutine. Messages without a Confirm may or may not have reached the broker. It is safe to
+// call more than once and from any goroutine.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		s.fail(errCloseCalled)
