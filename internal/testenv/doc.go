@@ -95,7 +95,8 @@
 //   - the stream: TestTenThousandRowsInCommitOrder,
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
-//   - shutdown: TestSIGTERMWithMessagesInFlight
+//   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord
@@ -105,10 +106,11 @@
 //     TestDoctorFailsUntilMigrateRestrictsTheRecord,
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
-//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace
+//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
+//     TestBlockedBrokerIsSeen
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
-//     TestDeployPromtool, TestReadmeLayoutListsEveryPackageInImportOrder
+//     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder
 //   - one fault kept here: TestBrokerKilledMidStream stops the relay while
 //     the broker is down and checks the broker's disk against the slot, which
 //     no fault test does (theirs keep the relay running and count losses).
