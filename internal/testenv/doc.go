@@ -99,7 +99,8 @@
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
+//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
