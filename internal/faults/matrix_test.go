@@ -14,6 +14,7 @@ import (
 // of its own; the cases reuse the fault tests' bodies with fewer rounds.
 func TestVersionMatrix(t *testing.T) {
 	heavy(t)
+	t.Parallel() // first builds the chroots, which mostly waits on the network
 	for _, c := range []struct {
 		pg     int
 		rabbit string
