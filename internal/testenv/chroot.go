@@ -157,12 +157,34 @@ func lockFile(path string) (unlock func(), err error) {
 }
 
 // removeStaleBuilds removes what interrupted builds of suite left; the caller holds its lock, so
-// no build of it is under way.
+// no build of it is under way. Programs of a build whose test binary was killed may still run in
+// it (debootstrap, apt, dpkg): they are killed first.
 func removeStaleBuilds(cache, suite string) {
 	dirs, _ := filepath.Glob(filepath.Join(cache, suite+".build-*"))
 	for _, d := range dirs {
+		for _, pid := range procsIn(d) {
+			killPid(pid, 5*time.Second)
+		}
 		_ = RemoveTree(d)
 	}
+}
+
+// procsIn lists the processes whose root directory is below dir or whose command line names it.
+func procsIn(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		root, _ := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.HasPrefix(root, dir+"/") || root == dir || strings.Contains(string(cmdline), dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // buildChroot debootstraps rel's suite and installs its packages in a temporary directory, then
