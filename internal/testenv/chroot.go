@@ -130,6 +130,9 @@ func chrootRoot(rel release, logf func(string, ...any)) (string, error) {
 	if err := mountProc(root); err != nil {
 		return "", err
 	}
+	now := time.Now()
+	_ = os.Chtimes(root, now, now) // marks it used
+	removeUnused(cache, rel.suite, root)
 	c.root = root
 	return root, nil
 }
@@ -166,6 +169,20 @@ func removeStaleBuilds(cache, suite string) {
 			killPid(pid, 5*time.Second)
 		}
 		_ = RemoveTree(d)
+	}
+}
+
+// unusedFor is how long a chroot of another build of a suite may go unused before it is removed.
+const unusedFor = 14 * 24 * time.Hour
+
+// removeUnused removes the chroots of suite, other than root, that no run used for a while: those
+// of an older package list or setup.
+func removeUnused(cache, suite, root string) {
+	dirs, _ := filepath.Glob(filepath.Join(cache, suite+"-*"))
+	for _, d := range dirs {
+		if info, err := os.Stat(d); err == nil && d != root && info.IsDir() && time.Since(info.ModTime()) > unusedFor {
+			_ = RemoveTree(d)
+		}
 	}
 }
 
