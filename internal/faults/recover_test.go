@@ -25,7 +25,11 @@ import (
 // point must come from the table, rows after it from the new slot.
 func TestRecoverDroppedSlot(t *testing.T) {
 	heavy(t)
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	recoverDroppedSlot(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+}
+
+func recoverDroppedSlot(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	w := newWorld(t, pg, rabbit)
 	v, wr := w.streamingWriter(51)
 
 	w.dropSlot()
