@@ -137,7 +137,10 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 	switch g.State {
 	case replication.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
-		if !g.None() {
+		switch {
+		case r.Stop.Stopped():
+			state += "; replaced, since walbox run stopped on it"
+		case !g.None():
 			state += "; replaced on request (--force)"
 		}
 	case replication.SlotMissing:
@@ -150,6 +153,9 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
 	}
 	fmt.Fprintf(w, "  slot                    %s\n", state)
+	if r.Stop.Stopped() {
+		fmt.Fprintf(w, "  stopped                 at %s (%s): %s\n", r.Stop.LSN, r.Stop.At.UTC().Format(time.RFC3339), r.Stop.Reason)
+	}
 }
 
 func showCounts(w io.Writer, g replication.Gap, counts []replication.Count) {

@@ -345,7 +345,8 @@ func slotCheck(f pgFacts, slot string) Check {
 }
 
 // recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
-// that is missing, or ahead of the record, is a gap that run refuses.
+// that is missing, ahead of the record, or stopped on (a stop walbox run recorded), is one that
+// run refuses.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	schemas := make([]string, len(d.mappings))
 	for i, m := range d.mappings {
@@ -375,6 +376,11 @@ func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		return failCheck("slot_record", "run `walbox recover`",
 			"slot %s is at %s, ahead of %s, the last position walbox recorded: it was recreated or advanced behind walbox's back",
 			d.slot, f.slot.ConfirmedFlush, rec.ConfirmedLSN)
+	case rec.Stop.Stopped():
+		return failCheck("slot_record", "put the cause right, then run `walbox recover --force` (it republishes the rows "+
+			"from the outbox table and replaces the slot); walbox run refuses the slot until then",
+			"walbox run stopped on slot %s at %s (%s), where the slot cannot go on: %s",
+			d.slot, rec.Stop.LSN, rec.Stop.At.UTC().Format(time.RFC3339), rec.Stop.Reason)
 	}
 	return passCheck("slot_record", "slot %s matches walbox's record (confirmed %s at %s)", d.slot, rec.ConfirmedLSN,
 		rec.ConfirmedAt.UTC().Format(time.RFC3339))

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -32,12 +34,27 @@ type Report struct {
 	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
 	// resharded; the fields above then describe the single slot, which may not exist.
 	Shards []Set `json:"shard_sets,omitempty"`
+	// Stopped is the stop walbox run recorded on the slot, where only walbox recover gets past;
+	// nil if none.
+	Stopped *Stop `json:"stopped,omitempty"`
 	// Relay is what the running relay reports at its /status, when it can be reached.
 	Relay      *Relay `json:"relay,omitempty"`
 	RelayError string `json:"relay_error,omitempty"`
 
 	problems []string // a shard slot missing or lost, a shard mismatch
 }
+
+// Stop is a stop walbox run recorded: where (everything committed up to LSN was delivered), when,
+// why, and the command that gets past it.
+type Stop struct {
+	LSN    string    `json:"lsn"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+	WayOut string    `json:"way_out"`
+}
+
+// wayOut is the command that gets past a recorded stop (replication.WayOut).
+const wayOut = "walbox recover --force"
 
 // Query names what to read: the settings `walbox run` uses.
 type Query struct {
@@ -58,6 +75,9 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 		return r, err
 	}
 	r.MessagePrefix, r.EmitFunction = emit.Prefix, emit.Exists
+	if r.Stopped, err = readStop(ctx, conn, q); err != nil {
+		return r, err
+	}
 	layout, err := shard.ReadLayout(ctx, conn, q.Table, shard.Set{Slot: q.Slot, Publication: q.Publication})
 	if err != nil {
 		return r, err
@@ -65,8 +85,22 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 	return r, r.readShards(ctx, conn, layout)
 }
 
+// readStop reads the stop recorded for the slot, if any, from the registry in the outbox table's
+// schema.
+func readStop(ctx context.Context, conn *pgx.Conn, q Query) (*Stop, error) {
+	reg := registry.New(conn, q.Table.Schema)
+	if ok, err := reg.Exists(ctx); err != nil || !ok {
+		return nil, err
+	}
+	rec, ok, err := reg.Get(ctx, q.Slot)
+	if err != nil || !ok || !rec.Stop.Stopped() {
+		return nil, err
+	}
+	return &Stop{LSN: rec.Stop.LSN.String(), At: rec.Stop.At, Reason: rec.Stop.Reason, WayOut: wayOut}, nil
+}
+
 // Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
-// the slot invalidated, and if requireRelay, a relay that does not answer at relayURL or is
+// the slot invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
 // neither streaming nor a standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	switch {
@@ -74,6 +108,9 @@ func (r Report) Verdict(requireRelay bool, relayURL string) error {
 		return errors.New(strings.Join(r.problems, "; "))
 	case !r.Exists && r.Shards == nil:
 		return fmt.Errorf("slot %s does not exist", r.Slot)
+	case r.Stopped != nil:
+		return fmt.Errorf("walbox run stopped on slot %s at %s and refuses it until `%s`: %s",
+			r.Slot, r.Stopped.LSN, r.Stopped.WayOut, r.Stopped.Reason)
 	case requireRelay && r.Relay == nil:
 		return fmt.Errorf("relay not reachable at %s", relayURL)
 	case requireRelay && r.Relay.State != "streaming" && r.Relay.State != "standby":
