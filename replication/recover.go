@@ -34,7 +34,8 @@ type RecoverConfig struct {
 	AcceptLoss bool
 	// Force recovers although the slot continues from the record: for rows the publication did
 	// not cover (a table swapped in by renames, the publication dropped or altered), which no
-	// slot decoded.
+	// slot decoded, or that the slot cannot decode. A stop walbox run recorded (registry.Stop)
+	// is a gap without it.
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)

@@ -13,7 +13,8 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
-const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, in keep-rows retention: " +
+const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
+	"(walbox status and walbox doctor show such a stop), in keep-rows retention: " +
 	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
 	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
 	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
@@ -29,7 +30,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	acceptLoss := c.s.addBool("accept-loss", "", "false",
 		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
 	force := c.s.addBool("force", "", "false",
-		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
+		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered) "+
+			"or the slot cannot decode (a column renamed and renamed back); a stop walbox run recorded needs no --force, but takes it")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err

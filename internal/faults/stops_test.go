@@ -35,9 +35,7 @@ func TestUndoneRenameStopNamesItsWayOut(t *testing.T) {
 		}
 		renamed = append(renamed, id)
 	}
-	if code := r.Wait(time.Minute); code == 0 {
-		t.Fatalf("walbox run exited 0 on a renamed event_type:\n%s", testenv.Tail(r.Output(), 20))
-	}
+	w.expectNamedStop(r, `no column "event_type"`)
 	w.exec("ALTER TABLE outbox RENAME COLUMN kind TO event_type")
 	if err := cw.Tx(t.Context(), 10); err != nil {
 		t.Fatal(err)
@@ -56,9 +54,7 @@ func TestRecreatedPublicationStopNamesItsWayOut(t *testing.T) {
 	if err := cw.Tx(t.Context(), 10); err != nil {
 		t.Fatal(err)
 	}
-	if code := r.Wait(time.Minute); code == 0 {
-		t.Fatalf("walbox run exited 0 on a dropped publication:\n%s", testenv.Tail(r.Output(), 20))
-	}
+	w.expectNamedStop(r, "publication")
 	w.exec("CREATE PUBLICATION walbox FOR TABLE outbox WITH (publish = 'insert')")
 	if err := cw.Tx(t.Context(), 10); err != nil {
 		t.Fatal(err)
@@ -70,6 +66,21 @@ func TestRecreatedPublicationStopNamesItsWayOut(t *testing.T) {
 const wayOut = "walbox recover --force"
 
 var stoppedAt = regexp.MustCompile(`stopped at (\d+/[0-9A-F]+)`)
+
+// expectNamedStop waits for the relay r to stop, and checks that its error names the cause, the
+// way out and the real position up to which everything was delivered.
+func (w *world) expectNamedStop(r *relay, cause string) {
+	w.t.Helper()
+	code := r.Wait(time.Minute)
+	out := r.Output()
+	m := stoppedAt.FindStringSubmatch(out)
+	if code == 0 || !strings.Contains(out, cause) || !strings.Contains(out, wayOut) || m == nil || m[1] == "0/0" ||
+		strings.Contains(out, "at 0/0 ") {
+		w.t.Fatalf("walbox run exited %d; want non-zero, %q, %q and real positions (stopped at ...):\n%s",
+			code, cause, wayOut, testenv.Tail(out, 20))
+	}
+	w.t.Logf("walbox run, stopping:\n%s", testenv.Tail(out, 1))
+}
 
 // expectWayOut checks what every command says of a stop that only walbox recover gets past, with
 // its cause put right: walbox run stops naming the way out and a real position, walbox doctor
@@ -87,6 +98,7 @@ func (w *world) expectWayOut(v *checker.Verifier, cw *checker.Writer, extra []st
 		t.Fatalf("walbox run exited %d; want non-zero, %q, %q and a real position (stopped at ...):\n%s",
 			code, cause, wayOut, testenv.Tail(out, 20))
 	}
+	t.Logf("walbox run:\n%s", testenv.Tail(out, 2))
 	recorded := w.lsn("SELECT confirmed_lsn::text FROM walbox_slots WHERE slot_name = $1", w.slot)
 	if m[1] != recorded.String() {
 		t.Errorf("walbox run says it stopped at %s; walbox recorded %s", m[1], recorded)
@@ -97,10 +109,12 @@ func (w *world) expectWayOut(v *checker.Verifier, cw *checker.Writer, extra []st
 	if code == 0 || !strings.Contains(out, "FAIL") || !strings.Contains(out, wayOut) || !strings.Contains(out, m[1]) {
 		t.Errorf("walbox doctor exited %d; want a failure naming %q and %s:\n%s", code, wayOut, m[1], out)
 	}
+	t.Logf("walbox doctor (exit %d):\n%s", code, out)
 	out, code = w.walbox(nil, "status")
 	if code == 0 || !strings.Contains(out, "stopped") || !strings.Contains(out, wayOut) {
 		t.Errorf("walbox status exited %d; want non-zero and the stop with %q:\n%s", code, wayOut, out)
 	}
+	t.Logf("walbox status (exit %d):\n%s", code, out)
 
 	lost := checker.Check(cw.Committed(), v.Deliveries()).Lost + len(extra)
 	if lost == 0 {
@@ -111,6 +125,7 @@ func (w *world) expectWayOut(v *checker.Verifier, cw *checker.Writer, extra []st
 	if code != 0 || n == nil || !strings.Contains(out, "stopped") {
 		t.Fatalf("walbox recover --dry-run exited %d; want 0, the stop and a count:\n%s", code, out)
 	}
+	t.Logf("walbox recover --dry-run (%d rows missing from the queue):\n%s", lost, out)
 	if got, _ := strconv.Atoi(n[1]); got < lost {
 		t.Errorf("walbox recover --dry-run counts %d rows, fewer than the %d missing from the queue:\n%s", got, lost, out)
 	}
