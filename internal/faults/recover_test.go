@@ -47,6 +47,10 @@ func TestRecoverReplacedSlot(t *testing.T) {
 	w.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", w.slot)
 	r.Signal(syscall.SIGCONT)
 	w.expectRefusal(r, "ahead of")
+	// walbox status agrees with walbox run.
+	if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "ahead of") || !strings.Contains(out, "walbox recover") {
+		t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the gap and walbox recover:\n%s", code, out)
+	}
 	w.recoverAndContinue(v, wr, "ahead at")
 }
 

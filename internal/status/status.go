@@ -41,7 +41,7 @@ type Report struct {
 	Relay      *Relay `json:"relay,omitempty"`
 	RelayError string `json:"relay_error,omitempty"`
 
-	problems []string // a shard slot missing or lost, a shard mismatch
+	problems []string // a shard slot missing or lost, a shard mismatch, the slot ahead of its record
 }
 
 // Stop is a stop walbox run recorded: where (everything committed up to LSN was delivered), when,
@@ -75,7 +75,7 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 		return r, err
 	}
 	r.MessagePrefix, r.EmitFunction = emit.Prefix, emit.Exists
-	if r.Stopped, err = readStop(ctx, conn, q); err != nil {
+	if err := r.readRecord(ctx, conn, q, sl); err != nil {
 		return r, err
 	}
 	layout, err := shard.ReadLayout(ctx, conn, q.Table, shard.Set{Slot: q.Slot, Publication: q.Publication})
@@ -85,22 +85,31 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 	return r, r.readShards(ctx, conn, layout)
 }
 
-// readStop reads the stop recorded for the slot, if any, from the registry in the outbox table's
-// schema.
-func readStop(ctx context.Context, conn *pgx.Conn, q Query) (*Stop, error) {
+// readRecord holds the slot against walbox's record of it in the outbox table's schema, as
+// walbox run does: a stop recorded on it, or a slot ahead of the record (recreated or advanced
+// behind walbox's back), is one that run refuses.
+func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl inspect.Slot) error {
 	reg := registry.New(conn, q.Table.Schema)
 	if ok, err := reg.Exists(ctx); err != nil || !ok {
-		return nil, err
+		return err
 	}
 	rec, ok, err := reg.Get(ctx, q.Slot)
-	if err != nil || !ok || !rec.Stop.Stopped() {
-		return nil, err
+	if err != nil || !ok {
+		return err
 	}
-	return &Stop{LSN: rec.Stop.LSN.String(), At: rec.Stop.At, Reason: rec.Stop.Reason, WayOut: wayOut}, nil
+	if rec.Stop.Stopped() {
+		r.Stopped = &Stop{LSN: rec.Stop.LSN.String(), At: rec.Stop.At, Reason: rec.Stop.Reason, WayOut: wayOut}
+	}
+	if sl.Exists && sl.ConfirmedFlush > rec.ConfirmedLSN {
+		r.problems = append(r.problems, fmt.Sprintf("slot %s is at %s, ahead of %s, the last position walbox recorded: "+
+			"it was recreated or advanced behind walbox's back, and walbox run refuses it; run `walbox recover`",
+			q.Slot, sl.ConfirmedFlush, rec.ConfirmedLSN))
+	}
+	return nil
 }
 
 // Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
-// the slot invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
+// ahead of its record or invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
 // neither streaming nor a standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	switch {
