@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/walbox/walbox/decoder"
@@ -50,8 +51,24 @@ func (r *Relay) noteStop(w *watch, err error) error {
 			"slot", r.cfg.Slot, "error", rerr)
 	}
 	return fatal(fmt.Errorf("%w. walbox stopped at %s: everything committed up to it was delivered, and the slot "+
-		"cannot deliver what follows. Put the cause right, then run `%s` (add --dry-run first to count the rows it "+
-		"republishes from the outbox table), then start walbox run", err, rec.ConfirmedLSN, WayOut))
+		"cannot deliver what follows. %s, then run `%s` (add --dry-run first to count the rows it "+
+		"republishes from the outbox table), then start walbox run", err, rec.ConfirmedLSN, r.putRight(err), WayOut))
+}
+
+// putRight says how to put the cause of the stop err right.
+func (r *Relay) putRight(err error) string {
+	switch {
+	case errors.Is(err, decoder.ErrSchemaDrift):
+		return "Give the outbox table the columns its mapping names again (rename the column back), or map the new names"
+	case errors.Is(err, ErrNoPublication) && r.cfg.Shards == 0:
+		tables := make([]string, len(r.cfg.Mappings))
+		for i, m := range r.cfg.Mappings {
+			tables[i] = m.Table.Quoted()
+		}
+		return fmt.Sprintf("Create the publication again (CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'))",
+			quoteIdent(r.cfg.Publication), strings.Join(tables, ", "))
+	}
+	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
 }
 
 // StopError describes a recorded stop: where, when and why walbox stopped, and the way out.
