@@ -193,6 +193,18 @@ func TestRecoverRefusals(t *testing.T) {
 		}
 		expect(0, "no gap", nil)
 	})
+	t.Run("recorded on another server: run, doctor and recover agree", func(t *testing.T) {
+		w := w.in(t)
+		w.exec("UPDATE walbox_slots SET system_identifier = '1' WHERE slot_name = $1", w.slot)
+		w.expectRefusal(w.startRelay(), "system identifier 1")
+		if out, code := w.walbox(nil, "doctor"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox doctor exited %d on a slot walbox run refuses; want a failure naming the other server:\n%s", code, out)
+		}
+		expect(1, "--all-rows", nil, "--dry-run")
+		expect(0, "on another system", nil, "--dry-run", "--all-rows")
+		expect(0, "republished", nil, "--all-rows")
+		expect(0, "no gap", nil)
+	})
 	t.Run("no record: nothing to recover from", func(t *testing.T) {
 		expect(1, "no record of slot", []string{"WALBOX_SLOT=never_recorded"})
 	})
