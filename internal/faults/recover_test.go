@@ -193,12 +193,15 @@ func TestRecoverRefusals(t *testing.T) {
 		}
 		expect(0, "no gap", nil)
 	})
-	t.Run("recorded on another server: run, doctor and recover agree", func(t *testing.T) {
+	t.Run("recorded on another server: run, doctor, status and recover agree", func(t *testing.T) {
 		w := w.in(t)
 		w.exec("UPDATE walbox_slots SET system_identifier = '1' WHERE slot_name = $1", w.slot)
 		w.expectRefusal(w.startRelay(), "system identifier 1")
 		if out, code := w.walbox(nil, "doctor"); code == 0 || !strings.Contains(out, "system identifier 1") {
 			t.Errorf("walbox doctor exited %d on a slot walbox run refuses; want a failure naming the other server:\n%s", code, out)
+		}
+		if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the other server:\n%s", code, out)
 		}
 		expect(1, "--all-rows", nil, "--dry-run")
 		expect(0, "on another system", nil, "--dry-run", "--all-rows")

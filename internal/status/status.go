@@ -100,6 +100,10 @@ func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl ins
 	if rec.Stop.Stopped() {
 		r.Stopped = &Stop{LSN: rec.Stop.LSN.String(), At: rec.Stop.At, Reason: rec.Stop.Reason, WayOut: wayOut}
 	}
+	if sys := systemID(ctx, conn); sys != "" && sys != rec.SystemID {
+		r.problems = append(r.problems, fmt.Sprintf("slot %s was recorded on the server with system identifier %s, but this "+
+			"server is %s (a restore or a new cluster), and walbox run refuses it; run `walbox recover`", q.Slot, rec.SystemID, sys))
+	}
 	if sl.Exists && sl.ConfirmedFlush > rec.ConfirmedLSN {
 		r.problems = append(r.problems, fmt.Sprintf("slot %s is at %s, ahead of %s, the last position walbox recorded: "+
 			"it was recreated or advanced behind walbox's back, and walbox run refuses it; run `walbox recover`",
@@ -108,8 +112,22 @@ func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl ins
 	return nil
 }
 
+// systemID returns the server's system identifier, or "" where the role may not read it.
+func systemID(ctx context.Context, conn *pgx.Conn) string {
+	var id string
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := tx.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&id); err != nil {
+		return ""
+	}
+	return id
+}
+
 // Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
-// ahead of its record or invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
+// ahead of its record, recorded on another server or invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
 // neither streaming nor a standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	switch {
