@@ -96,7 +96,8 @@ func New(maps ...wire.Mapping) *Decoder {
 
 // Decode decodes one pgoutput (protocol version 1) message: the payload of one XLogData
 // message, starting at the message type byte. lsn is the XLogData's WALStart; it only labels
-// errors. Decode never panics, never retains data, and every error it returns is an *Error.
+// errors (a zero lsn by the commit LSN of the transaction being decoded). Decode never panics,
+// never retains data, and every error it returns is an *Error.
 func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	ev, err := d.decode(data)
 	if err == nil {
@@ -105,6 +106,11 @@ func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = &Error{Err: err}
+	}
+	if lsn == 0 {
+		// The walsender sends a Relation message without a position: the transaction's commit
+		// LSN names where it failed instead.
+		lsn = d.finalLSN
 	}
 	e.LSN = lsn
 	return Event{}, e

@@ -94,4 +94,9 @@
 // unconfirmed messages are sent again, in order. Delivery is therefore at least once. Errors
 // that retrying cannot fix (wal_level, a publication that no longer covers a table, a slot that
 // is missing though recorded or ahead of its record, a column the mapping needs gone) end Run.
+// Of those, the ones the slot cannot get past even once the cause is put right (a column renamed
+// in the WAL, the publication dropped or changed after this process checked it) are recorded in
+// the registry as the slot's stop (stop.go): every later run refuses the slot, walbox doctor and
+// walbox status report the stop, and walbox recover, which republishes the rows from the outbox
+// table, clears it.
 package replication

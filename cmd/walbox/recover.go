@@ -11,7 +11,8 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
-const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, in keep-rows retention: " +
+const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
+	"(walbox status and walbox doctor show such a stop), in keep-rows retention: " +
 	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
 	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
 	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
@@ -27,7 +28,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	acceptLoss := c.s.addBool("accept-loss", "", "false",
 		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
 	force := c.s.addBool("force", "", "false",
-		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
+		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered) "+
+			"or the slot cannot decode (a column renamed and renamed back); a stop walbox run recorded needs no --force, but takes it")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -135,7 +137,10 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 	switch g.State {
 	case replication.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
-		if !g.None() {
+		switch {
+		case r.Stop.Stopped():
+			state += "; replaced, since walbox run stopped on it"
+		case !g.None():
 			state += "; replaced on request (--force)"
 		}
 	case replication.SlotMissing:
@@ -148,6 +153,9 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
 	}
 	fmt.Fprintf(w, "  slot                    %s\n", state)
+	if r.Stop.Stopped() {
+		fmt.Fprintf(w, "  stopped                 at %s (%s): %s\n", r.Stop.LSN, r.Stop.At.UTC().Format(time.RFC3339), r.Stop.Reason)
+	}
 }
 
 func showCounts(w io.Writer, g replication.Gap, counts []replication.Count) {

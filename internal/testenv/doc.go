@@ -101,6 +101,8 @@
 //     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
+//     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
+//     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestEmittedMessageIsTheRowOnTheWire
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
