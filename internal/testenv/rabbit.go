@@ -40,6 +40,7 @@ type Rabbit struct {
 	tlsPort  int
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
+	conf   string // lines added to rabbitmq.conf (StartRabbitConf)
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -63,6 +64,23 @@ func StartRabbit(tb testing.TB) *Rabbit {
 	}
 	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
 	r, err := startRabbit(nil)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
+// "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
+// external mode it skips.
+func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbitWith(nil, UniqueName("cookie"), conf)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -127,8 +145,12 @@ func rabbitBin(name string) string {
 func startRabbit(certs *Certs) (*Rabbit, error) { return startRabbitNode(certs, UniqueName("cookie")) }
 
 // startRabbitNode starts a node with the given Erlang cookie.
-func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie}
+func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) { return startRabbitWith(certs, cookie, "") }
+
+// startRabbitWith starts a node with the given Erlang cookie and extra rabbitmq.conf lines.
+func startRabbitWith(certs *Certs, cookie, conf string) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
+		conf: conf}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -218,7 +240,10 @@ func (r *Rabbit) logTail() string { return logTail(r.startupLog(), r.nodeLog()) 
 
 // writeConf writes rabbitmq.conf, with the TLS listener when there is one.
 func (r *Rabbit) writeConf() error {
-	conf := rabbitConf
+	conf := rabbitConf + r.conf
+	if conf != "" && !strings.HasSuffix(conf, "\n") {
+		conf += "\n"
+	}
 	if r.tls != nil {
 		conf += fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\n", r.tlsPort) +
 			"ssl_options.cacertfile = " + r.tls.CAFile + "\n" +

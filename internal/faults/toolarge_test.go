@@ -1,0 +1,133 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// A row the broker refuses for its size (RabbitMQ 4.0's max_message_size is 16 MiB; here a node
+// set to 1 MiB, with walbox's own limit above it) closes the channel with a 406. walbox works out
+// which row it was, parks it with the broker's reason, and delivers the rows after it, in order.
+// The slot passes the row once its parked copy is confirmed. A new process, which remembers
+// nothing, meets the same refusal and parks the next such row the same way.
+func TestRowsTheBrokerRefusesForSizeAreParked(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	const big = 2 << 20
+
+	// Written before the relay starts, so that the refused row is one of several in flight.
+	var want []string
+	small := func(tx pgx.Tx) {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.created', '{}')`, id); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	large := func(tx pgx.Tx) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.huge', jsonb_build_object('x', repeat('y', $2)))`, id, big); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	w.inTx(func(tx pgx.Tx) { small(tx); small(tx); small(tx) })
+	var first string
+	w.inTx(func(tx pgx.Tx) { small(tx); first = large(tx); small(tx) })
+	w.inTx(func(tx pgx.Tx) { small(tx); small(tx); small(tx) })
+	end := w.walLSN()
+
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	got := w.uniqueIDs(len(want), time.Minute)
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	w.expectParkedTooLarge(first)
+	waitFor(t, 30*time.Second, "the slot past the refused row", func() bool { return w.confirmedLSN() >= end })
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
+	}
+
+	// A new process: the refused row and the row after it are written while none runs.
+	want = want[:0]
+	var second string
+	w.inTx(func(tx pgx.Tx) { second = large(tx); small(tx) })
+	r = w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	if got := w.uniqueIDs(len(want), time.Minute); !slices.Equal(got, want) {
+		t.Fatalf("after a restart, delivered %v, want %v", got, want)
+	}
+	w.expectParkedTooLarge(second)
+	if !strings.Contains(r.Output(), "refused a message for its size") {
+		t.Errorf("no log line about the refusal:\n%s", r.Output())
+	}
+}
+
+// inTx runs f in one transaction of the world's connection and commits it.
+func (w *world) inTx(f func(tx pgx.Tx)) {
+	w.t.Helper()
+	tx, err := w.conn.Begin(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	f(tx)
+	if err := tx.Commit(context.Background()); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// uniqueIDs consumes the world's queue until n distinct message ids arrived, and returns them in
+// the order of their first delivery: a row sent again (at least once) counts once.
+func (w *world) uniqueIDs(n int, timeout time.Duration) []string {
+	w.t.Helper()
+	conn, ch := dialAMQP(w.t, w.rabbit.URL())
+	defer conn.Close()
+	var ids []string
+	waitFor(w.t, timeout, fmt.Sprintf("%d messages", n), func() bool {
+		for {
+			d, ok, err := ch.Get(w.queue, true)
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			if !ok {
+				return len(ids) >= n
+			}
+			if !slices.Contains(ids, d.MessageId) {
+				ids = append(ids, d.MessageId)
+			}
+		}
+	})
+	return ids
+}
+
+// expectParkedTooLarge checks that the park queue holds exactly the row id, without its payload,
+// with the broker's reason.
+func (w *world) expectParkedTooLarge(id string) {
+	w.t.Helper()
+	var parked []amqp.Delivery
+	waitFor(w.t, 30*time.Second, "the parked row", func() bool {
+		w.eachInQueue(w.exchange+".parked", func(d amqp.Delivery) { parked = append(parked, d) })
+		return len(parked) > 0
+	})
+	if len(parked) != 1 || parked[0].MessageId != id {
+		w.t.Fatalf("parked %d messages (first %q), want only %s", len(parked), parked[0].MessageId, id)
+	}
+	reason := fmt.Sprint(parked[0].Headers["x-walbox-reason"])
+	if !strings.Contains(reason, "larger than configured max size 1048576") {
+		w.t.Errorf("parked with reason %q, want the broker's", reason)
+	}
+	if len(parked[0].Body) != 0 {
+		w.t.Errorf("parked with a body of %d bytes, which the broker refuses", len(parked[0].Body))
+	}
+}
