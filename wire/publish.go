@@ -60,6 +60,8 @@ type TooLargeError struct {
 	Err    error  // the broker's error
 }
 
-func (e *TooLargeError) Error() string { return "the broker refused a message for its size: " + e.Reason }
+func (e *TooLargeError) Error() string {
+	return "the broker refused a message for its size: " + e.Reason
+}
 
 func (e *TooLargeError) Unwrap() error { return e.Err }

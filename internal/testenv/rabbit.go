@@ -145,7 +145,9 @@ func rabbitBin(name string) string {
 func startRabbit(certs *Certs) (*Rabbit, error) { return startRabbitNode(certs, UniqueName("cookie")) }
 
 // startRabbitNode starts a node with the given Erlang cookie.
-func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) { return startRabbitWith(certs, cookie, "") }
+func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
+	return startRabbitWith(certs, cookie, "")
+}
 
 // startRabbitWith starts a node with the given Erlang cookie and extra rabbitmq.conf lines.
 func startRabbitWith(certs *Certs, cookie, conf string) (*Rabbit, error) {
