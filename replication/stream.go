@@ -198,7 +198,12 @@ func (s *stream) handleFrame() error {
 	s.frames[s.next] = frame{}
 	s.next++
 	s.read = f.read
-	return s.handleCopyData(f.data)
+	err := s.handleCopyData(f.data)
+	if f.lent {
+		s.ev = decoder.Event{} // the payload shares the frame
+		s.reader.giveBack()
+	}
+	return err
 }
 
 // checkHeard fails the session when the server has been silent for longer than the silence

@@ -131,3 +131,53 @@ func (w *world) expectParkedTooLarge(id string) {
 		w.t.Errorf("parked with a body of %d bytes, which the broker refuses", len(parked[0].Body))
 	}
 }
+
+// Peak memory is bounded by the largest row, not by how many large rows wait in the slot: walbox's
+// high-water RSS (VmHWM) stays within twice the largest row plus a fixed base, for one row of 16
+// MiB, one of 64 MiB, and 200 rows of 4 MiB committed together. The figures are in
+// docs/bench/large-rows.md.
+func TestLargeRowsPeakMemory(t *testing.T) {
+	heavy(t)
+	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
+	// Without the race detector, whose shadow memory would be measured too.
+	t.Setenv("WALBOX_FAULTS_BIN", testenv.Build(t, "cmd/walbox"))
+	const base = 48 << 20
+	for _, tt := range []struct {
+		name       string
+		rows, size int
+	}{
+		{"one row of 16 MiB", 1, 16 << 20},
+		{"one row of 64 MiB", 1, 64 << 20},
+		{"200 rows of 4 MiB in one transaction", 200, 4 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// The queue keeps one message: the broker need not hold them all.
+			w := newWorldWith(t, pg, rabbit, "#", amqp.Table{"x-max-length": int32(1)})
+			w.inTx(func(tx pgx.Tx) {
+				// The payload is exactly size bytes: jsonb prints {"x": "..."} around the text.
+				if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+					SELECT 'order', '1', 'order.big', jsonb_build_object('x', repeat('y', $2)) FROM generate_series(1, $1)`,
+					tt.rows, tt.size-9); err != nil {
+					t.Fatal(err)
+				}
+			})
+			end := w.walLSN()
+			r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=" + fmt.Sprint(64<<20))
+			waitFor(t, 5*time.Minute, "the slot past the rows", func() bool { return w.confirmedLSN() >= end })
+			peak, err := r.peakRSS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := mustStatus(t, r)
+			t.Logf("SUMMARY %s rows=%d size_mib=%d peak_rss_mib=%.1f confirmed=%d parked=%d", t.Name(), tt.rows,
+				tt.size>>20, float64(peak)/(1<<20), st.Confirmed, st.Parked)
+			if st.Parked != 0 || st.Confirmed < uint64(tt.rows) {
+				t.Errorf("confirmed %d and parked %d, want %d confirmed", st.Confirmed, st.Parked, tt.rows)
+			}
+			if limit := int64(2*tt.size + base); peak > limit {
+				t.Errorf("peak RSS %.1f MiB, want at most %.1f MiB (twice the row plus %d MiB)",
+					float64(peak)/(1<<20), float64(limit)/(1<<20), base>>20)
+			}
+		})
+	}
+}
