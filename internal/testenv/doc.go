@@ -84,7 +84,9 @@
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
-//     TestRejectedMessagesAreParked, TestEmittedMessageIsTheRowOnTheWire
+//     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestEmittedMessageIsTheRowOnTheWire
+//   - memory: TestLargeRowsPeakMemory
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
@@ -96,7 +98,8 @@
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
 //   - shutdown: TestSIGTERMWithMessagesInFlight
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
-//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment
+//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
+//     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
