@@ -151,19 +151,28 @@ func TestLargeRowsPeakMemory(t *testing.T) {
 		{"200 rows of 4 MiB in one transaction", 200, 4 << 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			// The queue keeps one message: the broker need not hold them all.
-			w := newWorldWith(t, pg, rabbit, "#", amqp.Table{"x-max-length": int32(1)})
+			w := newWorld(t, pg, rabbit)
 			w.inTx(func(tx pgx.Tx) {
 				// The payload is exactly size bytes: jsonb prints {"x": "..."} around the text.
+				// Row g repeats the letter g % 26, so that a body holding another row's bytes shows.
 				if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-					SELECT 'order', '1', 'order.big', jsonb_build_object('x', repeat('y', $2)) FROM generate_series(1, $1)`,
-					tt.rows, tt.size-9); err != nil {
+					SELECT 'order', '1', 'order.big', jsonb_build_object('x', repeat(chr(65 + g % 26), $2))
+					FROM generate_series(0, $1 - 1) g`, tt.rows, tt.size-9); err != nil {
 					t.Fatal(err)
 				}
 			})
 			end := w.walLSN()
+			checked := w.consumeBodies(tt.rows, tt.size)
 			r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=" + fmt.Sprint(64<<20))
 			waitFor(t, 5*time.Minute, "the slot past the rows", func() bool { return w.confirmedLSN() >= end })
+			select {
+			case err := <-checked:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Error("the bodies did not all arrive")
+			}
 			peak, err := r.peakRSS()
 			if err != nil {
 				t.Fatal(err)
@@ -180,4 +189,43 @@ func TestLargeRowsPeakMemory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// consumeBodies consumes the world's queue as the rows arrive, so that the broker holds few, and
+// checks that the i-th body is the payload of row i: {"x": "..."} around size-9 times the letter
+// i % 26. The channel yields the first mismatch, or nil once n bodies passed.
+func (w *world) consumeBodies(n, size int) <-chan error {
+	w.t.Helper()
+	conn, ch := dialAMQP(w.t, w.rabbit.URL())
+	w.t.Cleanup(func() { conn.Close() })
+	if err := ch.Qos(2, 0, false); err != nil {
+		w.t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(w.queue, "", false, true, false, false, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := make(chan error, 1)
+	go func() {
+		for i := range n {
+			d, ok := <-deliveries
+			if !ok {
+				out <- fmt.Errorf("consumer closed after %d of %d bodies", i, n)
+				return
+			}
+			letter := string(rune('A' + i%26))
+			want := len(d.Body) == size && string(d.Body[:7]) == `{"x": "` && string(d.Body[size-2:]) == `"}` &&
+				strings.Count(string(d.Body[7:size-2]), letter) == size-9
+			if !want {
+				out <- fmt.Errorf("body %d: %d bytes starting %.12q, want %d bytes of %s", i, len(d.Body), d.Body, size, letter)
+				return
+			}
+			if err := d.Ack(false); err != nil {
+				out <- err
+				return
+			}
+		}
+		out <- nil
+	}()
+	return out
 }
