@@ -42,6 +42,7 @@ type Rabbit struct {
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
+	conf   string // lines added to rabbitmq.conf (StartRabbitConf)
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -93,6 +94,23 @@ func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
 		o(&cfg)
 	}
 	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg))
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
+// "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
+// external mode it skips.
+func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbitWith(nil, UniqueName("cookie"), "", conf)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -160,7 +178,14 @@ func startRabbit(certs *Certs) (*Rabbit, error) {
 
 // startRabbitNode starts a node with the given Erlang cookie, in root unless it is "".
 func startRabbitNode(certs *Certs, cookie, root string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie, root: root}
+	return startRabbitWith(certs, cookie, root, "")
+}
+
+// startRabbitWith starts a node with the given Erlang cookie, in root unless it is "", with extra
+// rabbitmq.conf lines.
+func startRabbitWith(certs *Certs, cookie, root, conf string) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
+		root: root, conf: conf}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -256,7 +281,10 @@ func (r *Rabbit) logTail() string { return logTail(r.startupLog(), r.nodeLog()) 
 
 // writeConf writes rabbitmq.conf, with the TLS listener when there is one.
 func (r *Rabbit) writeConf() error {
-	conf := rabbitConf
+	conf := rabbitConf + r.conf
+	if conf != "" && !strings.HasSuffix(conf, "\n") {
+		conf += "\n"
+	}
 	if r.tls != nil {
 		if r.root != "" {
 			return errors.New("a TLS node runs only on the machine's own RabbitMQ")
