@@ -40,7 +40,13 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 		return err
 	}
 	for _, f := range fns {
-		stmts := []string{"REVOKE EXECUTE ON FUNCTION " + f.sig + " FROM PUBLIC", "GRANT EXECUTE ON FUNCTION " + f.sig + " TO CURRENT_USER"}
+		var stmts []string
+		// A grant made by a role with the grant option survives a REVOKE by the owner: take the
+		// option back first, and with it (CASCADE) every grant made through it.
+		for _, g := range f.grantors {
+			stmts = append(stmts, "REVOKE GRANT OPTION FOR EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize()+" CASCADE")
+		}
+		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f.sig+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f.sig+" TO CURRENT_USER")
 		if relayRole != "" {
 			stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+f.sig+" TO "+pgx.Identifier{relayRole}.Sanitize())
 		}
@@ -71,11 +77,13 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	return nil
 }
 
-// recordFunction is one record function: its signature, quoted, and the roles to take EXECUTE
-// from (with a relay role: every grantee but the owner, the caller and the relay role).
+// recordFunction is one record function: its signature, quoted, the roles to take EXECUTE from
+// (with a relay role: every grantee but the owner, the caller and the relay role), and the roles
+// but the owner that may grant EXECUTE on.
 type recordFunction struct {
-	sig    string
-	others []string
+	sig      string
+	others   []string
+	grantors []string
 }
 
 func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]recordFunction, error) {
@@ -83,7 +91,9 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 			ARRAY(SELECT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
 				WHERE a.privilege_type = 'EXECUTE' AND $3 <> ''
 				  AND a.grantee <> p.proowner AND r.rolname <> current_user AND r.rolname <> $3
-				ORDER BY 1)
+				ORDER BY 1),
+			ARRAY(SELECT DISTINCT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
+				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner ORDER BY 1)
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = $1 AND p.proname = ANY($2)
 		ORDER BY 1, 2`, schema, RecordFunctions, relayRole)
@@ -94,11 +104,11 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 	var fns []recordFunction
 	for rows.Next() {
 		var name, args string
-		var others []string
-		if err := rows.Scan(&name, &args, &others); err != nil {
+		var others, grantors []string
+		if err := rows.Scan(&name, &args, &others, &grantors); err != nil {
 			return nil, fmt.Errorf("read the record functions: %w", err)
 		}
-		fns = append(fns, recordFunction{sig: pgx.Identifier{schema, name}.Sanitize() + "(" + args + ")", others: others})
+		fns = append(fns, recordFunction{sig: pgx.Identifier{schema, name}.Sanitize() + "(" + args + ")", others: others, grantors: grantors})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the record functions: %w", err)

@@ -16,6 +16,7 @@ type recordFunction struct {
 	public bool     // PUBLIC may execute it (a NULL proacl is PostgreSQL's default: it may)
 	relay  bool     // the relay's role may execute it
 	others []string // other roles granted EXECUTE: neither the owner, a member of it, a superuser nor the relay's role
+	grant  []string // roles but those that may grant EXECUTE to others (the relay's role included)
 }
 
 // rightsCheck checks that only the owner and the relay's role (doctor's own unless --relay-role
@@ -51,13 +52,16 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		return warnCheck(name, "run `walbox migrate --relay-role "+shellWord(relay)+"` as the outbox table's owner",
 			"the functions that record walbox's slots are not in schema %s", reg.Schema())
 	}
-	var public, others, denied []string
+	var public, others, grant, denied []string
 	for _, fn := range fns {
 		if fn.public {
 			public = append(public, fn.name)
 		}
 		if len(fn.others) > 0 {
 			others = append(others, fmt.Sprintf("%s (%s)", fn.name, strings.Join(fn.others, ", ")))
+		}
+		if len(fn.grant) > 0 {
+			grant = append(grant, fmt.Sprintf("%s (%s)", fn.name, strings.Join(fn.grant, ", ")))
 		}
 		if !fn.relay {
 			denied = append(denied, fn.name)
@@ -70,6 +74,9 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	}
 	if len(others) > 0 {
 		problems = append(problems, "roles other than the owner and "+relay+" may execute "+strings.Join(others, ", "))
+	}
+	if len(grant) > 0 {
+		problems = append(problems, "roles may grant EXECUTE on "+strings.Join(grant, ", ")+" to any other role")
 	}
 	if len(denied) > 0 {
 		problems = append(problems, "role "+relay+" may not execute "+strings.Join(denied, ", ")+": walbox run refuses to start")
@@ -88,6 +95,10 @@ func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay stri
 			ARRAY(SELECT r.rolname::text FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
 				WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND r.rolname <> $3
 				  AND NOT r.rolsuper AND NOT pg_has_role(r.oid, p.proowner, 'MEMBER')
+				ORDER BY 1),
+			ARRAY(SELECT DISTINCT r.rolname::text FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
+				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner
+				  AND NOT r.rolsuper AND NOT pg_has_role(r.oid, p.proowner, 'MEMBER')
 				ORDER BY 1)
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = $1 AND p.proname = ANY($2)
@@ -99,7 +110,7 @@ func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay stri
 	var fns []recordFunction
 	for rows.Next() {
 		var fn recordFunction
-		if err := rows.Scan(&fn.name, &fn.public, &fn.relay, &fn.others); err != nil {
+		if err := rows.Scan(&fn.name, &fn.public, &fn.relay, &fn.others, &fn.grant); err != nil {
 			return nil, fmt.Errorf("read the rights on the record functions: %w", err)
 		}
 		fns = append(fns, fn)

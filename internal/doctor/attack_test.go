@@ -1,0 +1,74 @@
+package doctor_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/doctor"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/registry"
+)
+
+// A role that may CREATE in the outbox schema adds overloads of the record functions that take
+// text where walbox passes an integer. walbox must still call its own functions: the overloads
+// would run with the relay's rights, and so could move the record for a role that may not.
+func TestRecordCallsIgnoreOverloads(t *testing.T) {
+	e := setup(t)
+	attacker := pgx.Identifier{roleOf(t, e.roleURL(t, "LOGIN"))}.Sanitize()
+	e.pg.Exec(t, e.db, "GRANT CREATE ON SCHEMA public TO "+attacker)
+	e.pg.Exec(t, e.db, "SET ROLE "+attacker+`;
+		CREATE FUNCTION public.walbox_slot_confirm(text, text, pg_lsn, xid8) RETURNS pg_lsn
+			LANGUAGE sql AS $$ SELECT 'FF/FFFFFFFF'::pg_lsn $$;
+		CREATE FUNCTION public.walbox_slot_register(text, text, text, text, pg_lsn, pg_lsn, xid8) RETURNS boolean
+			LANGUAGE sql AS $$ SELECT true $$`)
+	store := registry.New(e.pg.Conn(t, e.db), "public")
+	ctx := t.Context()
+	rec, ok, err := store.Get(ctx, e.cfg.Slot)
+	if err != nil || !ok {
+		t.Fatalf("record of slot %s: found %v, %v", e.cfg.Slot, ok, err)
+	}
+	if got, err := store.Confirm(ctx, e.cfg.Slot, 1, rec.ConfirmedLSN, 0); err != nil || got != rec.ConfirmedLSN {
+		t.Errorf("Confirm(%s) = %s, %v: want %s from walbox's own function", rec.ConfirmedLSN, got, err, rec.ConfirmedLSN)
+	}
+	added, err := store.Register(ctx, registry.Record{Slot: "other", SystemID: "1", Timeline: 1, Origin: "created",
+		ConfirmedLSN: pglogrepl.LSN(1)})
+	if _, found, _ := store.Get(ctx, "other"); err != nil || !added || !found {
+		t.Errorf("Register(other) = %v, %v, recorded %v: want walbox's own function to record it", added, err, found)
+	}
+}
+
+// A relay role granted EXECUTE WITH GRANT OPTION fails doctor, and passed it on to another role.
+// The owner's REVOKE does not reach a grant the relay made: `walbox migrate --relay-role` takes
+// the option back with every grant made through it, and doctor passes.
+func TestMigrateTakesBackGrantsMadeByTheRelay(t *testing.T) {
+	e := setup(t)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	attackerURL := e.roleURL(t, "LOGIN")
+	attacker := roleOf(t, attackerURL)
+	const confirm = "public.walbox_slot_confirm(text, integer, pg_lsn, xid8)"
+	e.pg.Exec(t, e.db, "GRANT EXECUTE ON FUNCTION "+confirm+" TO "+pgx.Identifier{relay}.Sanitize()+" WITH GRANT OPTION")
+	cfg := e.cfg
+	cfg.RelayRole = relay
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "fail" ||
+		!strings.Contains(c.Message, "may grant EXECUTE on walbox_slot_confirm ("+relay+")") {
+		t.Errorf("record_rights with the relay's grant option: %s %q: want a failure naming %s", c.Status, c.Message, relay)
+	}
+	e.pg.Exec(t, e.db, "SET ROLE "+pgx.Identifier{relay}.Sanitize()+"; GRANT EXECUTE ON FUNCTION "+confirm+" TO "+
+		pgx.Identifier{attacker}.Sanitize())
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "fail" || !strings.Contains(c.Message, attacker) {
+		t.Errorf("record_rights with a grant made by the relay: %s %q: want a failure naming %s", c.Status, c.Message, attacker)
+	}
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatalf("migrate --relay-role %s: %v", relay, err)
+	}
+	_, err := e.pg.Conn(t, attackerURL).Exec(t.Context(), "SELECT "+strings.Replace(confirm, "(text, integer, pg_lsn, xid8)",
+		"('"+e.cfg.Slot+"', 1, 'FF/FFFFFFFF', NULL)", 1))
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("walbox_slot_confirm as %s after migrate --relay-role %s: error %v, want permission denied", attacker, relay, err)
+	}
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights after migrate: %s %q, want pass", c.Status, c.Message)
+	}
+}
