@@ -59,6 +59,9 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 			}
 		}
 	}
+	if err := restrictTable(ctx, tx, schema); err != nil {
+		return err
+	}
 	// A role that neither owns the functions nor is a superuser gets a warning, not an error, from
 	// REVOKE: make it one.
 	var still []string
@@ -114,4 +117,41 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 		return nil, fmt.Errorf("read the record functions: %w", err)
 	}
 	return fns, nil
+}
+
+// recordWriters lists the grantees (PUBLIC as such, others quoted) of any right on walbox_slots in
+// schema, or on one of its columns, but SELECT and the owner's own.
+const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+	FROM pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
+		SELECT t.attacl FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
+	CROSS JOIN LATERAL aclexplode(acl.acl) a
+	WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
+	ORDER BY 1)`
+
+// restrictTable takes every right on walbox_slots but SELECT from every role but the owner:
+// writing the record moves it past a gap as surely as the functions, and a trigger on it would run
+// with the owner's rights inside them. Default privileges may have granted such rights.
+func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
+	var grantees []string
+	if err := tx.QueryRow(ctx, recordWriters, schema).Scan(&grantees); err != nil {
+		return fmt.Errorf("read the rights on walbox_slots: %w", err)
+	}
+	table := pgx.Identifier{schema, "walbox_slots"}.Sanitize()
+	for _, g := range grantees {
+		if _, err := tx.Exec(ctx, "REVOKE ALL ON TABLE "+table+" FROM "+g+" CASCADE"); err != nil {
+			return fmt.Errorf("restrict %s: %w", table, err)
+		}
+	}
+	if len(grantees) > 0 {
+		if _, err := tx.Exec(ctx, "GRANT SELECT ON TABLE "+table+" TO PUBLIC"); err != nil {
+			return fmt.Errorf("restrict %s: %w", table, err)
+		}
+	}
+	if err := tx.QueryRow(ctx, recordWriters, schema).Scan(&grantees); err != nil {
+		return fmt.Errorf("read the rights on walbox_slots: %w", err)
+	}
+	if len(grantees) > 0 {
+		return fmt.Errorf("%s may still write %s: run walbox migrate as its owner", strings.Join(grantees, ", "), table)
+	}
+	return nil
 }

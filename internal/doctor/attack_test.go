@@ -72,3 +72,42 @@ func TestMigrateTakesBackGrantsMadeByTheRelay(t *testing.T) {
 		t.Errorf("record_rights after migrate: %s %q, want pass", c.Status, c.Message)
 	}
 }
+
+// Writing walbox_slots directly moves or deletes the record as surely as the functions do. An
+// owner whose default privileges hand its new tables to an application role, and a grant made by
+// hand, both give that away: doctor fails, and `walbox migrate` takes every write back.
+func TestRecordTableWritesAreTheOwners(t *testing.T) {
+	e := setup(t)
+	appURL := e.roleURL(t, "LOGIN")
+	app := pgx.Identifier{roleOf(t, appURL)}.Sanitize()
+	e.pg.Exec(t, e.db, "GRANT UPDATE (confirmed_lsn) ON walbox_slots TO "+app+"; GRANT DELETE ON walbox_slots TO PUBLIC")
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "may write walbox_slots (PUBLIC, "+roleOf(t, appURL)+")") {
+		t.Errorf("record_rights with writes granted on walbox_slots: %s %q: want a failure naming PUBLIC and the role", c.Status, c.Message)
+	}
+	// A schema of its own, so that the owner's default privileges apply to a walbox_slots created now.
+	e.pg.Exec(t, e.db, "CREATE SCHEMA fresh; ALTER DEFAULT PRIVILEGES IN SCHEMA fresh GRANT ALL ON TABLES TO "+app+
+		"; GRANT USAGE ON SCHEMA fresh TO "+app)
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "ALTER DEFAULT PRIVILEGES IN SCHEMA fresh REVOKE ALL ON TABLES FROM "+app) })
+	for _, schema := range []string{"public", "fresh"} {
+		if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, schema, ""); err != nil {
+			t.Fatalf("migrate the registry in %s: %v", schema, err)
+		}
+		e.pg.Exec(t, e.db, "INSERT INTO "+schema+".walbox_slots (slot_name, system_identifier, timeline, origin, confirmed_lsn) "+
+			"VALUES ('probe', '1', 1, 'created', '0/1') ON CONFLICT DO NOTHING")
+		app := e.pg.Conn(t, appURL)
+		for _, q := range []string{"UPDATE " + schema + ".walbox_slots SET confirmed_lsn = 'FF/FFFFFFFF'",
+			"DELETE FROM " + schema + ".walbox_slots", "TRUNCATE " + schema + ".walbox_slots"} {
+			if _, err := app.Exec(t.Context(), q); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				t.Errorf("%s as an application role after migrate: error %v, want permission denied", q, err)
+			}
+		}
+		var n int
+		if err := app.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+".walbox_slots").Scan(&n); err != nil {
+			t.Errorf("read %s.walbox_slots as an application role: %v", schema, err)
+		}
+	}
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights after migrate: %s %q, want pass", c.Status, c.Message)
+	}
+}

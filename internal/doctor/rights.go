@@ -68,6 +68,14 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		}
 	}
 	var problems []string
+	writers, err := readRecordWriters(ctx, conn, reg.Schema())
+	if err != nil {
+		return failCheck(name, "", "%v", err)
+	}
+	if len(writers) > 0 {
+		problems = append(problems, "roles other than the owner may write walbox_slots ("+strings.Join(writers, ", ")+
+			"): they can move or delete walbox's record past a gap")
+	}
 	if len(public) > 0 {
 		problems = append(problems, "PUBLIC may execute "+strings.Join(public, ", ")+
 			": any role that can log in can move walbox's record past a gap, and a replaced slot goes unnoticed")
@@ -119,6 +127,23 @@ func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay stri
 		return nil, fmt.Errorf("read the rights on the record functions: %w", err)
 	}
 	return fns, nil
+}
+
+// readRecordWriters lists PUBLIC and the roles, but the owner, its members and superusers, granted
+// any right but SELECT on walbox_slots in schema or on one of its columns.
+func readRecordWriters(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
+	var writers []string
+	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::text END
+		FROM pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
+			SELECT t.attacl FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
+		CROSS JOIN LATERAL aclexplode(acl.acl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+		WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
+		  AND (a.grantee = 0 OR NOT r.rolsuper AND NOT pg_has_role(r.oid, c.relowner, 'MEMBER'))
+		ORDER BY 1)`, schema).Scan(&writers)
+	if err != nil {
+		return nil, fmt.Errorf("read the rights on walbox_slots: %w", err)
+	}
+	return writers, nil
 }
 
 // shellWord quotes s for a shell command line unless it needs no quoting.
