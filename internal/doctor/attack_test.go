@@ -111,3 +111,25 @@ func TestRecordTableWritesAreTheOwners(t *testing.T) {
 		t.Errorf("record_rights after migrate: %s %q, want pass", c.Status, c.Message)
 	}
 }
+
+// A role that may CREATE in the outbox schema creates walbox_slots before the first migrate. The
+// migrations then keep its table, and the record functions write a table that role owns: it can
+// move the record, and a trigger of its own runs with the functions' owner's rights. doctor fails.
+func TestRecordTableOfAnotherOwnerFails(t *testing.T) {
+	e := setup(t)
+	squatter := roleOf(t, e.roleURL(t, "LOGIN"))
+	e.pg.Exec(t, e.db, "CREATE SCHEMA squat; GRANT USAGE, CREATE ON SCHEMA squat TO "+pgx.Identifier{squatter}.Sanitize())
+	e.pg.Exec(t, e.db, "SET ROLE "+pgx.Identifier{squatter}.Sanitize()+`; CREATE TABLE squat.walbox_slots (
+		slot_name text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, origin text NOT NULL,
+		created_lsn pg_lsn, confirmed_lsn pg_lsn NOT NULL, confirmed_xmin xid8,
+		confirmed_at timestamptz NOT NULL DEFAULT now(), first_recorded_at timestamptz NOT NULL DEFAULT now())`)
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", ""); err != nil {
+		t.Fatalf("migrate the registry in squat: %v", err)
+	}
+	cfg := e.cfg
+	cfg.Table.Schema = "squat"
+	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "walbox_slots belongs to "+squatter) {
+		t.Errorf("record_rights with walbox_slots owned by %s: %s %q, want a failure naming its owner", squatter, c.Status, c.Message)
+	}
+}

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -68,6 +69,16 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		}
 	}
 	var problems []string
+	owner, fnOwners, err := readRecordOwners(ctx, conn, reg.Schema())
+	if err != nil {
+		return failCheck(name, "", "%v", err)
+	}
+	if len(fnOwners) > 0 {
+		problems = append(problems, fmt.Sprintf("walbox_slots belongs to %s, the record functions to %s: %s can move the record, "+
+			"and a trigger of its own on walbox_slots runs with the functions' owner's rights", owner, strings.Join(fnOwners, ", "), owner))
+		fix = fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s OWNER TO %s; then %s",
+			pgx.Identifier{reg.Schema(), "walbox_slots"}.Sanitize(), pgx.Identifier{fnOwners[0]}.Sanitize(), fix)
+	}
 	writers, err := readRecordWriters(ctx, conn, reg.Schema())
 	if err != nil {
 		return failCheck(name, "", "%v", err)
@@ -127,6 +138,24 @@ func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay stri
 		return nil, fmt.Errorf("read the rights on the record functions: %w", err)
 	}
 	return fns, nil
+}
+
+// readRecordOwners returns the owner of walbox_slots in schema and the other roles that own a
+// record function, none when that owner is a superuser (it needs no function to move anything).
+func readRecordOwners(ctx context.Context, conn *pgx.Conn, schema string) (string, []string, error) {
+	var owner string
+	var others []string
+	err := conn.QueryRow(ctx, `SELECT r.rolname::text, ARRAY(SELECT DISTINCT pg_get_userbyid(p.proowner)::text FROM pg_proc p
+			WHERE p.pronamespace = c.relnamespace AND p.proname = ANY($2) AND p.proowner <> c.relowner AND NOT r.rolsuper ORDER BY 1)
+		FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+		WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots')`, schema, migrations.RecordFunctions).Scan(&owner, &others)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("read the owner of walbox_slots: %w", err)
+	}
+	return owner, others, nil
 }
 
 // readRecordWriters lists PUBLIC and the roles, but the owner, its members and superusers, granted
