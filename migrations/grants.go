@@ -15,7 +15,8 @@ var RecordFunctions = []string{"walbox_slot_register", "walbox_slot_confirm", "w
 
 // RestrictRegistry takes EXECUTE on the record functions in schema from PUBLIC and grants it to
 // the calling role. With relayRole it grants it to relayRole as well, and takes it from every
-// other role; without, roles granted before keep it. It runs on every migrate, so a database
+// other role; without, roles granted before keep it, unless the owner's default privileges
+// granted it to them. It runs on every migrate, so a database
 // migrated by an older walbox (PostgreSQL's default: PUBLIC may execute) is put right by the next.
 func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole string) error {
 	tx, err := conn.Begin(ctx)
@@ -81,8 +82,9 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 }
 
 // recordFunction is one record function: its signature, quoted, the roles to take EXECUTE from
-// (with a relay role: every grantee but the owner, the caller and the relay role), and the roles
-// but the owner that may grant EXECUTE on.
+// (with a relay role: every grantee but the owner, the caller and the relay role; without, those
+// the owner's default privileges granted it to), and the roles but the owner that may grant
+// EXECUTE on.
 type recordFunction struct {
 	sig      string
 	others   []string
@@ -92,8 +94,11 @@ type recordFunction struct {
 func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]recordFunction, error) {
 	rows, err := tx.Query(ctx, `SELECT p.proname, pg_get_function_identity_arguments(p.oid),
 			ARRAY(SELECT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
-				WHERE a.privilege_type = 'EXECUTE' AND $3 <> ''
+				WHERE a.privilege_type = 'EXECUTE'
 				  AND a.grantee <> p.proowner AND r.rolname <> current_user AND r.rolname <> $3
+				  AND ($3 <> '' OR a.grantee IN (SELECT d.grantee FROM pg_default_acl x CROSS JOIN LATERAL aclexplode(x.defaclacl) d
+					WHERE x.defaclrole = p.proowner AND x.defaclobjtype = 'f' AND x.defaclnamespace IN (0, p.pronamespace)
+					  AND d.privilege_type = 'EXECUTE'))
 				ORDER BY 1),
 			ARRAY(SELECT DISTINCT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
 				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner ORDER BY 1)

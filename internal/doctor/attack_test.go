@@ -133,3 +133,22 @@ func TestRecordTableOfAnotherOwnerFails(t *testing.T) {
 		t.Errorf("record_rights with walbox_slots owned by %s: %s %q, want a failure naming its owner", squatter, c.Status, c.Message)
 	}
 }
+
+// An owner whose default privileges grant EXECUTE on its new functions to an application role
+// runs `walbox migrate` without --relay-role: the record functions it creates are still only its
+// own and the caller's.
+func TestRecordFunctionsIgnoreDefaultPrivileges(t *testing.T) {
+	e := setup(t)
+	appURL := e.roleURL(t, "LOGIN")
+	app := pgx.Identifier{roleOf(t, appURL)}.Sanitize()
+	e.pg.Exec(t, e.db, "CREATE SCHEMA fresh; GRANT USAGE ON SCHEMA fresh TO "+app+
+		"; ALTER DEFAULT PRIVILEGES IN SCHEMA fresh GRANT EXECUTE ON FUNCTIONS TO "+app)
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "ALTER DEFAULT PRIVILEGES IN SCHEMA fresh REVOKE ALL ON FUNCTIONS FROM "+app) })
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "fresh", ""); err != nil {
+		t.Fatalf("migrate the registry in fresh: %v", err)
+	}
+	_, err := e.pg.Conn(t, appURL).Exec(t.Context(), "SELECT fresh.walbox_slot_confirm('walbox', 1, 'FF/FFFFFFFF', NULL)")
+	if err == nil || !strings.Contains(err.Error(), "permission denied for function walbox_slot_confirm") {
+		t.Errorf("walbox_slot_confirm as an application role after migrate: error %v, want permission denied", err)
+	}
+}
