@@ -143,7 +143,9 @@ func TestRecordFunctionsIgnoreDefaultPrivileges(t *testing.T) {
 	app := pgx.Identifier{roleOf(t, appURL)}.Sanitize()
 	e.pg.Exec(t, e.db, "CREATE SCHEMA fresh; GRANT USAGE ON SCHEMA fresh TO "+app+
 		"; ALTER DEFAULT PRIVILEGES IN SCHEMA fresh GRANT EXECUTE ON FUNCTIONS TO "+app)
-	t.Cleanup(func() { e.pg.Exec(t, e.db, "ALTER DEFAULT PRIVILEGES IN SCHEMA fresh REVOKE ALL ON FUNCTIONS FROM "+app) })
+	t.Cleanup(func() {
+		e.pg.Exec(t, e.db, "ALTER DEFAULT PRIVILEGES IN SCHEMA fresh REVOKE ALL ON FUNCTIONS FROM "+app)
+	})
 	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "fresh", ""); err != nil {
 		t.Fatalf("migrate the registry in fresh: %v", err)
 	}
