@@ -169,3 +169,23 @@ func TestWrongDatabasePasswordSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusChecksSettingsFirst: status refuses a --relay-url it could never read and a
+// --require-relay that is not a bool with exit 2, as every bad setting, instead of reporting
+// the relay as unreachable or ignoring the setting.
+func TestStatusChecksSettingsFirst(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"WALBOX_RELAY_URL=127.0.0.1:9187"}, nil, "--relay-url"},
+		{[]string{"WALBOX_RELAY_URL=://x"}, nil, "--relay-url"},
+		{nil, []string{"--require-relay=maybe"}, "--require-relay"},
+	} {
+		out, code := w.walbox(c.env, append([]string{"status"}, c.args...)...)
+		wantExit(t, code, 2, out)
+		oneLine(t, out, c.want)
+	}
+}
