@@ -189,3 +189,15 @@ func TestStatusChecksSettingsFirst(t *testing.T) {
 		oneLine(t, out, c.want)
 	}
 }
+
+// TestRunChecksListenFirst: a malformed --listen is a bad setting (exit 2), found before the
+// relay connects to anything, not an ERROR line while the relay runs without its endpoints.
+func TestRunChecksListenFirst(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	for _, addr := range []string{"notanaddr", "127.0.0.1:99999"} {
+		out, code := w.walbox([]string{"WALBOX_LISTEN=" + addr,
+			fmt.Sprintf("WALBOX_DATABASE_URL=postgres://walbox@127.0.0.1:%d/app", closedPort(t))}, "run")
+		wantExit(t, code, 2, out)
+		oneLine(t, out, "--listen", "host:port")
+	}
+}
