@@ -201,3 +201,14 @@ func TestRunChecksListenFirst(t *testing.T) {
 		oneLine(t, out, "--listen", "host:port")
 	}
 }
+
+// TestBrokerURLAtAnotherServer: a broker URL that reaches a server that does not speak AMQP
+// (PostgreSQL's port here) reached no broker, so the error keeps "never reached" and its advice.
+func TestBrokerURLAtAnotherServer(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	out, code := w.walbox([]string{fmt.Sprintf("WALBOX_AMQP_URL=amqp://guest:guest@127.0.0.1:%d/", pg.Port())}, "run")
+	wantExit(t, code, 1, out)
+	last := out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
+	oneLine(t, last, "connect to broker", "never reached since start; check the URL")
+}
