@@ -212,3 +212,12 @@ func TestBrokerURLAtAnotherServer(t *testing.T) {
 	last := out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
 	oneLine(t, last, "connect to broker", "never reached since start; check the URL")
 }
+
+// TestUnknownCommandIsOneLine: a mistyped command is one line with the nearest command, as a
+// mistyped flag is, not the whole usage.
+func TestUnknownCommandIsOneLine(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	out, code := w.walbox(nil, "rnu")
+	wantExit(t, code, 2, out)
+	oneLine(t, out, `unknown command "rnu"`, `did you mean "run"?`, "walbox --help")
+}
