@@ -203,7 +203,8 @@ func TestRunChecksListenFirst(t *testing.T) {
 }
 
 // TestBrokerURLAtAnotherServer: a broker URL that reaches a server that does not speak AMQP
-// (PostgreSQL's port here) reached no broker, so the error keeps "never reached" and its advice.
+// (PostgreSQL's port here) reached no broker, so the error keeps "never reached" and its advice;
+// a broker that refused the login was reached.
 func TestBrokerURLAtAnotherServer(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
@@ -211,6 +212,18 @@ func TestBrokerURLAtAnotherServer(t *testing.T) {
 	wantExit(t, code, 1, out)
 	last := out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
 	oneLine(t, last, "connect to broker", "never reached since start; check the URL")
+
+	// A broker that refuses the login was reached: no advice about its address.
+	u, err := url.Parse(w.rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "wrong-password")
+	out, code = w.walbox([]string{"WALBOX_AMQP_URL=" + u.String()}, "run")
+	wantExit(t, code, 1, out)
+	if strings.Contains(out, "never reached") {
+		t.Errorf("a broker that refused the login is said to be never reached:\n%s", out)
+	}
 }
 
 // TestUnknownCommandIsOneLine: a mistyped command is one line with the nearest command, as a
