@@ -234,3 +234,28 @@ func TestUnknownCommandIsOneLine(t *testing.T) {
 	wantExit(t, code, 2, out)
 	oneLine(t, out, `unknown command "rnu"`, `did you mean "run"?`, "walbox --help")
 }
+
+// TestConfigTablesMergeKeys: the check for mistyped keys in tables follows YAML merge keys
+// (<<: *defaults) instead of calling them unknown, and still finds a typo inside the merged
+// mapping.
+func TestConfigTablesMergeKeys(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		yaml, want string
+		code       int
+	}{
+		"merge.yaml": {"tables:\n  - <<: &cols {event-type: event_type, payload: payload}\n    table: public.outbox\n", "slot", 0},
+		"typo.yaml":  {"tables:\n  - <<: &cols {evnet-type: event_type}\n    table: public.outbox\n", `unknown key "evnet-type"`, 2},
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, code := w.walbox([]string{"WALBOX_CONFIG=" + path}, "status")
+		wantExit(t, code, c.code, out)
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%s: output does not say %q:\n%s", name, c.want, out)
+		}
+	}
+}
