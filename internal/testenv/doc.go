@@ -100,7 +100,8 @@
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
-//     TestConfigTablesMergeKeys
+//     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
+//     TestMigrateChecksWalLevelFirst
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
@@ -110,7 +111,7 @@
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
-//     TestDeployPromtool, TestReadmeLayoutListsEveryPackageInImportOrder
+//     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder
 //   - one fault kept here: TestBrokerKilledMidStream stops the relay while
 //     the broker is down and checks the broker's disk against the slot, which
 //     no fault test does (theirs keep the relay running and count losses).
