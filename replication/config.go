@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -123,8 +123,6 @@ func (c *Config) messagePrefix() string {
 	return c.MessagePrefix
 }
 
-var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-
 // Validate fills in defaults and reports the first bad setting.
 func (c *Config) Validate() error {
 	if c.DatabaseURL == "" {
@@ -133,8 +131,8 @@ func (c *Config) Validate() error {
 	if c.Slot == "" {
 		c.Slot = "walbox"
 	}
-	if !slotName.MatchString(c.Slot) {
-		return fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", c.Slot)
+	if err := slots.CheckName(c.Slot); err != nil {
+		return err
 	}
 	if c.Publication == "" {
 		c.Publication = "walbox"

@@ -13,6 +13,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -299,7 +300,7 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 	if !*r.cfg.CreateSlot {
 		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
-	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
+	lsn, err := slots.Create(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return inspect.Slot{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 )
 
 // runReshard changes the number of shards without losing a row, in two steps that the old relays
@@ -209,8 +210,8 @@ func (r resharder) retire(ctx context.Context) error {
 	reg := registry.New(r.conn, r.schema())
 	for _, sl := range m.From.Slots {
 		if sl.Exists {
-			if _, err := r.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", sl.Name); err != nil {
-				return fmt.Errorf("drop slot %s: %w", sl.Name, err)
+			if err := slots.Drop(ctx, r.conn, sl.Name); err != nil {
+				return err
 			}
 			fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
 		}

@@ -1,10 +1,10 @@
-package replication
+package slots
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,29 +15,13 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// connect opens a logical replication connection (replication=database).
-func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
-	conn, _, err := connectWatched(ctx, dsn)
-	return conn, err
-}
-
-// connectWatched is connect, and also returns a clock of the last time the connection's socket
-// read any bytes: a server sending one long message is not silent, though no whole message has
-// arrived for a while.
-func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardClock, error) {
+// ConnConfig parses dsn into the configuration of a logical replication connection
+// (replication=database), as walbox run, migrate and recover open it.
+func ConnConfig(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		// The parser's message may quote the connection string, password included.
-		return nil, nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
-	}
-	lastRead := newHeardClock()
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return readClock{Conn: c, last: lastRead}, nil
+		return nil, errors.New("parse database url: not a valid connection string or URL")
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	// The decoder parses timestamps in ISO format, whatever the server's default style.
@@ -45,29 +29,36 @@ func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardCloc
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "walbox"
 	}
+	return cfg, nil
+}
+
+// connect opens a logical replication connection.
+func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	cfg, err := ConnConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return conn, lastRead, nil
+	return conn, nil
 }
 
-// readClock records when its connection last read any bytes.
-type readClock struct {
-	net.Conn
-	last *heardClock
-}
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-func (c readClock) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.last.mark()
+// CheckName reports whether slot is a name walbox gives slots: PostgreSQL's rule, 1 to 63
+// lowercase letters, digits or underscores.
+func CheckName(slot string) error {
+	if !slotName.MatchString(slot) {
+		return fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
-	return n, err
+	return nil
 }
 
-// createSlot creates the pgoutput slot and returns its consistent point.
-func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
+// Create creates the pgoutput slot on conn, a logical replication connection, and returns its
+// consistent point. It neither checks nor records anything: EnsureSlot does.
+func Create(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
 	if err != nil {
@@ -87,10 +78,10 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrep
 //
 // The record holds what publication covers of tables, read before the slot is created: a relay
 // that starts much later, after the publication or a table was changed and put right again, finds
-// the coverage it reads now short of the one recorded, and stops (watch.pinCoverage).
+// the coverage it reads now short of the one recorded, and stops (see package replication).
 func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store) (bool, error) {
-	if !slotName.MatchString(slot) {
-		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
+	if err := CheckName(slot); err != nil {
+		return false, err
 	}
 	conn, err := connect(ctx, dsn)
 	if err != nil {
@@ -122,7 +113,7 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	lsn, err := createSlot(ctx, conn, slot)
+	lsn, err := Create(ctx, conn, slot)
 	if err != nil {
 		return false, err
 	}
@@ -153,25 +144,6 @@ func coveredIdentity(ctx context.Context, db inspect.Querier, publication string
 	}
 	c, err := inspect.ReadCoverage(ctx, db, publication, covered)
 	return c.Identity, err
-}
-
-// start sends START_REPLICATION for pgoutput protocol 1, without streaming of in-progress
-// transactions, and with logical decoding messages if messages is set.
-func start(ctx context.Context, conn *pgconn.PgConn, slot, publication string, messages bool, from pglogrepl.LSN) error {
-	args := []string{
-		"proto_version '1'",
-		"publication_names " + quoteLiteral(quoteIdent(publication)),
-	}
-	if messages {
-		args = append(args, "messages 'true'")
-	}
-	err := pglogrepl.StartReplication(ctx, conn, slot, from, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication, PluginArgs: args,
-	})
-	if err != nil {
-		return fmt.Errorf("start replication from %s: %w", from, classify(err, slot))
-	}
-	return nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

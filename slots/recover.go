@@ -1,4 +1,4 @@
-package replication
+package slots
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 
 // RecoverConfig configures a Recovery.
 type RecoverConfig struct {
-	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in Config. The role needs
-	// REPLICATION, SELECT on the outbox tables and write on the registry (the table owner's).
+	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in replication.Config, with
+	// the same defaults. The role needs REPLICATION, SELECT on the outbox tables and write on the
+	// registry (the table owner's).
 	DatabaseURL string
 	Slot        string
 	Publication string
@@ -42,12 +43,29 @@ type RecoverConfig struct {
 }
 
 func (c *RecoverConfig) validate() error {
-	probe := Config{DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-		Mappings: c.Mappings, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
-	if err := probe.Validate(); err != nil {
+	if c.DatabaseURL == "" {
+		return errors.New("database url: required")
+	}
+	if c.Slot == "" {
+		c.Slot = "walbox"
+	}
+	if err := CheckName(c.Slot); err != nil {
 		return err
 	}
-	c.Slot, c.Publication, c.Mappings = probe.Slot, probe.Publication, probe.Mappings
+	if c.Publication == "" {
+		c.Publication = "walbox"
+	}
+	if c.Table == (wire.Table{}) {
+		c.Table = wire.DefaultTable
+	}
+	if len(c.Mappings) == 0 {
+		c.Mappings = []wire.Mapping{{Table: c.Table}}
+	}
+	for _, m := range c.Mappings {
+		if err := m.Validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -80,6 +98,18 @@ func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced && !g.Reco
 func (g Gap) LowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
+
+// Publisher is the publishing session Recover republishes on: a subset of replication.Publisher,
+// which package publisher's Session implements.
+type Publisher interface {
+	Publish(ctx context.Context, m *wire.Message) (uint64, error)
+	Park(ctx context.Context, p *wire.Parked) (uint64, error)
+	Confirms() <-chan wire.Confirm
+	Close() error
+}
+
+// Dialer opens a publishing session.
+type Dialer func(ctx context.Context) (Publisher, error)
 
 // Recovery recovers one lost slot: Inspect, then Count or Recover. Close releases it.
 type Recovery struct {
@@ -128,6 +158,16 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 	return r, nil
 }
 
+// findRegistry returns the registry that records slot, among those in the schemas of the outbox
+// tables of maps (see registry.Find).
+func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []wire.Mapping) (*registry.Store, error) {
+	schemas := make([]string, len(maps))
+	for i, m := range maps {
+		schemas[i] = m.Table.Schema
+	}
+	return registry.Find(ctx, db, slot, schemas)
+}
+
 // currentRegistry migrates a registry from an older walbox, so that Recover can clear a recorded
 // stop when it resets the record. Recover takes the registry owner's rights anyway.
 func (r *Recovery) currentRegistry(ctx context.Context) error {
@@ -171,7 +211,7 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 		return Gap{}, err
 	}
 	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, ErrSlotLost) {
-		return Gap{}, fatal(err)
+		return Gap{}, err
 	}
 	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.ConfirmedFlush, exists: info.Exists, forced: r.cfg.Force}
 	if info.ActivePID != nil {
@@ -245,8 +285,8 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		return Result{}, err
 	}
 	if g.exists {
-		if _, err := r.db.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); err != nil {
-			return Result{}, fmt.Errorf("drop slot %s: %w", r.cfg.Slot, classify(err, r.cfg.Slot))
+		if err := Drop(ctx, r.db, r.cfg.Slot); err != nil {
+			return Result{}, err
 		}
 	}
 	_, horizon, err := r.reg.Horizon(ctx)
