@@ -108,6 +108,12 @@ type Publisher interface {
 	Close() error
 }
 
+// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, as
+// replication.Flusher: Recover flushes before it waits for the last confirms.
+type Flusher interface {
+	Flush() error
+}
+
 // Dialer opens a publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

@@ -75,7 +75,7 @@ func (p *republisher) drain() error {
 
 // wait blocks until the broker confirmed every message sent.
 func (p *republisher) wait(ctx context.Context) error {
-	if f, ok := p.pub.(interface{ Flush() error }); ok { // replication.Flusher
+	if f, ok := p.pub.(Flusher); ok {
 		if err := f.Flush(); err != nil {
 			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, err)
 		}

@@ -6,9 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/wire"
 )
 
 const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
@@ -41,7 +41,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fail := c.fail
 	// Every node of --amqp-url, in turn, as walbox run dials them.
 	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) { return eps.Dial(ctx) }
-	cfg.OnParked = func(p *outbox.Parked) {
+	cfg.OnParked = func(p *wire.Parked) {
 		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
 	}
 
