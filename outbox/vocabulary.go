@@ -28,9 +28,6 @@ const (
 	EmitFunction         = wire.EmitFunction
 	DefaultMessagePrefix = wire.DefaultMessagePrefix
 
-	Absent = wire.Absent
-
-	IDFromColumn   = wire.IDFromColumn
 	IDFromPosition = wire.IDFromPosition
 )
 
@@ -39,11 +36,3 @@ var DefaultTable = wire.DefaultTable
 
 // ParseTable is wire.ParseTable.
 func ParseTable(s string) (Table, error) { return wire.ParseTable(s) }
-
-// DefaultMapping is wire.DefaultMapping.
-func DefaultMapping(t Table) Mapping { return wire.DefaultMapping(t) }
-
-// DefaultAlternateExchange is wire.DefaultAlternateExchange.
-func DefaultAlternateExchange(exchange string) string {
-	return wire.DefaultAlternateExchange(exchange)
-}

@@ -5,32 +5,26 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/walbox/walbox/inspect"
 )
 
 var (
 	// ErrSlotMissing means the slot does not exist though walbox recorded it.
 	ErrSlotMissing = errors.New("replication slot does not exist")
-	// ErrSlotLost means the slot was invalidated (wal_status = lost): changes after its position
-	// are gone. walbox never recreates such a slot by itself.
-	ErrSlotLost = inspect.ErrSlotLost
 	// ErrSlotActive means another process streams from the slot.
 	ErrSlotActive = errors.New("replication slot is active in another process")
-	// ErrNotCovered means the publication does not publish the inserts of an outbox table.
-	ErrNotCovered = inspect.ErrNotCovered
 	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
 	ErrNoRegistry = errors.New("slot registry is missing")
 	// ErrNothingRecorded means the slot has no record: there is no known position to recover from.
 	ErrNothingRecorded = errors.New("nothing is recorded for the slot")
-	// ErrNoLowerBound means the record holds no transaction horizon that row ids can be held
+	// errNoLowerBound means the record holds no transaction horizon that row ids can be held
 	// against, so only republishing every row (AllRows) covers the gap.
-	ErrNoLowerBound = errors.New("no lower bound for the rows of the gap")
-	// ErrRowsGone means the gap's rows are not in the table: producers delete rows as they
+	errNoLowerBound = errors.New("no lower bound for the rows of the gap")
+	// errRowsGone means the gap's rows are not in the table: producers delete rows as they
 	// insert them, or they were pruned.
-	ErrRowsGone = errors.New("the rows of the gap are not in the outbox table")
-	// ErrPositionIDs means a table's message ids come from stream positions, which rows read
+	errRowsGone = errors.New("the rows of the gap are not in the outbox table")
+	// errPositionIDs means a table's message ids come from stream positions, which rows read
 	// from the table do not have.
-	ErrPositionIDs = errors.New("message ids come from stream positions")
+	errPositionIDs = errors.New("message ids come from stream positions")
 )
 
 // classify maps the server's errors about a slot to the errors of this package.

@@ -100,7 +100,8 @@ func (g Gap) LowerBound() (uint64, bool) {
 }
 
 // Publisher is the publishing session Recover republishes on: a subset of replication.Publisher,
-// which package publisher's Session implements.
+// which package publisher's Session implements. Recover flushes one that is a Flusher before it
+// waits for the last confirms.
 type Publisher interface {
 	Publish(ctx context.Context, m *wire.Message) (uint64, error)
 	Park(ctx context.Context, p *wire.Parked) (uint64, error)
@@ -109,7 +110,7 @@ type Publisher interface {
 }
 
 // Flusher is implemented by a Publisher that holds back what Publish and Park hand it, as
-// replication.Flusher: Recover flushes before it waits for the last confirms.
+// replication.Flusher.
 type Flusher interface {
 	Flush() error
 }
@@ -216,7 +217,7 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 	if err != nil {
 		return Gap{}, err
 	}
-	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, ErrSlotLost) {
+	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, inspect.ErrSlotLost) {
 		return Gap{}, err
 	}
 	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.ConfirmedFlush, exists: info.Exists, forced: r.cfg.Force}
@@ -366,5 +367,5 @@ func (r *Recovery) checkRowsThere(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+
 		"(outbox.DeleteAfterInsert), the rows committed in the gap exist nowhere any more and cannot be republished. "+
-		"To recreate the slot and accept that loss, run again with --accept-loss", ErrRowsGone)
+		"To recreate the slot and accept that loss, run again with --accept-loss", errRowsGone)
 }
