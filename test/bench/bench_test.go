@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/bench"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/bench"
 )
 
 // TestMain also serves as the benchmark's relays: Run starts this binary again in a child role.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/bench"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/bench"
 )
 
 // TestCluster runs the cluster scenarios at tiny sizes on the shared three-node cluster: the

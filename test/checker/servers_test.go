@@ -7,9 +7,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/test/checker"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

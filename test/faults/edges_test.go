@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // Operational edges: routine operations around a running relay that used to make it skip

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // world is one test's database (outbox migrated, slot created), exchange and queue, and the

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // walbox recover, end to end: a slot goes missing, lost or replaced while a writer keeps

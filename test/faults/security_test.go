@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // The passwords share a marker no output may contain, in any encoding of them.

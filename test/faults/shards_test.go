@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // newShardedWorld is newWorld with `walbox migrate --shards n` instead of a single slot, on the

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // Two relays on one slot: the second waits as a standby while the first streams, and takes over

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // The baseline: no fault at all, a writer as fast as it goes. The relay must keep its first

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // The outbox table changes shape while rows stream: columns added (with a constant default, and
