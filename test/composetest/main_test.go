@@ -30,7 +30,7 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	repo, _ = filepath.Abs(filepath.Join("..", "..", ".."))
+	repo, _ = filepath.Abs(filepath.Join("..", ".."))
 	if missing = requirements(); missing != nil {
 		return m.Run() // each test skips or fails with the reason
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -259,20 +260,35 @@ func bindQueue(t *testing.T, url, queue, exchange, key string) {
 	}
 }
 
-// testPackages are the packages the test profile runs inside compose: every package whose tests
-// use PostgreSQL or RabbitMQ, except three. internal/faults injects faults into the servers
-// (kills, restarts, proxies): its tests need servers of their own and skip on shared ones.
-// internal/testenv tests the harness's own server management, which external servers bypass.
-// internal/bench sets up the benchmark's relays and loads, which `make bench` runs. `make test`
+// testPackages are the packages the test profile runs inside compose, by module folder: every
+// package whose tests use PostgreSQL or RabbitMQ, except three. test/faults injects faults into
+// the servers (kills, restarts, proxies): its tests need servers of their own and skip on shared
+// ones. internal/testenv tests the harness's own server management, which external servers
+// bypass. test/bench sets up the benchmark's relays and loads, which `make bench` runs. `make test`
 // runs all three. The profile took 3m40s on two busy cores.
-var testPackages = []string{"./outbox/", "./consumer/", "./publisher/", "./replication/", "./decoder/", "./inspect/",
-	"./shard/", "./internal/checker/", "./internal/e2e/", "./internal/examplee2e/"}
+var testPackages = []struct{ module, pkgs string }{
+	{".", "./outbox/ ./consumer/ ./publisher/ ./replication/ ./decoder/ ./inspect/ ./shard/"},
+	{"test", "./checker/ ./e2e/"},
+	{"examples", "./examplee2e/"},
+}
+
+// testProfileScript is the test profile's command: go test in each module's folder, every module
+// even after a failure, failing if one failed.
+func testProfileScript() string {
+	var b strings.Builder
+	b.WriteString("rc=0; ")
+	for _, m := range testPackages {
+		fmt.Fprintf(&b, "(cd %s && go test -race -count=1 -timeout 30m -v %s) || rc=1; ", m.module, m.pkgs)
+	}
+	b.WriteString("exit $rc")
+	return b.String()
+}
 
 // The test profile runs integration tests inside compose against the compose servers.
 func TestTestProfile(t *testing.T) {
 	p := stack(t)
 	start := time.Now()
-	args := append([]string{"--profile", "test", "run", "--rm", "test", "go", "test", "-race", "-count=1", "-timeout", "30m", "-v"}, testPackages...)
+	args := []string{"--profile", "test", "run", "--rm", "test", "sh", "-c", testProfileScript()}
 	out, err := p.Compose(t.Context(), args...)
 	t.Logf("test profile ran in %v", time.Since(start).Round(time.Second))
 	passed := regexp.MustCompile(`(?m)^\s*--- PASS`).FindAllString(out, -1)
@@ -286,10 +302,12 @@ func TestTestProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go test in the test profile: %v\n%s", err, tailLines(out, 60))
 	}
-	for _, pkg := range testPackages {
-		name := "github.com/walbox/walbox/" + strings.Trim(pkg, "./")
-		if !regexp.MustCompile(`(?m)^ok\s+` + regexp.QuoteMeta(name) + `\s`).MatchString(out) {
-			t.Errorf("package %s did not pass", name)
+	for _, m := range testPackages {
+		for _, pkg := range strings.Fields(m.pkgs) {
+			name := path.Join("github.com/walbox/walbox", m.module, pkg)
+			if !regexp.MustCompile(`(?m)^ok\s+` + regexp.QuoteMeta(name) + `\s`).MatchString(out) {
+				t.Errorf("package %s did not pass", name)
+			}
 		}
 	}
 }

@@ -8,8 +8,13 @@ import (
 	"strings"
 )
 
+// modules are the folders of the repository's Go modules, whose tests the image runs: walbox's
+// own, the harness's and the examples'.
+var modules = []string{".", "test", "examples"}
+
 // goInputs returns what the Go image is made of besides its Dockerfile, for its key (the
-// toolchain's version, go.sum and the packages the tests depend on), and the toolchain's root.
+// toolchain's version, every module's go.sum and the packages the tests depend on), and the
+// toolchain's root.
 func (b *Builder) goInputs(ctx context.Context) (key []string, dirs map[string]string, err error) {
 	goroot, err := b.goCmd(ctx, nil, "env", "GOROOT")
 	if err != nil {
@@ -19,19 +24,24 @@ func (b *Builder) goInputs(ctx context.Context) (key []string, dirs map[string]s
 	if err != nil {
 		return nil, nil, err
 	}
-	sum, err := os.ReadFile(filepath.Join(b.Repo, "go.sum"))
-	if err != nil {
-		return nil, nil, err
+	key = []string{version}
+	for _, m := range modules {
+		sum, err := os.ReadFile(filepath.Join(b.Repo, m, "go.sum"))
+		if err != nil {
+			return nil, nil, err
+		}
+		key = append(key, string(sum))
 	}
 	deps, err := b.dependencies(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return []string{version, string(sum), deps}, map[string]string{"go": goroot}, nil
+	return append(key, deps), map[string]string{"go": goroot}, nil
 }
 
-// dependencies lists the packages outside the module that its tests build, one a line, with
-// those of the tracing build (a test builds walbox with -tags otel).
+// dependencies lists the packages outside walbox's module that its tests build, one a line, with
+// those of the tracing build (a test builds walbox with -tags otel). The image compiles them
+// ahead; the other modules' tests compile what they add at test time.
 func (b *Builder) dependencies(ctx context.Context) (string, error) {
 	out, err := b.goCmd(ctx, nil, "list", "-deps", "-test", "-tags", "otel",
 		"-f", "{{if not .Module}}{{.ImportPath}}{{else if not .Module.Main}}{{.ImportPath}}{{end}}", "./...")
@@ -62,12 +72,15 @@ func (g goBuild) cleanup() {
 	_ = os.RemoveAll(g.tmp)
 }
 
-// goContext fills a module cache from the local one and writes the warm-up files. The image's
-// `go mod download` (the Dockerfile's) reads the go.mod of every module in the graph, which the
-// local builds need not have fetched: the local cache gets them first, from the usual proxy.
+// goContext fills a module cache from the local one, for every module of the repository, and
+// writes the warm-up files. The image's `go mod download` (the Dockerfile's) reads the go.mod of
+// every module in the graph, which the local builds need not have fetched: the local cache gets
+// them first, from the usual proxy.
 func (b *Builder) goContext(ctx context.Context, dirs map[string]string) (goBuild, error) {
-	if _, err := b.goCmd(ctx, nil, "mod", "download"); err != nil {
-		return goBuild{}, err
+	for _, m := range modules {
+		if _, err := b.goCmdIn(ctx, m, nil, "mod", "download"); err != nil {
+			return goBuild{}, err
+		}
 	}
 	tmp, err := os.MkdirTemp("", "walbox-goimage-")
 	if err != nil {
@@ -79,10 +92,12 @@ func (b *Builder) goContext(ctx context.Context, dirs map[string]string) (goBuil
 		g.cleanup()
 		return goBuild{}, err
 	}
-	if _, err := b.goCmd(ctx, []string{"GOMODCACHE=" + g.dirs["mod"], "GOPROXY=file://" + filepath.Join(local, "cache", "download"),
-		"GOSUMDB=off", "GOFLAGS=-mod=mod"}, "mod", "download"); err != nil {
-		g.cleanup()
-		return goBuild{}, err
+	for _, m := range modules {
+		if _, err := b.goCmdIn(ctx, m, []string{"GOMODCACHE=" + g.dirs["mod"], "GOPROXY=file://" + filepath.Join(local, "cache", "download"),
+			"GOSUMDB=off", "GOFLAGS=-mod=mod"}, "mod", "download"); err != nil {
+			g.cleanup()
+			return goBuild{}, err
+		}
 	}
 	deps, err := b.dependencies(ctx)
 	if err == nil {
@@ -107,8 +122,13 @@ func (b *Builder) goContext(ctx context.Context, dirs map[string]string) (goBuil
 }
 
 func (b *Builder) goCmd(ctx context.Context, env []string, args ...string) (string, error) {
+	return b.goCmdIn(ctx, ".", env, args...)
+}
+
+// goCmdIn runs go in the folder of the module m.
+func (b *Builder) goCmdIn(ctx context.Context, m string, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = b.Repo
+	cmd.Dir = filepath.Join(b.Repo, m)
 	cmd.Env = append(os.Environ(), env...)
 	return output(cmd)
 }

@@ -30,7 +30,7 @@ type chartPod struct {
 func TestChartEnvironment(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	var pod chartPod
-	b, err := os.ReadFile("../../../deploy/helm/testdata/e2e-env.json")
+	b, err := os.ReadFile("../../deploy/helm/testdata/e2e-env.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestComposeFile(t *testing.T) {
 		}
 		t.Skip("docker-compose is not installed")
 	}
-	file := filepath.Join("..", "..", "..", "docker-compose.yml")
+	file := filepath.Join("..", "..", "docker-compose.yml")
 	out, err := exec.Command(bin, "-f", file, "--profile", "test", "--profile", "shards", "config").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)

@@ -64,7 +64,7 @@ func unknownMetrics(expr string) []string {
 
 func deployFile(t *testing.T, name string) []byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", name))
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestDeployPromtool(t *testing.T) {
 	if err != nil {
 		t.Skip("promtool not found (Debian: apt-get install prometheus); the shape checks above still ran")
 	}
-	dir := filepath.Join("..", "..", "..", "deploy")
+	dir := filepath.Join("..", "..", "deploy")
 	for _, args := range [][]string{{"check", "rules", "prometheus-alerts.yml"}, {"test", "rules", "prometheus-alerts.test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = dir

@@ -26,7 +26,7 @@ func TestMappedLegacyTable(t *testing.T) {
 		}
 	}
 	// The example config maps this table: the relay and doctor read that very file.
-	conf, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "legacy-table.yaml"))
+	conf, err := filepath.Abs(filepath.Join("..", "..", "examples", "legacy-table.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

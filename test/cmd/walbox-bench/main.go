@@ -1,11 +1,13 @@
 // Command walbox-bench measures walbox beside the broker's ceiling (a raw AMQP publisher) and a
 // polling relay, on the same data, in one run. It starts its own throwaway PostgreSQL
 // (wal_level=logical) and RabbitMQ from the local binaries, runs each scenario for each contender
-// in turn, prints a markdown table and writes it to a file, with an SVG chart beside it.
+// in turn, prints a markdown table and writes it to a file, with an SVG chart beside it. It lives
+// in the test module; run it from the repository's top folder, where its default paths point:
 //
-//	go run ./cmd/walbox-bench            # the full run of issue 5 (about an hour on 2 cores)
-//	go run ./cmd/walbox-bench -quick     # every scenario at tiny sizes (a few minutes)
-//	go run ./cmd/walbox-bench -cluster   # a three-node cluster and a quorum queue, 1 and 3 connections
+//	make bench                                   # builds bin/walbox-bench and runs the full run
+//	bin/walbox-bench -quick                      # every scenario at tiny sizes (a few minutes)
+//	bin/walbox-bench -cluster                    # a three-node cluster and a quorum queue
+//	(cd test && go build -o ../bin/ ./cmd/walbox-bench)   # build it alone
 //
 // See docs/performance.md for what is measured and the latest results.
 package main
@@ -278,7 +280,7 @@ func measure(ctx context.Context, o options, scenarios []bench.Scenario, args []
 		Profile:   o.profile,
 		HotPath:   o.hotPath && !o.cluster,
 		Log:       log,
-		Command:   strings.TrimSpace("go run ./cmd/walbox-bench " + strings.Join(args, " ")),
+		Command:   strings.TrimSpace("bin/walbox-bench " + strings.Join(args, " ")),
 	}, srv)
 }
 
