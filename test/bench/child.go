@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 // childEnv carries a child's role and settings, as JSON, to this program run again.
@@ -81,58 +79,18 @@ func RunChild() int {
 	return 0
 }
 
-// A child gets SIGKILL when the thread that forked it exits (the parent-death signal), so every
-// child is forked from one goroutine locked to a thread that lives as long as the program.
-var (
-	spawnOnce sync.Once
-	spawnCh   = make(chan spawnReq)
-)
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	err chan error
-}
-
-func spawnLoop() {
-	runtime.LockOSThread() // never unlocked
-	for req := range spawnCh {
-		req.err <- req.cmd.Start()
-	}
-}
-
-// process is a relay or a short command run by the benchmark, in a process group of its own,
-// killed by the kernel should the benchmark die.
-type process struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+// process is a relay or a short command run by the benchmark, started by the harness's one
+// process starter (in a process group of its own, killed by the kernel should the benchmark
+// die), its output in a log file.
+type process struct{ *testenv.Process }
 
 // start runs bin with args and extra environment, its output going to dir/<name>.log.
 func start(dir, name, bin string, env []string, args ...string) (*process, error) {
-	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
+	p, err := testenv.SpawnLogged(dir, name, bin, env, args...)
 	if err != nil {
-		return nil, fmt.Errorf("create %s log: %w", name, err)
+		return nil, err
 	}
-	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	spawnOnce.Do(func() { go spawnLoop() })
-	req := spawnReq{cmd: cmd, err: make(chan error, 1)}
-	spawnCh <- req
-	if err := <-req.err; err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &process{p}, nil
 }
 
 // startChild runs this program again in the role of spec.
@@ -148,83 +106,36 @@ func startChild(dir, name string, spec childSpec) (*process, error) {
 	return start(dir, name, self, []string{childEnv + "=" + string(data)})
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+func (p *process) pid() int { return p.PID() }
 
 // alive returns an error once the process has exited.
 func (p *process) alive() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited: %v%s", p.name, p.cmd.ProcessState, p.tail(20))
-	default:
-		return nil
+	if st := p.State(); st != nil {
+		return fmt.Errorf("%s exited: %v%s", p.Name(), st, p.Tail(20))
 	}
+	return nil
 }
 
 // wait waits up to timeout for the process to exit by itself and reports whether it succeeded.
 func (p *process) wait(timeout time.Duration) error {
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.kill()
-		return fmt.Errorf("%s still running after %v; killed it%s", p.name, timeout, p.tail(20))
+	if !p.Wait(timeout) {
+		p.Kill()
+		return fmt.Errorf("%s still running after %v; killed it%s", p.Name(), timeout, p.Tail(20))
 	}
-	if !p.cmd.ProcessState.Success() {
-		return fmt.Errorf("%s: %v%s", p.name, p.cmd.ProcessState, p.tail(20))
-	}
-	return nil
+	return p.ExitErr()
 }
 
 // stop sends SIGTERM and waits up to timeout for a graceful exit, then kills the process group.
-func (p *process) stop(timeout time.Duration) error {
-	select {
-	case <-p.done:
-		return p.exitErr()
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.kill()
-		return fmt.Errorf("%s did not stop within %v; killed it", p.name, timeout)
-	}
-	return p.exitErr()
-}
+func (p *process) stop(timeout time.Duration) error { return p.Stop(timeout) }
 
-func (p *process) exitErr() error {
-	if p.cmd.ProcessState != nil && !p.cmd.ProcessState.Success() {
-		return fmt.Errorf("%s: %v%s", p.name, p.cmd.ProcessState, p.tail(20))
-	}
-	return nil
-}
-
-// kill SIGKILLs the process group unless the process was reaped already (its group id may then
-// belong to another process).
-func (p *process) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-	<-p.done
-}
+// kill SIGKILLs the process group and waits for the exit.
+func (p *process) kill() { p.Kill() }
 
 // count returns how many lines of the process's log contain s.
 func (p *process) count(s string) int {
-	data, err := os.ReadFile(p.log)
+	data, err := os.ReadFile(p.Log())
 	if err != nil {
 		return 0
 	}
 	return strings.Count(string(data), s)
-}
-
-// tail returns the last lines of the process's log, for error messages.
-func (p *process) tail(lines int) string {
-	data, err := os.ReadFile(p.log)
-	if err != nil || len(data) == 0 {
-		return ""
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return "\n" + strings.Join(all[max(0, len(all)-lines):], "\n")
 }

@@ -38,7 +38,11 @@ func ClusterServersOf(pg *testenv.Postgres, c *testenv.Cluster) Servers {
 // testenv.ClusterSize nodes on this machine. stop kills them all and removes their directories;
 // it must be called, also after an error.
 func StartClusterServers() (srv Servers, stop func(), err error) {
-	return startServers("rabbitmq cluster", func(h *harness, pg *testenv.Postgres) Servers {
-		return ClusterServersOf(pg, testenv.StartCluster(h))
+	return startServers("rabbitmq cluster", func(pg *testenv.Postgres) (Servers, func(), error) {
+		c, err := testenv.NewCluster()
+		if err != nil {
+			return Servers{}, func() {}, err
+		}
+		return ClusterServersOf(pg, c), c.Close, nil
 	})
 }

@@ -2,13 +2,9 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sync"
-	"testing"
 
 	"github.com/walbox/walbox/internal/testenv"
 )
@@ -84,94 +80,33 @@ func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
 }
 
 // StartServers starts a throwaway PostgreSQL (wal_level=logical) and RabbitMQ node from the local
-// binaries, through the test harness. stop kills them and removes their directories; it must be
-// called, also after an error.
+// binaries, through the test harness's starters for programs. stop kills them and removes their
+// directories; it must be called, also after an error.
 func StartServers() (srv Servers, stop func(), err error) {
-	return startServers("rabbitmq", func(h *harness, pg *testenv.Postgres) Servers {
-		return ServersOf(pg, testenv.StartRabbit(h))
+	return startServers("rabbitmq", func(pg *testenv.Postgres) (Servers, func(), error) {
+		rabbit, err := testenv.NewRabbit()
+		if err != nil {
+			return Servers{}, func() {}, err
+		}
+		return ServersOf(pg, rabbit), rabbit.Close, nil
 	})
 }
 
 // startServers starts PostgreSQL, then the broker with broker.
-func startServers(what string, broker func(*harness, *testenv.Postgres) Servers) (srv Servers, stop func(), err error) {
-	h := &harness{}
-	var pg *testenv.Postgres
-	if err := h.do(func() { pg = testenv.StartPostgres(h, PostgresOptions()...) }); err != nil {
-		return srv, h.close, fmt.Errorf("start postgres: %w", err)
+func startServers(what string, broker func(*testenv.Postgres) (Servers, func(), error)) (srv Servers, stop func(), err error) {
+	pg, err := testenv.NewPostgres(PostgresOptions()...)
+	if err != nil {
+		return srv, func() {}, fmt.Errorf("start postgres: %w", err)
 	}
-	if err := h.do(func() { srv = broker(h, pg) }); err != nil {
-		return srv, h.close, fmt.Errorf("start %s: %w", what, err)
+	srv, stopBroker, err := broker(pg)
+	stop = func() {
+		stopBroker()
+		pg.Close()
 	}
-	return srv, h.close, nil
-}
-
-// harness adapts the test harness, whose server starters take a testing.TB, to a program: Fatal
-// and Skip end the calling goroutine with an error (as in a test), and cleanups run at close.
-// Methods the harness does not use are left to the embedded nil TB.
-type harness struct {
-	testing.TB
-
-	mu       sync.Mutex
-	err      error
-	cleanups []func()
-}
-
-func (h *harness) Helper()                      {}
-func (h *harness) Name() string                 { return "walbox-bench" }
-func (h *harness) Logf(string, ...any)          {}
-func (h *harness) Fatal(args ...any)            { h.fail(fmt.Sprint(args...)) }
-func (h *harness) Fatalf(f string, args ...any) { h.fail(fmt.Sprintf(f, args...)) }
-func (h *harness) Skipf(f string, args ...any)  { h.fail(fmt.Sprintf(f, args...)) }
-func (h *harness) Errorf(f string, args ...any) { h.record(fmt.Sprintf(f, args...)) }
-
-func (h *harness) Failed() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err != nil
-}
-
-func (h *harness) Cleanup(f func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.cleanups = append(h.cleanups, f)
-}
-
-func (h *harness) fail(msg string) {
-	h.record(msg)
-	runtime.Goexit()
-}
-
-func (h *harness) record(msg string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.err = errors.Join(h.err, errors.New(msg))
-}
-
-// do runs f on a goroutine of its own, so that a Fatal ends only that goroutine, and returns the
-// failure.
-func (h *harness) do(f func()) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	err := h.err
-	h.err = nil
-	return err
-}
-
-// close runs the cleanups, last registered first.
-func (h *harness) close() {
-	h.mu.Lock()
-	fs := h.cleanups
-	h.cleanups = nil
-	h.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
+	if err != nil {
+		return srv, stop, fmt.Errorf("start %s: %w", what, err)
 	}
+	return srv, stop, nil
 }
 
 // BuildWalbox builds cmd/walbox into dir and returns the binary's path.

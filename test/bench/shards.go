@@ -75,7 +75,7 @@ func drainShards(ctx context.Context, cfg ShardsConfig, srv Servers, n int) (Sha
 		return r, err
 	}
 	if err := migrate.wait(time.Minute); err != nil {
-		return r, fmt.Errorf("walbox migrate: %w\n%s", err, migrate.tail(10))
+		return r, fmt.Errorf("walbox migrate: %w\n%s", err, migrate.Tail(10))
 	}
 	topo := topology{url: srv.AMQPURL, exchange: name, queue: name, queueType: "classic"}
 	if err := topo.declare(); err != nil {
@@ -122,7 +122,7 @@ func drainShards(ctx context.Context, cfg ShardsConfig, srv Servers, n int) (Sha
 	alive := func() error {
 		for _, p := range relays {
 			if err := p.alive(); err != nil {
-				return fmt.Errorf("%w\n%s", err, p.tail(10))
+				return fmt.Errorf("%w\n%s", err, p.Tail(10))
 			}
 		}
 		if time.Since(lastRead) < 250*time.Millisecond {

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/examples/orders"
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 const (
@@ -26,13 +27,14 @@ const (
 
 // demo starts everything, places orders until ctx ends, waits (until drainCtx ends or
 // cfg.drain passes) for the notifications to catch up, and prints the outcome.
-func demo(ctx, drainCtx context.Context, cfg config, dir string, h *harness, out io.Writer) error {
+func demo(ctx, drainCtx context.Context, cfg config, dir string, bins binaries, out io.Writer) error {
 	fmt.Fprintln(out, "demo: building walbox, orders and notifier")
 	if err := buildBinaries(ctx, dir); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "demo: starting PostgreSQL and RabbitMQ")
-	srv, err := startServers(h)
+	srv, closeServers, err := startServers(bins)
+	defer closeServers()
 	if err != nil {
 		return err
 	}
@@ -90,7 +92,7 @@ func tap(url string) (*amqp.Channel, string, error) {
 
 // startServices runs `walbox migrate`, then starts the notifier, the relay and the order
 // service, and waits until the order API answers. It returns whatever it started, also on error.
-func startServices(ctx context.Context, dir string, srv servers) ([]*child, string, error) {
+func startServices(ctx context.Context, dir string, srv servers) ([]*testenv.Process, string, error) {
 	bin := func(name string) string { return filepath.Join(dir, name) }
 	db, amqpURL := srv.pg.URL(), srv.rabbit.URL()
 	walboxEnv := []string{"WALBOX_DATABASE_URL=" + db, "WALBOX_AMQP_URL=" + amqpURL,
@@ -113,7 +115,7 @@ func startServices(ctx context.Context, dir string, srv servers) ([]*child, stri
 			"NOTIFIER_EXCHANGE=" + exchange, "NOTIFIER_QUEUE=" + queue}, nil},
 		{"orders", []string{"ORDERS_DATABASE_URL=" + db, "ORDERS_LISTEN=" + addr}, nil},
 	}
-	var children []*child
+	var children []*testenv.Process
 	for _, s := range specs {
 		c, err := startChild(dir, s.name, bin(s.name), s.env, s.args...)
 		if err != nil {
@@ -144,7 +146,7 @@ func freePort() (int, error) {
 }
 
 // waitHealthy waits until the order API answers, failing if a service exits meanwhile.
-func waitHealthy(ctx context.Context, api string, children []*child) error {
+func waitHealthy(ctx context.Context, api string, children []*testenv.Process) error {
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if err := exitedEarly(children); err != nil {
@@ -163,10 +165,10 @@ func waitHealthy(ctx context.Context, api string, children []*child) error {
 }
 
 // exitedEarly returns an error, with its log tail, for the first child that has exited.
-func exitedEarly(children []*child) error {
+func exitedEarly(children []*testenv.Process) error {
 	for _, c := range children {
-		if c.exited() {
-			return fmt.Errorf("%s exited: %v\n%s", c.name, c.cmd.ProcessState, c.tail(20))
+		if st := c.State(); st != nil {
+			return fmt.Errorf("%s exited: %v%s", c.Name(), st, c.Tail(20))
 		}
 	}
 	return nil
@@ -174,7 +176,7 @@ func exitedEarly(children []*child) error {
 
 // placeAndReport places orders and prints progress until ctx ends or a service exits.
 func placeAndReport(ctx context.Context, api string, rate int, pool *pgxpool.Pool, ch *amqp.Channel,
-	tapQueue string, c *counters, children []*child, out io.Writer) error {
+	tapQueue string, c *counters, children []*testenv.Process, out io.Writer) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { placeOrders(runCtx, api, rate, c) })
@@ -232,8 +234,8 @@ func summary(pool *pgxpool.Pool, s snapshot, out io.Writer) error {
 }
 
 // stopAll stops the services, the order API first and the notifier last.
-func stopAll(children []*child) {
+func stopAll(children []*testenv.Process) {
 	for i := len(children) - 1; i >= 0; i-- {
-		children[i].stop(stopTimeout)
+		stopChild(children[i], stopTimeout)
 	}
 }

@@ -4,9 +4,13 @@
 // over HTTP. It prints progress once a second and stops on Ctrl-C, or after -duration, leaving
 // nothing running.
 //
-//	go run ./cmd/demo [-rate 50] [-duration 30s]
+//	make demo                                  # from the repository's top folder
+//	cd examples && go run ./cmd/demo [-rate 50] [-duration 30s]
 //
-// Run it from inside the module: it builds the services with `go build`.
+// Run it from inside the examples module: it builds the services with `go build`. It finds
+// PostgreSQL 15 or later and RabbitMQ through WALBOX_PG_BIN and WALBOX_RABBITMQ_BIN, on PATH,
+// through `pg_config --bindir`, or in the usual Debian and Homebrew folders, and prints which
+// it uses. Where one is missing, it says so in one line and points to `docker compose up`.
 package main
 
 import (
@@ -60,12 +64,16 @@ func run(cfg config, out io.Writer) error {
 		cancelDrain()
 	}()
 
+	bins, err := findBinaries()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "demo: PostgreSQL %s programs in %s\n", bins.pgVersion, bins.pg)
+	fmt.Fprintf(out, "demo: RabbitMQ programs in %s\n", bins.rabbit)
 	dir, err := os.MkdirTemp("", "walbox-demo-")
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	h := &harness{}
-	defer h.close()
-	return demo(ctx, drainCtx, cfg, dir, h, out)
+	return demo(ctx, drainCtx, cfg, dir, bins, out)
 }
