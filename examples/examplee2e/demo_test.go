@@ -77,10 +77,15 @@ func TestDemoSaysInOneLineWhatIsMissing(t *testing.T) {
 }
 
 // onPath returns a folder of links to the programs of the harness's PostgreSQL and RabbitMQ, to
-// put on PATH.
+// put on PATH. Others may read it: as root, the server runs as the postgres user.
 func onPath(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, src := range []string{filepath.Dir(testenv.PGBin("postgres")), filepath.Dir(testenv.RabbitBin("rabbitmq-server"))} {
 		entries, err := os.ReadDir(src)
 		if err != nil {
