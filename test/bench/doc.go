@@ -1,5 +1,5 @@
 // Package bench measures walbox beside the broker's ceiling and a polling relay, on the same data,
-// in one run, and reports the figures as a markdown table and an SVG chart. cmd/walbox-bench is its
+// in one run, and reports the figures as a markdown table and an SVG chart. test/cmd/walbox-bench is its
 // command; docs/performance.md explains the results.
 //
 // # Contenders
