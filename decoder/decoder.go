@@ -71,6 +71,8 @@ type Decoder struct {
 	rels  map[uint32]*relation
 	// prefix is the prefix of the logical decoding messages that are outbox messages; "" for none.
 	prefix string
+	// share: a row's payload shares the data given to Decode (WithSharedPayload).
+	share bool
 
 	// The transaction being decoded: position ids are derived from them.
 	finalLSN pglogrepl.LSN
@@ -91,6 +93,15 @@ func New(maps ...wire.Mapping) *Decoder {
 	for i, m := range maps {
 		d.maps[i] = m.WithDefaults()
 	}
+	return d
+}
+
+// WithSharedPayload makes the payload of a decoded row (Event.Message.Payload, and
+// Error.Partial's) share the data given to Decode instead of copying it, and returns d. The
+// caller then keeps that data unchanged for as long as it uses the payload. A large row then
+// costs its frame only, not its frame and a copy.
+func (d *Decoder) WithSharedPayload() *Decoder {
+	d.share = true
 	return d
 }
 
@@ -194,7 +205,7 @@ func (d *Decoder) decodeInsert(r *reader) (Event, error) {
 	if rel.mapping == nil {
 		return Event{}, &Error{Table: rel.table, Err: ErrForeignTable}
 	}
-	msg, err := rel.message(row, pos)
+	msg, err := rel.message(row, pos, d.share)
 	if err != nil {
 		return Event{}, err
 	}

@@ -182,7 +182,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		conn:     conn,
 		watch:    w,
 		pub:      pub,
-		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()),
+		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
 		track:    checkpoint.New(slot.ConfirmedFlush),
 		reported: slot.ConfirmedFlush,
 		heard:    lastRead,

@@ -26,7 +26,7 @@ func addBrokerSettings(s *settings) *brokerSettings {
 		park: s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)"),
 		queueType: s.add("queue-type", "WALBOX_QUEUE_TYPE", "classic",
 			"type of the park and alternate queues walbox declares: classic, or quorum (use quorum on a cluster: a classic queue is unavailable while its node is down)"),
-		maxSize: s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "134217728",
+		maxSize: s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "16777216",
 			"largest message body in bytes; larger rows are parked (keep at or below the broker's max_message_size)"),
 		window: s.add("window", "WALBOX_WINDOW", "1024", "most messages published and not yet confirmed"),
 	}

@@ -117,7 +117,9 @@
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
 //     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
-//     TestRejectedMessagesAreParked, TestEmittedMessageIsTheRowOnTheWire
+//     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestEmittedMessageIsTheRowOnTheWire
+//   - memory: TestLargeRowsPeakMemory
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
@@ -136,7 +138,8 @@
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
-//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst
+//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst,
+//     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,

@@ -301,7 +301,7 @@ func parentPid(pid int) int {
 	return ppid
 }
 
-// run runs a short-lived command like startProcess and returns its combined
+// run runs a short-lived command like Spawn and returns its combined
 // output; after timeout it kills the command's process group.
 func run(name string, cmd *exec.Cmd, timeout time.Duration) (string, error) {
 	var out strings.Builder

@@ -42,7 +42,8 @@ type Rabbit struct {
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
-	binDir string // the machine's programs; "": rabbitBin's
+	binDir string // the machine's programs; "": RabbitBin's
+	conf   string // lines added to rabbitmq.conf (StartRabbitConf)
 
 	mu   sync.Mutex
 	proc *Process // nil while stopped
@@ -140,6 +141,23 @@ func NewRabbit(opts ...RabbitOption) (*Rabbit, error) {
 // Close kills a node NewRabbit started and removes its directory.
 func (r *Rabbit) Close() { r.shutdown() }
 
+// StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
+// "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
+// external mode it skips.
+func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbitWith(nil, UniqueName("cookie"), "", "", conf)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
 // StartRabbitTLS starts a node like StartRabbit with, besides its plain listener, a TLS listener
 // on 127.0.0.1 serving the certificate of certs; TLSURL addresses it. It needs its own node, so
 // in external mode it skips.
@@ -203,7 +221,13 @@ func startRabbit(certs *Certs) (*Rabbit, error) {
 // startRabbitNode starts a node with the given Erlang cookie, in root unless it is "", from
 // binDir's programs unless it is "".
 func startRabbitNode(certs *Certs, cookie, root, binDir string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie, root: root, binDir: binDir}
+	return startRabbitWith(certs, cookie, root, binDir, "")
+}
+
+// startRabbitWith starts a node like startRabbitNode, with extra rabbitmq.conf lines.
+func startRabbitWith(certs *Certs, cookie, root, binDir, conf string) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
+		root: root, binDir: binDir, conf: conf}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -299,7 +323,10 @@ func (r *Rabbit) logTail() string { return logTail(r.startupLog(), r.nodeLog()) 
 
 // writeConf writes rabbitmq.conf, with the TLS listener when there is one.
 func (r *Rabbit) writeConf() error {
-	conf := rabbitConf
+	conf := rabbitConf + r.conf
+	if conf != "" && !strings.HasSuffix(conf, "\n") {
+		conf += "\n"
+	}
 	if r.tls != nil {
 		if r.root != "" {
 			return errors.New("a TLS node runs only on the machine's own RabbitMQ")

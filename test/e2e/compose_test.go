@@ -38,8 +38,8 @@ func TestComposeFile(t *testing.T) {
 	for _, want := range []string{
 		"wal_level=logical",                                // PostgreSQL as walbox needs it
 		"WALBOX_TEST_DATABASE_URL", "WALBOX_TEST_AMQP_URL", // the test profile's external mode
-		"ORDERS_DATABASE_URL", "ORDERS_LISTEN", // what cmd/orders reads
-		"NOTIFIER_DATABASE_URL", "NOTIFIER_AMQP_URL", // what cmd/notifier reads
+		"ORDERS_DATABASE_URL", "ORDERS_LISTEN", // what examples/cmd/orders reads
+		"NOTIFIER_DATABASE_URL", "NOTIFIER_AMQP_URL", // what examples/cmd/notifier reads
 		"service_completed_successfully", "service_healthy", // start order
 	} {
 		if !strings.Contains(config, want) {
