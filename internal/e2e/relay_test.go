@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,6 +303,54 @@ func TestSIGTERMWhileALargeRowIsStuckInABlockedBroker(t *testing.T) {
 	alarmed = false
 	w.startRelay()
 	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
+}
+
+// SIGTERM while the broker answers nothing (its process is stopped, as in a network partition),
+// with messages in flight: walbox gives up at --shutdown-timeout and exits within a second more.
+// It does not wait out the publisher's close timeout for a connection.close-ok that never comes.
+// The slot stays where the broker confirmed, so a restart delivers every row.
+func TestSIGTERMWhileTheBrokerIsFrozen(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 2 * time.Second
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	before := w.insertTx(w.conn, 5, "order.created")
+	got := w.drain([]txn{before}, nil, time.Minute)
+
+	pid := rabbit.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	thaw := func() {
+		if frozen {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			frozen = false
+		}
+	}
+	defer thaw()
+	during := w.insertTx(w.conn, 5, "order.created")
+	var st struct {
+		InFlight int64 `json:"in_flight"`
+	}
+	waitHTTP(t, addr, "/status", "messages in flight", func(_ int, b string) bool {
+		return json.Unmarshal([]byte(b), &st) == nil && st.InFlight > 0
+	})
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, testenv.Tail(r.Output(), 15))
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v and a frozen broker, want at most a second more:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, testenv.Tail(r.Output(), 15))
+	}
+	thaw()
+	w.startRelay()
+	w.drain([]txn{before, during}, got, 2*time.Minute)
 }
 
 // The broker is killed mid-stream: the slot never passes a transaction the broker had not

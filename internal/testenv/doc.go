@@ -96,7 +96,7 @@
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
-//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker, TestSIGTERMWhileTheBrokerIsFrozen
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
