@@ -108,7 +108,7 @@
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
-//     TestBlockedBrokerIsSeen
+//     TestBlockedBrokerIsSeen, TestBlockedAcrossSessionsIsOneBlock
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
 //     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder
