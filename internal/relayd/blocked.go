@@ -15,11 +15,13 @@ import (
 //
 // A session that ends while blocked (its write timed out, say) proves nothing about the alarm:
 // the block is held until a later session is blocked too (the same block goes on) or the broker
-// confirms a message published after it (the block is over). So one alarm is one block, however
-// many sessions it outlasts, and the gauge does not drop to 0 between them.
+// confirms a message published after it (the block is over), or the relay becomes a standby (it
+// publishes nothing). So one alarm is one block, however many sessions it outlasts, and the gauge
+// does not drop to 0 between them.
 type blockWatch struct {
 	log       *slog.Logger
 	confirmed func() uint64 // messages confirmed so far, by any session
+	standby   func() bool   // the relay waits as a standby
 
 	mu       sync.Mutex
 	n        int       // publishing connections blocked now
@@ -76,8 +78,12 @@ func unblockedHow(reason string) string {
 func (b *blockWatch) blocked() (bool, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.held && b.n == 0 && b.confirmed() > b.heldAt {
+	switch {
+	case !b.held || b.n > 0:
+	case b.confirmed() > b.heldAt:
 		b.unblocked(b.heldHost, "a later session's messages were confirmed")
+	case b.standby():
+		b.unblocked(b.heldHost, "the relay is a standby now")
 	}
 	return b.n > 0 || b.held, b.reason
 }
