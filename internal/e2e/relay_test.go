@@ -201,14 +201,20 @@ func TestSIGTERMWithMessagesInFlight(t *testing.T) {
 // walbox exits within --shutdown-timeout plus a second, having logged how many confirms it waits
 // for and how many it gave up on; the slot stays at the confirmed transactions, and a restart
 // after the alarm delivers every row.
-func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) {
+func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) { sigtermWhileBlocked(t) }
+
+// The same with three lanes, each a connection the broker blocks on its own: the slot passes only
+// what every lane had confirmed, and the exit is as bounded.
+func TestSIGTERMWhileTheBrokerBlocksLanes(t *testing.T) { sigtermWhileBlocked(t, "WALBOX_LANES=3") }
+
+func sigtermWhileBlocked(t *testing.T, env ...string) {
 	rabbit := testenv.StartRabbit(t)
 	testenv.RequireOwn(t, rabbit)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	addr := testenv.FreeAddr(t)
 	const shutdownTimeout = 3 * time.Second
 	// The race detector's exit would add a second of its own (atexit_sleep_ms).
-	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	r := w.startRelay(append(env, "WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")...)
 	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
 	rabbit.MemoryAlarm(t, true)
 	alarmed := true
@@ -254,7 +260,7 @@ func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) {
 		}
 	}
 	checkCovered(t, confirmed, got)
-	w.startRelay()
+	w.startRelay(env...)
 	got = append(got, w.drain(txns, got, 2*time.Minute)...)
 	checkAll(t, txns, got)
 }

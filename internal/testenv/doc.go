@@ -96,6 +96,7 @@
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
+//     TestSIGTERMWhileTheBrokerBlocksLanes,
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker, TestSIGTERMWhileTheBrokerIsFrozen
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
