@@ -57,15 +57,20 @@ func (s *stream) stopping() {
 		"in_flight", s.stats.InFlight.Load(), "shutdown_timeout", s.cfg.ShutdownTimeout.String())
 }
 
-// expiring closes the publisher at the shutdown deadline if the broker blocks it while a publish
-// call is in progress: the call may be stuck in a socket write, which no context ends, and would
-// hold the stop up to the publisher's write timeout. It runs on the stop clock's goroutine.
+// expiring closes the publisher at the shutdown deadline if a publish call is still in progress:
+// the call may be stuck in a socket write, which no context ends (the broker blocks publishing,
+// or answers nothing), and would hold the stop up to the publisher's write timeout. Its Close
+// must then cut the connection at once. It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
-	if b, ok := s.pub.(Blockable); ok && b.Blocked() && s.keeper.busy() {
-		s.log.Warn("shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection",
-			"slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
-		_ = s.pub.Close()
+	if !s.keeper.busy() {
+		return
 	}
+	msg := "shutdown: a publish is still in progress at the shutdown deadline; cutting the connection"
+	if b, ok := s.pub.(Blockable); ok && b.Blocked() {
+		msg = "shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection"
+	}
+	s.log.Warn(msg, "slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+	_ = s.pub.Close()
 }
 
 // gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed

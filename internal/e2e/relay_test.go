@@ -359,6 +359,53 @@ func TestSIGTERMWhileTheBrokerIsFrozen(t *testing.T) {
 	w.drain([]txn{before, during}, got, 2*time.Minute)
 }
 
+// SIGTERM while a large row is stuck in a socket write to a broker that answers nothing and has
+// not blocked walbox (a stopped process, a partition): at the shutdown deadline walbox cuts the
+// connection rather than wait for the write timeout, and exits within a second more. The row
+// arrives after a restart.
+func TestSIGTERMWhileALargeRowIsStuckInAFrozenBroker(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 2 * time.Second
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	pid := rabbit.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	thaw := func() {
+		if frozen {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			frozen = false
+		}
+	}
+	defer thaw()
+	var id uuid.UUID
+	err := w.conn.QueryRow(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', jsonb_build_object('pad', repeat('x', 12 << 20))) RETURNING id`).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay reads the row within a second and publishes it: the write fills the socket
+	// buffers and waits. Its write timeout (10 s) is far off.
+	time.Sleep(3 * time.Second)
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, testenv.Tail(r.Output(), 15))
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v, want at most a second more:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, testenv.Tail(r.Output(), 15))
+	}
+	thaw()
+	w.startRelay()
+	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
+}
+
 // The broker is killed mid-stream: the slot never passes a transaction the broker had not
 // confirmed (those messages are on the broker's disk), and once it is back everything arrives.
 func TestBrokerKilledMidStream(t *testing.T) {
