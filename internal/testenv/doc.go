@@ -134,7 +134,9 @@
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
-//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
+//     TestSIGTERMWhileTheBrokerBlocksLanes,
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker, TestSIGTERMWhileTheBrokerIsFrozen,
+//     TestSIGTERMWhileALargeRowIsStuckInAFrozenBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
@@ -149,7 +151,7 @@
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
-//     TestBlockedBrokerIsSeen
+//     TestBlockedBrokerIsSeen, TestBlockedAcrossSessionsIsOneBlock
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
 //     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder

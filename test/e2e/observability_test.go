@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/walbox/walbox/internal/testenv"
 )
 
@@ -198,4 +200,69 @@ func TestBlockedBrokerIsSeen(t *testing.T) {
 		t.Errorf("the block was logged %d times, want once:\n%s", n, r.Output())
 	}
 	w.drain([]txn{during}, nil, time.Minute)
+}
+
+// A large row stuck in a write to a blocked broker ends the session at each write timeout, and
+// walbox starts again into the same alarm. The block is one block all along: walbox_broker_blocked
+// stays 1 and /readyz 503 between sessions, and one WARN says when it started and one when it
+// ended, so the alert's minute is not reset and no WARN says unblocked while the alarm lasts.
+func TestBlockedAcrossSessionsIsOneBlock(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	r := w.startRelay("WALBOX_LISTEN=" + addr)
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	rabbit.MemoryAlarm(t, true)
+	alarmed := true
+	defer func() {
+		if alarmed {
+			rabbit.MemoryAlarm(t, false)
+		}
+	}()
+	var id uuid.UUID
+	err := w.conn.QueryRow(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', jsonb_build_object('pad', repeat('x', 12 << 20))) RETURNING id`).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHTTP(t, addr, "/metrics", "walbox_broker_blocked 1", func(_ int, b string) bool {
+		return metric(b, "walbox_broker_blocked") == 1
+	})
+	var sessions int64
+	for end := time.Now().Add(40 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		_, body, err := testenv.HTTPGet(addr, "/metrics")
+		if err != nil {
+			continue
+		}
+		if metric(body, "walbox_broker_blocked") != 1 {
+			t.Errorf("walbox_broker_blocked 0 during the alarm, after %d sessions", sessions)
+			break
+		}
+		if code, body, err := testenv.HTTPGet(addr, "/readyz"); err == nil && code == 200 {
+			t.Errorf("/readyz 200 %q during the alarm", body)
+			break
+		}
+		_, st, _ := testenv.HTTPGet(addr, "/status")
+		var s struct {
+			Sessions int64 `json:"sessions"`
+		}
+		if json.Unmarshal([]byte(st), &s) == nil {
+			sessions = s.Sessions
+		}
+	}
+	if sessions < 2 {
+		t.Logf("only %d sessions during the alarm; the write timeout did not end one", sessions)
+	}
+	if strings.Contains(r.Output(), "broker unblocked publishing") {
+		t.Errorf("an unblock was logged during the alarm:\n%s", testenv.Tail(r.Output(), 20))
+	}
+	rabbit.MemoryAlarm(t, false)
+	alarmed = false
+	waitHTTP(t, addr, "/readyz", "ready once unblocked", func(code int, body string) bool { return code == 200 })
+	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
+	out := r.Output()
+	if b, u := strings.Count(out, "broker blocks publishing"), strings.Count(out, "broker unblocked publishing"); b != 1 || u != 1 {
+		t.Errorf("one alarm over %d sessions logged %d blocks and %d unblocks, want one each:\n%s", sessions, b, u, testenv.Tail(out, 30))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,14 +201,20 @@ func TestSIGTERMWithMessagesInFlight(t *testing.T) {
 // walbox exits within --shutdown-timeout plus a second, having logged how many confirms it waits
 // for and how many it gave up on; the slot stays at the confirmed transactions, and a restart
 // after the alarm delivers every row.
-func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) {
+func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) { sigtermWhileBlocked(t) }
+
+// The same with three lanes, each a connection the broker blocks on its own: the slot passes only
+// what every lane had confirmed, and the exit is as bounded.
+func TestSIGTERMWhileTheBrokerBlocksLanes(t *testing.T) { sigtermWhileBlocked(t, "WALBOX_LANES=3") }
+
+func sigtermWhileBlocked(t *testing.T, env ...string) {
 	rabbit := testenv.StartRabbit(t)
 	testenv.RequireOwn(t, rabbit)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	addr := testenv.FreeAddr(t)
 	const shutdownTimeout = 3 * time.Second
 	// The race detector's exit would add a second of its own (atexit_sleep_ms).
-	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	r := w.startRelay(append(env, "WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")...)
 	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
 	rabbit.MemoryAlarm(t, true)
 	alarmed := true
@@ -253,7 +260,7 @@ func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) {
 		}
 	}
 	checkCovered(t, confirmed, got)
-	w.startRelay()
+	w.startRelay(env...)
 	got = append(got, w.drain(txns, got, 2*time.Minute)...)
 	checkAll(t, txns, got)
 }
@@ -300,6 +307,101 @@ func TestSIGTERMWhileALargeRowIsStuckInABlockedBroker(t *testing.T) {
 	}
 	rabbit.MemoryAlarm(t, false)
 	alarmed = false
+	w.startRelay()
+	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
+}
+
+// SIGTERM while the broker answers nothing (its process is stopped, as in a network partition),
+// with messages in flight: walbox gives up at --shutdown-timeout and exits within a second more.
+// It does not wait out the publisher's close timeout for a connection.close-ok that never comes.
+// The slot stays where the broker confirmed, so a restart delivers every row.
+func TestSIGTERMWhileTheBrokerIsFrozen(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 2 * time.Second
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	before := w.insertTx(w.conn, 5, "order.created")
+	got := w.drain([]txn{before}, nil, time.Minute)
+
+	pid := rabbit.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	thaw := func() {
+		if frozen {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			frozen = false
+		}
+	}
+	defer thaw()
+	during := w.insertTx(w.conn, 5, "order.created")
+	var st struct {
+		InFlight int64 `json:"in_flight"`
+	}
+	waitHTTP(t, addr, "/status", "messages in flight", func(_ int, b string) bool {
+		return json.Unmarshal([]byte(b), &st) == nil && st.InFlight > 0
+	})
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, testenv.Tail(r.Output(), 15))
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v and a frozen broker, want at most a second more:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, testenv.Tail(r.Output(), 15))
+	}
+	thaw()
+	w.startRelay()
+	w.drain([]txn{before, during}, got, 2*time.Minute)
+}
+
+// SIGTERM while a large row is stuck in a socket write to a broker that answers nothing and has
+// not blocked walbox (a stopped process, a partition): at the shutdown deadline walbox cuts the
+// connection rather than wait for the write timeout, and exits within a second more. The row
+// arrives after a restart.
+func TestSIGTERMWhileALargeRowIsStuckInAFrozenBroker(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 2 * time.Second
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	pid := rabbit.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	thaw := func() {
+		if frozen {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			frozen = false
+		}
+	}
+	defer thaw()
+	var id uuid.UUID
+	err := w.conn.QueryRow(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', jsonb_build_object('pad', repeat('x', 12 << 20))) RETURNING id`).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay reads the row within a second and publishes it: the write fills the socket
+	// buffers and waits. Its write timeout (10 s) is far off.
+	time.Sleep(3 * time.Second)
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, testenv.Tail(r.Output(), 15))
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v, want at most a second more:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, testenv.Tail(r.Output(), 15))
+	}
+	thaw()
 	w.startRelay()
 	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
 }
