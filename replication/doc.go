@@ -90,7 +90,7 @@
 // one: creating it where none was ever recorded (slots.Create, called by Relay.prepareSlot for
 // `walbox run` and by slots.EnsureSlot for `walbox migrate` and `walbox reshard`); walbox
 // recover, which replaces it (slots.Recovery.Recover); and `walbox reshard --retire`, which
-// drops the old set's slots once each passed the cut (slots.Drop).
+// drops the old set's slots once each passed the cut (slots.Retire).
 //
 // # Failure
 //

@@ -1,6 +1,6 @@
 // Package slots administers walbox's replication slots, as the commands other than `walbox run`
-// do: it creates a slot and records it (EnsureSlot), recovers a lost one (Recovery), and drops
-// one (Drop). The relay in package replication streams from a slot; it creates one only where
+// do: it creates a slot and records it (EnsureSlot), recovers a lost one (Recovery), drops one
+// (Drop), and retires the old set of shards once a reshard passed its cut (Retire). The relay in package replication streams from a slot; it creates one only where
 // none was ever recorded, with Create.
 //
 // The record itself is package registry's: the table walbox_slots and the functions that move
