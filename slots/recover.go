@@ -99,7 +99,7 @@ func (g Gap) LowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
 
-// Publisher is the publishing session Recover republishes on: a subset of replication.Publisher,
+// Publisher is the publishing session Recover republishes on, with replication.Publisher's methods,
 // which package publisher's Session implements. Recover flushes one that is a Flusher before it
 // waits for the last confirms.
 type Publisher interface {
