@@ -96,6 +96,10 @@ type Config struct {
 	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
 	// not covered (default true; `walbox migrate` creates it ahead of time).
 	CreateSlot *bool
+	// FailoverSlot says whether the slot Run creates is a failover slot (default FailoverAuto:
+	// on PostgreSQL 17 and later). Unless it is FailoverOff, Run also turns an existing slot that
+	// is not one into one; FailoverOn on a server before 17 stops Run at its first session.
+	FailoverSlot FailoverSlot
 	// MaxBackoff caps the wait between sessions after an error (default 30s).
 	MaxBackoff time.Duration
 	// StandbyRetry is how often a standby checks whether the slot was released (default 1s).
@@ -179,6 +183,11 @@ func (c *Config) Validate() error {
 	if err := positive(&c.StandbyRetry, time.Second, "standby retry"); err != nil {
 		return err
 	}
+	f, err := ParseFailoverSlot(string(c.FailoverSlot))
+	if err != nil {
+		return fmt.Errorf("failover slot %w", err)
+	}
+	c.FailoverSlot = f
 	if c.CreateSlot == nil {
 		yes := true
 		c.CreateSlot = &yes

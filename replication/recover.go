@@ -39,15 +39,17 @@ type RecoverConfig struct {
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)
+	// FailoverSlot is as in Config.
+	FailoverSlot FailoverSlot
 }
 
 func (c *RecoverConfig) validate() error {
 	probe := Config{DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-		Mappings: c.Mappings, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
+		Mappings: c.Mappings, FailoverSlot: c.FailoverSlot, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
 	if err := probe.Validate(); err != nil {
 		return err
 	}
-	c.Slot, c.Publication, c.Mappings = probe.Slot, probe.Publication, probe.Mappings
+	c.Slot, c.Publication, c.Mappings, c.FailoverSlot = probe.Slot, probe.Publication, probe.Mappings, probe.FailoverSlot
 	return nil
 }
 
@@ -253,17 +255,13 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	created, err := pglogrepl.CreateReplicationSlot(ctx, r.repl, r.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	created, err := createLogicalSlot(ctx, r.repl, r.cfg.Slot, r.cfg.FailoverSlot, true)
 	if err != nil {
-		return Result{}, fmt.Errorf("create slot %s: %w", r.cfg.Slot, err)
+		return Result{}, err
 	}
-	lsn, err := pglogrepl.ParseLSN(created.ConsistentPoint)
-	if err != nil {
-		return Result{}, fmt.Errorf("create slot %s: consistent point %q: %w", r.cfg.Slot, created.ConsistentPoint, err)
-	}
+	lsn := created.lsn
 	res := Result{ConsistentPoint: lsn}
-	if err := r.republish(ctx, created.SnapshotName, &res); err != nil {
+	if err := r.republish(ctx, created.snapshot, &res); err != nil {
 		return res, err
 	}
 	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,

@@ -66,18 +66,23 @@ func (c readClock) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// createSlot creates the pgoutput slot and returns its consistent point.
-func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", slot, err)
-	}
-	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: consistent point %q: %w", slot, res.ConsistentPoint, err)
-	}
-	return lsn, nil
+// createSlot creates the pgoutput slot, a failover slot if failover says so, and returns its
+// consistent point.
+func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
+	c, err := createLogicalSlot(ctx, conn, slot, failover, false)
+	return c.lsn, err
+}
+
+// SlotOption sets how EnsureSlot creates a slot.
+type SlotOption func(*slotOptions)
+
+type slotOptions struct {
+	failover FailoverSlot
+}
+
+// WithFailoverSlot sets whether the slot is a failover slot (default FailoverAuto).
+func WithFailoverSlot(f FailoverSlot) SlotOption {
+	return func(o *slotOptions) { o.failover = f }
 }
 
 // EnsureSlot creates the slot if it does not exist, records it in reg, and reports whether it
@@ -88,7 +93,11 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrep
 // The record holds what publication covers of tables, read before the slot is created: a relay
 // that starts much later, after the publication or a table was changed and put right again, finds
 // the coverage it reads now short of the one recorded, and stops (watch.pinCoverage).
-func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store) (bool, error) {
+func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store, opts ...SlotOption) (bool, error) {
+	o := slotOptions{failover: FailoverAuto}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if !slotName.MatchString(slot) {
 		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
@@ -122,7 +131,7 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	lsn, err := createSlot(ctx, conn, slot)
+	lsn, err := createSlot(ctx, conn, slot, o.failover)
 	if err != nil {
 		return false, err
 	}

@@ -14,6 +14,7 @@ import (
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
 	b := addBrokerSettings(&c.s)
+	c.addFailoverSlot()
 	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
 	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
 		"the role `walbox run` logs in as, when doctor runs as another role (default: the database URL's role)")
@@ -24,7 +25,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
 		Mappings: c.mappings(), RelayRole: relayRole.value}
-	var err error
+	failover, err := c.failover()
+	if err != nil {
+		return err
+	}
+	cfg.FailoverSlot = string(failover)
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err
 	}

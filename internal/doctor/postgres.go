@@ -45,7 +45,9 @@ func (d doctor) postgres(ctx context.Context) []Check {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
 	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
-	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
+	out = append(out, slotCheck(f, d.slot))
+	out = append(out, d.failoverChecks(ctx, conn, f)...)
+	return append(out, d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
