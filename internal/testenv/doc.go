@@ -35,6 +35,12 @@
 // Building needs root and debootstrap: outside CI a machine without them
 // skips the test; under CI=true it, and any failed build, fails the test.
 //
+// StartStandby(t, primary, slot) makes a hot standby of a server it started
+// (pg_basebackup -R -C -S slot, in the primary's chroot, with standby.signal
+// and a primary_conninfo naming the slot and a database), on a port of its
+// own; Promote promotes it. With sync_replication_slots and
+// hot_standby_feedback on, a PostgreSQL 17 standby keeps failover slots.
+//
 // SharedPostgres and SharedRabbit return one server per test binary, started
 // on first use and stopped by Main; tests must not stop them and isolate
 // themselves with NewDatabase and UniqueName instead.
@@ -94,7 +100,9 @@
 //     outage, graceful restart, node killed), TestClusterFaults,
 //     TestNackedMessagesAreRetried, TestRecoverUsesTheNextBrokerWhenTheFirstIsDown
 //   - PostgreSQL lost: TestPostgresFaults, TestPartitionDuringSessionSetup,
-//     TestStandbyTakesOver
+//     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
+//     failover slots: the primary killed, the standby promoted, one walbox
+//     given both hosts)
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
@@ -120,6 +128,7 @@
 //     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
+//   - failover slots: TestFailoverSlots, TestFailoverSlotOnRefusedBefore17
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
