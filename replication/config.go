@@ -55,6 +55,11 @@ type Config struct {
 	// DatabaseURL is the libpq connection string or URL of the database holding the outbox. The
 	// role needs LOGIN REPLICATION. Required.
 	DatabaseURL string
+	// ReplicationURL, if set, is the server the relay streams from: a hot standby of DatabaseURL's
+	// server (PostgreSQL 16+), whose slot it decodes, to keep decoding off the primary. DatabaseURL
+	// stays the primary: the record of the slot and the checks of the publication live there.
+	// Empty: the relay streams from DatabaseURL, and refuses it if it is a standby.
+	ReplicationURL string
 	// Slot is the logical replication slot's name (default "walbox").
 	Slot string
 	// Publication is the publication that contains the outbox table (default "walbox").
@@ -114,6 +119,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told about every message and session, for metrics (default: nobody).
 	Observer Observer
+}
+
+// replicationURL is the server the relay streams from.
+func (c *Config) replicationURL() string {
+	if c.ReplicationURL != "" {
+		return c.ReplicationURL
+	}
+	return c.DatabaseURL
 }
 
 // NoMessages as Config.MessagePrefix relays no logical decoding messages.

@@ -78,6 +78,14 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 	if err != nil {
 		return createdSlot{}, fatal(err)
 	}
+	if on && inRecovery(conn) {
+		// A slot created on a standby cannot be a failover slot.
+		if failover == FailoverOn {
+			return createdSlot{}, fatal(fmt.Errorf("failover slot on: slot %s is created on a standby, where it cannot be a failover slot; "+
+				"set --failover-slot auto or off", slot))
+		}
+		on = false
+	}
 	snapshot := "nothing"
 	if export {
 		snapshot = "export"
@@ -112,7 +120,7 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 // slot made by an older walbox or by hand). It reports whether it changed the slot.
 func makeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
 	on, err := failover.Wanted(connMajor(conn))
-	if err != nil || !on || isFailover {
+	if err != nil || !on || isFailover || inRecovery(conn) {
 		return false, err
 	}
 	if err := conn.Exec(ctx, fmt.Sprintf("ALTER_REPLICATION_SLOT %s (FAILOVER true)", quoteIdent(slot))).Close(); err != nil {

@@ -112,12 +112,15 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	sctx, endSetup := context.WithTimeout(ctx, limit)
 	defer endSetup()
 	defer func() { err = setupExpired(ctx, sctx, limit, err) }()
-	conn, lastRead, err := connectWatched(sctx, r.cfg.DatabaseURL)
+	conn, lastRead, err := connectWatched(sctx, r.cfg.replicationURL())
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}
 	r.dbReached = true
 	defer conn.Close(context.Background())
+	if err := checkReplicationServer(&r.cfg, conn); err != nil {
+		return false, err
+	}
 
 	sys, err := pglogrepl.IdentifySystem(sctx, conn)
 	if err != nil {
@@ -247,7 +250,7 @@ func answeredByPostgres(err error) bool {
 // and refuses a slot that is missing though recorded, is ahead of the recorded position, or was
 // recorded on another system: each of those is a gap in which rows may have been skipped.
 func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
-	info, err := inspect.ReadSlot(ctx, w.conn, r.cfg.Slot)
+	info, err := inspect.ReadSlot(ctx, w.slotDB(), r.cfg.Slot)
 	if err != nil {
 		return info, err
 	}
@@ -322,7 +325,11 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 	if !*r.cfg.CreateSlot {
 		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
-	lsn, err := createSlot(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot)
+	var lsn pglogrepl.LSN
+	err := whileCreating(ctx, conn, w.conn, func() (err error) {
+		lsn, err = createSlot(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot)
+		return err
+	})
 	if err != nil {
 		return inspect.Slot{}, err
 	}

@@ -77,7 +77,14 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover 
 type SlotOption func(*slotOptions)
 
 type slotOptions struct {
-	failover FailoverSlot
+	failover       FailoverSlot
+	replicationURL string
+}
+
+// WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
+// as Config.ReplicationURL streams from it; the record stays on dsn's server.
+func WithReplicationURL(u string) SlotOption {
+	return func(o *slotOptions) { o.replicationURL = u }
 }
 
 // WithFailoverSlot sets whether the slot is a failover slot (default FailoverAuto).
@@ -101,12 +108,25 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if !slotName.MatchString(slot) {
 		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
-	conn, err := connect(ctx, dsn)
+	replURL, slotDB := dsn, inspect.Querier(reg.DB())
+	if o.replicationURL != "" {
+		standby, err := connectSQL(ctx, o.replicationURL)
+		if err != nil {
+			return false, err
+		}
+		defer standby.Close(context.Background())
+		replURL, slotDB = o.replicationURL, standby
+	}
+	conn, err := connect(ctx, replURL)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	info, err := inspect.ReadSlot(ctx, reg.DB(), slot)
+	if o.replicationURL == "" && inRecovery(conn) {
+		return false, fmt.Errorf("%w: the database url points at a standby (in recovery). Point --database-url at the primary; "+
+			"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", ErrStandby)
+	}
+	info, err := inspect.ReadSlot(ctx, slotDB, slot)
 	if err != nil || info.Exists {
 		return false, err
 	}
@@ -131,7 +151,11 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	lsn, err := createSlot(ctx, conn, slot, o.failover)
+	var lsn pglogrepl.LSN
+	err = whileCreating(ctx, conn, reg.DB(), func() (err error) {
+		lsn, err = createSlot(ctx, conn, slot, o.failover)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}

@@ -67,7 +67,7 @@ type common struct {
 	s                                                       settings
 	databaseURL, databasePassword, slot, publication, table *setting
 	messagePrefix                                           *setting
-	failoverSlot                                            *setting // nil unless the command has it
+	failoverSlot, replicationURL                            *setting // nil unless the command has them
 }
 
 func newCommon() *common {

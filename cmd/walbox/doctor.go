@@ -15,6 +15,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := newCommon()
 	b := addBrokerSettings(&c.s)
 	c.addFailoverSlot()
+	c.addReplicationURL()
 	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
 	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
 		"the role `walbox run` logs in as, when doctor runs as another role (default: the database URL's role)")
@@ -30,6 +31,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cfg.FailoverSlot = string(failover)
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return err
+	}
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err
 	}

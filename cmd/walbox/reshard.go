@@ -132,7 +132,7 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 		fmt.Fprintf(r.out, "created publication %s\n", name)
 	}
 	for k := range to.N {
-		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema), failover(r.c)); err != nil {
+		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema), failover(r.c), ""); err != nil {
 			return err
 		}
 	}

@@ -56,6 +56,8 @@ type Config struct {
 	RelayRole string
 	// FailoverSlot is walbox's --failover-slot: auto, on or off ("" is auto).
 	FailoverSlot string
+	// ReplicationURL is walbox's --replication-url: the hot standby it decodes on, "" for none.
+	ReplicationURL string
 }
 
 // doctor holds what the checks need.
@@ -69,6 +71,7 @@ type doctor struct {
 	brokers     []publisher.Config // one per endpoint
 	relayRole   string             // the role walbox run logs in as, "" for doctor's own
 	failover    string             // --failover-slot
+	standby     string             // --replication-url
 }
 
 // Run performs every check, PostgreSQL's then RabbitMQ's, each server's within Timeout, and
@@ -77,7 +80,7 @@ type doctor struct {
 func Run(ctx context.Context, cfg Config) []Check {
 	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
 		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
-		failover: cfg.FailoverSlot}
+		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL}
 	if len(cfg.Mappings) > 0 {
 		d.mappings = cfg.Mappings
 		d.table = d.mappings[0].WithDefaults().Table
