@@ -30,8 +30,8 @@ const watchTimeout = 5 * time.Second
 // before the last successful one: a change of the publication that the last check could not yet
 // see committed after that point, so nothing the relay confirms lies beyond a verified position.
 type watch struct {
-	conn        *pgx.Conn
-	standby     *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
+	conn    *pgx.Conn
+	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
 
 	reg         *registry.Store
 	slot        string
