@@ -27,7 +27,9 @@ func (d doctor) failoverChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) [
 	}
 	switch {
 	case f.InRecovery:
-		return nil // a standby's slot cannot be a failover slot; standbyChecks judge it
+		return nil // connectCheck failed already
+	case d.standby != "":
+		return []Check{standbyNote(d.slot)}
 	case num < failoverSince && d.failover == "on":
 		return []Check{failCheck("failover_slot", "set --failover-slot auto or off, or upgrade to PostgreSQL 17",
 			"--failover-slot on, but PostgreSQL %d has no failover slots: walbox run refuses to start", num/10000)}
