@@ -1,0 +1,168 @@
+package faults_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/checker"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// standbyPair starts a PostgreSQL 17 primary and a hot standby of it with hot_standby_feedback
+// on and a physical slot on the primary, and a world on the primary whose slot walbox migrate
+// created on the standby (--replication-url). The world's relays stream from the standby.
+func standbyPair(t *testing.T) (w *world, primary, standby *testenv.Postgres, replURL string) {
+	t.Helper()
+	primary = testenv.StartPostgres(t, testenv.PGVersion(17))
+	testenv.RequireOwn(t, primary)
+	standby = testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
+	w = newWorld(t, primary, testenv.SharedRabbit(t))
+	replURL = withHost(t, w.db, hostOf(t, standby.URL()))
+	waitFor(t, time.Minute, "the database on the standby", func() bool {
+		var n int
+		return execRow(t, replURL, "SELECT count(*) FROM public.outbox", &n) == nil
+	})
+	// A slot of the standby's own, created by migrate with the primary's help.
+	w.slot = testenv.UniqueName("slot")
+	start := time.Now()
+	out, code := w.walbox([]string{"WALBOX_REPLICATION_URL=" + replURL}, "migrate")
+	if code != 0 || !strings.Contains(out, "created replication slot "+w.slot) {
+		t.Fatalf("walbox migrate --replication-url exited %d:\n%s", code, out)
+	}
+	t.Logf("walbox migrate created slot %s on the standby in %v", w.slot, time.Since(start).Round(time.Millisecond))
+	var onStandby bool
+	if err := execRow(t, replURL, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", &onStandby, w.slot); err != nil || !onStandby {
+		t.Fatalf("slot %s is not on the standby (%v)", w.slot, err)
+	}
+	return w, primary, standby, replURL
+}
+
+// walbox streams from a hot standby's slot (--replication-url) while the writer loads the primary,
+// where walbox keeps its record; it is SIGKILLed at random moments and started again. Nothing is
+// lost, nothing delivered that was not committed, and the slot on the standby is never ahead of
+// the record on the primary.
+func TestRelayOnAStandbyKilledAndRestarted(t *testing.T) {
+	heavy(t)
+	w, _, _, replURL := standbyPair(t)
+	standbyEnv := "WALBOX_REPLICATION_URL=" + replURL
+	v := w.startVerifier()
+	seed := uint64(time.Now().UnixNano())
+	wr := w.startWriter(checker.WriterConfig{Seed: seed, MaxTx: 20, Pause: 5 * time.Millisecond})
+	const rounds = 6
+	for i := range rounds {
+		r := w.startRelay(standbyEnv)
+		time.Sleep(time.Duration(500+int(seed>>uint(i))%1500) * time.Millisecond)
+		r.Kill()
+		checkSlotNotAheadOfRecord(t, w, replURL)
+	}
+	wr.stop()
+	r := w.startRelay(standbyEnv)
+	w.verdict(wr.Writer, v, 3*time.Minute, rounds, rounds, "")
+	checkSlotNotAheadOfRecord(t, w, replURL)
+	if out := r.Output(); !strings.Contains(out, "msg=streaming") {
+		t.Errorf("walbox never streamed from the standby:\n%s", out)
+	}
+}
+
+// checkSlotNotAheadOfRecord fails the test if the standby's slot is ahead of walbox's record on
+// the primary.
+func checkSlotNotAheadOfRecord(t *testing.T, w *world, replURL string) {
+	t.Helper()
+	var slot, record string
+	if err := execRow(t, replURL, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &slot, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := execRow(t, w.db, "SELECT confirmed_lsn::text FROM public.walbox_slots WHERE slot_name = $1", &record, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	var ahead bool
+	if err := execRow(t, w.db, "SELECT $1::pg_lsn > $2::pg_lsn", &ahead, slot, record); err != nil {
+		t.Fatal(err)
+	}
+	if ahead {
+		t.Errorf("the standby's slot is at %s, ahead of the record on the primary (%s)", slot, record)
+	}
+}
+
+// The primary's CPU per message, with walbox decoding on the primary and on a standby: the same
+// rows, written by one connection, relayed to the broker; the CPU of every process of the
+// primary's postmaster (the backend writing, the walsenders, the auxiliaries) from
+// /proc/<pid>/stat, over the rows. docs/ha.md quotes the figures.
+func TestStandbyDecodingSparesThePrimary(t *testing.T) {
+	heavy(t)
+	const rows = 50000
+	w, primary, _, replURL := standbyPair(t)
+	v := w.startVerifier()
+	cw := w.newWriter(checker.WriterConfig{Seed: 5})
+	measure := func(where string, env ...string) float64 {
+		r := w.startRelay(env...)
+		r.waitState("streaming", time.Minute)
+		from := v.Count()
+		before := postmasterCPU(t, primary.PID())
+		start := time.Now()
+		for range rows / 100 {
+			if err := cw.Tx(t.Context(), 100); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitDelivered(t, v, from+rows, 3*time.Minute)
+		used := postmasterCPU(t, primary.PID()) - before
+		r.Stop(30 * time.Second)
+		perMsg := used.Seconds() * 1e6 / rows
+		t.Logf("FIGURE primary CPU per message, decoding on the %s: %.1f µs (%v over %d rows in %v)",
+			where, perMsg, used, rows, time.Since(start).Round(time.Millisecond))
+		return perMsg
+	}
+	// The primary's own slot for the first run; the standby's (the world's) for the second.
+	onStandby := w.slot
+	w.slot = testenv.UniqueName("slot")
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate exited %d:\n%s", code, out)
+	}
+	primaryCost := measure("primary")
+	w.pg.Exec(t, w.db, "SELECT pg_drop_replication_slot($1)", w.slot)
+	w.slot = onStandby
+	standbyCost := measure("standby", "WALBOX_REPLICATION_URL="+replURL)
+	t.Logf("SUMMARY %s rows=%d primary_cpu_per_message_us decoding_on_primary=%.1f decoding_on_standby=%.1f",
+		t.Name(), rows, primaryCost, standbyCost)
+	if standbyCost >= primaryCost {
+		t.Errorf("decoding on the standby cost the primary %.1f µs per message, not less than on the primary (%.1f)", standbyCost, primaryCost)
+	}
+}
+
+// postmasterCPU returns the user and system CPU of the postmaster pid and its children so far.
+func postmasterCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ticks int64
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// The command is in parentheses and may hold spaces: the fields follow the last ')'.
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ppid, _ := strconv.Atoi(f[1])
+		if n != pid && ppid != pid {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += utime + stime
+	}
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / hz
+}
+
