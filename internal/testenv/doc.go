@@ -103,6 +103,8 @@
 //     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
 //     failover slots: the primary killed, the standby promoted, one walbox
 //     given both hosts)
+//   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
+//     TestStandbyDecodingSparesThePrimary (the primary's CPU per message)
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
@@ -129,6 +131,7 @@
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - failover slots: TestFailoverSlots, TestFailoverSlotOnRefusedBefore17
+//   - standbys: TestStandbyAsDatabaseURLStopsAtOnce, TestDoctorChecksTheStandby
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
