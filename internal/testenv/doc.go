@@ -104,7 +104,8 @@
 //     failover slots: the primary killed, the standby promoted, one walbox
 //     given both hosts)
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
-//     TestStandbyDecodingSparesThePrimary (the primary's CPU per message)
+//     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
+//     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
