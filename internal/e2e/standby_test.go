@@ -55,8 +55,9 @@ func TestStandbyAsDatabaseURLStopsAtOnce(t *testing.T) {
 	}
 }
 
-// With --replication-url, migrate creates the slot on the standby, and doctor checks the standby,
-// its hot_standby_feedback and its slot against the record on the primary.
+// With --replication-url, migrate creates the slot on the standby, status reads it there, and
+// doctor checks the standby, its hot_standby_feedback and its slot against the record on the
+// primary.
 func TestDoctorChecksTheStandby(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.PGVersion(17))
 	testenv.RequireOwn(t, pg)
@@ -69,6 +70,10 @@ func TestDoctorChecksTheStandby(t *testing.T) {
 		t.Fatalf("walbox migrate --replication-url exited %d:\n%s", code, out)
 	}
 
+	// walbox status reads the slot on the standby too.
+	if out, code := w.walbox(env, "status"); code != 0 || strings.Contains(out, "missing") || !strings.Contains(out, "pgoutput") && !strings.Contains(out, "inactive") {
+		t.Errorf("walbox status --replication-url exited %d:\n%s\nwant the standby's slot", code, out)
+	}
 	r := w.doctor(env)
 	for _, name := range []string{"standby", "slot", "slot_record", "replication_connection"} {
 		if c := r.check(t, name); c.Status != "pass" {
