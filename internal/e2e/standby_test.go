@@ -40,6 +40,7 @@ func TestStandbyAsDatabaseURLStopsAtOnce(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "--replication-url") || strings.Contains(out, "retry_in") || took > 30*time.Second {
 		t.Errorf("walbox run on a standby: exit %d after %v:\n%s\nwant a stop at once naming --replication-url", code, took, out)
 	}
+	t.Logf("walbox run on a standby, %v:\n%s", took.Round(time.Millisecond), out)
 	var stops []string
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "is a standby") || strings.Contains(line, "points at a standby") {
