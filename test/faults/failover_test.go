@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // A PostgreSQL 17 primary and a hot standby that synchronises walbox's failover slot; the primary

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // standbyPair starts a PostgreSQL 17 primary and a hot standby of it with hot_standby_feedback
