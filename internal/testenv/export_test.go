@@ -7,3 +7,8 @@ var (
 	ParseListFile    = parseListFile
 	ParseSourcesFile = parseSourcesFile
 )
+
+// ChrootRoot finds or builds the chroot of a release of suite with packages.
+func ChrootRoot(suite string, packages []string, logf func(string, ...any)) (string, error) {
+	return chrootRoot(release{suite, packages}, logf)
+}
