@@ -6,6 +6,7 @@ var (
 	PidAlive         = pidAlive
 	ParseListFile    = parseListFile
 	ParseSourcesFile = parseSourcesFile
+	OSRelease        = osRelease
 )
 
 // ChrootRoot finds or builds the chroot of a release of suite with packages.
