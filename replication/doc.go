@@ -90,7 +90,13 @@
 // one: creating it where none was ever recorded (slots.Create, called by Relay.prepareSlot for
 // `walbox run` and by slots.EnsureSlot for `walbox migrate` and `walbox reshard`); walbox
 // recover, which replaces it (slots.Recovery.Recover); and `walbox reshard --retire`, which
-// drops the old set's slots once each passed the cut (slots.Retire).
+// drops the old set's slots once each passed the cut (slots.Retire). Relay.prepareSlot may also
+// make an existing inactive slot a failover slot (slots.MakeFailover), which does not move it.
+//
+// With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
+// slot's reads go to the standby, while the record and watch.check stay on the primary. The
+// positions are one WAL, so the primary's insert position caps the standby's slot as it would
+// the primary's, and the record is still written before each status update.
 //
 // # Failure
 //

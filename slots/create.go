@@ -56,19 +56,43 @@ func CheckName(slot string) error {
 	return nil
 }
 
-// Create creates the pgoutput slot on conn, a logical replication connection, and returns its
-// consistent point. It neither checks nor records anything: EnsureSlot does.
-func Create(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", slot, err)
-	}
-	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: consistent point %q: %w", slot, res.ConsistentPoint, err)
-	}
-	return lsn, nil
+// Create creates the pgoutput slot on conn, a logical replication connection, as a failover
+// slot if failover says so for the server, and returns its consistent point. On a standby it has
+// primary log standby snapshots meanwhile. It neither checks nor records anything: EnsureSlot
+// does. An error of IsSettingError is one of failover for this server.
+func Create(ctx context.Context, conn *pgconn.PgConn, primary Execer, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
+	var lsn pglogrepl.LSN
+	err := whileCreating(ctx, conn, primary, func() (err error) {
+		lsn, err = createSlot(ctx, conn, slot, failover)
+		return err
+	})
+	return lsn, err
+}
+
+// createSlot creates the pgoutput slot, a failover slot if failover says so, and returns its
+// consistent point.
+func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
+	c, err := createLogicalSlot(ctx, conn, slot, failover, false)
+	return c.lsn, err
+}
+
+// SlotOption sets how EnsureSlot creates a slot.
+type SlotOption func(*slotOptions)
+
+type slotOptions struct {
+	failover       FailoverSlot
+	replicationURL string
+}
+
+// WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
+// as replication.Config.ReplicationURL streams from it; the record stays on dsn's server.
+func WithReplicationURL(u string) SlotOption {
+	return func(o *slotOptions) { o.replicationURL = u }
+}
+
+// WithFailoverSlot sets whether the slot is a failover slot (default FailoverAuto).
+func WithFailoverSlot(f FailoverSlot) SlotOption {
+	return func(o *slotOptions) { o.failover = f }
 }
 
 // EnsureSlot creates the slot if it does not exist, records it in reg, and reports whether it
@@ -79,16 +103,33 @@ func Create(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LS
 // The record holds what publication covers of tables, read before the slot is created: a relay
 // that starts much later, after the publication or a table was changed and put right again, finds
 // the coverage it reads now short of the one recorded, and stops (see package replication).
-func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store) (bool, error) {
+func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store, opts ...SlotOption) (bool, error) {
+	o := slotOptions{failover: FailoverAuto}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := CheckName(slot); err != nil {
 		return false, err
 	}
-	conn, err := connect(ctx, dsn)
+	replURL, slotDB := dsn, inspect.Querier(reg.DB())
+	if o.replicationURL != "" {
+		standby, err := connectSQL(ctx, o.replicationURL)
+		if err != nil {
+			return false, err
+		}
+		defer standby.Close(context.Background())
+		replURL, slotDB = o.replicationURL, standby
+	}
+	conn, err := connect(ctx, replURL)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	info, err := inspect.ReadSlot(ctx, reg.DB(), slot)
+	if o.replicationURL == "" && inRecovery(conn) {
+		return false, fmt.Errorf("%w: the database url points at a standby (in recovery). Point --database-url at the primary; "+
+			"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", ErrStandby)
+	}
+	info, err := inspect.ReadSlot(ctx, slotDB, slot)
 	if err != nil || info.Exists {
 		return false, err
 	}
@@ -113,7 +154,7 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	lsn, err := Create(ctx, conn, slot)
+	lsn, err := Create(ctx, conn, reg.DB(), slot, o.failover)
 	if err != nil {
 		return false, err
 	}
