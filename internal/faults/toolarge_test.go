@@ -236,3 +236,47 @@ func (w *world) consumeBodies(n, size int) <-chan error {
 	}()
 	return out
 }
+
+// Two rows the broker refuses for size in one transaction: the slot restarts at the
+// transaction's start, so each replay meets the first row again. Both are parked, the rows
+// around them delivered, and the slot passes the transaction: parking the second must not make
+// the relay forget the first and publish it again, for ever.
+func TestTwoRowsRefusedForSizeInOneTransaction(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	var want, big []string
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	w.inTx(func(tx pgx.Tx) {
+		want = append(want, insert(tx, 1))
+		big = append(big, insert(tx, 2<<20))
+		want = append(want, insert(tx, 1))
+		big = append(big, insert(tx, 2<<20))
+		want = append(want, insert(tx, 1))
+	})
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	waitFor(t, 2*time.Minute, "the slot past the transaction", func() bool { return w.confirmedLSN() >= end })
+	if got := w.uniqueIDs(len(want), 30*time.Second); !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	var parked []string
+	w.eachInQueue(w.exchange+".parked", func(d amqp.Delivery) {
+		if !slices.Contains(parked, d.MessageId) {
+			parked = append(parked, d.MessageId)
+		}
+	})
+	if !slices.Equal(parked, big) {
+		t.Errorf("parked %v, want %v", parked, big)
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
+	}
+}
