@@ -26,7 +26,9 @@ type msgKey struct {
 	lsn pglogrepl.LSN
 }
 
-func keyOf(m *wire.Message, lsn pglogrepl.LSN) msgKey { return msgKey{id: m.ID, mid: m.MessageID, lsn: lsn} }
+func keyOf(m *wire.Message, lsn pglogrepl.LSN) msgKey {
+	return msgKey{id: m.ID, mid: m.MessageID, lsn: lsn}
+}
 
 func (k msgKey) String() string {
 	if k.mid != "" {
