@@ -280,3 +280,46 @@ func TestTwoRowsRefusedForSizeInOneTransaction(t *testing.T) {
 		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
 	}
 }
+
+// walbox recover republishes a gap that holds a row the broker refuses for its size: it parks
+// that row without its payload, with the broker's reason, as walbox run does, and republishes
+// the rest. Without that, every recover failed on the broker's 406, and the slot stayed stopped.
+func TestRecoverParksARowTheBrokerRefusesForSize(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	const limit = "WALBOX_MAX_MESSAGE_SIZE=4194304"
+	r := w.startRelay(limit)
+	r.waitState("streaming", time.Minute)
+	w.dropSlot()
+	w.expectRefusal(r, "will not recreate")
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var want []string
+	var big string
+	w.inTx(func(tx pgx.Tx) {
+		want = append(want, insert(tx, 1))
+		big = insert(tx, 2<<20)
+		want = append(want, insert(tx, 1))
+	})
+	out, code := w.walbox([]string{limit}, "recover")
+	if code != 0 {
+		t.Fatalf("walbox recover exited %d:\n%s", code, out)
+	}
+	got := w.uniqueIDs(len(want), 30*time.Second)
+	for _, id := range want {
+		if !slices.Contains(got, id) {
+			t.Errorf("row %s not republished; got %v", id, got)
+		}
+	}
+	if slices.Contains(got, big) {
+		t.Errorf("the refused row %s was delivered", big)
+	}
+	w.expectParkedTooLarge(big)
+}
