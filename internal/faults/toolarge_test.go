@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"crypto/md5"
 	"fmt"
 	"slices"
 	"strings"
@@ -322,4 +323,78 @@ func TestRecoverParksARowTheBrokerRefusesForSize(t *testing.T) {
 		t.Errorf("the refused row %s was delivered", big)
 	}
 	w.expectParkedTooLarge(big)
+}
+
+// Large rows are read without a copy: the payload shares the replication connection's buffer
+// until the row is published. Large and small rows and walbox_emit messages, interleaved in
+// transactions, over two lanes, with a row over the broker's limit among them: every body
+// delivered is its row's payload byte for byte (a buffer reused too early would show another
+// row's bytes), and the row over the limit is parked. The binary runs with the race detector.
+func TestInterleavedLargeRowsArriveByteForByte(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 4194304")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	want := map[string]string{} // id -> body
+	var huge []string
+	body := func(id string, size int) string {
+		sum := fmt.Sprintf("%x", md5.Sum([]byte(id)))
+		return `{"x": "` + strings.Repeat(sum, size/len(sum)+1)[:size] + `"}`
+	}
+	n := 0
+	row := func(tx pgx.Tx, size int, emit bool) string {
+		n++
+		id := uuid.NewString()
+		b := body(id, size)
+		q := `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', $2, 'order.x', $3)`
+		if emit {
+			q = `SELECT walbox_emit('order', $2, 'order.x', $3::jsonb, '{}', $1)`
+		}
+		if _, err := tx.Exec(context.Background(), q, id, fmt.Sprint(n%7), b); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for range 3 {
+		w.inTx(func(tx pgx.Tx) {
+			for _, r := range []struct {
+				size int
+				emit bool
+			}{{100, false}, {200, true}, {3 << 19, false}, {150, false}, {5 << 18, true}, {3 << 20, false}, {10, false}} {
+				id := row(tx, r.size, r.emit)
+				want[id] = body(id, r.size)
+			}
+			huge = append(huge, row(tx, 5<<20, false))
+			id := row(tx, 120, false)
+			want[id] = body(id, 120)
+		})
+	}
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=8388608", "WALBOX_LANES=2")
+	waitFor(t, 2*time.Minute, "the slot past the rows", func() bool { return w.confirmedLSN() >= end })
+	got := map[string]bool{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		got[d.MessageId] = true
+		b, ok := want[d.MessageId]
+		switch {
+		case !ok:
+			t.Errorf("delivered %s, which is no row of the test", d.MessageId)
+		case string(d.Body) != b:
+			t.Errorf("message %s: body of %d bytes differs from its row's %d bytes", d.MessageId, len(d.Body), len(b))
+		}
+	})
+	for id := range want {
+		if !got[id] {
+			t.Errorf("row %s not delivered", id)
+		}
+	}
+	parked := map[string]bool{}
+	w.eachInQueue(w.exchange+".parked", func(d amqp.Delivery) { parked[d.MessageId] = true })
+	for _, id := range huge {
+		if !parked[id] {
+			t.Errorf("row %s over the broker's limit not parked", id)
+		}
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, testenv.Tail(r.Output(), 30))
+	}
 }
