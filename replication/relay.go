@@ -265,7 +265,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	if rec.Stop.Stopped() {
 		// Putting the cause right does not make the slot deliver what it could not: the rows
 		// are in the outbox table, and only walbox recover republishes them.
-		return info, fatal(StopError(r.cfg.Slot, rec.Stop))
+		return info, fatal(StopError(r.cfg.Slot, rec.Stop, r.wayOut()))
 	}
 	if info.Active {
 		pid := "?"
