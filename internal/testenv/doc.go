@@ -105,9 +105,10 @@
 //     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestTwoRowsRefusedForSizeInOneTransaction, TestRecoverParksARowTheBrokerRefusesForSize,
 //     TestEmittedMessageIsTheRowOnTheWire
-//   - memory: TestLargeRowsPeakMemory
-//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
+//   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
+//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,
