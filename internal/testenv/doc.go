@@ -125,7 +125,7 @@
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestRunRefusesARoleThatCannotRecordAStop, TestOperatorMessages,
 //     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
