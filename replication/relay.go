@@ -60,7 +60,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 		progressed, err := r.session(ctx)
 		r.endSession(err)
-		r.noteStall(err)
+		if r.noteStall(err) {
+			progressed = true // the next session parks a row, or looks for it: no reason to wait
+		}
 		if !Retryable(err) && !endedBy(ctx, err) {
 			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
 			// graceful stop.

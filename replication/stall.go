@@ -145,23 +145,26 @@ func (s *stream) refusedTooLarge(err error, publishing *wire.Message, lsn pglogr
 	return err
 }
 
-// noteStall records a refusal that ended a session, and logs it once per message.
-func (r *Relay) noteStall(err error) {
+// noteStall records a refusal that ended a session, and logs it once per message. It reports
+// whether the relay learned which message to park, or began to look for it: the next session then
+// moves on, so it starts without backing off. A transaction holding many such rows is replayed
+// once per row, and backing off each time would take minutes.
+func (r *Relay) noteStall(err error) (learned bool) {
 	var tl *tooLarge
 	if errors.As(err, &tl) {
-		r.noteTooLarge(tl)
-		return
+		return r.noteTooLarge(tl)
 	}
 	rf, ok := asRefused(err)
 	if !ok {
-		return
+		return false
 	}
 	if !r.stall.active || r.stall.key != rf.key {
 		r.cfg.Logger.Error("the broker refused a message; publishing it alone, from the slot, until it is confirmed. "+
 			"If it was returned as unroutable, bind a queue for it or give its exchange an alternate exchange",
 			"slot", r.cfg.Slot, "msg_id", rf.key.String(), "error", rf.err)
 	}
-	r.stall = stall{active: true, key: rf.key, err: rf.err}
+	r.stall.active, r.stall.key, r.stall.err = true, rf.key, rf.err
+	return false
 }
 
 // unlessStalled returns st, or StateStalled while a refused message waits.
@@ -178,17 +181,21 @@ func asRefused(err error) (*refused, bool) {
 	return rf, ok
 }
 
-// noteTooLarge records a refusal for size: the message to park, or the stall that finds it.
-func (r *Relay) noteTooLarge(tl *tooLarge) {
+// noteTooLarge records a refusal for size: the message to park, or the stall that finds it. It
+// reports whether either is new.
+func (r *Relay) noteTooLarge(tl *tooLarge) bool {
 	if tl.pin {
+		_, known := r.stall.pins[tl.key]
 		r.cfg.Logger.Error("the broker refused a message for its size; parking it", "slot", r.cfg.Slot,
 			"msg_id", tl.key.String(), "reason", tl.err.Reason)
 		r.stall.pin(tl.key, fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.err.Reason))
-		return
+		return !known
 	}
-	if !r.stall.active {
-		r.cfg.Logger.Error("the broker refused a message for its size; publishing one at a time to find it", "slot", r.cfg.Slot,
-			"up_to", tl.key.String(), "reason", tl.err.Reason)
-		r.stall.active, r.stall.key, r.stall.err = true, tl.key, tl.err
+	if r.stall.active {
+		return false
 	}
+	r.cfg.Logger.Error("the broker refused a message for its size; publishing one at a time to find it", "slot", r.cfg.Slot,
+		"up_to", tl.key.String(), "reason", tl.err.Reason)
+	r.stall.active, r.stall.key, r.stall.err = true, tl.key, tl.err
+	return true
 }

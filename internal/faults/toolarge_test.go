@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -398,3 +399,49 @@ func TestInterleavedLargeRowsArriveByteForByte(t *testing.T) {
 		t.Fatalf("walbox exited %d:\n%s", code, testenv.Tail(r.Output(), 30))
 	}
 }
+
+// Ten rows the broker refuses for size in one transaction: each replay of the transaction finds
+// one more. Finding one is progress, so the relay starts the next session at once instead of
+// backing off ever longer (which summed to minutes); every row around them is delivered.
+func TestManyRowsRefusedForSizeDoNotBackOff(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	var want []string
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	w.inTx(func(tx pgx.Tx) {
+		for range 10 {
+			want = append(want, insert(tx, 1))
+			insert(tx, 2<<20)
+		}
+		want = append(want, insert(tx, 1))
+	})
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	waitFor(t, 3*time.Minute, "the slot past the transaction", func() bool { return w.confirmedLSN() >= end })
+	if got := w.uniqueIDs(len(want), 30*time.Second); !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
+	}
+	waits := retryIn.FindAllStringSubmatch(r.Output(), -1)
+	if len(waits) < 10 {
+		t.Fatalf("%d sessions ended; want one per refused row at least:\n%s", len(waits), testenv.Tail(r.Output(), 20))
+	}
+	for _, m := range waits {
+		if d, err := time.ParseDuration(m[1]); err != nil || d >= time.Second {
+			t.Errorf("a session after a refusal for size waited %s (%v); want it to start at once", m[1], err)
+		}
+	}
+}
+
+// retryIn is how long walbox waits before its next session.
+var retryIn = regexp.MustCompile(`retry_in=(\S+)`)

@@ -105,7 +105,8 @@
 //     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
-//     TestTwoRowsRefusedForSizeInOneTransaction, TestRecoverParksARowTheBrokerRefusesForSize,
+//     TestTwoRowsRefusedForSizeInOneTransaction, TestManyRowsRefusedForSizeDoNotBackOff,
+//     TestRecoverParksARowTheBrokerRefusesForSize,
 //     TestEmittedMessageIsTheRowOnTheWire
 //   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
