@@ -69,6 +69,15 @@ func ReadServer(ctx context.Context, q Querier) (Server, error) {
 	return s, nil
 }
 
+// RoleExists reports whether a role of that name exists.
+func RoleExists(ctx context.Context, q Querier, role string) (bool, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up role %s: %w", role, err)
+	}
+	return exists, nil
+}
+
 // CheckWalLevel reports a wal_level other than logical.
 func (s Server) CheckWalLevel() error {
 	if s.WalLevel == "logical" {

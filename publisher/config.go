@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	secrets "github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -187,21 +187,21 @@ func parseURL(rawURL string) (amqp.URI, error) {
 	}
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
-		return amqp.URI{}, fmt.Errorf("url: %w", redact(err, rawURL))
+		return amqp.URI{}, fmt.Errorf("url: %w", redactErr(err, rawURL))
 	}
 	return uri, nil
 }
 
-// redact returns err unchanged unless its text contains the password of rawURL, either as
+// redactErr returns err unchanged unless its text contains the password of rawURL, either as
 // written or percent-decoded. Then it returns a plain error with each occurrence replaced by
 // "xxxxx"; the original chain is dropped, since any error in it would print the password.
-func redact(err error, rawURL string) error {
+func redactErr(err error, rawURL string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
 	found := false
-	for _, p := range secrets.PasswordForms(rawURL) {
+	for _, p := range redact.PasswordForms(rawURL) {
 		if strings.Contains(msg, p) {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 			found = true

@@ -116,7 +116,7 @@ func (s *Session) open(ctx context.Context, uri amqp.URI) error {
 		Dial:            s.dialer(ctx),
 	})
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", host(uri), redact(err, s.cfg.URL))
+		return fmt.Errorf("dial %s: %w", host(uri), redactErr(err, s.cfg.URL))
 	}
 	s.conn = conn
 	s.connClose = conn.NotifyClose(make(chan *amqp.Error, 1))

@@ -119,8 +119,8 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	public := wire.DefaultMapping(wire.DefaultTable)
-	billing := wire.DefaultMapping(wire.Table{Schema: "billing", Name: "outbox"})
+	public := wire.Mapping{Table: wire.DefaultTable}.WithDefaults()
+	billing := wire.Mapping{Table: wire.Table{Schema: "billing", Name: "outbox"}}.WithDefaults()
 	e.start(func(c *replication.Config) { c.Mappings = []wire.Mapping{public, billing} })
 	_, before := e.insertTx(1, "one")
 	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
@@ -185,8 +185,8 @@ func TestCoverageWidensForAMappedTable(t *testing.T) {
 		}
 	}
 	mapped := func(c *replication.Config) {
-		c.Mappings = []wire.Mapping{wire.DefaultMapping(wire.DefaultTable),
-			wire.DefaultMapping(wire.Table{Schema: "public", Name: "events"})}
+		c.Mappings = []wire.Mapping{wire.Mapping{Table: wire.DefaultTable}.WithDefaults(),
+			wire.Mapping{Table: wire.Table{Schema: "public", Name: "events"}}.WithDefaults()}
 	}
 	e.start(mapped)
 	e.insertInto("events", "mapped")

@@ -13,6 +13,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -128,7 +129,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
-	if _, err := r.cfg.FailoverSlot.Wanted(connMajor(conn)); err != nil {
+	if _, err := r.cfg.FailoverSlot.Wanted(slots.ServerMajor(conn)); err != nil {
 		return false, fatal(err)
 	}
 	r.noteServer(conn, sys)
@@ -299,7 +300,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 		}
 		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, pid)
 	}
-	if changed, err := makeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
+	if changed, err := slots.MakeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
 		return info, err
 	} else if changed {
 		r.cfg.Logger.Info("made the replication slot a failover slot (--failover-slot)", "slot", r.cfg.Slot)
@@ -329,11 +330,10 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 	if !*r.cfg.CreateSlot {
 		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
-	var lsn pglogrepl.LSN
-	err := whileCreating(ctx, conn, w.conn, func() (err error) {
-		lsn, err = createSlot(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot)
-		return err
-	})
+	lsn, err := slots.Create(ctx, conn, w.conn, r.cfg.Slot, r.cfg.FailoverSlot)
+	if slots.IsSettingError(err) {
+		err = fatal(err)
+	}
 	if err != nil {
 		return inspect.Slot{}, err
 	}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/slots"
 )
 
 // ErrStandby means a server walbox needs to be the primary is a standby.
-var ErrStandby = errors.New("server is a standby")
+var ErrStandby = slots.ErrStandby
 
 // inRecovery reports whether conn's server is a hot standby (PostgreSQL 14+ reports it).
 func inRecovery(conn *pgconn.PgConn) bool { return conn.ParameterStatus("in_hot_standby") == "on" }
@@ -49,45 +49,4 @@ func connectSQL(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to the standby: %w", err)
 	}
 	return conn, nil
-}
-
-// snapshotInterval is how often slot creation on a standby asks the primary for a standby
-// snapshot.
-const snapshotInterval = 500 * time.Millisecond
-
-// whileCreating runs create. When the replication server is a standby, it asks the primary,
-// through primary, to log a standby snapshot (pg_log_standby_snapshot, PostgreSQL 16+) every
-// snapshotInterval until create returns: creating a slot on a standby waits for one, which the
-// primary otherwise writes only every 15 seconds, and only when it is busy. primary is not
-// used by create meanwhile.
-func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}, create func() error) error {
-	if !inRecovery(conn) {
-		return create()
-	}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(snapshotInterval)
-		defer t.Stop()
-		for {
-			// A role that may not call it leaves the wait to the primary's own snapshots.
-			if _, err := primary.Exec(ctx, "SELECT pg_log_standby_snapshot()"); err != nil {
-				return
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	err := create()
-	close(done)
-	<-stopped
-	return err
 }

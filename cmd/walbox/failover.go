@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/redact"
-	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 )
 
 // addFailoverSlot adds --failover-slot to a command that creates or checks slots.
@@ -14,11 +14,11 @@ func (c *common) addFailoverSlot() {
 }
 
 // failover reads --failover-slot; auto for a command without it.
-func (c *common) failover() (replication.FailoverSlot, error) {
+func (c *common) failover() (slots.FailoverSlot, error) {
 	if c.failoverSlot == nil {
-		return replication.FailoverAuto, nil
+		return slots.FailoverAuto, nil
 	}
-	f, err := replication.ParseFailoverSlot(c.failoverSlot.value)
+	f, err := slots.ParseFailoverSlot(c.failoverSlot.value)
 	if err != nil {
 		return "", badSetting(c.failoverSlot, "%v", err)
 	}
@@ -26,7 +26,7 @@ func (c *common) failover() (replication.FailoverSlot, error) {
 }
 
 // failover is c's --failover-slot, read once without error before.
-func failover(c *common) replication.FailoverSlot {
+func failover(c *common) slots.FailoverSlot {
 	f, _ := c.failover()
 	return f
 }

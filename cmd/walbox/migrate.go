@@ -10,8 +10,8 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
-	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -142,9 +142,9 @@ func relayTables(c *common, table outbox.Table) []outbox.Table {
 }
 
 func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store,
-	failover replication.FailoverSlot, replURL string) error {
-	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
-		replication.WithFailoverSlot(failover), replication.WithReplicationURL(replURL))
+	failover slots.FailoverSlot, replURL string) error {
+	created, err := slots.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
+		slots.WithFailoverSlot(failover), slots.WithReplicationURL(replURL))
 	if err != nil {
 		return err
 	}
@@ -161,9 +161,9 @@ func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
 	if st.value == "" {
 		return nil
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", st.value).Scan(&exists); err != nil {
-		return fmt.Errorf("look up role %s: %w", st.value, err)
+	exists, err := inspect.RoleExists(ctx, conn, st.value)
+	if err != nil {
+		return err
 	}
 	if !exists {
 		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)

@@ -8,7 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	// Named apart: the type wire (hotpath.go) builds pgoutput messages.
+	walboxwire "github.com/walbox/walbox/wire"
 )
 
 // topology is one trial's exchange and queue, declared as walbox declares its exchange (durable
@@ -29,7 +30,7 @@ func (t topology) declare() error {
 	if err != nil {
 		return fmt.Errorf("declare: open channel: %w", err)
 	}
-	ae := outbox.DefaultAlternateExchange(t.exchange)
+	ae := walboxwire.DefaultAlternateExchange(t.exchange)
 	steps := []struct {
 		what string
 		do   func() error
@@ -70,7 +71,7 @@ func (t topology) remove() {
 		return
 	}
 	defer conn.Close()
-	ae := outbox.DefaultAlternateExchange(t.exchange)
+	ae := walboxwire.DefaultAlternateExchange(t.exchange)
 	park := t.exchange + ".parked"
 	for _, q := range []string{t.queue, ae, park} {
 		if ch, err := conn.Channel(); err == nil {
