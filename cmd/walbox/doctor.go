@@ -12,9 +12,9 @@ import (
 )
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
-	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
+	c := newCommon("doctor")
+	b := brokerSettingsOf(&c.s)
+	asJSON := c.s.get("json")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
 	if err := c.parse(fs, args); err != nil {

@@ -19,15 +19,9 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 	"outbox tables and write on walbox_slots (the role that ran walbox migrate, given REPLICATION)"
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
-	dryRun := c.s.addBool("dry-run", "", "false", "show the gap and count the rows that would be republished (counted now: an upper bound); change nothing")
-	allRows := c.s.addBool("all-rows", "", "false",
-		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
-	acceptLoss := c.s.addBool("accept-loss", "", "false",
-		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
-	force := c.s.addBool("force", "", "false",
-		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered)")
+	c := newCommon("recover")
+	b := brokerSettingsOf(&c.s)
+	dryRun, allRows, acceptLoss, force := c.s.get("dry-run"), c.s.get("all-rows"), c.s.get("accept-loss"), c.s.get("force")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
