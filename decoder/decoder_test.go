@@ -127,8 +127,8 @@ func TestDecodeRow(t *testing.T) {
 		{"headers with JSON values", outboxCols,
 			setCol(row, "headers", text(`{"traceparent": "00-4bf9-01", "n": 3, "ok": true, "none": null, "l": [1, "x"], "o": {"k": "v"}}`)),
 			withRow(func(m *wire.Message) {
-				m.Headers = map[string]any{"traceparent": "00-4bf9-01", "n": 3.0, "ok": true, "none": nil,
-					"l": []any{1.0, "x"}, "o": map[string]any{"k": "v"}}
+				m.Headers = map[string]any{"traceparent": "00-4bf9-01", "n": int64(3), "ok": true, "none": nil,
+					"l": []any{int64(1), "x"}, "o": map[string]any{"k": "v"}}
 			})},
 		{"NULL created_at gives zero time", outboxCols, setCol(row, "created_at", null),
 			withRow(func(m *wire.Message) { m.CreatedAt = time.Time{} })},

@@ -3,7 +3,11 @@ package decoder
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"unicode/utf8"
+
+	"github.com/walbox/walbox/wire"
 )
 
 // headers decodes the headers object. NULL, a missing column and an empty object give nil.
@@ -21,24 +25,70 @@ func (rel *relation) headers(row []value, bad *rowError) map[string]any {
 }
 
 // parseHeaders decodes a headers object; an empty object gives nil. problem says what is wrong
-// with data ("is not a JSON object"), or is empty.
+// with data ("is not a JSON object"), or is empty. Numbers become what wire.HeaderNumber makes of
+// their text, so none changes on the way; a name with wire.ReservedHeaderPrefix is a problem.
 func parseHeaders(data []byte) (h map[string]any, problem string) {
 	if string(data) == "{}" {
 		return nil, ""
 	}
-	if h, ok := flatStrings(data); ok {
-		return h, ""
+	h, ok := flatStrings(data)
+	if !ok {
+		if h, problem = parseJSONHeaders(data); problem != "" || len(h) == 0 {
+			return nil, problem
+		}
 	}
+	return h, reservedName(h)
+}
+
+// parseJSONHeaders decodes data with encoding/json, numbers as their text.
+func parseJSONHeaders(data []byte) (h map[string]any, problem string) {
 	if trimmed := bytes.TrimLeft(data, jsonSpace); len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, "is not a JSON object"
 	}
-	if err := json.Unmarshal(data, &h); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&h); err != nil {
 		return nil, "is not valid JSON"
 	}
-	if len(h) == 0 {
-		return nil, ""
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, "is not valid JSON"
+	}
+	for k, v := range h {
+		h[k] = numbers(v)
 	}
 	return h, ""
+}
+
+// numbers replaces every json.Number in v, a value decoded with UseNumber, by its header value.
+func numbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		return wire.HeaderNumber(string(v))
+	case map[string]any:
+		for k, e := range v {
+			v[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = numbers(e)
+		}
+	}
+	return v
+}
+
+// reservedName names the header whose name has the reserved prefix (the first in byte order, if
+// several do), as a problem.
+func reservedName(h map[string]any) string {
+	var name string
+	for k := range h {
+		if wire.ReservedHeader(k) && (name == "" || k < name) {
+			name = k
+		}
+	}
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf("has %q: names starting with %s are reserved for walbox", name, wire.ReservedHeaderPrefix)
 }
 
 const jsonSpace = " \t\r\n"

@@ -35,6 +35,9 @@ type Config struct {
 	// NoPublication leaves the publication out, for a table split into shards: each shard has a
 	// publication of its own, with a row filter (package shard).
 	NoPublication bool
+	// RelayRole is the role `walbox run` logs in as, granted EXECUTE on the record functions
+	// (RecordFunctions); "" keeps the roles granted before.
+	RelayRole string
 }
 
 func (c Config) withDefaults() Config {
@@ -80,19 +83,30 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := ApplyRegistry(ctx, conn, cfg.Table.Schema)
+	reg, err := ApplyRegistryFor(ctx, conn, cfg.Table.Schema, cfg.RelayRole)
 	return append(applied, reg...), err
 }
 
 // ApplyRegistry creates walbox's record of its replication slots (the table walbox_slots and the
-// functions the relay records positions with) in schema, the outbox table's schema. `walbox
-// migrate` applies it; `walbox run` applies it when it is missing and the role may.
+// functions the relay records positions with) in schema, the outbox table's schema, and takes
+// EXECUTE on those functions from PUBLIC. `walbox migrate` applies it; `walbox run` applies it
+// when it is missing and the role may.
 func ApplyRegistry(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
+	return ApplyRegistryFor(ctx, conn, schema, "")
+}
+
+// ApplyRegistryFor is ApplyRegistry that also makes relayRole, unless "", the one role besides
+// the owner and the caller that may execute the record functions (see RestrictRegistry).
+func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole string) ([]string, error) {
 	ms, err := load(registryFS, "registry", map[string]string{"Schema": pgx.Identifier{schema}.Sanitize()})
 	if err != nil {
 		return nil, err
 	}
-	return run(ctx, conn, "registry:"+schema, ms)
+	applied, err := run(ctx, conn, "registry:"+schema, ms)
+	if err != nil {
+		return nil, err
+	}
+	return applied, RestrictRegistry(ctx, conn, schema, relayRole)
 }
 
 // load reads the migrations in dir, ordered by the version their names start with, and expands

@@ -186,6 +186,8 @@ func TestEmitFunctionChecksItsArguments(t *testing.T) {
 		{"null aggregate id", `'order', NULL, 'order.created', '{}'`, "23502"},
 		{"null headers", `'order', '1', 'order.created', '{}', NULL`, "23502"},
 		{"headers not an object", `'order', '1', 'order.created', '{}', '[1]'`, "23514"},
+		{"header with walbox's prefix", `'order', '1', 'order.created', '{}', '{"a": 1, "x-walbox-error": "forged"}'`, "23514"},
+		{"header with walbox's prefix in capitals", `'order', '1', 'order.created', '{}', '{"X-WALBOX-attempts": 1}'`, "23514"},
 	} {
 		_, err := conn.Exec(ctx, "SELECT walbox_emit("+tc.args+")")
 		var pgErr *pgconn.PgError

@@ -115,7 +115,8 @@ func Emit(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 //     It is stored as jsonb, so the relay publishes Postgres's rendering of it: whitespace
 //     normalised, object keys reordered, duplicate keys dropped.
 //   - Headers names are non-empty and at most 255 bytes (also in nested objects); values
-//     encode as JSON; "aggregate_type" and "aggregate_id" are reserved (the relay sets them); a
+//     encode as JSON; "aggregate_type" and "aggregate_id" are reserved (the relay sets them), and
+//     so are names starting with "x-walbox-" in any case (walbox's own headers); a
 //     "traceparent" must be a valid W3C traceparent; headers and aggregate fields together stay
 //     within MaxHeaderBytes.
 //   - IDs given are unique within the call.

@@ -386,6 +386,12 @@ func validationCases() []struct {
 			m.Headers = map[string]any{strings.Repeat("h", 256): "x"}
 		}, nil},
 		{"reserved header", "Headers", func(m *outbox.Message) { m.Headers = map[string]any{"aggregate_id": "7"} }, nil},
+		{"header with walbox's prefix", "Headers", func(m *outbox.Message) {
+			m.Headers = map[string]any{"tenant": "acme", "x-walbox-attempts": int64(1)}
+		}, nil},
+		{"header with walbox's prefix in capitals", "Headers", func(m *outbox.Message) {
+			m.Headers = map[string]any{"X-Walbox-Error": "forged"}
+		}, nil},
 		{"header value not JSON", "Headers", func(m *outbox.Message) { m.Headers = map[string]any{"f": func() {}} }, nil},
 		{"headers too large", "Headers", func(m *outbox.Message) {
 			m.Headers = map[string]any{"big": strings.Repeat("x", outbox.MaxHeaderBytes)}
@@ -436,6 +442,7 @@ func TestWriteValidationWritesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer tx.Rollback() //nolint:errcheck // a no-op after Commit; after a failed check, frees the rows it wrote
 			check(t, w.WriteSQL(ctx, tx, first, second))
 			if err := tx.Commit(); err != nil {
 				t.Fatalf("commit: %v", err)

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/walbox/walbox/wire"
 )
 
 // ErrInvalid matches (errors.Is) every *ValidationError.
@@ -92,6 +94,11 @@ func encodeHeaders(i int, headers map[string]any, tp string) ([]byte, error) {
 	for _, k := range reservedHeaders {
 		if _, ok := headers[k]; ok {
 			return nil, invalid(i, "Headers", fmt.Sprintf("%q is reserved: the relay sets it from the message", k))
+		}
+	}
+	for k := range headers {
+		if wire.ReservedHeader(k) {
+			return nil, invalid(i, "Headers", fmt.Sprintf("%q: names starting with %s are reserved for walbox", k, wire.ReservedHeaderPrefix))
 		}
 	}
 	if err := checkHeaderKeys(i, headers); err != nil {

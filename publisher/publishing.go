@@ -30,8 +30,8 @@ const ContentType = "application/json"
 // (shared, not copied). Headers: aggregate_type, aggregate_id and every key of m.Headers, with
 // values made legal in an AMQP table: strings, bools, float64 and nil pass as they are, []any
 // becomes a field array and map[string]any a nested table (both converted recursively), other
-// integers become int64, json.Number an int64 or a float64, and any other type its fmt.Sprint
-// text.
+// integers become int64, a json.Number what wire.HeaderNumber makes of it (an int64, a float64
+// or, where neither is exact, its text), and any other type its fmt.Sprint text.
 func Publishing(m *wire.Message, appID string) amqp.Publishing {
 	h := make(amqp.Table, len(m.Headers)+2)
 	for k, v := range m.Headers {
@@ -100,7 +100,7 @@ func tableValue(v any) any {
 	case uint64:
 		return uintValue(v)
 	case json.Number:
-		return numberValue(v)
+		return wire.HeaderNumber(string(v))
 	default:
 		return fmt.Sprint(v)
 	}
@@ -119,16 +119,6 @@ func uintValue(u uint64) any {
 		return strconv.FormatUint(u, 10)
 	}
 	return int64(u)
-}
-
-func numberValue(n json.Number) any {
-	if i, err := n.Int64(); err == nil {
-		return i
-	}
-	if f, err := n.Float64(); err == nil {
-		return f
-	}
-	return n.String()
 }
 
 // frameOverhead is what a content header frame needs besides the properties: the frame's own

@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,6 +90,16 @@ func TestMessageHeaders(t *testing.T) {
 		{"huge uint64 becomes string", uint64(1 << 63), "9223372036854775808"},
 		{"json.Number integer becomes int64", json.Number("9007199254740993"), int64(9007199254740993)},
 		{"json.Number fraction becomes float64", json.Number("0.25"), 0.25},
+		{"json.Number int64 max becomes int64", json.Number("9223372036854775807"), int64(math.MaxInt64)},
+		{"json.Number int64 min becomes int64", json.Number("-9223372036854775808"), int64(math.MinInt64)},
+		{"json.Number beyond int64 stays its text", json.Number("12345678901234567890"), "12345678901234567890"},
+		{"json.Number 1e400 stays its text", json.Number("1e400"), "1e400"},
+		{"json.Number with more digits than a double stays its text",
+			json.Number("0.1000000000000000055511151231257827"), "0.1000000000000000055511151231257827"},
+		{"json.Number 0.1 becomes float64", json.Number("0.1"), 0.1},
+		{"json.Number in an array", []any{json.Number("9007199254740993"), json.Number("1e400")},
+			[]any{int64(9007199254740993), "1e400"}},
+		{"decoded int64 passes through", int64(9007199254740993), int64(9007199254740993)},
 		{"float32 becomes float64", float32(0.5), 0.5},
 		{"string slice becomes field array", []string{"a", "b"}, []any{"a", "b"}},
 		{"other types become text", struct{ A int }{1}, "{1}"},

@@ -9,7 +9,8 @@
 // instead of carrying on (see replication). Only an explicit operator act (walbox recover) resets
 // a record.
 //
-// migrations.ApplyRegistry creates the table walbox_slots and the two functions the relay writes
-// through (walbox_slot_register, walbox_slot_confirm), which run with the owner's rights so that a
-// relay role with nothing but LOGIN REPLICATION can use them.
+// migrations.ApplyRegistry creates the table walbox_slots and the functions the relay writes
+// through (migrations.RecordFunctions), which run with the owner's rights so that a relay role
+// with nothing but LOGIN REPLICATION can use them. Only the owner and the relay's role (`walbox
+// migrate --relay-role`) may execute them: whoever may can move a record past a gap.
 package registry

@@ -29,6 +29,8 @@ var (
 	ErrNotCovered = inspect.ErrNotCovered
 	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
 	ErrNoRegistry = errors.New("slot registry is missing")
+	// ErrRecordDenied means the relay's role may not execute the functions that record positions.
+	ErrRecordDenied = errors.New("this role may not write walbox's record of its slots")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
 	ErrSlotActive = errors.New("replication slot is active in another process")
 	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -103,14 +104,44 @@ func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []
 // LOGIN REPLICATION may not, and then `walbox migrate` must run first.
 func (w *watch) ensureRegistry(ctx context.Context) error {
 	ok, err := w.reg.Current(ctx)
-	if err != nil || ok {
+	if err != nil {
 		return err
 	}
-	if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
-		return fatal(fmt.Errorf("%w: %s is missing or out of date and this role cannot migrate it (%v); "+
-			"run `walbox migrate` as the outbox table's owner", ErrNoRegistry, w.reg.Table(), err))
+	if !ok {
+		if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
+			return fatal(fmt.Errorf("%w: %s is missing or out of date and this role cannot migrate it (%v); "+
+				"run `walbox migrate` as the outbox table's owner", ErrNoRegistry, w.reg.Table(), err))
+		}
+	}
+	return w.checkRecordRights(ctx)
+}
+
+// checkRecordRights makes sure this role may execute the functions that move the record: without,
+// the first position to record would fail, after the relay had published.
+func (w *watch) checkRecordRights(ctx context.Context) error {
+	var role string
+	var denied []string
+	err := w.conn.QueryRow(ctx, `SELECT current_user, ARRAY(SELECT p.proname::text FROM pg_proc p
+			WHERE p.pronamespace = to_regnamespace($1) AND p.proname = ANY($2)
+			  AND NOT has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1)`,
+		pgx.Identifier{w.reg.Schema()}.Sanitize(), migrations.RecordFunctions).Scan(&role, &denied)
+	if err != nil {
+		return fmt.Errorf("read the rights on %s: %w", w.reg.Table(), err)
+	}
+	if len(denied) > 0 {
+		return fatal(fmt.Errorf("%w: role %s may not execute %s, which record the slot's position; "+
+			"run `walbox migrate --relay-role %s` as the outbox table's owner",
+			ErrRecordDenied, role, strings.Join(denied, ", "), shellWord(role)))
 	}
 	return nil
+}
+
+// shellWord quotes s for a shell command line unless it needs no quoting.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // check verifies that the publication publishes inserts of every outbox table and remembers

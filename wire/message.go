@@ -18,7 +18,8 @@ type Message struct {
 	// Payload is the message body, a JSON document.
 	Payload []byte
 	// Headers are extra AMQP headers (a W3C traceparent, say). Values are JSON values: string,
-	// float64, bool, nil, []any or map[string]any.
+	// int64, float64, bool, nil, []any or map[string]any; as decoded by the relay, a number is
+	// what HeaderNumber makes of its text. Names starting with ReservedHeaderPrefix are walbox's.
 	Headers map[string]any
 	// CreatedAt is when the row was written; it becomes the AMQP Timestamp.
 	CreatedAt time.Time

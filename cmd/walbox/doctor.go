@@ -14,14 +14,14 @@ import (
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("doctor")
 	b := brokerSettingsOf(&c.s)
-	asJSON := c.s.get("json")
+	asJSON, relayRole := c.s.get("json"), c.s.get("relay-role")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
-		Mappings: c.mappings()}
+		Mappings: c.mappings(), RelayRole: relayRole.value}
 	var err error
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("migrate")
-	noSlot, shardsSetting := c.s.get("no-slot"), c.s.get("shards")
+	noSlot, relayRole, shardsSetting := c.s.get("no-slot"), c.s.get("relay-role"), c.s.get("shards")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -56,13 +56,16 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
 	}
+	if err := checkRole(ctx, conn, relayRole); err != nil {
+		return err
+	}
 	if !skipSlot {
 		if err := checkWalLevel(ctx, conn); err != nil {
 			return fail(err)
 		}
 	}
 	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
-		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1})
+		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1, RelayRole: relayRole.value})
 	if err != nil {
 		return fail(err)
 	}
@@ -133,6 +136,21 @@ func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication st
 		fmt.Fprintf(stdout, "created replication slot %s\n", slot)
 	} else {
 		fmt.Fprintf(stdout, "replication slot %s exists\n", slot)
+	}
+	return nil
+}
+
+// checkRole makes a --relay-role that names no role a bad setting.
+func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
+	if st.value == "" {
+		return nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", st.value).Scan(&exists); err != nil {
+		return fmt.Errorf("look up role %s: %w", st.value, err)
+	}
+	if !exists {
+		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)
 	}
 	return nil
 }

@@ -146,7 +146,7 @@ func TestShardsAndClusterEndpoints(t *testing.T) {
 	checkMigrateJob(t, o, []string{"migrate", "--shards", "3"})
 	job := o.Jobs[0].Spec.Template.Spec.Containers[0]
 	if env := envOf(job); env["WALBOX_DATABASE_URL"] != "postgres://walbox_owner@pg-rw.db:5432/app?sslmode=verify-full" ||
-		env["WALBOX_DATABASE_PASSWORD_FILE"] != "/etc/walbox/secrets/owner-password" {
+		env["WALBOX_DATABASE_PASSWORD_FILE"] != "/etc/walbox/secrets/owner-password" || env["WALBOX_RELAY_ROLE"] != "walbox" {
 		t.Errorf("migrate job: the migrate overrides are not used: %v", env)
 	}
 	var cfg map[string]any

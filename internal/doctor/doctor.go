@@ -51,6 +51,9 @@ type Config struct {
 	Mappings []outbox.Mapping
 	// Brokers has one configuration per RabbitMQ endpoint, in the order walbox dials them.
 	Brokers []publisher.Config
+	// RelayRole is the role `walbox run` logs in as, when doctor runs as another; "" for the role
+	// of DatabaseURL.
+	RelayRole string
 }
 
 // doctor holds what the checks need.
@@ -62,6 +65,7 @@ type doctor struct {
 	table       outbox.Table       // the first outbox table, for fixes
 	mappings    []outbox.Mapping   // every outbox table `walbox run` reads
 	brokers     []publisher.Config // one per endpoint
+	relayRole   string             // the role walbox run logs in as, "" for doctor's own
 }
 
 // Run performs every check, PostgreSQL's then RabbitMQ's, each server's within Timeout, and
@@ -69,7 +73,7 @@ type doctor struct {
 // in PostgreSQL.
 func Run(ctx context.Context, cfg Config) []Check {
 	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
-		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers}
+		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole}
 	if len(cfg.Mappings) > 0 {
 		d.mappings = cfg.Mappings
 		d.table = d.mappings[0].WithDefaults().Table

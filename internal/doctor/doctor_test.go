@@ -68,6 +68,16 @@ func (e *env) roleURL(t *testing.T, attrs string) string {
 	return u.String()
 }
 
+// roleOf returns the user of a database URL.
+func roleOf(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.User.Username()
+}
+
 func find(t *testing.T, checks []doctor.Check, name string) doctor.Check {
 	t.Helper()
 	for _, c := range checks {
@@ -129,7 +139,7 @@ func TestGoodSetupPasses(t *testing.T) {
 		t.Errorf("Failed = %d, want 0", got)
 	}
 	for _, name := range []string{"postgres", "wal_level", "role", "replication_connection", "publication", "publication_table",
-		"outbox_table", "emit_function", "slot", "slot_record", "broker", "exchange"} {
+		"outbox_table", "emit_function", "slot", "slot_record", "record_rights", "broker", "exchange"} {
 		if c := find(t, checks, name); c.Status != "pass" {
 			t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)
 		}
@@ -142,10 +152,23 @@ func TestLeastPrivilegeRolePassesWhereRunStreams(t *testing.T) {
 	e := setup(t)
 	cfg := e.cfg
 	cfg.DatabaseURL = e.roleURL(t, "LOGIN REPLICATION")
+	role := roleOf(t, cfg.DatabaseURL)
+	// Without the grant of `walbox migrate --relay-role`, the role may not move its record.
+	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "role "+role+" may not execute walbox_slot_confirm") ||
+		c.Fix != "as the outbox table's owner: walbox migrate --relay-role "+role {
+		t.Errorf("record_rights before the grant: %s %q, fix %q: want a failure naming the role and the command", c.Status, c.Message, c.Fix)
+	}
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", role); err != nil {
+		t.Fatal(err)
+	}
 	checks := doctor.Run(t.Context(), cfg)
 	noFailures(t, checks)
 	if c := find(t, checks, "role"); c.Status != "pass" || !strings.Contains(c.Message, "has REPLICATION") {
 		t.Errorf("role: %s %q, want a pass for REPLICATION", c.Status, c.Message)
+	}
+	if c := find(t, checks, "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
 	}
 	e.streams(t, cfg)
 }
@@ -214,5 +237,78 @@ func TestFindsMisconfiguration(t *testing.T) {
 				t.Error("Failed = 0")
 			}
 		})
+	}
+}
+
+// A database migrated before the record functions were restricted lets PUBLIC execute them, and
+// any role granted EXECUTE besides the owner and the relay's is a hole too: doctor fails on both,
+// naming the command that puts it right, until that command ran.
+func TestRecordRightsFailUntilMigrated(t *testing.T) {
+	e := setup(t)
+	other := roleOf(t, e.roleURL(t, "LOGIN"))
+	for _, tc := range []struct{ name, grant, want string }{
+		{"PUBLIC", "PUBLIC", "PUBLIC may execute walbox_slot_confirm"},
+		{"another role", pgx.Identifier{other}.Sanitize(), "may execute walbox_slot_confirm (" + other + ")"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.pg.Exec(t, e.db, "GRANT EXECUTE ON FUNCTION walbox_slot_confirm(text, integer, pg_lsn, xid8) TO "+tc.grant)
+			c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+			if c.Status != "fail" || !strings.Contains(c.Message, tc.want) || !strings.Contains(c.Fix, "walbox migrate --relay-role ") {
+				t.Errorf("record_rights: %s %q, fix %q: want a failure saying %q", c.Status, c.Message, c.Fix, tc.want)
+			}
+			if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", roleOf(t, e.db)); err != nil {
+				t.Fatal(err)
+			}
+			if c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights"); c.Status != "pass" {
+				t.Errorf("record_rights after migrating again: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+			}
+		})
+	}
+}
+
+// PostgreSQL lets PUBLIC execute pg_logical_emit_message, so any role can write a message walbox
+// relays: doctor warns while messages are relayed, with the REVOKE that stops it, and passes
+// once it ran, or with messages off.
+func TestMessageRightsWarnUntilRevoked(t *testing.T) {
+	e := setup(t)
+	testenv.RequireOwn(t, e.pg) // changes a catalog function's rights in the test's database
+	c := find(t, doctor.Run(t.Context(), e.cfg), "message_rights")
+	if c.Status != "warn" || !strings.Contains(c.Message, "PUBLIC may execute pg_logical_emit_message") ||
+		!strings.Contains(c.Fix, "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text)") {
+		t.Errorf("message_rights: %s %q, fix %q: want a warning with the REVOKE", c.Status, c.Message, c.Fix)
+	}
+	off := e.cfg
+	off.Prefix = ""
+	if c := find(t, doctor.Run(t.Context(), off), "message_rights"); c.Status != "pass" {
+		t.Errorf("message_rights with messages off: %s %q, want pass", c.Status, c.Message)
+	}
+	fix := find(t, doctor.Run(t.Context(), e.cfg), "message_rights").Fix
+	revoke, _, _ := strings.Cut(strings.TrimPrefix(fix, "as a superuser: "), ";")
+	e.pg.Exec(t, e.db, revoke)
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "message_rights"); c.Status != "pass" {
+		t.Errorf("message_rights after %s: %s %q, want pass", revoke, c.Status, c.Message)
+	}
+}
+
+// doctor run as another role than the relay's (the owner, a superuser) holds the rights against
+// the relay role it is given: without it, the relay's grant is one role too many.
+func TestRecordRightsOfAnotherRelayRole(t *testing.T) {
+	e := setup(t)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.RelayRole = relay
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "pass" || !strings.Contains(c.Message, relay) {
+		t.Errorf("record_rights with RelayRole %s: %s %q (fix %q), want a pass naming it", relay, c.Status, c.Message, c.Fix)
+	}
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "walbox_slot_confirm ("+relay+")") {
+		t.Errorf("record_rights without RelayRole: %s %q, want a failure naming %s as another role", c.Status, c.Message, relay)
+	}
+	cfg.RelayRole = relay + "_absent"
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "fail" || !strings.Contains(c.Fix, "--relay-role") {
+		t.Errorf("record_rights with a RelayRole that does not exist: %s %q (fix %q), want a failure", c.Status, c.Message, c.Fix)
 	}
 }

@@ -42,8 +42,8 @@ func (d doctor) postgres(ctx context.Context) []Check {
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
-	out = append(out, d.emitCheck(ctx, conn))
-	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f))
+	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
+	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {

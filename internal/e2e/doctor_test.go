@@ -82,7 +82,7 @@ func TestDoctorPassesOnAGoodSetup(t *testing.T) {
 		t.Fatalf("doctor --json: exit %d, ok %t:\n%s", r.code, r.OK, r.out)
 	}
 	for _, name := range []string{"postgres", "wal_level", "max_replication_slots", "max_wal_senders", "role",
-		"replication_connection", "publication", "publication_table", "outbox_table", "slot", "broker", "exchange"} {
+		"replication_connection", "publication", "publication_table", "outbox_table", "slot", "record_rights", "broker", "exchange"} {
 		if c := r.check(t, name); c.Status != "pass" {
 			t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)
 		}
@@ -167,12 +167,16 @@ func TestDoctorFindsMisconfiguration(t *testing.T) {
 
 	t.Run("least-privilege relay role passes where run streams", func(t *testing.T) {
 		testenv.RequireOwn(t, pg)
-		dbURL := roleURL(t, pg, w.db, testenv.UniqueName("relay"), "LOGIN REPLICATION") // no SELECT on the outbox
+		role := testenv.UniqueName("relay")
+		dbURL := roleURL(t, pg, w.db, role, "LOGIN REPLICATION") // no SELECT on the outbox
+		if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 0 {
+			t.Fatalf("walbox migrate --relay-role exited %d:\n%s", code, out)
+		}
 		r := w.doctor([]string{"WALBOX_DATABASE_URL=" + dbURL})
 		if r.code != 0 || !r.OK {
 			t.Errorf("exit %d, ok %t: want 0 and ok, as for a superuser (internal/doctor's test streams with such a role)\n%s", r.code, r.OK, r.out)
 		}
-		for _, name := range []string{"role", "replication_connection", "publication", "publication_table", "outbox_table", "slot", "slot_record"} {
+		for _, name := range []string{"role", "replication_connection", "publication", "publication_table", "outbox_table", "slot", "slot_record", "record_rights"} {
 			if c := r.check(t, name); c.Status != "pass" {
 				t.Errorf("%s: %s %q (fix %q), want pass", name, c.Status, c.Message, c.Fix)
 			}

@@ -55,6 +55,9 @@ func TestPasswordsNeverShown(t *testing.T) {
 	t.Cleanup(func() { rabbit.Ctl(t, "delete_user", mqUser) })
 
 	w := newWorld(t, pg, rabbit)
+	if out, code := w.walbox(nil, "migrate", "--relay-role", "walbox_relay"); code != 0 {
+		t.Fatalf("walbox migrate --relay-role walbox_relay exited %d:\n%s", code, out)
+	}
 	u, err := url.Parse(w.db)
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +193,7 @@ func TestLeastPrivilege(t *testing.T) {
 	db := testenv.UniqueName("app")
 	pg.Exec(t, pg.URL(), "CREATE ROLE app_owner LOGIN")
 	pg.Exec(t, pg.URL(), "CREATE ROLE walbox_relay LOGIN REPLICATION")
+	pg.Exec(t, pg.URL(), "CREATE ROLE app_reader LOGIN") // any other role: no grants at all
 	pg.Exec(t, pg.URL(), "CREATE DATABASE "+db+" OWNER app_owner")
 	asRole := func(role string) string {
 		u, err := url.Parse(pg.URL())
@@ -204,11 +208,12 @@ func TestLeastPrivilege(t *testing.T) {
 	w := &world{t: t, pg: pg, rabbit: rabbit, db: owner, relayDB: relayRole, relayMQ: rabbit.URL(),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
 	w.conn = pg.Conn(t, owner)
-	out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + owner}, "migrate", "--no-slot")
+	out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + owner}, "migrate", "--no-slot", "--relay-role", "walbox_relay")
 	if code != 0 {
-		t.Fatalf("walbox migrate --no-slot as the table owner exited %d:\n%s", code, out)
+		t.Fatalf("walbox migrate --no-slot --relay-role walbox_relay as the table owner exited %d:\n%s", code, out)
 	}
 	w.declare()
+	recordIsWalboxs(t, pg, asRole("app_reader"))
 	var super, replication, canRead bool
 	if err := w.conn.QueryRow(context.Background(), `SELECT rolsuper, rolreplication,
 		has_table_privilege('walbox_relay', 'public.outbox', 'SELECT')
@@ -232,5 +237,46 @@ func TestLeastPrivilege(t *testing.T) {
 	w.verdict(cw, v, time.Minute, 1, 0, "relay_role=LOGIN_REPLICATION_only migrate_role=table_owner")
 	if !strings.Contains(r.Output(), "created the missing replication slot") {
 		t.Errorf("the relay did not say it created the slot:\n%s", testenv.Tail(r.Output(), 20))
+	}
+	// The relay recorded its positions through the functions only it and the owner may execute.
+	var recorded, created, flushed string
+	var ok bool
+	if err := w.conn.QueryRow(context.Background(), `SELECT r.confirmed_lsn::text, r.created_lsn::text, s.confirmed_flush_lsn::text,
+			r.confirmed_lsn > r.created_lsn AND r.confirmed_lsn >= s.confirmed_flush_lsn
+		FROM walbox_slots r JOIN pg_replication_slots s USING (slot_name) WHERE r.slot_name = $1`, w.slot).Scan(
+		&recorded, &created, &flushed, &ok); err != nil {
+		t.Fatalf("read the record of slot %s: %v", w.slot, err)
+	}
+	if !ok {
+		t.Errorf("record of slot %s at %s (created %s), slot at %s: want the record moved past its start and not behind the slot",
+			w.slot, recorded, created, flushed)
+	}
+	out, code = w.walbox(nil, "doctor")
+	if code != 0 || !strings.Contains(out, "PASS  only the owner and walbox_relay may move walbox's record") {
+		t.Errorf("walbox doctor as walbox_relay exited %d; want 0 and a pass for record_rights:\n%s", code, out)
+	}
+	r.Stop(30 * time.Second)
+}
+
+// recordIsWalboxs checks that a role with no grants may read walbox's record but gets "permission
+// denied" for each function that moves it.
+func recordIsWalboxs(t *testing.T, pg *testenv.Postgres, dbURL string) {
+	t.Helper()
+	conn := pg.Conn(t, dbURL)
+	ctx := context.Background()
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM walbox_slots").Scan(&n); err != nil {
+		t.Errorf("a role with no grants cannot read walbox_slots: %v", err)
+	}
+	for fn, call := range map[string]string{
+		"walbox_slot_register":       "SELECT walbox_slot_register('walbox', '1', 1, 'created', NULL, 'FF/FFFFFFFF', NULL)",
+		"walbox_slot_confirm":        "SELECT walbox_slot_confirm('walbox', 1, 'FF/FFFFFFFF', NULL)",
+		"walbox_slot_coverage":       "SELECT walbox_slot_coverage('walbox', 'x')",
+		"walbox_slot_widen_coverage": "SELECT walbox_slot_widen_coverage('walbox', 'x', 'y')",
+	} {
+		_, err := conn.Exec(ctx, call)
+		if err == nil || !strings.Contains(err.Error(), "permission denied for function "+fn) {
+			t.Errorf("%s as a role with no grants: error %v, want permission denied for function %s", call, err, fn)
+		}
 	}
 }

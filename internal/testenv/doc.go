@@ -93,13 +93,16 @@
 // settings, exit codes, messages and endpoints.
 //
 //   - the stream: TestTenThousandRowsInCommitOrder,
-//     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable
+//     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
+//     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
-//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment
+//     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
+//     TestRunRefusesARoleThatCannotWriteItsRecord
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
+//     TestDoctorFailsUntilMigrateRestrictsTheRecord,
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace

@@ -1,0 +1,72 @@
+package e2e_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// The record functions as the migrations before `--relay-role` left them: PUBLIC may execute.
+const grantRecordToPublic = `GRANT EXECUTE ON FUNCTION walbox_slot_register(text, text, integer, text, pg_lsn, pg_lsn, xid8),
+	walbox_slot_confirm(text, integer, pg_lsn, xid8), walbox_slot_coverage(text, text),
+	walbox_slot_widen_coverage(text, text, text) TO PUBLIC`
+
+// A database migrated before the record functions were restricted fails doctor, with the command
+// that fixes it, until `walbox migrate` runs again; then it passes.
+func TestDoctorFailsUntilMigrateRestrictsTheRecord(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	if c := w.doctor(nil).check(t, "record_rights"); c.Status != "pass" {
+		t.Fatalf("record_rights after migrate: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+	}
+	pg.Exec(t, w.db, grantRecordToPublic)
+	r := w.doctor(nil)
+	r.wantFail(t, "record_rights", "walbox migrate --relay-role postgres")
+	if c := r.check(t, "record_rights"); !strings.Contains(c.Message, "PUBLIC may execute walbox_slot_confirm") {
+		t.Errorf("record_rights: %q: want it to say PUBLIC may execute walbox_slot_confirm", c.Message)
+	}
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate exited %d:\n%s", code, out)
+	}
+	r = w.doctor(nil)
+	if c := r.check(t, "record_rights"); c.Status != "pass" || r.code != 0 {
+		t.Errorf("after walbox migrate: doctor exit %d, record_rights %s %q: want exit 0 and a pass", r.code, c.Status, c.Message)
+	}
+}
+
+// `walbox run` as a role that may not execute the record functions stops at start, exit 1, with
+// one line naming the command that fixes it; after that command it streams.
+func TestRunRefusesARoleThatCannotWriteItsRecord(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg) // the harness's server trusts local connections of any role
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	role := testenv.UniqueName("relay")
+	relayURL := roleURL(t, pg, w.db, role, "LOGIN REPLICATION")
+	out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + relayURL}, "run")
+	want := "walbox migrate --relay-role " + role
+	var lines []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "walbox run: ") {
+			lines = append(lines, line)
+		}
+	}
+	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], want) || !strings.Contains(lines[0], "walbox_slot_confirm") {
+		t.Fatalf("exit %d, final lines %q: want exit 1 and one line naming walbox_slot_confirm and %q\n%s", code, lines, want, out)
+	}
+
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role+"_absent"); code != 2 || !strings.Contains(out, "--relay-role (WALBOX_RELAY_ROLE): role") {
+		t.Errorf("walbox migrate --relay-role naming no role: exit %d, want 2 naming --relay-role:\n%s", code, out)
+	}
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 0 {
+		t.Fatalf("walbox migrate --relay-role exited %d:\n%s", code, out)
+	}
+	r := w.startRelay("WALBOX_DATABASE_URL=" + relayURL)
+	tx := w.insertTx(w.conn, 3, "order.created")
+	waitForLSN(t, w, func(l pglogrepl.LSN) bool { return l > tx.before })
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run as %s exited %d after SIGTERM, want 0:\n%s", role, code, r.Output())
+	}
+}

@@ -1,0 +1,42 @@
+-- walbox_emit also refuses headers whose names start with x-walbox- (in any case): that prefix is
+-- walbox's own (x-walbox-reason on parked messages, x-walbox-attempts and x-walbox-error from the
+-- consumer library). The relay would park such a message; the call fails instead. The rest is
+-- 002_walbox_emit.sql unchanged.
+CREATE OR REPLACE FUNCTION {{.Schema}}.walbox_emit(
+    aggregate_type text,
+    aggregate_id   text,
+    event_type     text,
+    payload        jsonb,
+    headers        jsonb       DEFAULT '{}',
+    id             uuid        DEFAULT NULL,
+    created_at     timestamptz DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    msg_id   uuid := coalesce(id, gen_random_uuid());
+    reserved text;
+BEGIN
+    IF aggregate_type IS NULL OR aggregate_id IS NULL OR event_type IS NULL OR payload IS NULL OR headers IS NULL THEN
+        RAISE EXCEPTION 'walbox_emit: aggregate_type, aggregate_id, event_type, payload and headers must not be NULL'
+            USING ERRCODE = 'not_null_violation';
+    END IF;
+    IF event_type = '' OR octet_length(event_type) > 255 THEN
+        RAISE EXCEPTION 'walbox_emit: event_type must be 1 to 255 bytes, is %', octet_length(event_type)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_typeof(headers) <> 'object' THEN
+        RAISE EXCEPTION 'walbox_emit: headers must be a JSON object, is %', jsonb_typeof(headers)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT min(k) INTO reserved FROM jsonb_object_keys(headers) AS k
+        WHERE translate(left(k, 9), 'XWALBO', 'xwalbo') = 'x-walbox-';
+    IF reserved IS NOT NULL THEN
+        RAISE EXCEPTION 'walbox_emit: header %: names starting with x-walbox- are reserved for walbox', quote_ident(reserved)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    PERFORM pg_logical_emit_message(true, {{.MessagePrefix}}, json_build_object(
+        'v', 1, 'id', msg_id, 'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id,
+        'event_type', event_type, 'payload', payload, 'headers', headers,
+        'created_at', coalesce(created_at, now()))::text);
+    RETURN msg_id;
+END
+$$;
