@@ -24,3 +24,11 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) WatchBroker(connected func() string) {
 	m.reg.MustRegister(brokerCollector{connected})
 }
+
+// WatchBlocked registers walbox_broker_blocked, read from blocked at each scrape: 1 while the
+// broker blocks any of the relay's publishing connections (a memory or disk alarm), else 0.
+func (m *Metrics) WatchBlocked(blocked func() bool) {
+	factory{m.reg}.gaugeFunc("walbox_broker_blocked",
+		"1 while the broker blocks a publishing connection of the relay (a memory or disk alarm), else 0.",
+		func() float64 { return boolFloat(blocked()) })
+}

@@ -97,6 +97,12 @@ type Config struct {
 	// TLS configures amqps connections; nil means the system roots (or the TLS parameters of
 	// URL). It is cloned, never modified.
 	TLS *tls.Config
+
+	// OnBlocked, when set, is told each time the broker blocks the session's connection (a memory
+	// or disk alarm; reason is the broker's, from connection.blocked) and unblocks it. A session
+	// that ends while blocked tells it blocked false, with the reason "session ended". It is
+	// called from the session's goroutine and must not block.
+	OnBlocked func(blocked bool, reason string)
 }
 
 // Validate fills in defaults for zero values and reports the first bad setting.

@@ -52,11 +52,12 @@ func (s *Session) run() {
 		case b, ok := <-s.tr.blocks:
 			if !ok {
 				s.tr.blocks = nil
-				s.setBlocked(false)
+				s.setBlocked(false, sessionEnded)
 				continue
 			}
-			s.setBlocked(b.Active)
+			s.setBlocked(b.Active, b.Reason)
 		case <-s.stop:
+			s.setBlocked(false, sessionEnded)
 			s.flush()
 			return
 		}
@@ -231,14 +232,23 @@ func (s *Session) flush() {
 	close(s.confirms)
 }
 
-func (s *Session) setBlocked(active bool) {
+// sessionEnded is the reason OnBlocked is given when a blocked session ends.
+const sessionEnded = "session ended"
+
+// setBlocked records whether the broker blocks the connection, and tells Config.OnBlocked of a
+// change.
+func (s *Session) setBlocked(active bool, reason string) {
 	s.blockMu.Lock()
-	defer s.blockMu.Unlock()
+	changed := active != (s.unblock != nil)
 	switch {
 	case active && s.unblock == nil:
 		s.unblock = make(chan struct{})
 	case !active && s.unblock != nil:
 		close(s.unblock)
 		s.unblock = nil
+	}
+	s.blockMu.Unlock()
+	if changed && s.cfg.OnBlocked != nil {
+		s.cfg.OnBlocked(active, reason)
 	}
 }

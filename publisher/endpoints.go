@@ -38,9 +38,10 @@ func ParseURLs(list string) ([]string, error) {
 type Endpoints struct {
 	cfgs []Config // one per URL, validated
 
-	mu      sync.Mutex
-	next    int      // the URL the next Dial tries first
-	current *Session // the last session dialed; nil before the first
+	mu        sync.Mutex
+	next      int      // the URL the next Dial tries first
+	current   *Session // the last session dialed; nil before the first
+	onBlocked func(host string, blocked bool, reason string)
 }
 
 // NewEndpoints returns Endpoints for cfg with each of urls in turn as its URL. It validates
@@ -81,12 +82,17 @@ func (e *Endpoints) Configs() []Config { return append([]Config(nil), e.cfgs...)
 // host with its failure. ctx ending stops the round at once.
 func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 	e.mu.Lock()
-	start := e.next
+	start, onBlocked := e.next, e.onBlocked
 	e.mu.Unlock()
 	var errs []error
 	for i := range e.cfgs {
 		idx := (start + i) % len(e.cfgs)
-		s, err := Dial(ctx, e.cfgs[idx])
+		cfg := e.cfgs[idx]
+		if onBlocked != nil {
+			h := hostOf(cfg.URL)
+			cfg.OnBlocked = func(blocked bool, reason string) { onBlocked(h, blocked, reason) }
+		}
+		s, err := Dial(ctx, cfg)
 		if err == nil {
 			e.mu.Lock()
 			e.next, e.current = (idx+1)%len(e.cfgs), s
@@ -110,6 +116,15 @@ func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 		return nil, answered{fmt.Errorf("no broker of %d opened a session: %s", len(errs), strings.Join(msgs, "; "))}
 	}
 	return nil, fmt.Errorf("no broker of %d answered: %s", len(errs), strings.Join(msgs, "; "))
+}
+
+// WatchBlocked has every session dialed from now on tell fn when the broker blocks or unblocks
+// it (see Config.OnBlocked), with the broker's host:port. It replaces the OnBlocked of the
+// configuration.
+func (e *Endpoints) WatchBlocked(fn func(host string, blocked bool, reason string)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onBlocked = fn
 }
 
 // Connected returns the host:port of the live session's broker, or "" when there is none.

@@ -29,7 +29,13 @@ const (
 )
 
 func testBlocked(t *testing.T, r *testenv.Rabbit) {
-	s, exchange := dial(t, r.URL(), publisher.Config{CloseTimeout: time.Second})
+	type block struct {
+		on     bool
+		reason string
+	}
+	blocks := make(chan block, 16)
+	s, exchange := dial(t, r.URL(), publisher.Config{CloseTimeout: 5 * time.Second,
+		OnBlocked: func(on bool, reason string) { blocks <- block{on, reason} }})
 	bindQueue(t, admin(t, r.URL()), exchange, "#", nil)
 	publish(t, s, newMessage("order.created"))
 	if c := next(t, s); c.Err != nil {
@@ -60,6 +66,16 @@ func testBlocked(t *testing.T, r *testenv.Rabbit) {
 
 	r.Ctl(t, "eval", clearAlarm)
 	waitUntil(t, "unblocked", func() bool { return !s.Blocked() })
+	for _, want := range []block{{true, "low on memory"}, {false, ""}} {
+		select {
+		case got := <-blocks:
+			if got != want {
+				t.Errorf("OnBlocked told %+v, want %+v", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("OnBlocked never told %+v", want)
+		}
+	}
 	if c := next(t, s); c.Seq != 2 || c.Err != nil {
 		t.Errorf("Confirm of the message sent into the block: got %+v, want seq 2, nil error", c)
 	}
@@ -76,8 +92,16 @@ func testBlocked(t *testing.T, r *testenv.Rabbit) {
 	start = time.Now()
 	err = s.Close()
 	t.Logf("Close of a blocked session: %v", err)
-	if d := time.Since(start); d > 3*time.Second {
+	// The broker reads nothing from a blocked connection: Close cuts it rather than wait for
+	// the CloseTimeout of 5 s.
+	if d := time.Since(start); d > time.Second {
 		t.Errorf("Close of a blocked session took %v", d)
+	}
+	if got := <-blocks; !got.on {
+		t.Errorf("OnBlocked told %+v, want the second block", got)
+	}
+	if got := <-blocks; got != (block{false, "session ended"}) {
+		t.Errorf("OnBlocked told %+v at Close, want the end of the block with the session", got)
 	}
 	r.Ctl(t, "eval", clearAlarm)
 	alarmed = false

@@ -84,6 +84,16 @@ func (l *Lanes) Sessions() []*Session {
 	return ss
 }
 
+// Blocked reports whether the broker blocks any lane's connection (Session.Blocked).
+func (l *Lanes) Blocked() bool {
+	for _, ln := range l.lanes {
+		if ln.s.Blocked() {
+			return true
+		}
+	}
+	return false
+}
+
 // LaneOf returns the lane, of n, that carries the messages of aggregate id: FNV-1a of the id,
 // modulo n. It is not the hash of package shard, so that the lanes of one shard's relay are used
 // evenly.

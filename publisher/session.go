@@ -432,8 +432,9 @@ func (s *Session) Blocked() bool {
 func (s *Session) Err() error { return s.failure() }
 
 // Close ends the session: it closes the connection, waiting at most Config.CloseTimeout for the
-// broker before cutting it, and stops the internal goroutine. Messages without a Confirm may or
-// may not have reached the broker. It is safe to call more than once and from any goroutine.
+// broker before cutting it (at once if the broker blocks the connection), and stops the internal
+// goroutine. Messages without a Confirm may or may not have reached the broker. It is safe to
+// call more than once and from any goroutine.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		s.fail(errCloseCalled)
@@ -447,10 +448,12 @@ func (s *Session) Close() error {
 }
 
 // closeConn closes the AMQP connection, bounded by CloseTimeout: the deadline interrupts a
-// publish stuck in a socket write too, and the timer cuts the socket whatever happens.
+// publish stuck in a socket write too, and the timer cuts the socket whatever happens. A
+// connection the broker blocks is cut at once: the broker reads nothing from it, so it would
+// never read connection.close, and the close would last all of CloseTimeout.
 func (s *Session) closeConn() error {
 	defer s.cut()
-	if s.conn == nil {
+	if s.conn == nil || s.Blocked() {
 		return nil
 	}
 	t := time.AfterFunc(s.cfg.CloseTimeout+s.cfg.CloseTimeout/10, s.cut) // after the deadline

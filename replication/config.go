@@ -39,6 +39,14 @@ type Flusher interface {
 	Flush() error
 }
 
+// Blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
+// disk alarm). At the shutdown deadline the stream closes a blocked publisher that a publish call
+// is still waiting on, since a write to a blocked connection ignores every context; its Close
+// must then cut the connection at once.
+type Blockable interface {
+	Blocked() bool
+}
+
 // Dialer opens a new publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

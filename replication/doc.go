@@ -50,7 +50,10 @@
 //
 // Errors leave any phase and end the session: a publish error, a nack or return, a lost or
 // silent connection, a failed coverage check. The shutdown's timing is all in shutdown.go
-// (stopClock); the window, the only bound on messages in flight, is in window.go.
+// (stopClock): it logs the confirms it waits for when Run's context ends, and those it gave up on
+// at the end; at the deadline it closes a publisher the broker blocks if a publish call is still
+// in progress, since that call may be a socket write no context ends. The window, the only bound
+// on messages in flight, is in window.go.
 //
 // # Where the slot can move
 //

@@ -120,6 +120,13 @@ func (k *statusKeeper) fire() {
 	k.timer.Reset(k.wait(time.Now())) // on for a call that does not heed its context
 }
 
+// busy reports whether a publish call is in progress.
+func (k *statusKeeper) busy() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.armed
+}
+
 // connFailed is the reader's word that the connection is gone: a publish call in progress ends.
 func (k *statusKeeper) connFailed(err error) {
 	k.mu.Lock()

@@ -198,6 +198,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
 		s.finalStatus()
 	}
+	if err != nil && ctx.Err() != nil {
+		s.gaveUp(err) // a graceful stop that a publish call or a failure cut short
+	}
 	return s.track.Watermark() > slot.ConfirmedFlush, err
 }
 

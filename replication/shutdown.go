@@ -23,6 +23,7 @@ type stopClock struct {
 	publishing context.Context // ends at the deadline
 	end        context.CancelCauseFunc
 	expiredC   chan struct{} // closed at the deadline
+	expiring   func()        // called at the deadline, on the timer's goroutine
 	unwatch    func() bool
 
 	mu    sync.Mutex
@@ -32,22 +33,53 @@ type stopClock struct {
 // errShutdownExpired is why publishing ends at the shutdown deadline.
 var errShutdownExpired = errors.New("shutdown timeout expired")
 
-func startStopClock(ctx context.Context, timeout time.Duration) *stopClock {
-	c := &stopClock{expiredC: make(chan struct{})}
+// startStopClock starts the clock of a session; stopping is called, on a goroutine of its own,
+// when ctx ends during the session.
+func startStopClock(ctx context.Context, timeout time.Duration, stopping, expiring func()) *stopClock {
+	c := &stopClock{expiredC: make(chan struct{}), expiring: expiring}
 	c.publishing, c.end = context.WithCancelCause(context.WithoutCancel(ctx))
 	c.unwatch = context.AfterFunc(ctx, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.timer == nil {
 			c.timer = time.AfterFunc(timeout, c.expire)
+			stopping()
 		}
 	})
 	return c
 }
 
+// stopping logs the start of a graceful stop with the confirms it waits for. It runs on the stop
+// clock's goroutine, so it reads only the stats.
+func (s *stream) stopping() {
+	s.log.Info("shutdown: waiting for the broker to confirm the messages in flight", "slot", s.cfg.Slot,
+		"in_flight", s.stats.InFlight.Load(), "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+}
+
+// expiring closes the publisher at the shutdown deadline if the broker blocks it while a publish
+// call is in progress: the call may be stuck in a socket write, which no context ends, and would
+// hold the stop up to the publisher's write timeout. It runs on the stop clock's goroutine.
+func (s *stream) expiring() {
+	if b, ok := s.pub.(Blockable); ok && b.Blocked() && s.keeper.busy() {
+		s.log.Warn("shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection",
+			"slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+		_ = s.pub.Close()
+	}
+}
+
+// gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed
+// them, so the next run sends them again.
+func (s *stream) gaveUp(err error) {
+	if n := s.track.InFlight(); n > 0 || err != nil {
+		s.log.Warn("shutdown: gave up waiting for the broker; the next run sends the unconfirmed messages again from the slot",
+			"slot", s.cfg.Slot, "unconfirmed", n, "shutdown_timeout", s.cfg.ShutdownTimeout.String(), "error", err)
+	}
+}
+
 func (c *stopClock) expire() {
 	c.end(errShutdownExpired)
 	close(c.expiredC)
+	c.expiring()
 }
 
 // expired reports whether the shutdown deadline has passed.
@@ -79,10 +111,7 @@ func (s *stream) shutdown() error {
 	if err == nil && s.track.InFlight() > 0 {
 		err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
 	}
-	if err != nil {
-		s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
-			"unconfirmed", s.track.InFlight(), "error", err)
-	}
+	s.gaveUp(err)
 	return s.finalReport()
 }
 

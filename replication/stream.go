@@ -138,8 +138,7 @@ func (s *stream) run(ctx context.Context) error {
 			// The phase moves on: to finishing or draining, or past the deadline to stopped.
 		}
 		if err != nil && ph == draining {
-			s.log.Warn("shutdown: messages will be sent again on the next run", "slot", s.cfg.Slot,
-				"unconfirmed", s.track.InFlight(), "error", err)
+			s.gaveUp(err)
 			return s.finalReport()
 		}
 		if err != nil {
@@ -179,7 +178,7 @@ func (s *stream) windowFull() bool { return s.track.Span() >= s.win.limit() }
 // begin starts what the session's loop needs: the shutdown clock, the status timer and the
 // reader. end stops them, and waits for the reader, so that the connection is the session's again.
 func (s *stream) begin(ctx context.Context) {
-	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout)
+	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout, s.stopping, s.expiring)
 	s.keeper.s = s
 	s.statusTimer = time.NewTimer(time.Until(s.statusDue))
 	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.keeper.connFailed)

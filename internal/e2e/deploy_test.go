@@ -38,6 +38,7 @@ var walboxMetrics = map[string]bool{
 	"walbox_reconnects_total":               false,
 	"walbox_active":                         false,
 	"walbox_last_confirm_timestamp_seconds": false,
+	"walbox_broker_blocked":                 false,
 }
 
 var metricName = regexp.MustCompile(`\bwalbox_[a-z0-9_]+`)
@@ -183,7 +184,7 @@ func TestDeployAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"WalboxReplicationLagGrowing", "WalboxRetainedWALHigh", "WalboxNoConfirms",
-		"WalboxMessagesParked", "WalboxSlotLost", "WalboxSlotUnreserved", "WalboxDown", "WalboxAbsent", "WalboxNoActiveInstance"} {
+		"WalboxMessagesParked", "WalboxSlotLost", "WalboxSlotUnreserved", "WalboxDown", "WalboxAbsent", "WalboxNoActiveInstance", "WalboxBrokerBlocked"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s", want)
 		}

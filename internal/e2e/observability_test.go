@@ -145,3 +145,57 @@ func TestStandbyReportsItself(t *testing.T) {
 		t.Errorf("/status after the take-over = %s, want streaming without the standby's last_error", st)
 	}
 }
+
+// A memory alarm blocks the relay's publishing connection: /readyz answers 503 "blocked",
+// walbox_broker_blocked is 1 and a WARN names the broker's reason. Once the alarm clears they
+// revert, a WARN says how long the block lasted, and the rows written meanwhile arrive.
+func TestBlockedBrokerIsSeen(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	r := w.startRelay("WALBOX_LISTEN=" + addr)
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	w.drain([]txn{w.insertTx(w.conn, 5, "order.created")}, nil, time.Minute)
+
+	rabbit.MemoryAlarm(t, true)
+	alarmed := true
+	defer func() {
+		if alarmed {
+			rabbit.MemoryAlarm(t, false)
+		}
+	}()
+	during := w.insertTx(w.conn, 5, "order.created")
+	waitHTTP(t, addr, "/readyz", "not ready while blocked", func(code int, body string) bool {
+		return code == 503 && strings.Contains(body, "blocked")
+	})
+	waitHTTP(t, addr, "/metrics", "walbox_broker_blocked 1", func(_ int, b string) bool {
+		return metric(b, "walbox_broker_blocked") == 1
+	})
+	blockedLine := regexp.MustCompile(`level=WARN msg="broker blocks publishing[^"]*" broker=\S+ reason="?[a-z]`)
+	r.WaitFor("the WARN of the block", 30*time.Second, func() bool { return blockedLine.MatchString(r.Output()) })
+	const hold = 2 * time.Second
+	time.Sleep(hold)
+
+	rabbit.MemoryAlarm(t, false)
+	alarmed = false
+	waitHTTP(t, addr, "/readyz", "ready once unblocked", func(code int, body string) bool {
+		return code == 200 && strings.Contains(body, "streaming")
+	})
+	waitHTTP(t, addr, "/metrics", "walbox_broker_blocked 0", func(_ int, b string) bool {
+		return strings.Contains(b, "\nwalbox_broker_blocked 0\n")
+	})
+	unblockedLine := regexp.MustCompile(`level=WARN msg="broker unblocked publishing" broker=\S+ blocked_for=(\S+)`)
+	var m []string
+	r.WaitFor("the WARN of the unblock", 30*time.Second, func() bool {
+		m = unblockedLine.FindStringSubmatch(r.Output())
+		return m != nil
+	})
+	if took, err := time.ParseDuration(m[1]); err != nil || took < hold || took > time.Minute {
+		t.Errorf("unblock logged blocked_for=%s, want a readable duration of at least %v (%v)", m[1], hold, err)
+	}
+	if n := strings.Count(r.Output(), "broker blocks publishing"); n != 1 {
+		t.Errorf("the block was logged %d times, want once:\n%s", n, r.Output())
+	}
+	w.drain([]txn{during}, nil, time.Minute)
+}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
@@ -192,6 +194,114 @@ func TestSIGTERMWithMessagesInFlight(t *testing.T) {
 	if dups := checkAll(t, rest, again); dups != 0 {
 		t.Fatalf("restart after a clean shutdown repeated %d messages", dups)
 	}
+}
+
+// SIGTERM while the broker blocks the relay, with messages on the wire that it cannot confirm:
+// walbox exits within --shutdown-timeout plus a second, having logged how many confirms it waits
+// for and how many it gave up on; the slot stays at the confirmed transactions, and a restart
+// after the alarm delivers every row.
+func TestSIGTERMWhileTheBrokerBlocks(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 3 * time.Second
+	// The race detector's exit would add a second of its own (atexit_sleep_ms).
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	rabbit.MemoryAlarm(t, true)
+	alarmed := true
+	defer func() {
+		if alarmed {
+			rabbit.MemoryAlarm(t, false)
+		}
+	}()
+	txns := w.writeMixed(2000, 100, 11)
+	var st struct {
+		BrokerBlocked bool  `json:"broker_blocked"`
+		InFlight      int64 `json:"in_flight"`
+	}
+	waitHTTP(t, addr, "/status", "blocked with messages in flight", func(_ int, b string) bool {
+		return json.Unmarshal([]byte(b), &st) == nil && st.BrokerBlocked && st.InFlight > 0
+	})
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, r.Output())
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v, want at most a second more",
+			took.Round(time.Millisecond), shutdownTimeout)
+	}
+	out := r.Output()
+	waiting := regexp.MustCompile(`msg="shutdown: waiting for the broker to confirm[^"]*" slot=\S+ in_flight=([1-9][0-9]*) shutdown_timeout=3s`)
+	gaveUp := regexp.MustCompile(`level=WARN msg="shutdown: gave up waiting for the broker[^"]*" slot=\S+ unconfirmed=([1-9][0-9]*) shutdown_timeout=3s`)
+	if !waiting.MatchString(out) || !gaveUp.MatchString(out) {
+		t.Errorf("the shutdown did not log the confirms it waits for and those it gave up on:\n%s", testenv.Tail(out, 20))
+	}
+
+	slot := w.slotLSN()
+	rabbit.MemoryAlarm(t, false)
+	alarmed = false
+	// The final status carried only what the broker confirmed: every transaction the slot passed
+	// is on the broker.
+	got := w.drainQuiet(time.Second)
+	var confirmed []txn
+	for _, x := range txns {
+		if x.before < slot {
+			confirmed = append(confirmed, x)
+		}
+	}
+	checkCovered(t, confirmed, got)
+	w.startRelay()
+	got = append(got, w.drain(txns, got, 2*time.Minute)...)
+	checkAll(t, txns, got)
+}
+
+// SIGTERM while a large row is stuck in a socket write to a blocked broker, which no context
+// ends: at the shutdown deadline walbox cuts the connection rather than wait for its write
+// timeout, and exits within --shutdown-timeout plus a second. The row arrives after a restart.
+func TestSIGTERMWhileALargeRowIsStuckInABlockedBroker(t *testing.T) {
+	rabbit := testenv.StartRabbit(t)
+	testenv.RequireOwn(t, rabbit)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	addr := testenv.FreeAddr(t)
+	const shutdownTimeout = 3 * time.Second
+	r := w.startRelay("WALBOX_LISTEN="+addr, "WALBOX_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "GORACE=atexit_sleep_ms=0")
+	waitHTTP(t, addr, "/readyz", "ready while streaming", func(code int, _ string) bool { return code == 200 })
+	rabbit.MemoryAlarm(t, true)
+	alarmed := true
+	defer func() {
+		if alarmed {
+			rabbit.MemoryAlarm(t, false)
+		}
+	}()
+	// The broker reads the publish, blocks the connection and stops reading: the rest of the
+	// body fills the socket buffers, and the write waits.
+	var id uuid.UUID
+	err := w.conn.QueryRow(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', jsonb_build_object('pad', repeat('x', 12 << 20))) RETURNING id`).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHTTP(t, addr, "/readyz", "blocked", func(code int, body string) bool { return strings.Contains(body, "blocked") })
+	time.Sleep(500 * time.Millisecond)
+
+	start := time.Now()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, r.Output())
+	}
+	if took := time.Since(start); took > shutdownTimeout+time.Second {
+		t.Errorf("walbox run took %v to exit after SIGTERM with --shutdown-timeout %v, want at most a second more:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, testenv.Tail(r.Output(), 15))
+	}
+	if !strings.Contains(r.Output(), "cutting the connection") {
+		t.Errorf("the shutdown did not say it cut the blocked connection:\n%s", testenv.Tail(r.Output(), 15))
+	}
+	rabbit.MemoryAlarm(t, false)
+	alarmed = false
+	w.startRelay()
+	w.drain([]txn{{ids: []uuid.UUID{id}}}, nil, 2*time.Minute)
 }
 
 // The broker is killed mid-stream: the slot never passes a transaction the broker had not

@@ -2,6 +2,8 @@ package faults_test
 
 import (
 	"context"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +138,9 @@ func testMemoryAlarm(t *testing.T, rabbit *testenv.Rabbit) {
 		return err == nil && st.BrokerBlocked
 	})
 	blockedAt := mustStatus(t, r).Published
+	if code, body, err := testenv.HTTPGet(r.addr, "/readyz"); err != nil || code != 503 || !strings.Contains(body, "blocked") {
+		t.Errorf("/readyz during the alarm: %d %q (%v), want 503 blocked", code, body, err)
+	}
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if pid := w.walsenderPID(); pid != before {
 			t.Fatalf("walsender pid %d during the alarm, %d before: the replication session was dropped", pid, before)
@@ -153,8 +158,23 @@ func testMemoryAlarm(t *testing.T, rabbit *testenv.Rabbit) {
 		t.Errorf("walsender pid %d after the alarm, %d before; relay sessions %d, %d before: want the same session throughout",
 			after, before, st.Sessions, sessions)
 	}
+	checkBlockLogged(t, r.Output(), hold)
 	wr.stop()
 	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, "alarm="+hold.String()+" wal_sender_timeout=2s walsender_pid_kept=true")
+}
+
+// checkBlockLogged checks that one alarm under a steady writer was logged as one block, with the
+// broker's reason, and one unblock that lasted at least hold: no WARN per publish or per retry.
+func checkBlockLogged(t *testing.T, out string, hold time.Duration) {
+	t.Helper()
+	blocks := regexp.MustCompile(`level=WARN msg="broker blocks publishing[^"]*" broker=\S+ reason="low on memory"`).FindAllString(out, -1)
+	unblocks := regexp.MustCompile(`level=WARN msg="broker unblocked publishing" broker=\S+ blocked_for=(\S+)`).FindAllStringSubmatch(out, -1)
+	if len(blocks) != 1 || len(unblocks) != 1 {
+		t.Fatalf("one alarm logged %d blocks and %d unblocks, want one each:\n%s", len(blocks), len(unblocks), testenv.Tail(out, 30))
+	}
+	if took, err := time.ParseDuration(unblocks[0][1]); err != nil || took < hold {
+		t.Errorf("unblock logged blocked_for=%s, want at least the alarm's %v (%v)", unblocks[0][1], hold, err)
+	}
 }
 
 func mustStatus(t *testing.T, r *relay) relayStatus {

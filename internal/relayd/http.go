@@ -19,7 +19,8 @@ import (
 )
 
 // server serves /metrics, /healthz (the process is alive), /readyz (200 when streaming, or as a
-// standby with the body "standby"; 503 otherwise) and /status (JSON, status.Relay).
+// standby with the body "standby"; 503 otherwise, and while the broker blocks publishing, with
+// "blocked" in the body) and /status (JSON, status.Relay).
 func (d *Daemon) server() *http.Server {
 	stats := d.relay.Stats()
 	mux := http.NewServeMux()
@@ -28,6 +29,11 @@ func (d *Daemon) server() *http.Server {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if on, reason := d.blocks.blocked(); on {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: blocked by the broker (%s)\n", reason)
+			return
+		}
 		switch st := replication.State(stats.State.Load()); st {
 		case replication.StateStreaming:
 			fmt.Fprintln(w, "ready: streaming")
@@ -63,7 +69,7 @@ func (d *Daemon) status() status.Relay {
 		ConfirmedLSN:  pglogrepl.LSN(s.ConfirmedLSN.Load()).String(),
 		ReceivedLSN:   pglogrepl.LSN(s.ReceivedLSN.Load()).String(),
 		ServerWALLSN:  pglogrepl.LSN(s.ServerLSN.Load()).String(),
-		BrokerBlocked: s.Blocked.Load(),
+		BrokerBlocked: s.Blocked.Load() || d.blocks.active(),
 	}
 }
 

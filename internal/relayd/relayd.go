@@ -51,6 +51,7 @@ type Daemon struct {
 	relay   *replication.Relay
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
+	blocks  *blockWatch
 }
 
 // New validates cfg and builds the daemon. An error is a bad setting.
@@ -75,6 +76,9 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
+	d.blocks = &blockWatch{log: rc.Logger}
+	cfg.Brokers.WatchBlocked(d.blocks.observe)
+	d.metrics.WatchBlocked(d.blocks.active)
 	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {

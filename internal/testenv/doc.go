@@ -95,20 +95,23 @@
 //   - the stream: TestTenThousandRowsInCommitOrder,
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
-//   - shutdown: TestSIGTERMWithMessagesInFlight
+//   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
+//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,
 //     TestDoctorFailsUntilMigrateRestrictsTheRecord,
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
-//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace
+//     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
+//     TestBlockedBrokerIsSeen
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
-//     TestDeployPromtool, TestReadmeLayoutListsEveryPackageInImportOrder
+//     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder
 //   - one fault kept here: TestBrokerKilledMidStream stops the relay while
 //     the broker is down and checks the broker's disk against the slot, which
 //     no fault test does (theirs keep the relay running and count losses).

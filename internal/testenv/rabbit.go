@@ -425,6 +425,19 @@ func (r *Rabbit) Ctl(tb testing.TB, args ...string) string {
 	return out
 }
 
+// MemoryAlarm raises (on) or clears the node's memory alarm, as RabbitMQ does when it runs
+// short of memory: every publishing connection is blocked until it clears. The node must be
+// the test's own.
+func (r *Rabbit) MemoryAlarm(tb testing.TB, on bool) {
+	tb.Helper()
+	r.mustOwn(tb, "MemoryAlarm")
+	expr := "rabbit_alarm:clear_alarm({resource_limit, memory, node()})."
+	if on {
+		expr = "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []})."
+	}
+	r.Ctl(tb, "eval", expr)
+}
+
 func (r *Rabbit) ctl(args ...string) (string, error) {
 	cmd := exec.Command(rabbitBin("rabbitmqctl"), append([]string{"-n", r.node}, args...)...)
 	cmd.Dir, cmd.Env = r.dir, r.env()
