@@ -56,6 +56,7 @@ func loadConfigFile(path string) (*configFile, error) {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	cf := &configFile{values: map[string]string{}}
+	known := fileKeys()
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -69,8 +70,8 @@ func loadConfigFile(path string) (*configFile, error) {
 			}
 			continue
 		}
-		if !slices.Contains(fileKeys(), k) {
-			return nil, fmt.Errorf("config file %s: unknown setting %q%s", path, k, didYouMean(k, fileKeys(), "%q"))
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("config file %s: unknown setting %q%s", path, k, didYouMean(k, known, "%q"))
 		}
 		if node.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("config file %s: %s: want a single value", path, k)

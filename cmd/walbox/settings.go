@@ -32,15 +32,15 @@ func newSettings(cmd string) settings {
 	return s
 }
 
-// get returns the setting named flag; it panics when settingTable does not give it to this
+// get returns the setting of the flag name; it panics when settingTable does not give it to this
 // command, a mistake every test of the command's --help finds.
-func (s *settings) get(flag string) *setting {
+func (s *settings) get(name string) *setting {
 	for _, st := range s.list {
-		if st.flag == flag {
+		if st.flag == name {
 			return st
 		}
 	}
-	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, flag))
+	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, name))
 }
 
 // register adds every setting to fs; a flag wins over its environment variable.
