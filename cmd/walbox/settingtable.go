@@ -108,7 +108,7 @@ var settingTable = []group{
 			help: "split the outbox table into this many shards: a publication with a row filter and a slot per shard", see: "scaling.md"},
 		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "none", cmds: []string{"migrate"},
 			help: "the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots",
-			see: "security.md"},
+			see:  "security.md"},
 	}},
 	{"Status and doctor", []spec{
 		{flag: "json", def: "false", isBool: true, cmds: []string{"status", "doctor"}, help: "print JSON for scripts"},
