@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs the servers the integration tests start (internal/testenv), and
-# the Docker engine, docker-compose and debootstrap that the compose tests use
+# Installs the servers the integration tests start (internal/testenv), the
+# debootstrap that builds the Debian chroots of the version matrix's newer
+# servers (PostgreSQL 17 and 18, RabbitMQ 4.0) and the compose tests' images,
+# and the Docker engine and docker-compose that the compose tests use
 # (internal/composetest), on Debian bookworm, if missing. Idempotent; run as root.
 # It starts none of the packages' services: the tests run nodes (and a Docker
 # engine, with its containerd) of their own and never use the system ones, and a

@@ -71,6 +71,8 @@ type Decoder struct {
 	rels  map[uint32]*relation
 	// prefix is the prefix of the logical decoding messages that are outbox messages; "" for none.
 	prefix string
+	// share: a row's payload shares the data given to Decode (WithSharedPayload).
+	share bool
 
 	// The transaction being decoded: position ids are derived from them.
 	finalLSN pglogrepl.LSN
@@ -94,9 +96,19 @@ func New(maps ...wire.Mapping) *Decoder {
 	return d
 }
 
+// WithSharedPayload makes the payload of a decoded row (Event.Message.Payload, and
+// Error.Partial's) share the data given to Decode instead of copying it, and returns d. The
+// caller then keeps that data unchanged for as long as it uses the payload. A large row then
+// costs its frame only, not its frame and a copy.
+func (d *Decoder) WithSharedPayload() *Decoder {
+	d.share = true
+	return d
+}
+
 // Decode decodes one pgoutput (protocol version 1) message: the payload of one XLogData
 // message, starting at the message type byte. lsn is the XLogData's WALStart; it only labels
-// errors. Decode never panics, never retains data, and every error it returns is an *Error.
+// errors (a zero lsn by the commit LSN of the transaction being decoded). Decode never panics,
+// never retains data, and every error it returns is an *Error.
 func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	ev, err := d.decode(data)
 	if err == nil {
@@ -105,6 +117,11 @@ func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = &Error{Err: err}
+	}
+	if lsn == 0 {
+		// The walsender sends a Relation message without a position: the transaction's commit
+		// LSN names where it failed instead.
+		lsn = d.finalLSN
 	}
 	e.LSN = lsn
 	return Event{}, e
@@ -188,7 +205,7 @@ func (d *Decoder) decodeInsert(r *reader) (Event, error) {
 	if rel.mapping == nil {
 		return Event{}, &Error{Table: rel.table, Err: ErrForeignTable}
 	}
-	msg, err := rel.message(row, pos)
+	msg, err := rel.message(row, pos, d.share)
 	if err != nil {
 		return Event{}, err
 	}

@@ -13,6 +13,7 @@
 // configured for) and ErrStreaming (a streamed transaction, which walbox never asks for).
 //
 // Decode never keeps or returns memory of the data it is given: the caller may reuse its buffer.
+// WithSharedPayload is the one exception: the payload of a row it returns shares that data.
 //
 // # LSNs
 //

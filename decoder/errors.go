@@ -33,7 +33,8 @@ var (
 
 // Error is the only error type Decode returns. Err wraps one of the sentinels.
 type Error struct {
-	// LSN is the WAL start of the XLogData message that failed.
+	// LSN is the WAL start of the XLogData message that failed, or where it has none (a Relation
+	// message), the commit LSN of the transaction being decoded.
 	LSN pglogrepl.LSN
 	// MsgID is the row's id, if it was decoded; the zero UUID otherwise, and for an id column
 	// that is not of type uuid (see Partial.MessageID).

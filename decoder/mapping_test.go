@@ -240,6 +240,21 @@ func TestDecodeRelationDriftStops(t *testing.T) {
 	}
 }
 
+// The walsender sends a Relation message with a zero WAL start: its error names the position of
+// the transaction it came in, its commit LSN, never 0/0.
+func TestDecodeRelationDriftNamesTheTransaction(t *testing.T) {
+	d := decoder.New(eventsMapping)
+	final := pglogrepl.LSN(0x1958AD8)
+	if _, err := d.Decode(testLSN, beginMsg(final, time.Now(), 7)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Decode(0, relationMsg(eventsRelID, "public", "events", eventsCols[1:]))
+	var de *decoder.Error
+	if !errors.As(err, &de) || de.LSN != final || !strings.Contains(err.Error(), "decode at "+final.String()) {
+		t.Errorf("got %v, want a schema drift error at %s", err, final)
+	}
+}
+
 // PostgreSQL allows a dot in a quoted schema name: the column check must find the mapping of
 // such a table as the decoder does, by schema and name, not by splitting "schema.name" again.
 func TestDecodeRelationDottedSchema(t *testing.T) {

@@ -219,3 +219,27 @@ func TestErrorMessage(t *testing.T) {
 		}
 	}
 }
+
+// With WithSharedPayload, a row's payload is the caller's data, not a copy; the rest of the
+// message still shares nothing with it.
+func TestDecodeSharesPayloadWhenAsked(t *testing.T) {
+	d := newDecoder(t, outboxCols).WithSharedPayload()
+	data := insertMsg(outboxRelID, setCol(outboxRow(`{"a":1}`), "headers", text(`{"k":"v"}`))...)
+	ev, err := d.Decode(testLSN, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := ev.Message
+	before.Payload = nil
+	want := fmt.Sprintf("%+v", before)
+	for i := range data {
+		data[i] = 'X'
+	}
+	if got := string(ev.Message.Payload); got != `XXXXXXX` {
+		t.Errorf("payload %q after the buffer changed, want it to share the buffer", got)
+	}
+	ev.Message.Payload = nil
+	if got := fmt.Sprintf("%+v", ev.Message); got != want {
+		t.Errorf("message changed with the buffer:\nbefore %s\nafter  %s", want, got)
+	}
+}

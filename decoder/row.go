@@ -44,12 +44,12 @@ type position struct {
 
 // message turns the mapped columns of a tuple into a Message. Every field is decoded even after
 // an error, so that a bad row's Error carries as much of it as possible.
-func (rel *relation) message(row []value, pos position) (wire.Message, error) {
+func (rel *relation) message(row []value, pos position, share bool) (wire.Message, error) {
 	var m wire.Message
 	var bad rowError
 	id := rel.id(row, pos, &m, &bad)
 	rel.text(row, id, &m, &bad)
-	m.Payload = rel.payload(row, &bad)
+	m.Payload = rel.payload(row, share, &bad)
 	m.Headers = rel.headers(row, &bad)
 	m.CreatedAt = rel.createdAt(row, &bad)
 	if bad.err != nil {
@@ -207,15 +207,18 @@ func (rel *relation) writeKey(b *strings.Builder, row []value) {
 	}
 }
 
-// payload returns a copy of the payload; it is kept even if it is not JSON, for the partial
-// message of a bad row.
-func (rel *relation) payload(row []value, bad *rowError) []byte {
+// payload returns the payload, a copy unless share; it is kept even if it is not JSON, for the
+// partial message of a bad row.
+func (rel *relation) payload(row []value, share bool, bad *rowError) []byte {
 	data, ok := rel.required(row, rolePayload, bad)
 	if !ok {
 		return nil
 	}
-	p := make([]byte, len(data))
-	copy(p, data)
+	p := data[:len(data):len(data)]
+	if !share {
+		p = make([]byte, len(data))
+		copy(p, data)
+	}
 	c := &rel.roles[rolePayload]
 	if c.typ != oidJSON && c.typ != oidJSONB && !json.Valid(p) {
 		bad.set(c.errColumn(), "%s is not JSON", c.label)

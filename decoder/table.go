@@ -61,5 +61,5 @@ func (t *TableRows) Message(values [][]byte) (wire.Message, error) {
 			row[slot] = value{null: values[i] == nil, data: values[i]}
 		}
 	}
-	return rel.message(row, position{})
+	return rel.message(row, position{}, false)
 }

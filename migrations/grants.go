@@ -11,7 +11,7 @@ import (
 // RecordFunctions are the functions that move walbox's record of a slot (walbox_slots). They run
 // with their owner's rights, so whoever may execute them can move the record past a gap: only the
 // owner and the relay's role may.
-var RecordFunctions = []string{"walbox_slot_register", "walbox_slot_confirm", "walbox_slot_coverage", "walbox_slot_widen_coverage"}
+var RecordFunctions = []string{"walbox_slot_register", "walbox_slot_confirm", "walbox_slot_coverage", "walbox_slot_widen_coverage", "walbox_slot_stop"}
 
 // RestrictRegistry takes EXECUTE on the record functions in schema from PUBLIC and grants it to
 // the calling role. With relayRole it grants it to relayRole as well, and takes it from every

@@ -23,8 +23,9 @@ const (
 	DefaultCloseTimeout = 5 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 
-	// DefaultMaxMessageSize is RabbitMQ 3.x's default max_message_size (128 MiB).
-	DefaultMaxMessageSize = 128 << 20
+	// DefaultMaxMessageSize is RabbitMQ 4.x's default max_message_size (16 MiB), which 3.x (128
+	// MiB) accepts too.
+	DefaultMaxMessageSize = 16 << 20
 
 	// NoExchange as AlternateExchange publishes without an alternate exchange.
 	NoExchange = "none"
@@ -62,7 +63,7 @@ type Config struct {
 
 	// MaxMessageSize is the largest body Publish sends; a larger one is refused with
 	// ErrInvalidMessage before anything is written, since the broker would close the channel.
-	// Keep it at or below the broker's max_message_size. Default 128 MiB.
+	// Keep it at or below the broker's max_message_size. Default 16 MiB.
 	MaxMessageSize int
 
 	// Window is the most messages in flight (published, not yet confirmed); Publish waits for a

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -169,13 +170,26 @@ func (s *Session) closeCause() error {
 		select {
 		case e, ok := <-c:
 			if ok && e != nil {
-				return fmt.Errorf("%w: %w", ErrClosed, e)
+				return closedBy(e)
 			}
 		default:
 		}
 	}
 	return fmt.Errorf("%w: channel closed", ErrClosed)
 }
+
+// closedBy is the session's failure for the broker's closing error e: a refusal for size also
+// wraps a *wire.TooLargeError, which the relay parks the message for.
+func closedBy(e *amqp.Error) error {
+	if e.Code == amqp.PreconditionFailed && tooLargeText.MatchString(e.Reason) {
+		return fmt.Errorf("%w: %w", ErrClosed, &wire.TooLargeError{Reason: e.Reason, Err: e})
+	}
+	return fmt.Errorf("%w: %w", ErrClosed, e)
+}
+
+// tooLargeText matches RabbitMQ's reason for a message over max_message_size ("configured" is
+// left out when the limit is the broker's hard maximum).
+var tooLargeText = regexp.MustCompile(`message size \d+ is larger than (configured )?max size \d+`)
 
 // end records the failure and queues the last Confirm, carrying the first failure recorded.
 func (s *Session) end(err error) {

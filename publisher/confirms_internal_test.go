@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -62,5 +63,27 @@ func TestOnAckGivesNoVerdictAfterTheLast(t *testing.T) {
 	}
 	if c := <-s.confirms; c.Seq != 0 || c.Err == nil {
 		t.Fatalf("confirm %+v, want sequence 0 with the failure", c)
+	}
+}
+
+// Only RabbitMQ's refusal for size marks a closed session as too large; other 406s do not.
+func TestClosedByTellsTooLargeFromOther406s(t *testing.T) {
+	for _, tt := range []struct {
+		reason string
+		want   bool
+	}{
+		{"PRECONDITION_FAILED - message size 20971532 is larger than configured max size 16777216", true},
+		{"PRECONDITION_FAILED - message size 600000000 is larger than max size 536870912", true},
+		{"PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'x'", false},
+	} {
+		err := closedBy(&amqp.Error{Code: amqp.PreconditionFailed, Reason: tt.reason})
+		var tl *wire.TooLargeError
+		if got := errors.As(err, &tl); got != tt.want || !errors.Is(err, ErrClosed) {
+			t.Errorf("%q: too large %v, want %v (error %v)", tt.reason, got, tt.want, err)
+		}
+	}
+	var tl *wire.TooLargeError
+	if errors.As(closedBy(&amqp.Error{Code: amqp.NotFound, Reason: "message size 1 is larger than max size 0"}), &tl) {
+		t.Error("a 404 taken for a refusal for size")
 	}
 }

@@ -72,3 +72,50 @@ func TestOversizedMessageIsRefusedUpFront(t *testing.T) {
 		t.Fatalf("Confirm after the refusal = %+v, want seq %d acked", c, seq)
 	}
 }
+
+// A message over the broker's max_message_size closes the channel; the session's failure says
+// so with a *wire.TooLargeError carrying the broker's words, whether it is seen as the last
+// Confirm or by a publish that follows. A smaller message on a new session is confirmed.
+func TestBrokerRefusalForSizeIsTooLarge(t *testing.T) {
+	r := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	cfg := publisher.Config{MaxMessageSize: 4 << 20}
+	s, _ := dial(t, r.URL(), cfg)
+	big := newMessage("order.big")
+	big.Payload = make([]byte, 2<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := s.Publish(ctx, big); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	var publishErr error
+	for publishErr == nil && s.Err() == nil {
+		_, publishErr = s.Publish(ctx, newMessage("order.small"))
+	}
+	for _, err := range []error{publishErr, s.Err()} {
+		var tl *wire.TooLargeError
+		if err != nil && (!errors.As(err, &tl) || !strings.Contains(tl.Reason, "larger than configured max size 1048576")) {
+			t.Errorf("error %v, want a *wire.TooLargeError with the broker's reason", err)
+		}
+	}
+	var last wire.Confirm
+	for c := range s.Confirms() {
+		last = c
+	}
+	var tl *wire.TooLargeError
+	if !errors.As(last.Err, &tl) || last.Seq != 0 {
+		t.Errorf("last confirm %+v, want sequence 0 with a *wire.TooLargeError", last)
+	}
+
+	s2, _ := dial(t, r.URL(), cfg)
+	if _, err := s2.Publish(ctx, newMessage("order.small")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-s2.Confirms():
+		if c.Err != nil {
+			t.Errorf("small message after the refusal: %v", c.Err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no confirm for the small message")
+	}
+}

@@ -348,11 +348,26 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.published-- // amqp091 did the same with its counter
 	s.mu.Unlock()
 	s.release()
+	if errors.Is(err, amqp.ErrClosed) {
+		s.awaitCause()
+	}
 	if f := s.failure(); f != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		s.cut()
 		return 0, f
 	}
 	return 0, s.writeFailed(err)
+}
+
+// awaitCause waits a little for run to record why the broker closed the channel, which amqp091
+// tells it after the publish saw the channel closed: the cause (a message too large, say) is
+// what the caller acts on.
+func (s *Session) awaitCause() {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-s.dead:
+	case <-t.C:
+	}
 }
 
 // writeFailed ends the session after a failed write to the socket: a failed write leaves a

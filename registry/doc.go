@@ -6,8 +6,9 @@
 // ahead of the recorded position by walbox's doing. A slot that is missing although recorded, or
 // whose confirmed position is ahead of the record, or that lives on another system, was dropped,
 // recreated or advanced behind walbox's back: rows may have been skipped, and the relay stops
-// instead of carrying on (see replication). Only an explicit operator act (walbox recover) resets
-// a record.
+// instead of carrying on (see replication). A stop that only walbox recover gets past is recorded
+// too (RecordStop), so that the next process, walbox doctor and walbox status see it. Only an
+// explicit operator act (walbox recover) resets a record, and clears its stop.
 //
 // migrations.ApplyRegistry creates the table walbox_slots and the functions the relay writes
 // through (migrations.RecordFunctions), which run with the owner's rights so that a relay role

@@ -38,7 +38,21 @@ type Record struct {
 	ConfirmedXmin uint64
 	ConfirmedAt   time.Time
 	FirstRecorded time.Time
+	// Stop is why walbox run stopped on the slot where only walbox recover gets past; zero if
+	// it did not.
+	Stop Stop
 }
+
+// Stop is a stop walbox run recorded for a slot: nothing committed after LSN was delivered, and
+// the slot cannot deliver it (see RecordStop).
+type Stop struct {
+	Reason string
+	LSN    pglogrepl.LSN
+	At     time.Time
+}
+
+// Stopped reports whether a stop is recorded.
+func (s Stop) Stopped() bool { return s.Reason != "" }
 
 // Querier is the part of a pgx connection, pool or transaction the registry uses.
 type Querier interface {
@@ -116,7 +130,7 @@ func (s *Store) Exists(ctx context.Context) (bool, error) {
 func (s *Store) Current(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL",
-		s.table, s.fn("walbox_slot_widen_coverage")+"(text, text, text)").Scan(&ok)
+		s.table, s.fn("walbox_slot_stop")+"(text, text, pg_lsn)").Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
 	}
@@ -126,13 +140,18 @@ func (s *Store) Current(ctx context.Context) (bool, error) {
 // Get returns the slot's record, and false if it has none.
 func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	var (
-		r                        Record
-		created, confirmed, xmin *string
+		r                                 Record
+		created, confirmed, xmin, stopLSN *string
+		reason                            *string
+		stoppedAt                         *time.Time
 	)
+	// The stop's columns are read through to_jsonb: a registry not migrated to them yet reads as
+	// recording no stop.
 	err := s.db.QueryRow(ctx, `SELECT slot_name, system_identifier, timeline, origin, created_lsn::text,
-		confirmed_lsn::text, confirmed_xmin::text, confirmed_at, first_recorded_at
-		FROM `+s.table+` WHERE slot_name = $1`, slot).Scan(&r.Slot, &r.SystemID, &r.Timeline, &r.Origin,
-		&created, &confirmed, &xmin, &r.ConfirmedAt, &r.FirstRecorded)
+		confirmed_lsn::text, confirmed_xmin::text, confirmed_at, first_recorded_at,
+		to_jsonb(t)->>'stop_reason', to_jsonb(t)->>'stop_lsn', (to_jsonb(t)->>'stopped_at')::timestamptz
+		FROM `+s.table+` AS t WHERE slot_name = $1`, slot).Scan(&r.Slot, &r.SystemID, &r.Timeline, &r.Origin,
+		&created, &confirmed, &xmin, &r.ConfirmedAt, &r.FirstRecorded, &reason, &stopLSN, &stoppedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, false, nil
 	}
@@ -144,6 +163,15 @@ func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	}
 	if r.ConfirmedLSN, err = parseLSN(confirmed); err != nil {
 		return r, true, fmt.Errorf("record of slot %s: confirmed_lsn: %w", slot, err)
+	}
+	if reason != nil {
+		r.Stop.Reason = *reason
+		if stoppedAt != nil {
+			r.Stop.At = *stoppedAt
+		}
+		if r.Stop.LSN, err = parseLSN(stopLSN); err != nil {
+			return r, true, fmt.Errorf("record of slot %s: stop_lsn: %w", slot, err)
+		}
 	}
 	if xmin != nil {
 		if r.ConfirmedXmin, err = strconv.ParseUint(*xmin, 10, 64); err != nil {
@@ -206,6 +234,21 @@ func (s *Store) coverage(ctx context.Context, verb, slot, fn, params string, arg
 	return *got, nil
 }
 
+// RecordStop records that walbox run stopped on the slot at lsn for reason, where only walbox
+// recover gets past, unless a stop is recorded already; it returns the recorded stop's reason.
+// walbox recover clears it (Reset).
+func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogrepl.LSN) (string, error) {
+	var got *string
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_stop")+"($1, $2, $3::text::pg_lsn)", slot, reason, lsn.String()).Scan(&got)
+	if err != nil {
+		return "", fmt.Errorf("record the stop of slot %s: %w", slot, err)
+	}
+	if got == nil {
+		return "", fmt.Errorf("record the stop of slot %s: %w", slot, ErrNotRecorded)
+	}
+	return *got, nil
+}
+
 // Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
 // gap has been dealt with. It takes the rights of the registry's owner, not the relay's.
 func (s *Store) Reset(ctx context.Context, r Record) error {
@@ -215,7 +258,8 @@ func (s *Store) Reset(ctx context.Context, r Record) error {
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = excluded.system_identifier,
 			timeline = excluded.timeline, origin = excluded.origin, created_lsn = excluded.created_lsn,
 			confirmed_lsn = excluded.confirmed_lsn, confirmed_xmin = excluded.confirmed_xmin,
-			confirmed_at = now(), first_recorded_at = now(), coverage = NULL`,
+			confirmed_at = now(), first_recorded_at = now(), coverage = NULL,
+			stop_reason = NULL, stop_lsn = NULL, stopped_at = NULL`,
 		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin))
 	if err != nil {
 		return fmt.Errorf("reset the record of slot %s: %w", r.Slot, err)

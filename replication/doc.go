@@ -14,6 +14,7 @@
 //	starting ──► streaming ──► (session ends) ──► retrying ──► starting ...
 //	    │            │                                ▲
 //	    │            └──► stalled (a refused message is retried one at a time) ──┘
+//	    │                 (a refusal for size: one at a time until the row is known; parked next session)
 //	    ├──► standby (another process streams from the slot; ask again every StandbyRetry)
 //	    └──► failed (an error retrying cannot fix: Run returns it)
 //	any state ──► stopped (Run's context ended; the last session shut down gracefully)
@@ -49,11 +50,15 @@
 //	finishing, draining ── deadline passed, or nothing in flight ──► stopped (final status)
 //
 // Errors leave any phase and end the session: a publish error, a nack or return, a lost or
-// silent connection, a failed coverage check. The shutdown's timing is all in shutdown.go
-// (stopClock): it logs the confirms it waits for when Run's context ends, and those it gave up on
-// at the end; at the deadline it closes a publisher the broker blocks if a publish call is still
-// in progress, since that call may be a socket write no context ends. The window, the only bound
-// on messages in flight, is in window.go.
+// silent connection, a failed coverage check.
+//
+// The reader lends a frame of 1 MiB or more (a large row) instead of copying it, and reads on only
+// once the stream has handled it (reader.go): a large row is in memory about once, and only one
+// at a time. The shutdown's timing is all in shutdown.go (stopClock): it logs the confirms it
+// waits for when Run's context ends, and those it gave up on at the end; at the deadline it
+// closes a publisher the broker blocks if a publish call is still in progress, since that call
+// may be a socket write no context ends. The window, the only bound on messages in flight, is in
+// window.go.
 //
 // # Where the slot can move
 //
@@ -94,4 +99,9 @@
 // unconfirmed messages are sent again, in order. Delivery is therefore at least once. Errors
 // that retrying cannot fix (wal_level, a publication that no longer covers a table, a slot that
 // is missing though recorded or ahead of its record, a column the mapping needs gone) end Run.
+// Of those, the ones the slot cannot get past even once the cause is put right (a column renamed
+// in the WAL, the publication dropped or changed after this process checked it) are recorded in
+// the registry as the slot's stop (stop.go): every later run refuses the slot, walbox doctor and
+// walbox status report the stop, and walbox recover, which republishes the rows from the outbox
+// table, clears it.
 package replication

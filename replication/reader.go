@@ -24,6 +24,11 @@ import (
 // The queue is bounded (maxQueued messages, maxQueuedBytes); when it is full the reader stops
 // reading until the stream takes from it, and the server's silence is not judged meanwhile
 // (see listening).
+//
+// A large frame (lendFrame bytes or more: a large row) is not copied: the reader lends the
+// connection's own buffer, which the next receive reuses, and reads nothing more until the
+// stream gives it back (giveBack). The decoder's payload shares it too. So a large row is in
+// memory once, and however many large rows wait in the slot, only one is read at a time.
 type reader struct {
 	conn   *pgconn.PgConn
 	slot   string
@@ -36,19 +41,22 @@ type reader struct {
 	done   chan struct{} // closed when the goroutine has returned
 
 	mu      sync.Mutex
-	room    *sync.Cond // signalled when the stream takes from the queue, or on stop
+	room    *sync.Cond // signalled when the stream takes from the queue, gives back a lent frame, or on stop
 	queue   []frame
 	bytes   int
-	full    bool // waiting for room: the server is not being read
+	full    bool // waiting for room, or for a lent frame: the server is not being read
+	lent    bool // a lent frame is out: the connection's buffer is not to be reused
 	stopped bool
 	err     error
 }
 
 // frame is the data of one CopyData message, and when the reader read it from the connection
-// (before any wait for room in the queue).
+// (before any wait for room in the queue). A lent frame's data is the connection's buffer: the
+// stream gives it back once done with it.
 type frame struct {
 	data []byte
 	read time.Time
+	lent bool
 }
 
 // Bounds of what the reader holds for the stream: a large transaction read while the stream
@@ -59,6 +67,8 @@ const (
 	// frameBlock is the size of the blocks copyFrame copies frames into; larger frames get an
 	// allocation of their own.
 	frameBlock = 64 << 10
+	// lendFrame is the size from which a frame is lent rather than copied.
+	lendFrame = 1 << 20
 )
 
 func startReader(conn *pgconn.PgConn, slot string, heard *heardClock, onFail func(error)) *reader {
@@ -72,30 +82,58 @@ func startReader(conn *pgconn.PgConn, slot string, heard *heardClock, onFail fun
 func (r *reader) run() {
 	defer close(r.done)
 	for {
-		data, err := r.receive()
-		if err == nil && data == nil {
+		f, err := r.receive()
+		if err == nil && f.data == nil {
 			continue // a notice
 		}
-		if !r.put(frame{data: data, read: time.Now()}, err) {
+		if !r.put(f, err) || (f.lent && !r.awaitReturn()) {
 			return
 		}
 	}
 }
 
 // receive reads the next message; nil data and nil error for a notice.
-func (r *reader) receive() ([]byte, error) {
+func (r *reader) receive() (frame, error) {
 	msg, err := r.conn.ReceiveMessage(context.Background())
 	if err != nil {
 		if pgconn.Timeout(err) && r.isStopped() {
-			return nil, errReaderStopped
+			return frame{}, errReaderStopped
 		}
-		return nil, fmt.Errorf("receive: %w", classify(err, r.slot))
+		return frame{}, fmt.Errorf("receive: %w", classify(err, r.slot))
 	}
-	data, err := copyData(msg, r.slot)
-	if data != nil {
-		data = r.copyFrame(data) // the message is valid until the next receive
+	f := frame{read: time.Now()}
+	f.data, err = copyData(msg, r.slot)
+	switch {
+	case len(f.data) >= lendFrame:
+		f.lent = true // valid until the next receive, which waits for it
+	case f.data != nil:
+		f.data = r.copyFrame(f.data) // the message is valid until the next receive
 	}
-	return data, err
+	return f, err
+}
+
+// awaitReturn waits until the stream gives back the lent frame, and reports whether to read on.
+func (r *reader) awaitReturn() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.lent && !r.stopped {
+		r.full = true
+		r.room.Wait()
+	}
+	if r.full {
+		// Nothing was read meanwhile: the silence measured from here is the server's.
+		r.heard.mark()
+		r.full = false
+	}
+	return !r.stopped
+}
+
+// giveBack ends the loan of a lent frame: the stream no longer uses its data.
+func (r *reader) giveBack() {
+	r.mu.Lock()
+	r.lent = false
+	r.room.Signal()
+	r.mu.Unlock()
 }
 
 // copyFrame copies data into the current block, and starts a new block when it is full: one
@@ -138,6 +176,9 @@ func (r *reader) put(f frame, err error) bool {
 		}
 		r.queue = append(r.queue, f)
 		r.bytes += len(f.data)
+		if f.lent {
+			r.lent = true
+		}
 		r.mu.Unlock()
 		r.signal()
 		return true

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
 )
@@ -33,7 +34,8 @@ type RecoverConfig struct {
 	AcceptLoss bool
 	// Force recovers although the slot continues from the record: for rows the publication did
 	// not cover (a table swapped in by renames, the publication dropped or altered), which no
-	// slot decoded.
+	// slot decoded, or that the slot cannot decode. A stop walbox run recorded (registry.Stop)
+	// is a gap without it.
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)
@@ -69,9 +71,9 @@ type Gap struct {
 	forced   bool
 }
 
-// None reports whether there is no gap: the slot continues from the recorded position, and no
-// recovery was forced.
-func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced }
+// None reports whether there is no gap: the slot continues from the recorded position, walbox
+// run recorded no stop on it, and no recovery was forced.
+func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced && !g.Record.Stop.Stopped() }
 
 // LowerBound returns the transaction id from which rows may belong to the gap, and false if the
 // record holds none that applies here.
@@ -115,11 +117,33 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		r.Close()
 		return nil, err
 	}
+	if err := r.currentRegistry(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
 	if r.sys, err = pglogrepl.IdentifySystem(ctx, repl); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("identify system: %w", err)
 	}
 	return r, nil
+}
+
+// currentRegistry migrates a registry from an older walbox, so that Recover can clear a recorded
+// stop when it resets the record. Recover takes the registry owner's rights anyway.
+func (r *Recovery) currentRegistry(ctx context.Context) error {
+	exists, err := r.reg.Exists(ctx)
+	if err != nil || !exists {
+		return err
+	}
+	current, err := r.reg.Current(ctx)
+	if err != nil || current {
+		return err
+	}
+	if _, err := migrations.ApplyRegistry(ctx, r.db, r.reg.Schema()); err != nil {
+		return fmt.Errorf("%w: %s is out of date and this role cannot migrate it (%v); run `walbox migrate` as the outbox table's owner",
+			ErrNoRegistry, r.reg.Table(), err)
+	}
+	return nil
 }
 
 // Close closes both connections.

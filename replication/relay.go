@@ -129,6 +129,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	defer w.close()
+	defer func() { err = r.noteStop(w, err) }()
 	// The same inspection, and the same judgement, as walbox doctor's.
 	srv, err := inspect.ReadServer(sctx, w.conn)
 	if err != nil {
@@ -181,7 +182,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		conn:     conn,
 		watch:    w,
 		pub:      pub,
-		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()),
+		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
 		track:    checkpoint.New(slot.ConfirmedFlush),
 		reported: slot.ConfirmedFlush,
 		heard:    lastRead,
@@ -260,6 +261,11 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	}
 	if err := checkRecord(r.cfg.Slot, info, rec, sys); err != nil {
 		return info, err
+	}
+	if rec.Stop.Stopped() {
+		// Putting the cause right does not make the slot deliver what it could not: the rows
+		// are in the outbox table, and only walbox recover republishes them.
+		return info, fatal(StopError(r.cfg.Slot, rec.Stop))
 	}
 	if info.Active {
 		pid := "?"

@@ -32,11 +32,23 @@ func (k msgKey) String() string {
 	return k.id.String()
 }
 
+// A message the broker refuses for its size (see wire.TooLargeError) closes the channel, and the
+// broker does not say which message it was. If only one message was unconfirmed, or none while
+// a publish was being written, that one is the message: the relay pins it, and the next session
+// parks it with the broker's reason instead of publishing it. Otherwise the relay stalls until
+// the newest message then in flight is confirmed: one at a time, the refusal recurs with only
+// the refused message unconfirmed, and pins it. Nothing of this outlives the process: a new
+// process meets the same refusal again from the slot and comes to the same row.
+
 // stall is the relay's memory of a refused message, kept across sessions.
 type stall struct {
 	active bool
 	key    msgKey
 	err    error // the refusal
+
+	pinned bool   // a message refused for its size waits to be parked
+	pin    msgKey // that message
+	why    error  // the reason it is parked with
 }
 
 // refused is the error of a message the broker nacked or returned.
@@ -52,17 +64,77 @@ func (r *refused) Error() string {
 
 func (r *refused) Unwrap() error { return r.err }
 
-// passed ends the stall once the broker confirmed the refused message.
+// passed ends the stall once the broker confirmed the refused message, and forgets a pinned
+// message once its parked copy is confirmed.
 func (s *stream) passed(k msgKey) {
-	if s.win.stall.active && s.win.stall.key == k {
+	st := s.win.stall
+	if st.pinned && st.pin == k {
+		st.pinned, st.pin, st.why = false, msgKey{}, nil
+	}
+	if st.active && st.key == k {
 		s.log.Info("the refused message was confirmed; the stall is over", "msg_id", k.String())
-		*s.win.stall = stall{}
+		st.active, st.key, st.err = false, msgKey{}, nil
 		s.stats.State.Store(int32(StateStreaming))
 	}
 }
 
+// pinned returns the reason m is parked with, if it is the message the broker refused for its size.
+func (s *stream) pinned(m *wire.Message) (error, bool) {
+	st := s.win.stall
+	if st.pinned && st.pin == keyOf(m) {
+		return st.why, true
+	}
+	return nil, false
+}
+
+// tooLarge is the end of a session by a message the broker refused for its size: key is that
+// message when it is known (pin), or else the newest message in flight, which the relay stalls on.
+type tooLarge struct {
+	pin bool
+	key msgKey
+	err *wire.TooLargeError
+}
+
+func (t *tooLarge) Error() string {
+	if t.pin {
+		return fmt.Sprintf("message %s: %v; it will be parked", t.key, t.err)
+	}
+	return fmt.Sprintf("%v; publishing one message at a time, up to %s, to find which", t.err, t.key)
+}
+
+func (t *tooLarge) Unwrap() error { return t.err }
+
+// refusedTooLarge turns err, a failure of the publishing session, into a *tooLarge if the broker
+// refused a message for its size. publishing is the message whose publish failed, nil when the
+// session's end came as a confirm. The refused message is one not confirmed yet: the messages in
+// flight, and the one being published.
+func (s *stream) refusedTooLarge(err error, publishing *wire.Message) error {
+	var tl *wire.TooLargeError
+	if !errors.As(err, &tl) {
+		return err
+	}
+	span := s.track.Span()
+	newest := s.track.Acked() + uint64(span)
+	switch {
+	case publishing != nil && span == 0:
+		return &tooLarge{pin: true, key: keyOf(publishing), err: tl}
+	case publishing != nil:
+		return &tooLarge{key: keyOf(publishing), err: tl}
+	case span == 1:
+		return &tooLarge{pin: true, key: s.win.get(newest).key, err: tl}
+	case span > 1:
+		return &tooLarge{key: s.win.get(newest).key, err: tl}
+	}
+	return err
+}
+
 // noteStall records a refusal that ended a session, and logs it once per message.
 func (r *Relay) noteStall(err error) {
+	var tl *tooLarge
+	if errors.As(err, &tl) {
+		r.noteTooLarge(tl)
+		return
+	}
 	rf, ok := asRefused(err)
 	if !ok {
 		return
@@ -87,4 +159,20 @@ func asRefused(err error) (*refused, bool) {
 	var rf *refused
 	ok := errors.As(err, &rf)
 	return rf, ok
+}
+
+// noteTooLarge records a refusal for size: the message to park, or the stall that finds it.
+func (r *Relay) noteTooLarge(tl *tooLarge) {
+	if tl.pin {
+		r.cfg.Logger.Error("the broker refused a message for its size; parking it", "slot", r.cfg.Slot,
+			"msg_id", tl.key.String(), "reason", tl.err.Reason)
+		r.stall.pinned, r.stall.pin = true, tl.key
+		r.stall.why = fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.err.Reason)
+		return
+	}
+	if !r.stall.active {
+		r.cfg.Logger.Error("the broker refused a message for its size; publishing one at a time to find it", "slot", r.cfg.Slot,
+			"up_to", tl.key.String(), "reason", tl.err.Reason)
+		r.stall.active, r.stall.key, r.stall.err = true, tl.key, tl.err
+	}
 }

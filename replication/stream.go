@@ -197,7 +197,12 @@ func (s *stream) handleFrame() error {
 	s.frames[s.next] = frame{}
 	s.next++
 	s.read = f.read
-	return s.handleCopyData(f.data)
+	err := s.handleCopyData(f.data)
+	if f.lent {
+		s.ev = decoder.Event{} // the payload shares the frame
+		s.reader.giveBack()
+	}
+	return err
 }
 
 // checkHeard fails the session when the server has been silent for longer than the silence
@@ -273,12 +278,16 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
+		if why, ok := s.pinned(&ev.Message); ok {
+			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
+		}
 		seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
 		if errors.Is(err, wire.ErrUnpublishable) {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, err)
 		}
 		if err != nil {
-			return publishFailed(fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart, err))
+			return publishFailed(fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart,
+				s.refusedTooLarge(err, &ev.Message)))
 		}
 		if err := s.dispatch(seq, &ev.Message); err != nil {
 			return err
@@ -321,11 +330,17 @@ func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, er
 // park sets aside a row that can never become a deliverable message, so that the stream moves
 // on. The parked copy is confirmed like any message: the slot passes the row only once the broker
 // has it.
+//
+// A message the broker refused for its size is parked without its payload, which the broker would
+// refuse again.
 func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
 	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
+	if _, ok := s.pinned(m); ok {
+		p.Message.Payload = nil
+	}
 	seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {
-		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, err))
+		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, s.refusedTooLarge(err, m)))
 	}
 	if err := s.dispatch(seq, m); err != nil {
 		return err
@@ -388,7 +403,8 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 		s.track.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
 		if c.Seq == 0 { // the session died
-			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq, c.Err)}
+			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq,
+				s.refusedTooLarge(c.Err, nil))}
 		}
 		return time.Time{}, brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
 	}

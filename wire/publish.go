@@ -53,3 +53,19 @@ type Parked struct {
 // to it) must declare it with the same alternate-exchange argument, or the broker refuses the
 // second declaration.
 func DefaultAlternateExchange(exchange string) string { return exchange + ".unroutable" }
+
+// TooLargeError ends a publishing session when the broker refused a message for its size:
+// RabbitMQ closes the channel with 406 PRECONDITION_FAILED "message size N is larger than
+// configured max size M" (16 MiB by default since 4.0). It does not say which message: the
+// relay works that out from what it had in flight. A publisher's error wraps it beside
+// ErrSessionClosed.
+type TooLargeError struct {
+	Reason string // the broker's words
+	Err    error  // the broker's error
+}
+
+func (e *TooLargeError) Error() string {
+	return "the broker refused a message for its size: " + e.Reason
+}
+
+func (e *TooLargeError) Unwrap() error { return e.Err }

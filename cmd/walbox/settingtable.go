@@ -71,8 +71,9 @@ var settingTable = []group{
 		{flag: "queue-type", env: "WALBOX_QUEUE_TYPE", def: "classic", cmds: dialers,
 			help: "type of the park and alternate queues walbox declares: `classic` or `quorum` " +
 				"(use quorum on a cluster: a classic queue is unavailable while its node is down)"},
-		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: "134217728", cmds: dialers,
-			help: "largest message body in bytes; larger rows are parked (keep at or below the broker's `max_message_size`)"},
+		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: "16777216", cmds: dialers,
+			help: "largest message body in bytes (the default is 16 MiB); larger rows are parked " +
+				"(keep at or below the broker's `max_message_size`)"},
 		{flag: "window", env: "WALBOX_WINDOW", def: "1024", cmds: dialers, help: "most messages published and not yet confirmed"},
 	}},
 	{"Relaying: walbox run", []spec{
@@ -106,9 +107,10 @@ var settingTable = []group{
 			help: "do not create the replication slot (for a role without `REPLICATION`; `walbox run` creates it later)"},
 		{flag: "shards", env: "WALBOX_SHARDS", unset: "one slot", cmds: []string{"migrate"},
 			help: "split the outbox table into this many shards: a publication with a row filter and a slot per shard", see: "scaling.md"},
-		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "none", cmds: []string{"migrate"},
-			help: "the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots",
-			see:  "security.md"},
+		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "none: roles granted before keep it", cmds: []string{"migrate"},
+			help: "the role `walbox run` logs in as, when it is not the one running migrate: " +
+				"the one role besides the owner that may execute the record functions, which move walbox's record of its slots",
+			see: "security.md"},
 	}},
 	{"Status and doctor", []spec{
 		{flag: "json", def: "false", isBool: true, cmds: []string{"status", "doctor"}, help: "print JSON for scripts"},
@@ -137,7 +139,8 @@ var settingTable = []group{
 				"(producers delete rows as they insert them: the gap's rows are gone)"},
 		{flag: "force", def: "false", isBool: true, cmds: []string{"recover"},
 			help: "recover although the slot continues from the record: for rows the publication did not cover " +
-				"(a table swapped in, the publication dropped or altered)"},
+				"(a table swapped in, the publication dropped or altered) or the slot cannot decode (a column renamed and renamed back); " +
+				"a stop walbox run recorded needs no --force, but takes it"},
 	}},
 	{"Resharding: walbox reshard", []spec{
 		{flag: "shards", env: "WALBOX_SHARDS", required: true, cmds: []string{"reshard"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/redact"
@@ -83,6 +84,10 @@ func printStatus(w io.Writer, st status.Report) {
 	fmt.Fprintf(w, "retained_wal_bytes   %s\n", optInt(st.RetainedWALBytes))
 	fmt.Fprintf(w, "wal_status           %s\n", optString(st.WALStatus))
 	fmt.Fprintf(w, "messages             %s\n", messagesLine(st))
+	if s := st.Stopped; s != nil {
+		fmt.Fprintf(w, "stopped              at %s (%s); way out: put the cause right, then %s\n", s.LSN,
+			s.At.UTC().Format(time.RFC3339), s.WayOut)
+	}
 	printRelay(w, st)
 }
 

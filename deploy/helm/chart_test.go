@@ -570,3 +570,22 @@ func TestE2EEnvironmentIsCurrent(t *testing.T) {
 		t.Errorf("%s is not what the chart renders; run go test -update in deploy/helm and check the diff:\n%s", path, b)
 	}
 }
+
+// The relay's memory settings agree with its largest message: the limit holds 64Mi plus four
+// messages of the maximum size (a row costs about its size once, at most twice), and GOMEMLIMIT
+// is set below the limit, so that the runtime collects before the pod is killed.
+func TestMemoryAgreesWithMaxMessageSize(t *testing.T) {
+	c := relayContainer(t, mustRender(t).Deployments[0])
+	env := envOf(c)
+	size, err := strconv.ParseInt(env["WALBOX_MAX_MESSAGE_SIZE"], 10, 64)
+	if err != nil || size != 16<<20 {
+		t.Fatalf("WALBOX_MAX_MESSAGE_SIZE %q, want 16777216 (RabbitMQ 4's max_message_size)", env["WALBOX_MAX_MESSAGE_SIZE"])
+	}
+	limit := c.Resources.Limits.Memory().Value()
+	if want := int64(64<<20) + 4*size; limit < want {
+		t.Errorf("memory limit %d bytes, want at least %d (64Mi + 4 x %d)", limit, want, size)
+	}
+	if got := env["GOMEMLIMIT"]; got != "112MiB" || limit != 128<<20 {
+		t.Errorf("GOMEMLIMIT %q with a limit of %d bytes, want 112MiB under 128Mi", got, limit)
+	}
+}

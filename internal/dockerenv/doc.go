@@ -14,9 +14,9 @@
 //
 // # The images
 //
-// Builder makes a Debian bookworm base with debootstrap (minbase, from deb.debian.org) and
-// imports it; on it, PostgreSQL 15, RabbitMQ with the management plugin and a Go toolchain
-// image are built from Debian packages with small entrypoints that honour the variables of the
+// Builder makes a Debian trixie base with debootstrap (minbase, from the Debian mirror of the
+// machine's apt sources, or WALBOX_DEBIAN_MIRROR: testenv.DebianMirror) and imports it; on it,
+// PostgreSQL 17, RabbitMQ 4.0 with the management plugin and a Go toolchain image are built from Debian packages with small entrypoints that honour the variables of the
 // public images the compose file names (POSTGRES_USER, RABBITMQ_DEFAULT_USER, ...), and a runtime
 // image with distroless's nonroot user. The walbox image is the project's Dockerfile, built with
 // the Go and runtime images as its GO_IMAGE and RUNTIME_IMAGE. The base root file system and each

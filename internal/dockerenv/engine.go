@@ -2,7 +2,6 @@ package dockerenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 // dirPrefix names the engine directories under os.TempDir, followed by the pid of the test
@@ -144,16 +145,8 @@ func (e *Engine) Stop() {
 
 // removeDir unmounts whatever the daemon left mounted below dir, then removes it.
 func removeDir(dir string) {
-	mounts, _ := os.ReadFile("/proc/self/mounts")
-	lines := strings.Split(string(mounts), "\n")
-	for i := len(lines) - 1; i >= 0; i-- { // innermost first
-		fields := strings.Fields(lines[i])
-		if len(fields) > 1 && strings.HasPrefix(fields[1], dir+"/") {
-			_ = syscall.Unmount(fields[1], syscall.MNT_DETACH)
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(os.Stderr, "dockerenv: remove %s: %v\n", dir, err)
+	if err := testenv.RemoveTree(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "dockerenv: %v\n", err)
 	}
 }
 

@@ -15,25 +15,25 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 //go:embed images
 var imageFiles embed.FS
 
-// The base image's source: Debian bookworm's minimal variant from Debian's own mirror.
-const (
-	suite  = "bookworm"
-	mirror = "http://deb.debian.org/debian"
-)
+// The base image's source: Debian trixie's minimal variant (PostgreSQL 17, RabbitMQ 4.0), from the
+// Debian mirror of the machine's apt sources (testenv.DebianMirror).
+const suite = "trixie"
 
 // EnvCache overrides the cache directory (default: walbox-compose under the user's cache).
 const EnvCache = "WALBOX_TEST_DOCKER_CACHE"
 
 // Images names the images a compose run substitutes for the public ones.
 type Images struct {
-	Postgres string // for postgres:15
-	RabbitMQ string // for rabbitmq:3.10-management
-	Go       string // for golang:1.26-bookworm
+	Postgres string // for postgres:17
+	RabbitMQ string // for rabbitmq:4.0-management
+	Go       string // for golang:1.26-bookworm (a Go toolchain on the same Debian base)
 	Runtime  string // for gcr.io/distroless/static-debian12:nonroot
 	Walbox   string // the project's Dockerfile, built on Go and Runtime
 }
@@ -115,10 +115,14 @@ apt-get clean && rm -rf /var/lib/apt/lists/*`
 
 // base imports the Debian root file system, debootstrapping it first unless it is cached.
 func (b *Builder) base(ctx context.Context) (tag, key string, err error) {
+	mirror, err := testenv.DebianMirror()
+	if err != nil {
+		return "", "", err
+	}
 	key = hash(suite, mirror, "minbase", baseSetup)
 	file := filepath.Join(b.Cache, "debian-"+suite+"-"+key+".tar")
 	if _, err := os.Stat(file); err != nil {
-		if err := b.debootstrap(ctx, file); err != nil {
+		if err := b.debootstrap(ctx, file, mirror); err != nil {
 			return "", "", err
 		}
 	}
@@ -132,7 +136,7 @@ func (b *Builder) base(ctx context.Context) (tag, key string, err error) {
 	return tag, key, nil
 }
 
-func (b *Builder) debootstrap(ctx context.Context, file string) error {
+func (b *Builder) debootstrap(ctx context.Context, file, mirror string) error {
 	start := time.Now()
 	work, err := os.MkdirTemp(b.Cache, "rootfs-")
 	if err != nil {
@@ -140,7 +144,7 @@ func (b *Builder) debootstrap(ctx context.Context, file string) error {
 	}
 	defer removeDir(work) // unmounts what a failed debootstrap left mounted (proc, sys) first
 	root := filepath.Join(work, "root")
-	if _, err := output(exec.CommandContext(ctx, "debootstrap", "--variant=minbase", suite, root, mirror)); err != nil {
+	if err := testenv.Debootstrap(ctx, suite, root, mirror); err != nil {
 		return err
 	}
 	if _, err := output(exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", baseSetup)); err != nil {

@@ -21,6 +21,8 @@ type pgFacts struct {
 	// Names quoted by the server's quote_ident, for the SQL in fixes.
 	userSQL, publicationSQL, tableSQL string
 	slot                              inspect.Slot
+	// systemID is IDENTIFY_SYSTEM's system identifier, once replicationCheck read it.
+	systemID string
 }
 
 // postgres runs the PostgreSQL checks over one ordinary connection and one replication connection.
@@ -37,7 +39,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 			"read server settings: %v", err)}
 	}
 	out := []Check{connectCheck(f, conn.Config()), walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
-		roleCheck(f), d.replicationCheck(ctx, f)}
+		roleCheck(f), d.replicationCheck(ctx, &f)}
 	out = append(out, d.publicationChecks(ctx, conn, f)...)
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
@@ -143,8 +145,9 @@ func roleCheck(f pgFacts) Check {
 }
 
 // replicationCheck opens a logical replication connection, as `walbox run` does, and runs
-// IDENTIFY_SYSTEM: it proves pg_hba.conf and the role admit it.
-func (d doctor) replicationCheck(ctx context.Context, f pgFacts) Check {
+// IDENTIFY_SYSTEM: it proves pg_hba.conf and the role admit it. It notes the server's system
+// identifier in f.
+func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
 	cfg, err := pgconn.ParseConfig(d.dsn)
 	if err != nil {
 		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
@@ -157,6 +160,7 @@ func (d doctor) replicationCheck(ctx context.Context, f pgFacts) Check {
 		var res []*pgconn.Result
 		if res, err = conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err == nil && len(res) == 1 && len(res[0].Rows) == 1 {
 			row := res[0].Rows[0]
+			f.systemID = string(row[0])
 			return passCheck("replication_connection", "replication connection accepted (timeline %s, WAL at %s)", row[1], row[2])
 		}
 	}
@@ -345,7 +349,8 @@ func slotCheck(f pgFacts, slot string) Check {
 }
 
 // recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
-// that is missing, or ahead of the record, is a gap that run refuses.
+// that is missing, ahead of the record, recorded on another server, or stopped on (a stop walbox
+// run recorded), is one that run refuses.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	schemas := make([]string, len(d.mappings))
 	for i, m := range d.mappings {
@@ -375,6 +380,16 @@ func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		return failCheck("slot_record", "run `walbox recover`",
 			"slot %s is at %s, ahead of %s, the last position walbox recorded: it was recreated or advanced behind walbox's back",
 			d.slot, f.slot.ConfirmedFlush, rec.ConfirmedLSN)
+	case f.systemID != "" && rec.SystemID != f.systemID:
+		return failCheck("slot_record", "run `walbox recover` (it republishes the rows committed since from the outbox table)",
+			"slot %s was recorded on the server with system identifier %s, but this server is %s (a restore or a new cluster): "+
+				"rows committed on the old server after %s may never have been relayed, and walbox run refuses the slot",
+			d.slot, rec.SystemID, f.systemID, rec.ConfirmedLSN)
+	case rec.Stop.Stopped():
+		return failCheck("slot_record", "put the cause right, then run `walbox recover --force` (it republishes the rows "+
+			"from the outbox table and replaces the slot); walbox run refuses the slot until then",
+			"walbox run stopped on slot %s at %s (%s), where the slot cannot go on: %s",
+			d.slot, rec.Stop.LSN, rec.Stop.At.UTC().Format(time.RFC3339), rec.Stop.Reason)
 	}
 	return passCheck("slot_record", "slot %s matches walbox's record (confirmed %s at %s)", d.slot, rec.ConfirmedLSN,
 		rec.ConfirmedAt.UTC().Format(time.RFC3339))

@@ -153,6 +153,11 @@ func (w *world) expectStop(r *relay, before pglogrepl.LSN, want ...string) {
 	if got := w.confirmedLSN(); got > before {
 		w.t.Errorf("the slot moved to %s, past %s, where rows walbox did not deliver begin", got, before)
 	}
+	// Putting the cause right does not make the slot deliver those rows: the stop is recorded,
+	// and walbox status reports it with the way out, as walbox doctor does (stops_test.go).
+	if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "stopped") || !strings.Contains(out, wayOut) {
+		w.t.Errorf("walbox status exited %d after the stop; want non-zero, the stop and %q:\n%s", code, wayOut, out)
+	}
 }
 
 // exec runs sql in the world's database as the superuser.

@@ -25,9 +25,13 @@ func TestRelayKilledAtRandomMoments(t *testing.T) {
 		seed = s
 	}
 	t.Logf("seed %d (WALBOX_FAULT_SEED repeats the kill moments and the workload), %d rounds", seed, rounds)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	relayKilledAtRandomMoments(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t), seed, rounds)
+}
 
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+// relayKilledAtRandomMoments kills the relay rounds times, at moments drawn from seed.
+func relayKilledAtRandomMoments(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, seed uint64, rounds int) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	w := newWorld(t, pg, rabbit)
 	v := w.startVerifier()
 	wr := w.startWriter(checker.WriterConfig{Seed: seed, MaxTx: 40, Pause: 10 * time.Millisecond})
 	start := time.Now()

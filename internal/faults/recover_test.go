@@ -25,7 +25,11 @@ import (
 // point must come from the table, rows after it from the new slot.
 func TestRecoverDroppedSlot(t *testing.T) {
 	heavy(t)
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	recoverDroppedSlot(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+}
+
+func recoverDroppedSlot(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	w := newWorld(t, pg, rabbit)
 	v, wr := w.streamingWriter(51)
 
 	w.dropSlot()
@@ -47,6 +51,10 @@ func TestRecoverReplacedSlot(t *testing.T) {
 	w.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", w.slot)
 	r.Signal(syscall.SIGCONT)
 	w.expectRefusal(r, "ahead of")
+	// walbox status agrees with walbox run.
+	if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "ahead of") || !strings.Contains(out, "walbox recover") {
+		t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the gap and walbox recover:\n%s", code, out)
+	}
 	w.recoverAndContinue(v, wr, "ahead at")
 }
 
@@ -187,6 +195,21 @@ func TestRecoverRefusals(t *testing.T) {
 		if w.confirmedLSNOrZero() == slot {
 			t.Error("the slot was not replaced")
 		}
+		expect(0, "no gap", nil)
+	})
+	t.Run("recorded on another server: run, doctor, status and recover agree", func(t *testing.T) {
+		w := w.in(t)
+		w.exec("UPDATE walbox_slots SET system_identifier = '1' WHERE slot_name = $1", w.slot)
+		w.expectRefusal(w.startRelay(), "system identifier 1")
+		if out, code := w.walbox(nil, "doctor"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox doctor exited %d on a slot walbox run refuses; want a failure naming the other server:\n%s", code, out)
+		}
+		if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the other server:\n%s", code, out)
+		}
+		expect(1, "--all-rows", nil, "--dry-run")
+		expect(0, "on another system", nil, "--dry-run", "--all-rows")
+		expect(0, "republished", nil, "--all-rows")
 		expect(0, "no gap", nil)
 	})
 	t.Run("no record: nothing to recover from", func(t *testing.T) {

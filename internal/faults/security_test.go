@@ -189,7 +189,12 @@ func TestLeastPrivilege(t *testing.T) {
 	heavy(t)
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.SharedRabbit(t)
+	leastPrivilege(t, pg, testenv.SharedRabbit(t))
+}
+
+// leastPrivilege creates the roles app_owner and walbox_relay on pg (a server of the test's own:
+// roles belong to the whole server) and relays as walbox_relay.
+func leastPrivilege(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
 	db := testenv.UniqueName("app")
 	pg.Exec(t, pg.URL(), "CREATE ROLE app_owner LOGIN")
 	pg.Exec(t, pg.URL(), "CREATE ROLE walbox_relay LOGIN REPLICATION")
@@ -233,6 +238,9 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	if out, code := w.walbox(nil, "status"); code != 0 {
 		t.Errorf("walbox status as walbox_relay exited %d:\n%s", code, out)
+	}
+	if out, code := w.walbox(nil, "doctor"); code != 0 || strings.Contains(out, "FAIL") {
+		t.Errorf("walbox doctor as walbox_relay exited %d, want 0 and no failed check:\n%s", code, out)
 	}
 	w.verdict(cw, v, time.Minute, 1, 0, "relay_role=LOGIN_REPLICATION_only migrate_role=table_owner")
 	if !strings.Contains(r.Output(), "created the missing replication slot") {

@@ -15,10 +15,16 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// newShardedWorld is newWorld with `walbox migrate --shards n` instead of a single slot.
+// newShardedWorld is newWorld with `walbox migrate --shards n` instead of a single slot, on the
+// shared servers.
 func newShardedWorld(t *testing.T, n int) *world {
 	t.Helper()
-	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
+	return newShardedWorldOn(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t), n)
+}
+
+// newShardedWorldOn is newShardedWorld on pg and rabbit.
+func newShardedWorldOn(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, n int) *world {
+	t.Helper()
 	db := pg.NewDatabase(t)
 	w := &world{t: t, pg: pg, rabbit: rabbit, db: db, relayDB: db, relayMQ: rabbit.URL(),
 		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
@@ -46,9 +52,14 @@ func TestShardsKilledAtRandomMoments(t *testing.T) {
 	rounds := soakInt("WALBOX_SOAK_ROUNDS", 12, 120)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d, %d rounds", seed, rounds)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	shardsKilledAtRandomMoments(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t), n, seed, rounds)
+}
 
-	w := newShardedWorld(t, n)
+// shardsKilledAtRandomMoments runs n shards, each in its own queue, and kills one of them rounds
+// times, at moments drawn from seed.
+func shardsKilledAtRandomMoments(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, n int, seed uint64, rounds int) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	w := newShardedWorldOn(t, pg, rabbit, n)
 	shards := make([]*world, n)
 	verifiers := make([]*checker.Verifier, n)
 	relays := make([]*relay, n)

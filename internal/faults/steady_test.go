@@ -18,13 +18,19 @@ func TestSteadyStreamWithoutFaults(t *testing.T) {
 	t.Parallel() // overlaps TestBrokerFaults, which mostly waits
 	// The writer stops at a number of rows, or after a time, whichever comes first.
 	load := time.Duration(soakInt("WALBOX_SOAK_STEADY_SECONDS", 15, 600)) * time.Second
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	steadyStream(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t), load, soakInt("WALBOX_SOAK_STEADY_ROWS", 20_000, 300_000))
+}
+
+// steadyStream writes up to rows rows, for up to load, under one relay and checks the verdict and
+// the relay's single session.
+func steadyStream(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, load time.Duration, rows int) {
+	w := newWorld(t, pg, rabbit)
 	v := w.startVerifier()
 	r := w.startRelay()
 	r.waitState("streaming", time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), load)
 	defer cancel()
-	cw := w.newWriter(checker.WriterConfig{Seed: 91, MaxTx: 50, MaxRows: soakInt("WALBOX_SOAK_STEADY_ROWS", 20_000, 300_000)})
+	cw := w.newWriter(checker.WriterConfig{Seed: 91, MaxTx: 50, MaxRows: rows})
 	start := time.Now()
 	if err := cw.Run(ctx); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,11 @@ func TestTablelessRelayKilled(t *testing.T) {
 // created_at), reach the broker as the same message: body and every property and header.
 func TestEmittedMessageIsTheRowOnTheWire(t *testing.T) {
 	heavy(t)
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	emittedMessageIsTheRow(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+}
+
+func emittedMessageIsTheRow(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	w := newWorld(t, pg, rabbit)
 	const id = "0190f5a2-7c3e-7def-8a1b-123456789abc"
 	headers := `{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k": [1, "a"], "b": true}`
 	ctx := context.Background()

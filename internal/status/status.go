@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -32,12 +34,27 @@ type Report struct {
 	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
 	// resharded; the fields above then describe the single slot, which may not exist.
 	Shards []Set `json:"shard_sets,omitempty"`
+	// Stopped is the stop walbox run recorded on the slot, where only walbox recover gets past;
+	// nil if none.
+	Stopped *Stop `json:"stopped,omitempty"`
 	// Relay is what the running relay reports at its /status, when it can be reached.
 	Relay      *Relay `json:"relay,omitempty"`
 	RelayError string `json:"relay_error,omitempty"`
 
-	problems []string // a shard slot missing or lost, a shard mismatch
+	problems []string // a shard slot missing or lost, a shard mismatch, the slot ahead of its record
 }
+
+// Stop is a stop walbox run recorded: where (everything committed up to LSN was delivered), when,
+// why, and the command that gets past it.
+type Stop struct {
+	LSN    string    `json:"lsn"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+	WayOut string    `json:"way_out"`
+}
+
+// wayOut is the command that gets past a recorded stop (replication.WayOut).
+const wayOut = "walbox recover --force"
 
 // Query names what to read: the settings `walbox run` uses.
 type Query struct {
@@ -58,6 +75,9 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 		return r, err
 	}
 	r.MessagePrefix, r.EmitFunction = emit.Prefix, emit.Exists
+	if err := r.readRecord(ctx, conn, q, sl); err != nil {
+		return r, err
+	}
 	layout, err := shard.ReadLayout(ctx, conn, q.Table, shard.Set{Slot: q.Slot, Publication: q.Publication})
 	if err != nil {
 		return r, err
@@ -65,8 +85,44 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 	return r, r.readShards(ctx, conn, layout)
 }
 
+// readRecord holds the slot against walbox's record of it in the outbox table's schema, as
+// walbox run does: a stop recorded on it, or a slot ahead of the record (recreated or advanced
+// behind walbox's back), is one that run refuses.
+func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl inspect.Slot) error {
+	reg := registry.New(conn, q.Table.Schema)
+	if ok, err := reg.Exists(ctx); err != nil || !ok {
+		return err
+	}
+	rec, ok, err := reg.Get(ctx, q.Slot)
+	if err != nil || !ok {
+		return err
+	}
+	if rec.Stop.Stopped() {
+		r.Stopped = &Stop{LSN: rec.Stop.LSN.String(), At: rec.Stop.At, Reason: rec.Stop.Reason, WayOut: wayOut}
+	}
+	if sys := systemID(ctx, conn); sys != "" && sys != rec.SystemID {
+		r.problems = append(r.problems, fmt.Sprintf("slot %s was recorded on the server with system identifier %s, but this "+
+			"server is %s (a restore or a new cluster), and walbox run refuses it; run `walbox recover`", q.Slot, rec.SystemID, sys))
+	}
+	if sl.Exists && sl.ConfirmedFlush > rec.ConfirmedLSN {
+		r.problems = append(r.problems, fmt.Sprintf("slot %s is at %s, ahead of %s, the last position walbox recorded: "+
+			"it was recreated or advanced behind walbox's back, and walbox run refuses it; run `walbox recover`",
+			q.Slot, sl.ConfirmedFlush, rec.ConfirmedLSN))
+	}
+	return nil
+}
+
+// systemID returns the server's system identifier, or "" where the role may not read it.
+func systemID(ctx context.Context, conn *pgx.Conn) string {
+	var id string
+	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&id); err != nil {
+		return ""
+	}
+	return id
+}
+
 // Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
-// the slot invalidated, and if requireRelay, a relay that does not answer at relayURL or is
+// ahead of its record, recorded on another server or invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
 // neither streaming nor a standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	switch {
@@ -74,6 +130,9 @@ func (r Report) Verdict(requireRelay bool, relayURL string) error {
 		return errors.New(strings.Join(r.problems, "; "))
 	case !r.Exists && r.Shards == nil:
 		return fmt.Errorf("slot %s does not exist", r.Slot)
+	case r.Stopped != nil:
+		return fmt.Errorf("walbox run stopped on slot %s at %s and refuses it until `%s`: %s",
+			r.Slot, r.Stopped.LSN, r.Stopped.WayOut, r.Stopped.Reason)
 	case requireRelay && r.Relay == nil:
 		return fmt.Errorf("relay not reachable at %s", relayURL)
 	case requireRelay && r.Relay.State != "streaming" && r.Relay.State != "standby":

@@ -74,7 +74,7 @@ func startCluster() (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.nodes[i], errs[i] = startRabbitNode(nil, cookie)
+			c.nodes[i], errs[i] = startRabbitNode(nil, cookie, "")
 		}()
 	}
 	wg.Wait()

@@ -1,4 +1,4 @@
-// Package testenv starts throwaway PostgreSQL 15 and RabbitMQ servers and the
+// Package testenv starts throwaway PostgreSQL and RabbitMQ servers and the
 // programs under test as child processes for integration tests, and
 // guarantees they are gone afterwards. It is the one harness of every
 // end-to-end package.
@@ -16,6 +16,24 @@
 // carries the server's log tail), and both can be stopped, killed and
 // started again on the same port and data directory. WALBOX_TEST_TIMEOUT_SCALE
 // (a factor, e.g. 3) stretches these bounds on overloaded machines.
+//
+// # Versions
+//
+// By default servers are the machine's own PostgreSQL 15 and RabbitMQ 3.10
+// (Debian bookworm). StartPostgres(t, PGVersion(17)) and PGVersion(18), and
+// StartRabbit(t, RabbitVersion("4.0")), run newer ones from Debian trixie
+// (PostgreSQL 17, RabbitMQ 4.0) and forky (PostgreSQL 18) in chroots. Each
+// chroot is built once per machine with debootstrap from the Debian mirror of
+// the machine's apt sources (DebianMirror; WALBOX_DEBIAN_MIRROR overrides it)
+// and cached under the user's cache directory, walbox/chroots
+// (WALBOX_TEST_CHROOT_CACHE overrides it), named by a hash of what it is made
+// of. A lock file lets concurrent test binaries build it once; a build goes
+// to a temporary directory renamed when complete, and the next build removes
+// what an interrupted one left. /proc is mounted in each chroot and stays
+// mounted. The servers run in the chroot (as its postgres user, and as root
+// for RabbitMQ, with the node's own cookie), their directories in its /tmp.
+// Building needs root and debootstrap: outside CI a machine without them
+// skips the test; under CI=true it, and any failed build, fails the test.
 //
 // SharedPostgres and SharedRabbit return one server per test binary, started
 // on first use and stopped by Main; tests must not stop them and isolate
@@ -83,11 +101,18 @@
 //     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
+//     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
+//     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
-//     TestRejectedMessagesAreParked, TestEmittedMessageIsTheRowOnTheWire
+//     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestEmittedMessageIsTheRowOnTheWire
+//   - memory: TestLargeRowsPeakMemory
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
+//   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,
+//     broker killed, emitted message, shards, least privilege with doctor,
+//     recover) on PostgreSQL 17 and 18 with RabbitMQ 4.0
 //
 // internal/e2e owns what a user of the walbox binary sees: commands, flags,
 // settings, exit codes, messages and endpoints.
@@ -100,7 +125,8 @@
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
-//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst
+//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst,
+//     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
 //     TestDoctorChecksEveryEndpoint, TestDoctorAndStatusKnowTheMessageMode,

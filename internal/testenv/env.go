@@ -132,8 +132,11 @@ func HTTPGet(addr, path string) (int, string, error) {
 }
 
 // makeDir creates a fresh directory for one server instance.
-func makeDir(kind string) (string, error) {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-%s-", dirPrefix, os.Getpid(), kind))
+func makeDir(kind string) (string, error) { return makeDirIn("", kind) }
+
+// makeDirIn creates it in parent ("": os.TempDir).
+func makeDirIn(parent, kind string) (string, error) {
+	dir, err := os.MkdirTemp(parent, fmt.Sprintf("%s%d-%s-", dirPrefix, os.Getpid(), kind))
 	if err != nil {
 		return "", fmt.Errorf("create %s dir: %w", kind, err)
 	}
@@ -141,9 +144,13 @@ func makeDir(kind string) (string, error) {
 }
 
 // removeDirs removes the harness directories of this test binary and of
-// test binaries that no longer run.
+// test binaries that no longer run, in os.TempDir and in the chroots' /tmp.
 func removeDirs() {
 	paths, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	if cache, err := chrootCache(); err == nil {
+		inChroots, _ := filepath.Glob(filepath.Join(cache, "*", "tmp", dirPrefix+"*"))
+		paths = append(paths, inChroots...)
+	}
 	for _, path := range paths {
 		rest := strings.TrimPrefix(filepath.Base(path), dirPrefix)
 		pid, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '-'), 0)])

@@ -2,6 +2,8 @@ package testenv
 
 // Internals for the black-box tests.
 var (
-	Descendants = descendants
-	PidAlive    = pidAlive
+	Descendants      = descendants
+	PidAlive         = pidAlive
+	ParseListFile    = parseListFile
+	ParseSourcesFile = parseSourcesFile
 )

@@ -39,6 +39,8 @@ type Postgres struct {
 	settings []setting
 	tls      *Certs
 	cred     *syscall.Credential // nil: run as the current user
+	root     string              // the chroot it runs in; "" for the machine's own PostgreSQL
+	binDir   string              // its programs, as the server sees them
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -52,6 +54,31 @@ type PGOption func(*pgConfig)
 type pgConfig struct {
 	settings []setting
 	tls      *Certs
+	version  int
+}
+
+// PGVersion selects the server's major version: 15 (the default) is the machine's own; 17 and
+// 18 run from chroots of Debian trixie and forky, built once and cached (EnvChrootCache).
+func PGVersion(major int) PGOption {
+	return func(c *pgConfig) { c.version = major }
+}
+
+// pgReleases are the Debian releases of the versions the machine lacks.
+var pgReleases = map[int]release{17: trixie, 18: forky}
+
+// pgRoot finds or builds the chroot of cfg's version, and returns it with the directory of its
+// programs; "" for the machine's own version.
+func pgRoot(tb testing.TB, cfg pgConfig) (root, binDir string) {
+	tb.Helper()
+	if cfg.version == 0 || cfg.version == 15 {
+		requireBinary(tb, PGBin("postgres"), EnvDatabaseURL)
+		return "", ""
+	}
+	rel, ok := pgReleases[cfg.version]
+	if !ok {
+		tb.Fatalf("testenv: no PostgreSQL %d (15, 17 or 18)", cfg.version)
+	}
+	return requireChroot(tb, rel), fmt.Sprintf("/usr/lib/postgresql/%d/bin", cfg.version)
 }
 
 // WithTLS turns on TLS with the server certificate of certs (ssl = on); clients still choose
@@ -89,8 +116,12 @@ func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		return &Postgres{url: u, external: true}
 	}
-	requireBinary(tb, PGBin("postgres"), EnvDatabaseURL)
-	p, err := startPostgres(opts...)
+	var cfg pgConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	root, binDir := pgRoot(tb, cfg)
+	p, err := startPostgres(cfg, root, binDir)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -111,7 +142,7 @@ func SharedPostgres(tb testing.TB) *Postgres {
 	sharedPGMu.Lock()
 	defer sharedPGMu.Unlock()
 	if sharedPG == nil && sharedPGErr == nil {
-		sharedPG, sharedPGErr = startPostgres()
+		sharedPG, sharedPGErr = startPostgres(pgConfig{}, "", "")
 		if sharedPG != nil {
 			sharedPG.shared = true
 		}
@@ -132,12 +163,8 @@ func PGBin(name string) string {
 	return filepath.Join(dir, name)
 }
 
-func startPostgres(opts ...PGOption) (*Postgres, error) {
-	var cfg pgConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	p := &Postgres{settings: append(defaultSettings(), cfg.settings...), tls: cfg.tls}
+func startPostgres(cfg pgConfig, root, binDir string) (*Postgres, error) {
+	p := &Postgres{settings: append(defaultSettings(), cfg.settings...), tls: cfg.tls, root: root, binDir: binDir}
 	if err := p.initDir(); err != nil {
 		p.shutdown()
 		return nil, err
@@ -162,22 +189,28 @@ func startPostgres(opts ...PGOption) (*Postgres, error) {
 }
 
 // initDir creates the instance directory and runs initdb. As root the
-// server runs as the postgres user, which must own the directory.
+// server runs as the postgres user, which must own the directory. In a
+// chroot the directory is in the chroot's /tmp.
 func (p *Postgres) initDir() error {
-	dir, err := makeDir("pg")
+	dir, err := makeDirIn(p.tmpDir(), "pg")
 	if err != nil {
 		return err
 	}
 	p.dir = dir
 	if os.Geteuid() == 0 {
-		if p.cred, err = lookupCred("postgres"); err != nil {
+		if p.root != "" {
+			p.cred, err = chrootCred(p.root, "postgres")
+		} else {
+			p.cred, err = lookupCred("postgres")
+		}
+		if err != nil {
 			return err
 		}
 		if err := os.Chown(dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
 			return fmt.Errorf("chown %s: %w", dir, err)
 		}
 	}
-	cmd := exec.Command(PGBin("initdb"), "-D", p.dataDir(), "-A", "trust", "-U", "postgres",
+	cmd := exec.Command(p.bin("initdb"), "-D", inRoot(p.root, p.dataDir()), "-A", "trust", "-U", "postgres",
 		"-E", "UTF8", "--locale=C", "--no-sync")
 	p.prepare(cmd)
 	if out, err := run("initdb", cmd, scaled(pgStartTimeout)); err != nil {
@@ -197,11 +230,25 @@ func lookupCred(name string) (*syscall.Credential, error) {
 }
 
 func (p *Postgres) prepare(cmd *exec.Cmd) {
-	cmd.Dir = p.dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + p.dir}
-	if p.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	cmd.Dir = inRoot(p.root, p.dir)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + cmd.Dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Chroot: p.root}
+}
+
+// bin returns the path of a server program as the server's root sees it.
+func (p *Postgres) bin(name string) string {
+	if p.binDir == "" {
+		return PGBin(name)
 	}
+	return filepath.Join(p.binDir, name)
+}
+
+// tmpDir is where the instance directory goes: the chroot's /tmp, or the machine's.
+func (p *Postgres) tmpDir() string {
+	if p.root == "" {
+		return ""
+	}
+	return chrootTmp(p.root)
 }
 
 func (p *Postgres) dataDir() string { return filepath.Join(p.dir, "data") }
@@ -220,11 +267,11 @@ func (p *Postgres) writeConf() error {
 		if err := p.writeFile(key, string(p.tls.Key)); err != nil {
 			return err
 		}
-		settings = append(settings, setting{"ssl", "on"}, setting{"ssl_cert_file", cert}, setting{"ssl_key_file", key})
+		settings = append(settings, setting{"ssl", "on"}, setting{"ssl_cert_file", inRoot(p.root, cert)}, setting{"ssl_key_file", inRoot(p.root, key)})
 	}
 	for _, s := range append(settings,
 		setting{"port", strconv.Itoa(p.port)},
-		setting{"unix_socket_directories", p.dir}) {
+		setting{"unix_socket_directories", inRoot(p.root, p.dir)}) {
 		fmt.Fprintf(&b, "%s = '%s'\n", s.name, strings.ReplaceAll(s.value, "'", "''"))
 	}
 	if err := p.writeFile(filepath.Join(p.dataDir(), "walbox.conf"), b.String()); err != nil {
@@ -262,7 +309,7 @@ func (p *Postgres) start() error {
 		return fmt.Errorf("open postgres log: %w", err)
 	}
 	defer logf.Close() // the child keeps its own descriptor
-	cmd := exec.Command(PGBin("postgres"), "-D", p.dataDir())
+	cmd := exec.Command(p.bin("postgres"), "-D", inRoot(p.root, p.dataDir()))
 	p.prepare(cmd)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	proc, err := startProcess("postgres", cmd)

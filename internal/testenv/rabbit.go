@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +41,8 @@ type Rabbit struct {
 	tlsPort  int
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
+	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
+	conf   string // lines added to rabbitmq.conf (StartRabbitConf)
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -52,17 +55,62 @@ log.console = false
 log.file.level = info
 `
 
+// RabbitOption configures StartRabbit.
+type RabbitOption func(*rabbitConfig)
+
+type rabbitConfig struct{ version string }
+
+// RabbitVersion selects the node's version: "3.10" (the default) is the machine's own; "4.0"
+// runs from a chroot of Debian trixie, built once and cached (EnvChrootCache).
+func RabbitVersion(v string) RabbitOption {
+	return func(c *rabbitConfig) { c.version = v }
+}
+
+// rabbitRoot finds or builds the chroot of cfg's version; "" for the machine's own version.
+func rabbitRoot(tb testing.TB, cfg rabbitConfig) string {
+	tb.Helper()
+	switch cfg.version {
+	case "", "3.10":
+		requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+		return ""
+	case "4.0":
+		return requireChroot(tb, trixie)
+	}
+	tb.Fatalf("testenv: no RabbitMQ %s (3.10 or 4.0)", cfg.version)
+	return ""
+}
+
 // StartRabbit starts a RabbitMQ node with its own name, ports and
 // directories, and waits until it accepts AMQP connections. tb.Cleanup kills
 // it and removes its directory. With WALBOX_TEST_AMQP_URL set it starts
 // nothing and returns that broker.
-func StartRabbit(tb testing.TB) *Rabbit {
+func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
 	tb.Helper()
 	if u := os.Getenv(EnvAMQPURL); u != "" {
 		return &Rabbit{url: u, external: true}
 	}
+	var cfg rabbitConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg))
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
+// "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
+// external mode it skips.
+func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
+	}
 	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
-	r, err := startRabbit(nil)
+	r, err := startRabbitWith(nil, UniqueName("cookie"), "", conf)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -124,11 +172,20 @@ func rabbitBin(name string) string {
 	return filepath.Join(dir, name)
 }
 
-func startRabbit(certs *Certs) (*Rabbit, error) { return startRabbitNode(certs, UniqueName("cookie")) }
+func startRabbit(certs *Certs) (*Rabbit, error) {
+	return startRabbitNode(certs, UniqueName("cookie"), "")
+}
 
-// startRabbitNode starts a node with the given Erlang cookie.
-func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie}
+// startRabbitNode starts a node with the given Erlang cookie, in root unless it is "".
+func startRabbitNode(certs *Certs, cookie, root string) (*Rabbit, error) {
+	return startRabbitWith(certs, cookie, root, "")
+}
+
+// startRabbitWith starts a node with the given Erlang cookie, in root unless it is "", with extra
+// rabbitmq.conf lines.
+func startRabbitWith(certs *Certs, cookie, root, conf string) (*Rabbit, error) {
+	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
+		root: root, conf: conf}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -160,7 +217,11 @@ func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
 // initDir creates the node directory: config, an empty plugins file, an
 // empty rabbitmq-env.conf (so the system one is not read) and the cookie.
 func (r *Rabbit) initDir() error {
-	dir, err := makeDir("rabbit")
+	parent := ""
+	if r.root != "" {
+		parent = chrootTmp(r.root)
+	}
+	dir, err := makeDirIn(parent, "rabbit")
 	if err != nil {
 		return err
 	}
@@ -185,22 +246,24 @@ func (r *Rabbit) initDir() error {
 	return nil
 }
 
+// env is the node's environment, its paths as the node sees them.
 func (r *Rabbit) env() []string {
+	dir := inRoot(r.root, r.dir)
 	return []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=" + r.dir,
+		"HOME=" + dir,
 		"LC_ALL=C.UTF-8",
-		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(r.dir, "rabbitmq-env.conf"),
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(dir, "rabbitmq-env.conf"),
 		"RABBITMQ_NODENAME=" + r.node,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT=" + strconv.Itoa(r.port),
 		"RABBITMQ_DIST_PORT=" + strconv.Itoa(r.distPort),
-		"RABBITMQ_MNESIA_BASE=" + filepath.Join(r.dir, "mnesia"),
-		"RABBITMQ_LOG_BASE=" + filepath.Join(r.dir, "log"),
-		"RABBITMQ_CONFIG_FILE=" + filepath.Join(r.dir, "rabbitmq.conf"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(r.dir, "advanced.config"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(r.dir, "enabled_plugins"),
-		"RABBITMQ_PID_FILE=" + r.pidFile(),
+		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
+		"RABBITMQ_CONFIG_FILE=" + filepath.Join(dir, "rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE=" + filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE=" + filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_PID_FILE=" + inRoot(r.root, r.pidFile()),
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
 		"ERL_EPMD_ADDRESS=127.0.0.1", // if the node has to start epmd, keep it on loopback
 		// Makes rabbitmq-server exec the VM instead of running it in the
@@ -218,8 +281,14 @@ func (r *Rabbit) logTail() string { return logTail(r.startupLog(), r.nodeLog()) 
 
 // writeConf writes rabbitmq.conf, with the TLS listener when there is one.
 func (r *Rabbit) writeConf() error {
-	conf := rabbitConf
+	conf := rabbitConf + r.conf
+	if conf != "" && !strings.HasSuffix(conf, "\n") {
+		conf += "\n"
+	}
 	if r.tls != nil {
+		if r.root != "" {
+			return errors.New("a TLS node runs only on the machine's own RabbitMQ")
+		}
 		conf += fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\n", r.tlsPort) +
 			"ssl_options.cacertfile = " + r.tls.CAFile + "\n" +
 			"ssl_options.certfile = " + r.tls.CertFile + "\n" +
@@ -244,8 +313,7 @@ func (r *Rabbit) start() error {
 		return fmt.Errorf("open rabbitmq startup log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(rabbitBin("rabbitmq-server"))
-	cmd.Dir, cmd.Env = r.dir, r.env()
+	cmd := r.command("rabbitmq-server")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	proc, err := startProcess("rabbitmq", cmd)
 	if err != nil {
@@ -439,9 +507,24 @@ func (r *Rabbit) MemoryAlarm(tb testing.TB, on bool) {
 }
 
 func (r *Rabbit) ctl(args ...string) (string, error) {
-	cmd := exec.Command(rabbitBin("rabbitmqctl"), append([]string{"-n", r.node}, args...)...)
-	cmd.Dir, cmd.Env = r.dir, r.env()
+	cmd := r.command("rabbitmqctl", append([]string{"-n", r.node}, args...)...)
 	return run("rabbitmqctl", cmd, scaled(rabbitCtlTimeout))
+}
+
+// command runs a program of the node's RabbitMQ (rabbitmq-server, rabbitmqctl) in the node's
+// directory and environment; in a chroot, it runs there as root, the user the node runs as, so
+// that both read the node's own Erlang cookie.
+func (r *Rabbit) command(name string, args ...string) *exec.Cmd {
+	path := rabbitBin(name)
+	if r.root != "" {
+		path = filepath.Join(rabbitBinDir, name)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Dir, cmd.Env = inRoot(r.root, r.dir), r.env()
+	if r.root != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.root}
+	}
+	return cmd
 }
 
 // shutdown kills the node and removes its directory; nothing in it is kept.

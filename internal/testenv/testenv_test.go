@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -504,4 +505,54 @@ func outcome(f func(tb testing.TB)) string {
 	}()
 	<-done
 	return r.ended
+}
+
+// Servers of newer releases run from cached Debian chroots: the version asked for answers, and
+// it can be stopped and started again like the machine's own.
+func TestNewerReleases(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("builds Debian chroots on first use; skipped with -short")
+	}
+	for _, major := range []int{17, 18} {
+		t.Run(fmt.Sprintf("postgres%d", major), func(t *testing.T) {
+			t.Parallel()
+			p := testenv.StartPostgres(t, testenv.PGVersion(major), testenv.WithSetting("max_wal_senders", "7"))
+			testenv.RequireOwn(t, p)
+			if got, want := show(t, p.URL(), "server_version_num")[:2], strconv.Itoa(major); got != want {
+				t.Errorf("server_version_num starts %s, want %s", got, want)
+			}
+			if got := show(t, p.URL(), "max_wal_senders"); got != "7" {
+				t.Errorf("max_wal_senders = %s, want 7", got)
+			}
+			p.Stop(t, "immediate")
+			p.Start(t)
+			if got := show(t, p.URL(), "wal_level"); got != "logical" {
+				t.Errorf("after a restart wal_level = %s, want logical", got)
+			}
+		})
+	}
+	t.Run("rabbitmq4.0", func(t *testing.T) {
+		t.Parallel()
+		r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
+		testenv.RequireOwn(t, r)
+		conn, err := amqp.Dial(r.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		version, _ := conn.Properties["version"].(string)
+		conn.Close()
+		if !strings.HasPrefix(version, "4.0.") {
+			t.Errorf("server version %q, want 4.0.x", version)
+		}
+		if out := r.Ctl(t, "status"); !strings.Contains(out, r.Node()) {
+			t.Errorf("rabbitmqctl status names no %s:\n%s", r.Node(), out)
+		}
+		r.Kill(t)
+		r.Start(t)
+		queue := testenv.UniqueName("q")
+		publish(t, r.URL(), queue, "hello")
+		if got := consume(t, r.URL(), queue); got != "hello" {
+			t.Fatalf("consumed %q, want hello", got)
+		}
+	})
 }

@@ -1,0 +1,79 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/registry"
+)
+
+// WayOut is the command that gets past a stop only walbox recover gets past (a recorded stop).
+const WayOut = "walbox recover --force"
+
+// ErrStopped means walbox run stopped on the slot earlier, where only walbox recover gets past,
+// and recorded it: putting the cause right does not let the slot deliver what it skipped.
+var ErrStopped = errors.New("walbox stopped on this slot")
+
+// needsRecover reports whether err is a stop that the slot cannot get past by itself once the
+// cause is put right:
+//   - an outbox column renamed or dropped mid-stream (decoder.ErrSchemaDrift): the WAL holds the
+//     rows written meanwhile in the old shape, and decoding them fails at every replay;
+//   - the publication dropped, or no longer covering the outbox tables' inserts, or changed and
+//     put right again (ErrNoPublication, ErrNotCovered): rows written meanwhile were never
+//     decoded, or their replay fails on the missing publication.
+//
+// Each needs the rows from the outbox table: walbox recover republishes them and replaces the slot.
+func needsRecover(err error) bool {
+	return !Retryable(err) && (errors.Is(err, decoder.ErrSchemaDrift) || errors.Is(err, ErrNotCovered) ||
+		errors.Is(err, ErrNoPublication))
+}
+
+// noteStop records err in the registry as the slot's stop, if it is one that only walbox recover
+// gets past, and returns it naming the way out and the position up to which everything was
+// delivered. A failing check at the first start (a mistyped publication, say) records nothing:
+// no row was skipped yet, and putting the setting right is enough.
+func (r *Relay) noteStop(w *watch, err error) error {
+	if !needsRecover(err) || r.coverage == "" {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchTimeout)
+	defer cancel()
+	rec, ok, gerr := w.reg.Get(ctx, r.cfg.Slot)
+	if gerr != nil || !ok {
+		return err
+	}
+	if _, rerr := w.reg.RecordStop(ctx, r.cfg.Slot, err.Error(), rec.ConfirmedLSN); rerr != nil {
+		r.cfg.Logger.Warn("could not record the stop in the registry: the next walbox run may not see it",
+			"slot", r.cfg.Slot, "error", rerr)
+	}
+	return fatal(fmt.Errorf("%w. walbox stopped at %s: everything committed up to it was delivered, and the slot "+
+		"cannot deliver what follows. %s, then run `%s` (add --dry-run first to count the rows it "+
+		"republishes from the outbox table), then start walbox run", err, rec.ConfirmedLSN, r.putRight(err), WayOut))
+}
+
+// putRight says how to put the cause of the stop err right.
+func (r *Relay) putRight(err error) string {
+	switch {
+	case errors.Is(err, decoder.ErrSchemaDrift):
+		return "Give the outbox table the columns its mapping names again (rename the column back), or map the new names"
+	case errors.Is(err, ErrNoPublication) && r.cfg.Shards == 0:
+		tables := make([]string, len(r.cfg.Mappings))
+		for i, m := range r.cfg.Mappings {
+			tables[i] = m.Table.Quoted()
+		}
+		return fmt.Sprintf("Create the publication again (CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'))",
+			quoteIdent(r.cfg.Publication), strings.Join(tables, ", "))
+	}
+	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
+}
+
+// StopError describes a recorded stop: where, when and why walbox stopped, and the way out.
+func StopError(slot string, s registry.Stop) error {
+	return fmt.Errorf("%w: slot %s stopped at %s (%s): %s. Only walbox recover gets past it: put the cause right, "+
+		"then run `%s` (add --dry-run first to count the rows it republishes), then start walbox run",
+		ErrStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, WayOut)
+}
