@@ -95,8 +95,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("dial %s: %w", host(uri), ctx.Err())
 		}
-		var ae *amqp.Error
-		if s.conn != nil || errors.As(err, &ae) {
+		if s.conn != nil || brokerAnswered(err) {
 			err = answered{err}
 		}
 		s.closeConn()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/walbox/walbox/internal/relayd"
@@ -85,6 +86,9 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	if rc.WaitForServers, err = r.wait.bool(); err != nil {
 		return cfg, "", err
 	}
+	if err := checkListen(r.listen); err != nil {
+		return cfg, "", err
+	}
 	if err := applyShard(ctx, &rc, r.c, r.shards, r.shardK, rc.Logger); err != nil {
 		return cfg, "", err
 	}
@@ -99,6 +103,22 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 		cfg.Listen = r.listen.value
 	}
 	return cfg, pcfg.Exchange, nil
+}
+
+// checkListen refuses a --listen that is not "off" and not host:port. An address that is well
+// formed but taken is only logged when the relay starts: metrics are not the product.
+func checkListen(st *setting) error {
+	if st.value == "off" || st.value == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(st.value)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return badSetting(st, "%v; want host:port, such as 127.0.0.1:9187 (or \"off\")", err)
+	}
+	return nil
 }
 
 func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	wantJSON, err := asJSON.bool()
 	if err != nil {
+		return err
+	}
+	need, err := requireRelay.bool()
+	if err != nil {
+		return err
+	}
+	if err := checkRelayURL(relayURL); err != nil {
 		return err
 	}
 	q := status.Query{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value)}
@@ -58,8 +66,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		printStatus(stdout, st)
 		printShards(stdout, st.Shards)
 	}
-	need, _ := requireRelay.bool()
 	return st.Verdict(need, relayURL.value)
+}
+
+// checkRelayURL refuses a --relay-url that is not "off" and not an http or https address, before
+// anything starts: otherwise it would only show up as the relay not answering.
+func checkRelayURL(st *setting) error {
+	if st.value == "off" || st.value == "" {
+		return nil
+	}
+	u, err := url.Parse(st.value)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return badSetting(st, "not an http:// or https:// address of the relay's listener (or \"off\")")
+	}
+	return nil
 }
 
 func printStatus(w io.Writer, st status.Report) {

@@ -169,3 +169,93 @@ func TestWrongDatabasePasswordSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusChecksSettingsFirst: status refuses a --relay-url it could never read and a
+// --require-relay that is not a bool with exit 2, as every bad setting, instead of reporting
+// the relay as unreachable or ignoring the setting.
+func TestStatusChecksSettingsFirst(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"WALBOX_RELAY_URL=127.0.0.1:9187"}, nil, "--relay-url"},
+		{[]string{"WALBOX_RELAY_URL=://x"}, nil, "--relay-url"},
+		{nil, []string{"--require-relay=maybe"}, "--require-relay"},
+	} {
+		out, code := w.walbox(c.env, append([]string{"status"}, c.args...)...)
+		wantExit(t, code, 2, out)
+		oneLine(t, out, c.want)
+	}
+}
+
+// TestRunChecksListenFirst: a malformed --listen is a bad setting (exit 2), found before the
+// relay connects to anything, not an ERROR line while the relay runs without its endpoints.
+func TestRunChecksListenFirst(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	for _, addr := range []string{"notanaddr", "127.0.0.1:99999"} {
+		out, code := w.walbox([]string{"WALBOX_LISTEN=" + addr,
+			fmt.Sprintf("WALBOX_DATABASE_URL=postgres://walbox@127.0.0.1:%d/app", closedPort(t))}, "run")
+		wantExit(t, code, 2, out)
+		oneLine(t, out, "--listen", "host:port")
+	}
+}
+
+// TestBrokerURLAtAnotherServer: a broker URL that reaches a server that does not speak AMQP
+// (PostgreSQL's port here) reached no broker, so the error keeps "never reached" and its advice;
+// a broker that refused the login was reached.
+func TestBrokerURLAtAnotherServer(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	out, code := w.walbox([]string{fmt.Sprintf("WALBOX_AMQP_URL=amqp://guest:guest@127.0.0.1:%d/", pg.Port())}, "run")
+	wantExit(t, code, 1, out)
+	last := out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
+	oneLine(t, last, "connect to broker", "never reached since start; check the URL")
+
+	// A broker that refuses the login was reached: no advice about its address.
+	u, err := url.Parse(w.rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "wrong-password")
+	out, code = w.walbox([]string{"WALBOX_AMQP_URL=" + u.String()}, "run")
+	wantExit(t, code, 1, out)
+	if strings.Contains(out, "never reached") {
+		t.Errorf("a broker that refused the login is said to be never reached:\n%s", out)
+	}
+}
+
+// TestUnknownCommandIsOneLine: a mistyped command is one line with the nearest command, as a
+// mistyped flag is, not the whole usage.
+func TestUnknownCommandIsOneLine(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	out, code := w.walbox(nil, "rnu")
+	wantExit(t, code, 2, out)
+	oneLine(t, out, `unknown command "rnu"`, `did you mean "run"?`, "walbox --help")
+}
+
+// TestConfigTablesMergeKeys: the check for mistyped keys in tables follows YAML merge keys
+// (<<: *defaults) instead of calling them unknown, and still finds a typo inside the merged
+// mapping.
+func TestConfigTablesMergeKeys(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		yaml, want string
+		code       int
+	}{
+		"merge.yaml": {"tables:\n  - <<: &cols {event-type: event_type, payload: payload}\n    table: public.outbox\n", "slot", 0},
+		"typo.yaml":  {"tables:\n  - <<: &cols {evnet-type: event_type}\n    table: public.outbox\n", `unknown key "evnet-type"`, 2},
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, code := w.walbox([]string{"WALBOX_CONFIG=" + path}, "status")
+		wantExit(t, code, c.code, out)
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%s: output does not say %q:\n%s", name, c.want, out)
+		}
+	}
+}

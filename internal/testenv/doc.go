@@ -124,8 +124,10 @@
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
-//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst,
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
+//     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
+//     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
+//     TestMigrateChecksWalLevelFirst,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
