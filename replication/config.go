@@ -40,9 +40,9 @@ type Flusher interface {
 }
 
 // Blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
-// disk alarm). At the shutdown deadline the stream closes a blocked publisher that a publish call
-// is still waiting on, since a write to a blocked connection ignores every context; its Close
-// must then cut the connection at once.
+// disk alarm); the shutdown's log names the block. At the shutdown deadline the stream closes the
+// publisher if a publish call is still in progress, since a socket write ignores every context;
+// its Close must then cut the connection at once.
 type Blockable interface {
 	Blocked() bool
 }

@@ -56,9 +56,9 @@
 // once the stream has handled it (reader.go): a large row is in memory about once, and only one
 // at a time. The shutdown's timing is all in shutdown.go (stopClock): it logs the confirms it
 // waits for when Run's context ends, and those it gave up on at the end; at the deadline it
-// closes a publisher the broker blocks if a publish call is still in progress, since that call
-// may be a socket write no context ends. The window, the only bound on messages in flight, is in
-// window.go.
+// closes the publisher if a publish call is still in progress, since that call may be a socket
+// write no context ends. After a graceful stop it waits for the publisher's close only until the
+// deadline (closePublisher). The window, the only bound on messages in flight, is in window.go.
 //
 // # Where the slot can move
 //

@@ -160,7 +160,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
 	}
 	r.brokerReached = true
-	defer pub.Close()
+	var clock *stopClock // the stream's, once it has run
+	defer func() { r.closePublisher(ctx, pub, clock) }()
 
 	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
 		return false, err
@@ -193,6 +194,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)
+	clock = s.stop
 	if IsBrokerError(err) {
 		// The replication connection is still good: report what the broker did confirm before
 		// it failed, so that the next session does not send that again. The watermark stopped

@@ -76,7 +76,9 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
-	d.blocks = &blockWatch{log: rc.Logger}
+	d.blocks = &blockWatch{log: rc.Logger,
+		confirmed: func() uint64 { return d.relay.Stats().Confirmed.Load() },
+		standby:   func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStandby }}
 	cfg.Brokers.WatchBlocked(d.blocks.observe)
 	d.metrics.WatchBlocked(d.blocks.active)
 	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
