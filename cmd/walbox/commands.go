@@ -67,6 +67,7 @@ type common struct {
 	s                                                       settings
 	databaseURL, databasePassword, slot, publication, table *setting
 	messagePrefix                                           *setting
+	failoverSlot, replicationURL                            *setting // nil unless the command has them
 }
 
 func newCommon(cmd string) *common {
@@ -74,6 +75,7 @@ func newCommon(cmd string) *common {
 	c.databaseURL, c.databasePassword = c.s.get("database-url"), c.s.get("database-password")
 	c.slot, c.publication, c.table = c.s.get("slot"), c.s.get("publication"), c.s.get("table")
 	c.messagePrefix = c.s.get("message-prefix")
+	c.failoverSlot, c.replicationURL = c.s.find("failover-slot"), c.s.find("replication-url")
 	return c
 }
 

@@ -22,7 +22,14 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
 		Mappings: c.mappings(), RelayRole: relayRole.value}
-	var err error
+	failover, err := c.failover()
+	if err != nil {
+		return err
+	}
+	cfg.FailoverSlot = string(failover)
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return err
+	}
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err
 	}

@@ -33,6 +33,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	failover, err := c.failover()
+	if err != nil {
+		return err
+	}
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
 	n, err := shardCount(shardsSetting)
 	if err != nil {
 		return err
@@ -91,7 +99,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slots come after the publications: pgoutput must find them in the WAL it decodes.
 	for k := range set.N {
-		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema)); err != nil {
+		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema), failover, replURL); err != nil {
 			return fail(err)
 		}
 	}
@@ -127,8 +135,10 @@ func relayTables(c *common, table outbox.Table) []outbox.Table {
 	return tables
 }
 
-func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store) error {
-	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg)
+func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store,
+	failover replication.FailoverSlot, replURL string) error {
+	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
+		replication.WithFailoverSlot(failover), replication.WithReplicationURL(replURL))
 	if err != nil {
 		return err
 	}

@@ -109,6 +109,12 @@ func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, fo
 	if cfg.Force, err = force.bool(); err != nil {
 		return cfg, eps, dry, err
 	}
+	if cfg.FailoverSlot, err = c.failover(); err != nil {
+		return cfg, eps, dry, err
+	}
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return cfg, eps, dry, err
+	}
 	if !dry {
 		eps, err = b.endpoints(c, "walbox")
 	}

@@ -29,6 +29,9 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if _, err := c.failover(); err != nil {
+		return err
+	}
 	n, err := shardCount(shardsSetting)
 	if err != nil {
 		return err
@@ -125,7 +128,7 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 		fmt.Fprintf(r.out, "created publication %s\n", name)
 	}
 	for k := range to.N {
-		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema)); err != nil {
+		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema), failover(r.c), ""); err != nil {
 			return err
 		}
 	}

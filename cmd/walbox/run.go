@@ -149,6 +149,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.CreateSlot = &create
+	if cfg.FailoverSlot, err = c.failover(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return cfg, pcfg, err
+	}
 	cfg.Slot, cfg.Publication, cfg.MessagePrefix = c.slot.value, c.publication.value, c.messagePrefix.value
 	// Validate the rest with a placeholder dialer; the daemon sets the real one.
 	probe := cfg

@@ -35,12 +35,20 @@ func newSettings(cmd string) settings {
 // get returns the setting of the flag name; it panics when settingTable does not give it to this
 // command, a mistake every test of the command's --help finds.
 func (s *settings) get(name string) *setting {
+	if st := s.find(name); st != nil {
+		return st
+	}
+	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, name))
+}
+
+// find returns the setting of the flag name, or nil when this command does not take it.
+func (s *settings) find(name string) *setting {
 	for _, st := range s.list {
 		if st.flag == name {
 			return st
 		}
 	}
-	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, name))
+	return nil
 }
 
 // register adds every setting to fs; a flag wins over its environment variable.

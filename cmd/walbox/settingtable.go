@@ -44,6 +44,11 @@ var settingTable = []group{
 			help: "PostgreSQL URL or keyword string; the role needs `LOGIN REPLICATION`"},
 		{flag: "database-password", env: "WALBOX_DATABASE_PASSWORD", cmds: allCommands,
 			help: "password for the database URL's user, kept out of the URL (prefer the `_FILE` form)"},
+		{flag: "replication-url", env: "WALBOX_REPLICATION_URL", unset: "stream from `--database-url`",
+			cmds: []string{"migrate", "run", "status", "doctor", "recover"},
+			help: "a hot standby of `--database-url`'s server (PostgreSQL 16+) to decode on: its slot is streamed from (and created there), " +
+				"while the record and the checks stay on `--database-url`, the primary",
+			see: "ha.md#postgresql-16-decoding-on-a-standby"},
 		{flag: "amqp-url", env: "WALBOX_AMQP_URL", required: true, cmds: dialers,
 			help: "RabbitMQ URL, `amqp://` or `amqps://`; several, comma-separated, for the nodes of a cluster: " +
 				"walbox connects to the first that answers and moves on to the next when the connection is lost " +
@@ -57,6 +62,10 @@ var settingTable = []group{
 	}},
 	{"What to relay", []spec{
 		{flag: "slot", env: "WALBOX_SLOT", def: "walbox", cmds: allCommands, help: "logical replication slot (pgoutput)"},
+		{flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", def: "auto", cmds: []string{"migrate", "run", "doctor", "recover", "reshard"},
+			help: "make the slots walbox creates failover slots, which a standby with `sync_replication_slots` keeps for a promotion: " +
+				"`auto` (PostgreSQL 17 and later), `on` (refused before 17) or `off`",
+			see: "ha.md#postgresql-17-failover-slots-recommended"},
 		{flag: "publication", env: "WALBOX_PUBLICATION", def: "walbox", cmds: allCommands, help: "publication that contains the outbox table"},
 		{flag: "table", env: "WALBOX_TABLE", def: "public.outbox", cmds: allCommands, help: "outbox table, `schema.name`"},
 		{flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", def: outbox.DefaultMessagePrefix, cmds: allCommands,

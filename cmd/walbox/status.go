@@ -46,6 +46,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
+	if replURL != "" {
+		if q.Standby, err = pgx.Connect(ctx, replURL); err != nil {
+			return fail(fmt.Errorf("connect to the standby: %w", err))
+		}
+		defer q.Standby.Close(context.Background())
+	}
 	st, err := status.Read(ctx, conn, q)
 	if err != nil {
 		return fail(err)
