@@ -331,8 +331,8 @@ func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) 
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err)
 	}
-	defer pub.Close()
-	rp := &republisher{pub: pub, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
+	rp := &republisher{pub: pub, dial: r.cfg.Dial, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
+	defer func() { _ = rp.pub.Close() }()
 	if err := r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
 		res.Rows++
 		return rp.row(ctx, t, values)

@@ -63,7 +63,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 		progressed, err := r.session(ctx)
 		r.endSession(err)
-		r.noteStall(err)
+		if r.noteStall(err) {
+			progressed = true // the next session parks a row, or looks for it: no reason to wait
+		}
 		if !Retryable(err) && !endedBy(ctx, err) {
 			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
 			// graceful stop.
@@ -288,7 +290,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	if rec.Stop.Stopped() {
 		// Putting the cause right does not make the slot deliver what it could not: the rows
 		// are in the outbox table, and only walbox recover republishes them.
-		return info, fatal(StopError(r.cfg.Slot, rec.Stop))
+		return info, fatal(StopError(r.cfg.Slot, rec.Stop, r.wayOut()))
 	}
 	if info.Active {
 		pid := "?"

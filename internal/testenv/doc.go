@@ -129,9 +129,11 @@
 //     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestTwoRowsRefusedForSizeInOneTransaction, TestManyRowsRefusedForSizeDoNotBackOff,
+//     TestRecoverParksARowTheBrokerRefusesForSize,
 //     TestEmittedMessageIsTheRowOnTheWire
-//   - memory: TestLargeRowsPeakMemory
-//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
+//   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
+//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,
@@ -152,7 +154,8 @@
 //   - standbys: TestStandbyAsDatabaseURLStopsAtOnce, TestDoctorChecksTheStandby
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestRunRefusesARoleThatCannotRecordAStop,
+//     TestStatusChecksSettingsFirst,
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst,
