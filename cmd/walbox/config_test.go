@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +29,7 @@ func TestSettingPrecedence(t *testing.T) {
 	t.Setenv("WALBOX_TABLE", "app.from_env")
 	t.Setenv("WALBOX_SLOT", "from_env")
 
-	c := newCommon()
+	c := newCommon("status")
 	fs := newFlagSet("test", "test", &bytes.Buffer{})
 	c.s.register(fs)
 	if err := parse(fs, []string{"--slot", "from_flag"}); err != nil {
@@ -55,7 +53,7 @@ func TestSettingPrecedence(t *testing.T) {
 func TestConfigFileValueAndDefault(t *testing.T) {
 	conf := writeFile(t, "walbox.yaml", "slot: from_file\n")
 	t.Setenv("WALBOX_CONFIG", conf)
-	c := newCommon()
+	c := newCommon("status")
 	resolveSettings(t, c)
 	if c.slot.value != "from_file" || c.publication.value != "walbox" {
 		t.Fatalf("slot %q publication %q, want from_file and the default walbox", c.slot.value, c.publication.value)
@@ -103,45 +101,5 @@ tables:
 	}
 	if !slices.Equal(cf.tables, want) {
 		t.Fatalf("tables = %+v, want %+v", cf.tables, want)
-	}
-}
-
-// Every setting any command takes can be given in the config file, and nothing else.
-func TestConfigFileKnowsEverySetting(t *testing.T) {
-	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
-	var all []string
-	for _, c := range commands {
-		var out bytes.Buffer
-		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
-			t.Fatalf("walbox %s --help exited %d", c.name, code)
-		}
-		for _, m := range flagName.FindAllStringSubmatch(out.String(), -1) {
-			if m[1] != "config" && !slices.Contains(all, m[1]) {
-				all = append(all, m[1])
-			}
-		}
-	}
-	slices.Sort(all)
-	known := slices.Clone(knownSettings)
-	slices.Sort(known)
-	if !slices.Equal(all, known) {
-		t.Fatalf("settings of the commands:\n  %v\nknownSettings:\n  %v", all, known)
-	}
-}
-
-// --help names no flag's argument after words of its description: a switch takes none, every
-// other flag a value.
-func TestHelpTakesNoArgumentNameFromTheDescription(t *testing.T) {
-	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)(.*)$`)
-	for _, c := range commands {
-		var out bytes.Buffer
-		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
-			t.Fatalf("walbox %s --help exited %d", c.name, code)
-		}
-		for _, m := range flagLine.FindAllStringSubmatch(out.String(), -1) {
-			if m[2] != "" && m[2] != " value" {
-				t.Errorf("walbox %s --help: -%s%s, want -%s or -%s value", c.name, m[1], m[2], m[1], m[1])
-			}
-		}
 	}
 }

@@ -6,13 +6,6 @@ import (
 	"github.com/walbox/walbox/slots"
 )
 
-// addFailoverSlot adds --failover-slot to a command that creates or checks slots.
-func (c *common) addFailoverSlot() {
-	c.failoverSlot = c.s.add("failover-slot", "WALBOX_FAILOVER_SLOT", "auto",
-		"make the slots walbox creates failover slots, which a standby with sync_replication_slots keeps for a promotion: "+
-			"auto (PostgreSQL 17 and later), on (refused before 17) or off")
-}
-
 // failover reads --failover-slot; auto for a command without it.
 func (c *common) failover() (slots.FailoverSlot, error) {
 	if c.failoverSlot == nil {
@@ -29,14 +22,6 @@ func (c *common) failover() (slots.FailoverSlot, error) {
 func failover(c *common) slots.FailoverSlot {
 	f, _ := c.failover()
 	return f
-}
-
-// addReplicationURL adds --replication-url to a command that streams from, creates or checks the
-// slot.
-func (c *common) addReplicationURL() {
-	c.replicationURL = c.s.add("replication-url", "WALBOX_REPLICATION_URL", "",
-		"a hot standby of --database-url's server (PostgreSQL 16+) to decode on: its slot is streamed from (and created there), "+
-			"while the record and the checks stay on --database-url, the primary; empty: stream from --database-url")
 }
 
 // replicationDSN returns --replication-url with the database password applied; "" when not set.

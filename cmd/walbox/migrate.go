@@ -15,14 +15,8 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	noSlot := c.s.addBool("no-slot", "WALBOX_MIGRATE_NO_SLOT", "false",
-		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
-	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
-		"the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots")
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
+	c := newCommon("migrate")
+	noSlot, relayRole, shardsSetting := c.s.get("no-slot"), c.s.get("relay-role"), c.s.get("shards")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err

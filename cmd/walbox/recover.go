@@ -11,8 +11,7 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
-	"(walbox status and walbox doctor show such a stop), in keep-rows retention: " +
+const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, in keep-rows retention: " +
 	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
 	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
 	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
@@ -20,18 +19,9 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 	"outbox tables and write on walbox_slots (the role that ran walbox migrate, given REPLICATION)"
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	dryRun := c.s.addBool("dry-run", "", "false", "show the gap and count the rows that would be republished (counted now: an upper bound); change nothing")
-	allRows := c.s.addBool("all-rows", "", "false",
-		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
-	acceptLoss := c.s.addBool("accept-loss", "", "false",
-		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
-	force := c.s.addBool("force", "", "false",
-		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered) "+
-			"or the slot cannot decode (a column renamed and renamed back); a stop walbox run recorded needs no --force, but takes it")
+	c := newCommon("recover")
+	b := brokerSettingsOf(&c.s)
+	dryRun, allRows, acceptLoss, force := c.s.get("dry-run"), c.s.get("all-rows"), c.s.get("accept-loss"), c.s.get("force")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -145,10 +135,7 @@ func showGap(w io.Writer, slot string, g slots.Gap) {
 	switch g.State {
 	case slots.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
-		switch {
-		case r.Stop.Stopped():
-			state += "; replaced, since walbox run stopped on it"
-		case !g.None():
+		if !g.None() {
 			state += "; replaced on request (--force)"
 		}
 	case slots.SlotMissing:
@@ -161,9 +148,6 @@ func showGap(w io.Writer, slot string, g slots.Gap) {
 		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
 	}
 	fmt.Fprintf(w, "  slot                    %s\n", state)
-	if r.Stop.Stopped() {
-		fmt.Fprintf(w, "  stopped                 at %s (%s): %s\n", r.Stop.LSN, r.Stop.At.UTC().Format(time.RFC3339), r.Stop.Reason)
-	}
 }
 
 func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {

@@ -21,12 +21,8 @@ import (
 // relays keep streaming); once every old slot has confirmed past the new slots' consistent point
 // (the cut), the old relays may stop, and --retire drops the old set.
 func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	shardsSetting := addShards(&c.s, "the number of shards to move to (1: back to a single slot)")
-	c.addFailoverSlot()
-	wait := c.s.add("wait", "", "", "after creating the new set, wait up to this long (e.g. 10m) until every old slot passed the cut")
-	retire := c.s.addBool("retire", "", "false",
-		"drop the old set's slots and publications; refused unless each old slot passed the cut and is not streaming")
+	c := newCommon("reshard")
+	shardsSetting, wait, retire := c.s.get("shards"), c.s.get("wait"), c.s.get("retire")
 	fs := newFlagSet("reshard", "Change the number of shards: create the new set beside the old one, then retire the old one once it passed the cut", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err

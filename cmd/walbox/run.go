@@ -23,27 +23,13 @@ type runSettings struct {
 }
 
 func newRunSettings() *runSettings {
-	c := newCommon()
-	r := &runSettings{c: c, b: addBrokerSettings(&c.s)}
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	r.status = c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
-		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
-	r.shutdown = c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
-	r.createSlot = c.s.addBool("create-slot", "WALBOX_CREATE_SLOT", "true",
-		"create the slot at start if it does not exist (rows committed before that are not covered)")
-	r.wait = c.s.addBool("wait-for-servers", "WALBOX_WAIT_FOR_SERVERS", "false",
-		"keep retrying when PostgreSQL or RabbitMQ cannot be reached at start, instead of exiting")
-	r.listen = c.s.add("listen", "WALBOX_LISTEN", "127.0.0.1:9187",
-		"address for /metrics, /healthz, /readyz and /status (\"off\" to disable)")
-	r.otlp = c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "", otlpHelp())
-	r.logLevel = c.s.add("log-level", "WALBOX_LOG_LEVEL", "info", "debug, info, warn or error")
-	r.logFormat = c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
-	r.shards = addShards(&c.s, "the number of shards `walbox migrate --shards` created (default: read from the publications)")
-	r.shardK = c.s.add("shard", "WALBOX_SHARD", "", "stream this shard (0, 1, ...) of the sharded outbox table, from its own slot")
-	r.lanes = c.s.add("lanes", "WALBOX_LANES", "1", "publish over this many channels, each on its own connection, "+
-		"by a hash of the aggregate id: each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)")
-	return r
+	c := newCommon("run")
+	s := &c.s
+	return &runSettings{c: c, b: brokerSettingsOf(s),
+		status: s.get("status-interval"), shutdown: s.get("shutdown-timeout"), createSlot: s.get("create-slot"),
+		wait: s.get("wait-for-servers"), listen: s.get("listen"), otlp: s.get("otlp-endpoint"),
+		logLevel: s.get("log-level"), logFormat: s.get("log-format"), shards: s.get("shards"), shardK: s.get("shard"),
+		lanes: s.get("lanes")}
 }
 
 // runRelay is `walbox run`: settings, then the daemon's configuration, then the daemon.
@@ -133,14 +119,6 @@ func checkListen(st *setting) error {
 		return badSetting(st, "%v; want host:port, such as 127.0.0.1:9187 (or \"off\")", err)
 	}
 	return nil
-}
-
-func otlpHelp() string {
-	help := "OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing"
-	if !withTracing {
-		help += " (this walbox is built without tracing and refuses it: build with -tags otel)"
-	}
-	return help
 }
 
 func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
