@@ -32,6 +32,9 @@ const watchTimeout = 5 * time.Second
 type watch struct {
 	conn    *pgx.Conn
 	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
+	// primaryToo is set when the replication server is conn's server itself: a standby given as
+	// --replication-url that was promoted, with --database-url pointed at it.
+	primaryToo bool
 
 	reg         *registry.Store
 	slot        string
@@ -81,14 +84,18 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
 	}
+	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
 	if cfg.ReplicationURL != "" {
 		if w.standby, err = connectSQL(ctx, cfg.ReplicationURL); err != nil {
 			w.close()
 			return nil, err
 		}
+		if w.primaryToo, err = sameServer(fctx, conn, w.standby); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
-	defer cancel()
 	if w.reg, err = findRegistry(fctx, conn, cfg.Slot, cfg.Mappings); err != nil {
 		w.close()
 		return nil, err
@@ -200,8 +207,12 @@ func (w *watch) check(ctx context.Context) error {
 			"If rows were written meanwhile, run `walbox recover`; then start walbox again",
 			ErrNotCovered, w.publication, *w.identity, c.Identity))
 	}
+	replayed, err := w.checkStandby(ctx)
+	if err != nil {
+		return err
+	}
 	if n := len(w.checks); n > 0 {
-		w.limit = max(w.limit, w.checks[n-1].wal)
+		w.limit = max(w.limit, min(w.checks[n-1].wal, replayed))
 	}
 	if len(w.checks) == maxChecks {
 		w.checks = w.checks[1:]

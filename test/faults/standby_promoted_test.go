@@ -1,0 +1,55 @@
+package faults_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// The standby walbox decodes on (--replication-url) is promoted while walbox streams from it, and
+// the old primary, where --database-url points and walbox keeps its record, goes on taking rows:
+// two servers with one history up to the promotion. Rows the old primary commits after it never
+// reach the promoted server's slot, so walbox must not confirm past them: it stops at once with
+// one line, and no row is lost silently (each is either delivered or still ahead of the record).
+func TestStandbyPromotedUnderReplicationURL(t *testing.T) {
+	heavy(t)
+	w, _, standby, replURL := standbyPair(t)
+	env := "WALBOX_REPLICATION_URL=" + replURL
+	v := w.startVerifier()
+	r := w.startRelay(env)
+	r.waitState("streaming", time.Minute)
+	wr := w.startWriter(checker.WriterConfig{Seed: 23, MaxTx: 5, Pause: 10 * time.Millisecond})
+	waitDelivered(t, v, 200, time.Minute)
+	standby.Promote(t)
+	// The fork: the last position the promoted server replayed from the primary.
+	var fork pglogrepl.LSN
+	if err := readLSN(replURL, "SELECT pg_last_wal_replay_lsn()::text", &fork); err != nil {
+		t.Fatal(err)
+	}
+	// The old primary goes on; walbox must stop before it records anything past the fork.
+	waitFor(t, 30*time.Second, "walbox to stop", func() bool {
+		var lost int
+		if !r.Exited() {
+			lost = checker.Check(wr.Committed(), v.Deliveries()).Lost
+		}
+		return r.Exited() || lost > 500
+	})
+	wr.stop()
+	var record pglogrepl.LSN
+	if err := readLSN(w.db, "SELECT confirmed_lsn::text FROM public.walbox_slots WHERE slot_name = $1", &record, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fork at %s, record at %s", fork, record)
+	if !r.Exited() {
+		t.Fatalf("walbox went on streaming from the promoted standby, though rows the old primary commits never reach it:\n%s", r.Output())
+	}
+	if code := r.ExitCode(); code == 0 || !strings.Contains(r.Output(), "no longer a standby") {
+		t.Errorf("walbox exited %d without saying the standby was promoted:\n%s", code, r.Output())
+	}
+	if record > fork {
+		t.Errorf("the record is at %s, past the fork at %s: rows the old primary committed in between would be skipped", record, fork)
+	}
+}
