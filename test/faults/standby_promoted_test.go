@@ -52,4 +52,63 @@ func TestStandbyPromotedUnderReplicationURL(t *testing.T) {
 	if record > fork {
 		t.Errorf("the record is at %s, past the fork at %s: rows the old primary committed in between would be skipped", record, fork)
 	}
+	// The way out the line names: --database-url at the promoted server, which walbox then
+	// decodes on as a primary. Rows it commits from now on are delivered.
+	r = w.startRelay("WALBOX_DATABASE_URL="+replURL, env)
+	r.waitState("streaming", time.Minute)
+	cw := w.newWriter(checker.WriterConfig{DatabaseURL: replURL, Seed: 24, Name: "promoted"})
+	from := v.Count()
+	if err := cw.Tx(t.Context(), 20); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, v, from+20, time.Minute)
+}
+
+// A standby rebuilt while walbox is stopped gets a new slot of the same name. The standby has the
+// primary's system identifier, so only the position tells the new slot from the old: it is ahead
+// of the record on the primary, and walbox refuses it at once, naming walbox recover.
+func TestReplacedStandbySlotRefused(t *testing.T) {
+	heavy(t)
+	w, primary, _, replURL := standbyPair(t)
+	env := "WALBOX_REPLICATION_URL=" + replURL
+	v := w.startVerifier()
+	r := w.startRelay(env)
+	r.waitState("streaming", time.Minute)
+	cw := w.newWriter(checker.WriterConfig{Seed: 9})
+	if err := cw.Tx(t.Context(), 50); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, v, 50, time.Minute)
+	r.Stop(30 * time.Second)
+	waitFor(t, 30*time.Second, "the standby's slot dropped", func() bool {
+		var ok bool
+		return execRow(t, replURL, "SELECT true FROM pg_drop_replication_slot($1)", &ok, w.slot) == nil
+	})
+	if err := cw.Tx(t.Context(), 50); err != nil {
+		t.Fatal(err)
+	}
+	// A new slot of the same name on the standby, with the primary's help.
+	created := make(chan error, 1)
+	go func() {
+		var name string
+		created <- execRow(t, replURL, "SELECT slot_name::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", &name, w.slot)
+	}()
+	var err error
+	waitFor(t, time.Minute, "the new slot on the standby", func() bool {
+		primary.Exec(t, w.db, "SELECT pg_log_standby_snapshot()")
+		select {
+		case err = <-created:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = w.startRelay(env)
+	waitFor(t, time.Minute, "walbox to stop", r.Exited)
+	if out := r.Output(); r.ExitCode() == 0 || !strings.Contains(out, "ahead of") || !strings.Contains(out, "walbox recover") {
+		t.Errorf("walbox took a replaced standby slot (exit %d):\n%s", r.ExitCode(), out)
+	}
 }
