@@ -29,6 +29,8 @@ const watchTimeout = 5 * time.Second
 // The position reported to the server is capped at the WAL insert position read by the check
 // before the last successful one: a change of the publication that the last check could not yet
 // see committed after that point, so nothing the relay confirms lies beyond a verified position.
+// When the relay streams from a standby, the cap is also the standby's replay position read by
+// the last check (see checkStandby).
 type watch struct {
 	conn    *pgx.Conn
 	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
