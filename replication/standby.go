@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 )
 
 // ErrStandby means a server walbox needs to be the primary is a standby.
@@ -98,16 +99,15 @@ func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary interface {
 	return err
 }
 
-// sameServer reports whether a and b are connected to the same server: the same system and the
-// same postmaster start.
+// sameServer reports whether a and b are connected to the same server.
 func sameServer(ctx context.Context, a, b *pgx.Conn) (bool, error) {
-	const q = "SELECT system_identifier::text || '/' || pg_postmaster_start_time()::text FROM pg_control_system()"
-	var ida, idb string
-	if err := a.QueryRow(ctx, q).Scan(&ida); err != nil {
-		return false, fmt.Errorf("read the server's identity: %w", err)
+	ida, err := inspect.ServerIdentity(ctx, a)
+	if err != nil {
+		return false, err
 	}
-	if err := b.QueryRow(ctx, q).Scan(&idb); err != nil {
-		return false, fmt.Errorf("read the standby's identity: %w", err)
+	idb, err := inspect.ServerIdentity(ctx, b)
+	if err != nil {
+		return false, fmt.Errorf("standby: %w", err)
 	}
 	return ida == idb, nil
 }
