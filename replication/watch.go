@@ -49,10 +49,14 @@ type watch struct {
 	shard    int // the shard of shards this relay streams; shards 0: not sharded
 	shards   int
 
-	checks   []walCheck    // the last successful checks, oldest first
-	limit    pglogrepl.LSN // the position the relay may confirm up to
-	recorded pglogrepl.LSN // the position recorded in the registry
-	checked  time.Time     // when the last check succeeded
+	checks []walCheck // the last successful checks, oldest first
+	// On a standby: the records not yet seen replayed there, and the highest recorded position
+	// whose record the standby replayed (see replicated).
+	unreplayed []recordedAt
+	replayed   pglogrepl.LSN
+	limit      pglogrepl.LSN // the position the relay may confirm up to
+	recorded   pglogrepl.LSN // the position recorded in the registry
+	checked    time.Time     // when the last check succeeded
 }
 
 // walCheck is what one successful check read: the WAL insert position and the xmin horizon.
@@ -60,6 +64,9 @@ type walCheck struct {
 	wal  pglogrepl.LSN
 	xmin uint64
 }
+
+// recordedAt is a position recorded, and the primary's WAL insert position after that record.
+type recordedAt struct{ lsn, after pglogrepl.LSN }
 
 // maxChecks is how many checks the watch remembers to find an xmin horizon for a position.
 const maxChecks = 64
@@ -216,6 +223,10 @@ func (w *watch) check(ctx context.Context) error {
 	if n := len(w.checks); n > 0 {
 		w.limit = max(w.limit, min(w.checks[n-1].wal, replayed))
 	}
+	for len(w.unreplayed) > 0 && w.unreplayed[0].after <= replayed {
+		w.replayed = max(w.replayed, w.unreplayed[0].lsn)
+		w.unreplayed = w.unreplayed[1:]
+	}
 	if len(w.checks) == maxChecks {
 		w.checks = w.checks[1:]
 	}
@@ -264,7 +275,34 @@ func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
 		return err
 	}
 	w.recorded = got
+	if w.standby == nil || w.primaryToo {
+		return nil
+	}
+	var after string
+	if err := w.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&after); err != nil {
+		return fmt.Errorf("read the wal position after the record: %w", err)
+	}
+	a, err := pglogrepl.ParseLSN(after)
+	if err != nil {
+		return fmt.Errorf("read the wal position after the record: %w", err)
+	}
+	if n := len(w.unreplayed); n == maxChecks {
+		w.unreplayed[n-1] = recordedAt{lsn: got, after: a} // a standby far behind: wait for the newest
+	} else {
+		w.unreplayed = append(w.unreplayed, recordedAt{lsn: got, after: a})
+	}
 	return nil
+}
+
+// replicated returns how far of lsn, recorded, may be reported to the replication server. A
+// standby's slot may pass only positions whose record the standby replayed: if it is promoted
+// (the way out of a failed primary), its copy of the record must not be behind its slot, or
+// walbox would refuse the slot as advanced behind its back. Streaming from the primary, all of it.
+func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
+	if w.standby == nil || w.primaryToo {
+		return lsn
+	}
+	return min(lsn, w.replayed)
 }
 
 // xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn:

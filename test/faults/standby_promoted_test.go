@@ -112,3 +112,40 @@ func TestReplacedStandbySlotRefused(t *testing.T) {
 		t.Errorf("walbox took a replaced standby slot (exit %d):\n%s", r.ExitCode(), out)
 	}
 }
+
+// The standby walbox decodes on stops receiving the primary's WAL (its primary_conninfo broken)
+// while walbox goes on confirming what it decoded, and is then promoted: the documented way out
+// of a failed primary, --database-url at the promoted server. walbox reports a position to the
+// standby only once the standby replayed the record of it, so the record there is not behind the
+// slot and walbox goes on, without a "slot ahead of record" stop.
+func TestPromotedStandbyRecordNotBehindSlot(t *testing.T) {
+	heavy(t)
+	w, _, standby, replURL := standbyPair(t)
+	env := "WALBOX_REPLICATION_URL=" + replURL
+	v := w.startVerifier()
+	r := w.startRelay(env)
+	r.waitState("streaming", time.Minute)
+	wr := w.startWriter(checker.WriterConfig{Seed: 31, MaxTx: 5, Pause: 5 * time.Millisecond})
+	waitDelivered(t, v, 200, time.Minute)
+	standby.Exec(t, standby.URL(), "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1'")
+	standby.Exec(t, standby.URL(), "SELECT pg_reload_conf()")
+	time.Sleep(3 * time.Second) // walbox confirms what the standby has; the records of it stay on the primary
+	wr.stop()
+	if code := r.Stop(30 * time.Second); code != 0 {
+		t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
+	}
+	standby.Promote(t)
+	var slot, record pglogrepl.LSN
+	if err := readLSN(replURL, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &slot, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := readLSN(replURL, "SELECT confirmed_lsn::text FROM public.walbox_slots WHERE slot_name = $1", &record, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("on the promoted standby: slot at %s, record at %s", slot, record)
+	if slot > record {
+		t.Errorf("the promoted standby's slot is at %s, ahead of its record at %s: walbox would refuse it", slot, record)
+	}
+	r = w.startRelay("WALBOX_DATABASE_URL="+replURL, env)
+	r.waitState("streaming", time.Minute)
+}
