@@ -96,7 +96,10 @@
 // With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
 // slot's reads go to the standby, while the record and watch.check stay on the primary. The
 // positions are one WAL, so the primary's insert position caps the standby's slot as it would
-// the primary's, and the record is still written before each status update.
+// the primary's, and the record is still written before each status update. The standby's replay
+// position caps the positions too, and a position is reported only once the standby replayed its
+// record (watch.replicated); a standby promoted while --database-url names another server stops
+// the relay (watch.checkStandby).
 //
 // # Failure
 //

@@ -167,7 +167,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := w.pinCoverage(sctx); err != nil {
 		return false, err
 	}
-	w.limit = slot.ConfirmedFlush
+	w.limit, w.replayed = slot.ConfirmedFlush, slot.ConfirmedFlush
 	pub, err := r.cfg.Dial(sctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)

@@ -64,6 +64,13 @@ func (s *stream) sendStatus() error {
 	if err := s.watch.record(ctx, w); err != nil {
 		return err
 	}
+	if r := s.watch.replicated(w); r < w && time.Since(s.watch.checked) >= reportDelay {
+		// A standby's slot waits for the standby to replay the record: look again.
+		if err := s.watch.check(ctx); err != nil {
+			return err
+		}
+	}
+	w = s.watch.replicated(w)
 	if err := s.connectionLost(); err != nil {
 		// pgconn closes a connection whose read failed from a goroutine of its own, writing to
 		// it as it goes: a status update now would race with that, and is lost anyway.

@@ -117,6 +117,8 @@
 //     failover slots: the primary killed, the standby promoted, one walbox
 //     given both hosts)
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
+//     TestStandbyPromotedUnderReplicationURL, TestPromotedStandbyRecordNotBehindSlot,
+//     TestReplacedStandbySlotRefused,
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
