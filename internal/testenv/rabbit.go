@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,12 +33,14 @@ type Rabbit struct {
 	external bool
 	shared   bool
 
-	dir      string // node home: config, cookie, mnesia, logs; removed at cleanup
-	node     string // walbox-test-<pid>-<n>@localhost
-	port     int
-	distPort int
-	tls      *Certs // with a TLS listener on tlsPort when set
-	tlsPort  int
+	dir        string // node home: config, cookie, mnesia, logs; removed at cleanup
+	node       string // walbox-test-<pid>-<n>@localhost
+	port       int
+	distPort   int
+	tls        *Certs // with a TLS listener on tlsPort when set
+	tlsPort    int
+	stream     bool // with the stream plugin, its listener on streamPort
+	streamPort int
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 
@@ -87,6 +90,28 @@ func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
 	return r
 }
 
+// StartRabbitStream starts a node like StartRabbit with the stream plugin enabled and its stream
+// listener on a free port of 127.0.0.1, which StreamURL addresses. It needs its own node, so in
+// external mode it skips.
+func StartRabbitStream(tb testing.TB) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a stream node the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startNode(&Rabbit{stream: true, cookie: UniqueName("cookie")})
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StreamURL is the rabbitmq-stream URL of the stream listener, for the guest user.
+func (r *Rabbit) StreamURL() string {
+	return fmt.Sprintf("rabbitmq-stream://guest:guest@127.0.0.1:%d/", r.streamPort)
+}
+
 // TLSURL is the amqps URL of the TLS listener (host localhost, which the certificate names).
 func (r *Rabbit) TLSURL() string {
 	return fmt.Sprintf("amqps://guest:guest@localhost:%d/", r.tlsPort)
@@ -128,7 +153,12 @@ func startRabbit(certs *Certs) (*Rabbit, error) { return startRabbitNode(certs, 
 
 // startRabbitNode starts a node with the given Erlang cookie.
 func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie}
+	return startNode(&Rabbit{tls: certs, cookie: cookie})
+}
+
+// startNode starts the node r describes (TLS, stream plugin, cookie).
+func startNode(r *Rabbit) (*Rabbit, error) {
+	r.node = fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1))
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -143,6 +173,11 @@ func startRabbitNode(certs *Certs, cookie string) (*Rabbit, error) {
 		}
 		if r.tls != nil {
 			if r.tlsPort, err = freePort(); err != nil {
+				break
+			}
+		}
+		if r.stream {
+			if r.streamPort, err = freePort(); err != nil {
 				break
 			}
 		}
@@ -165,12 +200,16 @@ func (r *Rabbit) initDir() error {
 		return err
 	}
 	r.dir = dir
+	plugins := ""
+	if r.stream {
+		plugins = "[rabbitmq_stream].\n"
+	}
 	files := []struct {
 		name, data string
 		mode       os.FileMode
 	}{
 		{"rabbitmq.conf", rabbitConf, 0o644},
-		{"enabled_plugins", "", 0o644},
+		{"enabled_plugins", plugins, 0o644},
 		{"rabbitmq-env.conf", "", 0o644},
 		{".erlang.cookie", r.cookie, 0o400},
 	}
@@ -226,6 +265,10 @@ func (r *Rabbit) writeConf() error {
 			"ssl_options.keyfile = " + r.tls.KeyFile + "\n" +
 			"ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n"
 	}
+	if r.stream {
+		conf += fmt.Sprintf("stream.listeners.tcp.1 = 127.0.0.1:%d\nstream.advertised_host = 127.0.0.1\nstream.advertised_port = %d\n",
+			r.streamPort, r.streamPort)
+	}
 	if err := os.WriteFile(filepath.Join(r.dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("write rabbitmq.conf: %w", err)
 	}
@@ -275,7 +318,7 @@ func (r *Rabbit) waitReady(proc *process) error {
 			}
 			return fmt.Errorf("rabbitmq exited during start: %v%s", proc.cmd.ProcessState, tail)
 		}
-		if pingRabbit(r.url) == nil {
+		if pingRabbit(r.url) == nil && r.pingStream() == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -285,6 +328,18 @@ func (r *Rabbit) waitReady(proc *process) error {
 
 func pingRabbit(url string) error {
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(time.Second)})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// pingStream checks that the stream listener accepts connections, if the node has one.
+func (r *Rabbit) pingStream() error {
+	if !r.stream {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.streamPort), time.Second)
 	if err != nil {
 		return err
 	}
