@@ -180,3 +180,10 @@ func (s *Session) Close() error {
 	s.fail(errors.New("closed"))
 	return s.env.Close()
 }
+
+// Ended reports whether the session is over: closed, or failed.
+func (s *Session) Ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}

@@ -51,7 +51,7 @@ var knownSettings = []string{
 	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "lanes", "listen",
 	"log-format", "log-level", "max-message-size", "message-prefix", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
 	"publication", "queue-type", "relay-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
-	"table", "wait", "wait-for-servers", "window",
+	"stream", "stream-max-age", "stream-max-bytes", "stream-url", "table", "wait", "wait-for-servers", "window",
 }
 
 func loadConfigFile(path string) (*configFile, error) {

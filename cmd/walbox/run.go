@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 
 	"github.com/walbox/walbox/internal/redact"
@@ -20,6 +21,7 @@ type runSettings struct {
 	status, shutdown, createSlot, wait, listen *setting
 	otlp, logLevel, logFormat, shards, shardK  *setting
 	lanes                                      *setting
+	stream                                     *streamSettings
 }
 
 func newRunSettings() *runSettings {
@@ -41,6 +43,7 @@ func newRunSettings() *runSettings {
 	r.shardK = c.s.add("shard", "WALBOX_SHARD", "", "stream this shard (0, 1, ...) of the sharded outbox table, from its own slot")
 	r.lanes = c.s.add("lanes", "WALBOX_LANES", "1", "publish over this many channels, each on its own connection, "+
 		"by a hash of the aggregate id: each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)")
+	r.stream = addStreamSettings(&c.s)
 	return r
 }
 
@@ -73,7 +76,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	rc := cfg.Relay
 	log.Info("starting", "version", version, "slot", rc.Slot, "publication", rc.Publication,
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
-		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
+		"lanes", cfg.Lanes, "brokers", brokerHosts(cfg), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", rc.Slot, "error", err)
 		return errors.New(redact.Text(err.Error(), r.c.secrets()...))
@@ -85,11 +88,17 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 // it returns the exchange too, which the tracer names.
 func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Config, string, error) {
 	var cfg relayd.Config
-	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot)
+	var err error
+	if cfg.Stream, err = r.stream.config(); err != nil {
+		return cfg, "", err
+	}
+	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, cfg.Stream != nil)
 	if err != nil {
 		return cfg, "", err
 	}
-	if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
+	if cfg.Stream != nil {
+		pcfg.Exchange = "stream:" + cfg.Stream.Stream
+	} else if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
 		return cfg, "", err
 	}
 	if rc.Logger, err = newLogger(stderr, r.logLevel.value, r.logFormat.value, r.c.secrets()); err != nil {
@@ -114,6 +123,20 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	return cfg, pcfg.Exchange, nil
 }
 
+// brokerHosts names the nodes the relay publishes to.
+func brokerHosts(cfg relayd.Config) string {
+	if cfg.Stream != nil {
+		var hosts []string
+		for _, u := range cfg.Stream.URIs {
+			if p, err := url.Parse(u); err == nil {
+				hosts = append(hosts, p.Host)
+			}
+		}
+		return strings.Join(hosts, ",")
+	}
+	return strings.Join(cfg.Brokers.Hosts(), ",")
+}
+
 func otlpHelp() string {
 	help := "OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing"
 	if !withTracing {
@@ -122,7 +145,9 @@ func otlpHelp() string {
 	return help
 }
 
-func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
+// relayConfig reads the relay's settings; streaming (into a stream, not to the exchange) needs no
+// AMQP URL.
+func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting, streaming bool) (replication.Config, publisher.Config, error) {
 	var (
 		cfg  replication.Config
 		pcfg publisher.Config
@@ -135,7 +160,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.Mappings = c.mappings()
-	if pcfg, err = b.config(c, "walbox"); err != nil {
+	if streaming {
+		pcfg.Window, err = b.window.int()
+	} else {
+		pcfg, err = b.config(c, "walbox")
+	}
+	if err != nil {
 		return cfg, pcfg, err
 	}
 	cfg.Window = pcfg.Window

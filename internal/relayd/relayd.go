@@ -15,6 +15,7 @@ import (
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/streampub"
 )
 
 // MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
@@ -31,6 +32,10 @@ type Config struct {
 	// Brokers are the RabbitMQ endpoints the sessions dial, the next one after a session is lost.
 	// Required.
 	Brokers *publisher.Endpoints
+	// Stream, when set, makes the sessions publish into a RabbitMQ stream (package streampub)
+	// instead of to Brokers, which may then be nil. Its Producer and Window are set from the
+	// relay's slot and window.
+	Stream *streampub.Config
 	// Lanes is the number of publishing lanes (publisher.Lanes); 0 or 1 publishes on one channel,
 	// in commit order.
 	Lanes int
@@ -51,11 +56,13 @@ type Daemon struct {
 	relay   *replication.Relay
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
+	// connected names the node the current session is connected to; "" while none is.
+	connected func() string
 }
 
 // New validates cfg and builds the daemon. An error is a bad setting.
 func New(cfg Config) (*Daemon, error) {
-	if cfg.Brokers == nil {
+	if cfg.Brokers == nil && cfg.Stream == nil {
 		return nil, errors.New("relayd: no broker endpoints")
 	}
 	if cfg.Relay.Dial != nil || cfg.Relay.Observer != nil {
@@ -67,7 +74,6 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
-	d.metrics.WatchBroker(cfg.Brokers.Connected)
 	rc := cfg.Relay
 	if rc.Logger == nil {
 		rc.Logger = slog.New(slog.DiscardHandler)
@@ -75,7 +81,15 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
-	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+	if cfg.Stream != nil {
+		if err := d.dialStream(&rc); err != nil {
+			return nil, err
+		}
+	} else {
+		rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+		d.connected = cfg.Brokers.Connected
+	}
+	d.metrics.WatchBroker(d.connected)
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {
 		rc.Observer = observers{d.metrics, cfg.Observer}
