@@ -169,16 +169,30 @@ func (s *Session) fail(err error) {
 	close(s.confirms)
 }
 
-// Close ends the session and releases the connection.
+// closeTimeout bounds Close: on a dead connection the client waits for in-flight messages and
+// for replies that never come, and the relay must get back to its replication connection.
+const closeTimeout = time.Second
+
+// Close ends the session and releases the connection, within closeTimeout; what is left of the
+// client's teardown then finishes in the background.
 func (s *Session) Close() error {
-	for _, l := range []*lane{s.main, s.park} {
-		if l != nil {
-			_ = l.producer.Close()
+	done := make(chan error, 1)
+	go func() {
+		for _, l := range []*lane{s.main, s.park} {
+			if l != nil {
+				_ = l.producer.Close()
+			}
 		}
+		s.lanes.Wait()
+		done <- s.env.Close()
+	}()
+	defer s.fail(errors.New("closed"))
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(closeTimeout):
+		return fmt.Errorf("close: %w: the client's teardown goes on in the background", wire.ErrSessionClosed)
 	}
-	s.lanes.Wait()
-	s.fail(errors.New("closed"))
-	return s.env.Close()
 }
 
 // Ended reports whether the session is over: closed, or failed.

@@ -86,6 +86,8 @@
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestEmittedMessageIsTheRowOnTheWire
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
+//   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills
+//     (relay killed, broker killed, relay stopped, standby taking over)
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //
