@@ -31,7 +31,7 @@ type lane struct {
 // confirms.
 func (s *Session) newLane(streamName, name string) (*lane, error) {
 	opts := stream.NewProducerOptions().SetConfirmationTimeOut(s.cfg.ConfirmTimeout).
-		SetClientProvidedName("walbox").SetQueueSize(s.cfg.Window + 16)
+		SetClientProvidedName("walbox").SetQueueSize(max(s.cfg.Window+16, 500))
 	if name != "" {
 		opts.SetProducerName(name)
 	}
