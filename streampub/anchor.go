@@ -11,7 +11,7 @@ import (
 
 // anchor is the producer's last stored message: its publishing id and position.
 type anchor struct {
-	id    int64    // the broker's last stored publishing id for the producer; 0 for none
+	id    int64    // the last stored publishing id for the producer; 0 for none
 	pos   Position // the position of that message
 	found bool     // pos is known: the message was found in the stream
 }
@@ -34,8 +34,7 @@ func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
 	from := int64(-1)
 	for {
 		if last.found {
-			a.pos, a.found = last.pos, true
-			return a, nil
+			return a.at(last), nil
 		}
 		if last.start <= 0 || last.start > from && from >= 0 {
 			// Read back to the first offset (retention may have removed the ones before):
@@ -51,11 +50,24 @@ func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
 	}
 }
 
+// at returns the anchor at the producer's last message found, s. Its id and position come from
+// the message itself, a consistent pair: another session may store more messages between the
+// query of the last id and the read. A message found below the last id (the ones above it were
+// removed, or written without walbox's properties) is no anchor: numbering on from its id would
+// give rows ids the broker already stored, and it would drop them.
+func (a anchor) at(s span) anchor {
+	if s.id < a.id {
+		return a
+	}
+	return anchor{id: s.id, pos: s.pos, found: true}
+}
+
 // span is what a read of part of the stream found: offsets start (inclusive) to end
 // (exclusive), and the position of the producer's last message in them.
 type span struct {
 	start, end int64
-	pos        Position
+	pos        Position // of the producer's last message in the span
+	id         int64    // that message's publishing id
 	found      bool
 }
 
@@ -73,8 +85,12 @@ func (s *span) take(offset int64, m *amqp.Message, producer string) error {
 	if err != nil {
 		return fmt.Errorf("message at offset %d of producer %s: %w", offset, producer, err)
 	}
+	id, ok := m.ApplicationProperties[PropPublishingID].(int64)
+	if !ok {
+		return fmt.Errorf("message at offset %d of producer %s: no %s", offset, producer, PropPublishingID)
+	}
 	if !s.found || s.pos.Less(pos) {
-		s.pos, s.found = pos, true
+		s.pos, s.id, s.found = pos, id, true
 	}
 	return nil
 }

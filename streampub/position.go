@@ -12,6 +12,8 @@ const (
 	PropProducer = "walbox-producer"
 	// PropPosition is the message's Position, as Position.String writes it.
 	PropPosition = "walbox-position"
+	// PropPublishingID is the message's publishing id (an int64).
+	PropPublishingID = "walbox-publishing-id"
 )
 
 // Position is where a message comes from: the timeline and LSN of its transaction's commit

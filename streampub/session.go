@@ -117,6 +117,7 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		return 0, err
 	}
 	msg.SetPublishingId(s.nextID)
+	msg.ApplicationProperties[PropPublishingID] = s.nextID
 	seq := s.nextSeq()
 	if err := s.main.send(msg, s.nextID, seq); err != nil {
 		s.seq--
