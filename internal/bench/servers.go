@@ -19,6 +19,8 @@ type Servers struct {
 	// AMQPURL is the node that the benchmark declares its exchanges and queues on and consumes
 	// from; a cluster's first node.
 	AMQPURL     string
+	// StreamURL is the node's rabbitmq-stream URL, for the stream contender; "" without one.
+	StreamURL   string
 	PostgresPID int // the postmaster, for CPU accounting; 0 if unknown (external server)
 	BrokerPID   int // the broker's Erlang VM; 0 if unknown
 	// NodeURLs and NodePIDs are every node's URL and Erlang VM when the broker is a cluster,
@@ -80,7 +82,7 @@ func PostgresOptions() []testenv.PGOption {
 
 // ServersOf returns the Servers of servers the test harness started.
 func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
-	return Servers{DatabaseURL: pg.URL(), AMQPURL: rabbit.URL(), PostgresPID: pg.PID(), BrokerPID: rabbit.PID()}
+	return Servers{DatabaseURL: pg.URL(), AMQPURL: rabbit.URL(), StreamURL: rabbit.StreamURL(), PostgresPID: pg.PID(), BrokerPID: rabbit.PID()}
 }
 
 // StartServers starts a throwaway PostgreSQL (wal_level=logical) and RabbitMQ node from the local
@@ -88,7 +90,7 @@ func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
 // called, also after an error.
 func StartServers() (srv Servers, stop func(), err error) {
 	return startServers("rabbitmq", func(h *harness, pg *testenv.Postgres) Servers {
-		return ServersOf(pg, testenv.StartRabbit(h))
+		return ServersOf(pg, testenv.StartRabbitStream(h))
 	})
 }
 

@@ -105,6 +105,9 @@ func (t *trial) walboxEnv(extra ...string) []string {
 	if t.b.srv.cluster() {
 		env = append(env, "WALBOX_QUEUE_TYPE="+t.topo.sinkType)
 	}
+	if t.who == WalboxStream {
+		env = append(env, "WALBOX_STREAM_URL="+t.b.srv.StreamURL, "WALBOX_STREAM="+t.name)
+	}
 	return append(env, extra...)
 }
 

@@ -107,8 +107,12 @@ func StartRabbitStream(tb testing.TB) *Rabbit {
 	return r
 }
 
-// StreamURL is the rabbitmq-stream URL of the stream listener, for the guest user.
+// StreamURL is the rabbitmq-stream URL of the stream listener, for the guest user; "" for a node
+// without one.
 func (r *Rabbit) StreamURL() string {
+	if r.streamPort == 0 {
+		return ""
+	}
 	return fmt.Sprintf("rabbitmq-stream://guest:guest@127.0.0.1:%d/", r.streamPort)
 }
 
