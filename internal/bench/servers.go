@@ -18,7 +18,7 @@ type Servers struct {
 	DatabaseURL string // superuser URL of a database in which other databases can be created
 	// AMQPURL is the node that the benchmark declares its exchanges and queues on and consumes
 	// from; a cluster's first node.
-	AMQPURL     string
+	AMQPURL string
 	// StreamURL is the node's rabbitmq-stream URL, for the stream contender; "" without one.
 	StreamURL   string
 	PostgresPID int // the postmaster, for CPU accounting; 0 if unknown (external server)
