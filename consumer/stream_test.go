@@ -61,6 +61,9 @@ func newStreamEnv(t *testing.T, n int) *streamEnv {
 			t.Fatal(err)
 		}
 	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	for range n {
 		if c := <-s.Confirms(); c.Err != nil {
 			t.Fatal(c.Err)

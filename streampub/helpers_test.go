@@ -55,6 +55,9 @@ func publishAll(tb testing.TB, s *streampub.Session, pos []streampub.Position, m
 			tb.Fatalf("Publish %d: %v", i, err)
 		}
 	}
+	if err := s.Flush(); err != nil {
+		tb.Fatalf("Flush: %v", err)
+	}
 	waitConfirms(tb, s, len(msgs))
 }
 

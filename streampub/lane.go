@@ -14,6 +14,11 @@ import (
 // maxFrameOverhead is what a publish frame adds to one message's bytes, with room to spare.
 const maxFrameOverhead = 64
 
+// maxBatch bounds the messages of one frame, hence of one chunk. The client reads larger chunks
+// wrongly (checked on RabbitMQ 3.10 with client v1.8.3: a chunk of 1,000 small messages failed
+// its checksum), and its own batching stops at 100 too.
+const maxBatch = 100
+
 // maxFrame is the client's default frame size, which the session keeps.
 const maxFrame = 1048574
 
@@ -22,6 +27,12 @@ type lane struct {
 	s        *Session
 	producer *stream.Producer
 	maxFrame int
+
+	// batch makes send hold messages for flush; pending are those held, pendingBytes their frame
+	// size. Only the session's goroutine touches them.
+	batch        bool
+	pending      []message.StreamMessage
+	pendingBytes int
 
 	mu     sync.Mutex
 	flight map[int64]uint64
@@ -39,29 +50,53 @@ func (s *Session) newLane(streamName, name string) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("declare producer on %s: %w", streamName, err)
 	}
-	l := &lane{s: s, producer: p, maxFrame: maxFrame,
+	l := &lane{s: s, producer: p, maxFrame: maxFrame, batch: name != "",
 		flight: make(map[int64]uint64)}
 	s.lanes.Add(1)
 	go l.forward(p.NotifyPublishConfirmation(), p.NotifyClose())
 	return l, nil
 }
 
-// send writes msg with publishing id, to be confirmed as seq.
+// send writes msg with publishing id, to be confirmed as seq. A batching lane holds it until
+// flush (or until the next message would not fit in the frame); another writes it at once.
 func (l *lane) send(msg message.StreamMessage, id int64, seq uint64) error {
 	body, err := msg.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
 	}
-	if len(body)+maxFrameOverhead > l.maxFrame {
+	size := len(body) + maxFrameOverhead
+	if size > l.maxFrame {
 		return fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+	}
+	if l.batch && (l.pendingBytes+size > l.maxFrame-maxFrameOverhead || len(l.pending) >= maxBatch) {
+		if err := l.flush(); err != nil {
+			return err
+		}
 	}
 	l.mu.Lock()
 	l.flight[id] = seq
 	l.mu.Unlock()
+	if l.batch {
+		l.pending = append(l.pending, msg)
+		l.pendingBytes += size
+		return nil
+	}
 	if err := l.producer.Send(msg); err != nil {
-		l.mu.Lock()
-		delete(l.flight, id)
-		l.mu.Unlock()
+		return fmt.Errorf("send: %w: %v", wire.ErrSessionClosed, err)
+	}
+	return nil
+}
+
+// flush writes the messages held, in one frame: the broker stores them as one chunk, which
+// consumers read far faster than a chunk per message.
+func (l *lane) flush() error {
+	if len(l.pending) == 0 {
+		return nil
+	}
+	err := l.producer.BatchSend(l.pending)
+	clear(l.pending)
+	l.pending, l.pendingBytes = l.pending[:0], 0
+	if err != nil {
 		return fmt.Errorf("send: %w: %v", wire.ErrSessionClosed, err)
 	}
 	return nil

@@ -127,6 +127,10 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 	return seq, nil
 }
 
+// Flush writes the messages Publish holds, in one frame (replication.Flusher). The relay calls
+// it whenever it goes back to waiting.
+func (s *Session) Flush() error { return s.main.flush() }
+
 // Park sends p into the park stream, at least once.
 func (s *Session) Park(_ context.Context, p *wire.Parked) (uint64, error) {
 	msg := parkedMessage(p)

@@ -195,7 +195,7 @@ func (o options) set() (func(bench.Sizes) []bench.Scenario, []bench.Contender) {
 	if o.cluster {
 		return bench.ClusterScenarios, bench.ClusterContenders
 	}
-	return bench.Scenarios, bench.AllContenders
+	return bench.Scenarios, append(bench.AllContenders[:len(bench.AllContenders):len(bench.AllContenders)], bench.WalboxStream)
 }
 
 func (o options) svgPath() string {

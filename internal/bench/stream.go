@@ -18,7 +18,7 @@ func (t *trial) consume(capacity int) (*consumer, error) {
 	if t.b.srv.StreamURL == "" {
 		return nil, fmt.Errorf("%s: the broker has no stream listener", t.who)
 	}
-	return consumeStream(t.b.srv.StreamURL, t.name, capacity)
+	return consumeStream(t.b.srv.StreamURL, t.streamName(), capacity)
 }
 
 // consumeStream reads the stream name from its first offset, declaring it first (walbox finds
