@@ -47,6 +47,16 @@ type Blockable interface {
 	Blocked() bool
 }
 
+// Positioner is implemented by a Publisher that needs to know where each message comes from
+// (package streampub numbers messages by it, for the broker's deduplication). Before each Publish
+// the stream calls At with the timeline and LSN of the transaction's commit record (Begin's
+// FinalLSN) and the row's index among the transaction's rows and emitted messages, counted from
+// 0 whether or not this relay publishes them. The server sends a transaction again exactly as
+// before, so a row has the same position on every replay, and positions grow in commit order.
+type Positioner interface {
+	At(timeline int32, commitLSN uint64, index int)
+}
+
 // Dialer opens a new publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

@@ -204,6 +204,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		stats:    &r.stats,
 		obs:      r.cfg.Observer,
 		win:      newWindow(r.cfg.Window, &r.stall),
+		origin:   origin,
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)

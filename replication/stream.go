@@ -40,8 +40,11 @@ type stream struct {
 	heard       *heardClock   // when the connection last read bytes from the server
 	silence     time.Duration // how long the server may stay silent, having been asked to reply
 
-	commit time.Time     // commit time of the transaction being read
-	ev     decoder.Event // the WAL message being handled, reused for the next: it would escape to the heap
+	commit time.Time      // commit time of the transaction being read
+	origin decoder.Origin // the server's timeline history, for positions (Positioner)
+	final  pglogrepl.LSN  // the commit LSN of the transaction being read (Begin's FinalLSN)
+	index  int            // the index of its next row or emitted message
+	ev     decoder.Event  // the WAL message being handled, reused for the next: it would escape to the heap
 
 	reader *reader
 	frames []frame   // taken from the reader and not yet handled: frames[next:]
@@ -261,6 +264,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)
+		s.index++
 		if !s.owns(de.Table, &de.Partial) {
 			return nil
 		}
@@ -274,14 +278,20 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.track.Begin()
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
+		s.final, s.index = ev.FinalLSN, 0
 	case decoder.KindRow:
+		index := s.index
+		s.index++
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
 		if why, ok := s.pinned(&ev.Message, xld.WALStart); ok {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
 		}
-		seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
+		seq, err := s.publish(func(ctx context.Context) (uint64, error) {
+			s.at(index)
+			return s.pub.Publish(ctx, &ev.Message)
+		})
 		if errors.Is(err, wire.ErrUnpublishable) {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, err)
 		}
@@ -324,6 +334,13 @@ func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, er
 		if err := s.maybeSendStatus(); err != nil {
 			return 0, err
 		}
+	}
+}
+
+// at tells a Positioner where the row about to be published comes from.
+func (s *stream) at(index int) {
+	if p, ok := s.pub.(Positioner); ok {
+		p.At(s.origin.TimelineAt(s.final), uint64(s.final), index)
 	}
 }
 

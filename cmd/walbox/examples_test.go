@@ -40,7 +40,7 @@ func TestExampleConfigHasEverySetting(t *testing.T) {
 	if err := r.c.parse(newFlagSet("run", "run", io.Discard), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot); err != nil {
+	if _, _, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, false); err != nil {
 		t.Fatalf("run with %s: %v", path, err)
 	}
 	if _, err := r.b.endpoints(r.c, "walbox"); err != nil {

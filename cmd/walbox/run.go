@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 
 	"github.com/walbox/walbox/internal/relayd"
@@ -20,6 +21,7 @@ type runSettings struct {
 	status, shutdown, createSlot, wait, listen *setting
 	otlp, logLevel, logFormat, shards, shardK  *setting
 	lanes                                      *setting
+	stream                                     *streamSettings
 }
 
 func newRunSettings() *runSettings {
@@ -29,7 +31,7 @@ func newRunSettings() *runSettings {
 		status: s.get("status-interval"), shutdown: s.get("shutdown-timeout"), createSlot: s.get("create-slot"),
 		wait: s.get("wait-for-servers"), listen: s.get("listen"), otlp: s.get("otlp-endpoint"),
 		logLevel: s.get("log-level"), logFormat: s.get("log-format"), shards: s.get("shards"), shardK: s.get("shard"),
-		lanes: s.get("lanes")}
+		lanes: s.get("lanes"), stream: addStreamSettings(s)}
 }
 
 // runRelay is `walbox run`: settings, then the daemon's configuration, then the daemon.
@@ -61,7 +63,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	rc := cfg.Relay
 	log.Info("starting", "version", version, "slot", rc.Slot, "publication", rc.Publication,
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
-		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
+		"lanes", cfg.Lanes, "brokers", brokerHosts(cfg), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", rc.Slot, "error", explainAuth(err))
 		return r.c.fail(err)
@@ -73,11 +75,17 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 // it returns the exchange too, which the tracer names.
 func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Config, string, error) {
 	var cfg relayd.Config
-	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot)
+	var err error
+	if cfg.Stream, err = r.stream.config(); err != nil {
+		return cfg, "", err
+	}
+	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, cfg.Stream != nil)
 	if err != nil {
 		return cfg, "", err
 	}
-	if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
+	if cfg.Stream != nil {
+		pcfg.Exchange = "stream:" + cfg.Stream.Stream
+	} else if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
 		return cfg, "", err
 	}
 	if rc.Logger, err = newLogger(stderr, r.logLevel.value, r.logFormat.value, r.c.secrets()); err != nil {
@@ -105,6 +113,20 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	return cfg, pcfg.Exchange, nil
 }
 
+// brokerHosts names the nodes the relay publishes to.
+func brokerHosts(cfg relayd.Config) string {
+	if cfg.Stream != nil {
+		var hosts []string
+		for _, u := range cfg.Stream.URIs {
+			if p, err := url.Parse(u); err == nil {
+				hosts = append(hosts, p.Host)
+			}
+		}
+		return strings.Join(hosts, ",")
+	}
+	return strings.Join(cfg.Brokers.Hosts(), ",")
+}
+
 // checkListen refuses a --listen that is not "off" and not host:port. An address that is well
 // formed but taken is only logged when the relay starts: metrics are not the product.
 func checkListen(st *setting) error {
@@ -121,7 +143,9 @@ func checkListen(st *setting) error {
 	return nil
 }
 
-func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
+// relayConfig reads the relay's settings; streaming (into a stream, not to the exchange) needs no
+// AMQP URL.
+func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting, streaming bool) (replication.Config, publisher.Config, error) {
 	var (
 		cfg  replication.Config
 		pcfg publisher.Config
@@ -134,7 +158,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.Mappings = c.mappings()
-	if pcfg, err = b.config(c, "walbox"); err != nil {
+	if streaming {
+		pcfg.Window, err = b.window.int()
+	} else {
+		pcfg, err = b.config(c, "walbox")
+	}
+	if err != nil {
 		return cfg, pcfg, err
 	}
 	cfg.Window = pcfg.Window

@@ -136,6 +136,8 @@
 //     TestEmittedMessageIsTheRowOnTheWire
 //   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
+//   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills
+//     (relay killed, broker killed, relay stopped, standby taking over)
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,

@@ -97,6 +97,8 @@ type consumer struct {
 	dups     atomic.Int64
 	strays   atomic.Int64 // bodies without a seq in range
 	done     chan struct{}
+	// stopStream ends a stream consumer (stream.go); nil for a queue's.
+	stopStream func()
 }
 
 // consume starts consuming queue; seqs run from 0 to capacity-1.
@@ -169,7 +171,12 @@ func (c *consumer) wait(ctx context.Context, n int, timeout time.Duration, alive
 
 // stop ends consuming; arrivals and sent may be read after it returns.
 func (c *consumer) stop() {
-	_ = c.conn.Close()
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
+	if c.stopStream != nil {
+		c.stopStream()
+	}
 	<-c.done
 }
 
