@@ -12,8 +12,8 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
-	"github.com/walbox/walbox/test/checker"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
 )
 
 // Publishing into a stream, walbox is SIGKILLed again and again while transactions commit (some
