@@ -11,6 +11,7 @@ import (
 
 // republisher publishes the rows of a gap on one session and counts the broker's confirms. Any
 // failure ends the recovery: nothing is retried here, since running recover again repeats it all.
+// It keeps at most republishWindow messages in flight: the publisher does not bound them.
 type republisher struct {
 	pub       Publisher
 	confirms  <-chan wire.Confirm
@@ -32,6 +33,9 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	if err != nil {
 		return fmt.Errorf("table %s: %w", t.mapping.Table, err)
 	}
+	if err := p.room(ctx); err != nil {
+		return err
+	}
 	_, err = p.pub.Publish(ctx, &m)
 	if errors.Is(err, wire.ErrUnpublishable) {
 		return p.park(ctx, &m, t.mapping.Table.String(), err)
@@ -48,6 +52,9 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 // x-walbox-lsn header is empty.
 func (p *republisher) park(ctx context.Context, m *wire.Message, table string, why error) error {
 	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table}
+	if err := p.room(ctx); err != nil {
+		return err
+	}
 	if _, err := p.pub.Park(ctx, parked); err != nil {
 		return fmt.Errorf("park %s: %w", m.AMQPMessageID(), err)
 	}
@@ -73,14 +80,28 @@ func (p *republisher) drain() error {
 	}
 }
 
+// republishWindow bounds the messages recover has in flight, as Config.Window's default does the relay's.
+const republishWindow = 1024
+
+// room waits until fewer than republishWindow messages are in flight.
+func (p *republisher) room(ctx context.Context) error {
+	if p.sent-p.confirmed < republishWindow {
+		return nil
+	}
+	return p.waitFor(ctx, p.sent-republishWindow+1)
+}
+
 // wait blocks until the broker confirmed every message sent.
-func (p *republisher) wait(ctx context.Context) error {
+func (p *republisher) wait(ctx context.Context) error { return p.waitFor(ctx, p.sent) }
+
+// waitFor writes what the publisher holds and blocks until n messages are confirmed.
+func (p *republisher) waitFor(ctx context.Context, n int64) error {
 	if f, ok := p.pub.(Flusher); ok {
 		if err := f.Flush(); err != nil {
 			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, err)
 		}
 	}
-	for p.confirmed < p.sent {
+	for p.confirmed < n {
 		select {
 		case c, ok := <-p.confirms:
 			if err := p.apply(c, ok); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
@@ -183,13 +182,13 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		watch:    w,
 		pub:      pub,
 		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
-		track:    checkpoint.New(slot.ConfirmedFlush),
+		led:      newLedger(slot.ConfirmedFlush, r.cfg.Window, &r.stall),
+		stall:    &r.stall,
 		reported: slot.ConfirmedFlush,
 		heard:    lastRead,
 		silence:  silence,
 		stats:    &r.stats,
 		obs:      r.cfg.Observer,
-		win:      newWindow(r.cfg.Window, &r.stall),
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)
@@ -202,7 +201,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil && ctx.Err() != nil {
 		s.gaveUp(err) // a graceful stop that a publish call or a failure cut short
 	}
-	return s.track.Watermark() > slot.ConfirmedFlush, err
+	return s.led.Watermark() > slot.ConfirmedFlush, err
 }
 
 // firstContact makes a connection failure permanent when the server was never reached, unless the

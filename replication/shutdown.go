@@ -70,7 +70,7 @@ func (s *stream) expiring() {
 // gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed
 // them, so the next run sends them again.
 func (s *stream) gaveUp(err error) {
-	if n := s.track.InFlight(); n > 0 || err != nil {
+	if n := s.led.InFlight(); n > 0 || err != nil {
 		s.log.Warn("shutdown: gave up waiting for the broker; the next run sends the unconfirmed messages again from the slot",
 			"slot", s.cfg.Slot, "unconfirmed", n, "shutdown_timeout", s.cfg.ShutdownTimeout.String(), "error", err)
 	}
@@ -108,7 +108,7 @@ func (c *stopClock) release() {
 // the final position.
 func (s *stream) shutdown() error {
 	err := s.drainConfirms()
-	if err == nil && s.track.InFlight() > 0 {
+	if err == nil && s.led.InFlight() > 0 {
 		err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
 	}
 	s.gaveUp(err)
@@ -120,7 +120,7 @@ func (s *stream) finalReport() error {
 	if err := s.sendStatus(); err != nil {
 		return err
 	}
-	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.track.Watermark().String())
+	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.led.Watermark().String())
 	return nil
 }
 

@@ -52,12 +52,12 @@ func (s *stream) sendStatus() error {
 	}
 	// A watermark held back by the cap takes a check whose predecessor read a position past it:
 	// at most two more, one round trip each.
-	for i := 0; i < 2 && s.track.Watermark() > s.watch.limit; i++ {
+	for i := 0; i < 2 && s.led.Watermark() > s.watch.limit; i++ {
 		if err := s.watch.check(ctx); err != nil {
 			return err
 		}
 	}
-	w := min(s.track.Watermark(), s.watch.limit)
+	w := min(s.led.Watermark(), s.watch.limit)
 	if s.idleStep(s.watch.recorded, w) {
 		w = s.watch.recorded
 	}
@@ -110,7 +110,7 @@ const reportDelay = 100 * time.Millisecond
 // reportSoon brings the next status update forward to reportDelay after the last one when the
 // watermark has moved past what was reported.
 func (s *stream) reportSoon() {
-	if w := s.track.Watermark(); w <= s.reported || s.idleStep(s.reported, w) {
+	if w := s.led.Watermark(); w <= s.reported || s.idleStep(s.reported, w) {
 		return
 	}
 	if soon := s.statusSent.Add(min(reportDelay, s.cfg.StatusInterval)); soon.Before(s.statusDue) {

@@ -26,8 +26,8 @@ type stream struct {
 	watch *watch // records positions before they are reported, and checks the publication
 	pub   Publisher
 	dec   *decoder.Decoder
-	track *checkpoint.Tracker
-	win   window // the messages in flight, and how many may be
+	led   *checkpoint.Ledger[flight] // the messages in flight, how many may be, and the watermark
+	stall *stall                     // the relay's memory of a refused message (stall.go)
 	stats *Stats
 	obs   Observer
 
@@ -81,9 +81,9 @@ func (s *stream) phase(ctx context.Context) phase {
 		return streaming
 	case s.stop.expired():
 		return stopped
-	case s.track.Open():
+	case s.led.Open():
 		return finishing
-	case s.track.InFlight() > 0:
+	case s.led.InFlight() > 0:
 		return draining
 	}
 	return stopped
@@ -173,7 +173,7 @@ func (s *stream) reads(ph phase) bool {
 }
 
 // windowFull reports whether the window allows no more messages in flight.
-func (s *stream) windowFull() bool { return s.track.Span() >= s.win.limit() }
+func (s *stream) windowFull() bool { return s.led.Full() }
 
 // begin starts what the session's loop needs: the shutdown clock, the status timer and the
 // reader. end stops them, and waits for the reader, so that the connection is the session's again.
@@ -238,7 +238,7 @@ func (s *stream) handleCopyData(data []byte) error {
 		s.stats.serverWALEnd(ka.ServerWALEnd)
 		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
 		// flight and no transaction open that position is safe to confirm.
-		s.track.AdvanceIdle(ka.ServerWALEnd)
+		s.led.AdvanceIdle(ka.ServerWALEnd)
 		if ka.ReplyRequested {
 			return s.sendStatus()
 		}
@@ -271,7 +271,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	}
 	switch ev.Kind {
 	case decoder.KindBegin:
-		s.track.Begin()
+		s.led.Begin()
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
 	case decoder.KindRow:
@@ -295,8 +295,8 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.stats.published()
 		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
 	case decoder.KindCommit:
-		s.track.Commit(ev.EndLSN)
-		s.moved = s.track.Watermark()
+		s.led.Commit(ev.EndLSN)
+		s.moved = s.led.Watermark()
 		s.stats.received(ev.EndLSN)
 		s.reportSoon()
 	}
@@ -400,22 +400,22 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 		return time.Time{}, brokerError{errors.New("publisher: session closed")}
 	}
 	if c.Err != nil {
-		s.track.Nack(c.Seq)
+		f := s.led.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
 		if c.Seq == 0 { // the session died
 			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq,
 				s.refusedTooLarge(c.Err, nil))}
 		}
-		return time.Time{}, brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
+		return time.Time{}, brokerError{&refused{seq: c.Seq, key: f.key, err: c.Err}}
 	}
-	if err := s.track.Ack(c.Seq); err != nil {
+	f, err := s.led.Ack(c.Seq)
+	if err != nil {
 		return time.Time{}, err
 	}
 	now := c.At
 	if now.IsZero() {
 		now = time.Now()
 	}
-	f := s.win.get(c.Seq)
 	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
 	if !f.commit.IsZero() {
 		ev.CommitLatency = now.Sub(f.commit)
@@ -432,18 +432,18 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 // of which arrived at at: the watermark the next status update reports, the in-flight gauges and
 // the time of the last confirm.
 func (s *stream) settle(at time.Time) {
-	s.moved = s.track.Watermark()
+	s.moved = s.led.Watermark()
 	s.stats.LastConfirm.Store(at.UnixNano())
 	s.updateInFlight()
 	s.reportSoon()
 }
 
-// dispatch records a published message with the tracker and in the window.
+// dispatch records a published message in the ledger.
 func (s *stream) dispatch(seq uint64, m *wire.Message) error {
-	if err := s.track.Dispatch(seq); err != nil {
+	f := flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m)}
+	if err := s.led.Dispatch(seq, f); err != nil {
 		return err
 	}
-	s.win.put(seq, flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m)})
 	s.held = true
 	s.updateInFlight()
 	return nil
@@ -451,13 +451,14 @@ func (s *stream) dispatch(seq uint64, m *wire.Message) error {
 
 // updateInFlight publishes the in-flight count and the age of the oldest unconfirmed message.
 func (s *stream) updateInFlight() {
-	n := s.track.InFlight()
+	n := s.led.InFlight()
 	s.stats.InFlight.Store(int64(n))
 	if n == 0 {
 		s.stats.OldestSent.Store(0)
 		return
 	}
-	s.stats.OldestSent.Store(s.win.get(s.track.Acked() + 1).at.UnixNano())
+	oldest, _ := s.led.Oldest()
+	s.stats.OldestSent.Store(oldest.at.UnixNano())
 }
 
 // owns reports whether this relay publishes or parks m, decoded from table ("" for a logical
