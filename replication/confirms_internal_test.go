@@ -48,7 +48,7 @@ func burstStream(t *testing.T, n int, end pglogrepl.LSN) (*stream, *burstPublish
 		stats: &Stats{},
 		obs:   obs,
 	}
-	s.statusDue = time.Now().Add(time.Hour)
+	s.rep = newReporter(s.cfg, nil, nil, mark{w: 1}) // not started: the test reads what it was offered
 	s.led.Begin()
 	for seq := uint64(1); seq <= uint64(n); seq++ {
 		if err := s.led.Dispatch(seq, flight{at: time.Now(), eventType: "e"}); err != nil {
@@ -84,8 +84,8 @@ func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	if got := s.stats.InFlight.Load(); got != 0 {
 		t.Fatalf("in-flight gauge %d, want 0", got)
 	}
-	if !s.statusDue.Before(time.Now().Add(time.Minute)) {
-		t.Fatal("the moved watermark did not bring the status update forward")
+	if got, want := s.rep.mark(), (mark{w: end, moved: end}); got != want || len(s.rep.wake) != 1 {
+		t.Fatalf("offered the reporter %+v (woken: %v), want %+v", got, len(s.rep.wake) == 1, want)
 	}
 }
 

@@ -60,7 +60,7 @@ func (s *stream) stopping() {
 // call is in progress: the call may be stuck in a socket write, which no context ends, and would
 // hold the stop up to the publisher's write timeout. It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
-	if b, ok := s.pub.(Blockable); ok && b.Blocked() && s.keeper.busy() {
+	if b, ok := s.pub.(Blockable); ok && b.Blocked() && s.publishing.Load() {
 		s.log.Warn("shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection",
 			"slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
 		_ = s.pub.Close()
@@ -115,21 +115,21 @@ func (s *stream) shutdown() error {
 	return s.finalReport()
 }
 
-// finalReport sends the last status update of a graceful stop.
+// finalReport sends the last status update of a graceful stop, through the reporter.
 func (s *stream) finalReport() error {
-	if err := s.sendStatus(); err != nil {
+	if err := s.rep.final(); err != nil {
 		return err
 	}
 	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.led.Watermark().String())
 	return nil
 }
 
-// finalStatus reports the watermark after a broker failure, having first applied the confirms
+// finalStatus reports the watermark after a broker failure (stream.run), having first applied the confirms
 // that had already arrived: a publish that failed or gave up left them unread. Applying stops at
 // the first failed confirm it reads; the one that ended the session may have been read already,
 // but it froze the tracker, and the watermark never passes a failed confirm, so this confirms
 // nothing the broker did not. Errors change nothing: the session is over.
 func (s *stream) finalStatus() {
 	_ = s.drainConfirms()
-	_ = s.sendStatus()
+	_ = s.rep.final()
 }
