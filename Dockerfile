@@ -8,11 +8,14 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN go mod download
+COPY examples/go.mod examples/go.sum ./examples/
+RUN go mod download && cd examples && go mod download
 COPY . .
 ARG VERSION=dev
 ARG TAGS=
-RUN CGO_ENABLED=0 go build -trimpath -tags "${TAGS}" -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/...
+# walbox from the product module; orders and notifier from the examples module.
+RUN CGO_ENABLED=0 go build -trimpath -tags "${TAGS}" -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/... \
+ && cd examples && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/orders ./cmd/notifier
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/ /usr/local/bin/

@@ -3,7 +3,7 @@
 # debootstrap that builds the Debian chroots of the version matrix's newer
 # servers (PostgreSQL 17 and 18, RabbitMQ 4.0) and the compose tests' images,
 # and the Docker engine and docker-compose that the compose tests use
-# (internal/composetest), on Debian bookworm, if missing. Idempotent; run as root.
+# (test/composetest), on Debian bookworm, if missing. Idempotent; run as root.
 # It starts none of the packages' services: the tests run nodes (and a Docker
 # engine, with its containerd) of their own and never use the system ones, and a
 # machine without an init system (a container) could not start them, which

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// The shapes of cmd/walbox-bench's scenarios that the other decoder benchmarks do not cover.
+// The shapes of test/cmd/walbox-bench's scenarios that the other decoder benchmarks do not cover.
 
 // BenchmarkDecodeSingleRowTransaction decodes Begin, Insert and Commit: one op is one row of a
 // single-row transaction, the shape of the benchmark's main drain scenario, where the

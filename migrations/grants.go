@@ -15,7 +15,8 @@ var RecordFunctions = []string{"walbox_slot_register", "walbox_slot_confirm", "w
 
 // RestrictRegistry takes EXECUTE on the record functions in schema from PUBLIC and grants it to
 // the calling role. With relayRole it grants it to relayRole as well, and takes it from every
-// other role; without, roles granted before keep it. It runs on every migrate, so a database
+// other role; without, roles granted before keep it, unless the owner's default privileges
+// granted it to them. It runs on every migrate, so a database
 // migrated by an older walbox (PostgreSQL's default: PUBLIC may execute) is put right by the next.
 func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole string) error {
 	tx, err := conn.Begin(ctx)
@@ -40,7 +41,13 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 		return err
 	}
 	for _, f := range fns {
-		stmts := []string{"REVOKE EXECUTE ON FUNCTION " + f.sig + " FROM PUBLIC", "GRANT EXECUTE ON FUNCTION " + f.sig + " TO CURRENT_USER"}
+		var stmts []string
+		// A grant made by a role with the grant option survives a REVOKE by the owner: take the
+		// option back first, and with it (CASCADE) every grant made through it.
+		for _, g := range f.grantors {
+			stmts = append(stmts, "REVOKE GRANT OPTION FOR EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize()+" CASCADE")
+		}
+		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f.sig+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f.sig+" TO CURRENT_USER")
 		if relayRole != "" {
 			stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+f.sig+" TO "+pgx.Identifier{relayRole}.Sanitize())
 		}
@@ -52,6 +59,9 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 				return fmt.Errorf("restrict %s: %w", f.sig, err)
 			}
 		}
+	}
+	if err := restrictTable(ctx, tx, schema); err != nil {
+		return err
 	}
 	// A role that neither owns the functions nor is a superuser gets a warning, not an error, from
 	// REVOKE: make it one.
@@ -71,19 +81,27 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	return nil
 }
 
-// recordFunction is one record function: its signature, quoted, and the roles to take EXECUTE
-// from (with a relay role: every grantee but the owner, the caller and the relay role).
+// recordFunction is one record function: its signature, quoted, the roles to take EXECUTE from
+// (with a relay role: every grantee but the owner, the caller and the relay role; without, those
+// the owner's default privileges granted it to), and the roles but the owner that may grant
+// EXECUTE on.
 type recordFunction struct {
-	sig    string
-	others []string
+	sig      string
+	others   []string
+	grantors []string
 }
 
 func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]recordFunction, error) {
 	rows, err := tx.Query(ctx, `SELECT p.proname, pg_get_function_identity_arguments(p.oid),
 			ARRAY(SELECT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
-				WHERE a.privilege_type = 'EXECUTE' AND $3 <> ''
+				WHERE a.privilege_type = 'EXECUTE'
 				  AND a.grantee <> p.proowner AND r.rolname <> current_user AND r.rolname <> $3
-				ORDER BY 1)
+				  AND ($3 <> '' OR a.grantee IN (SELECT d.grantee FROM pg_default_acl x CROSS JOIN LATERAL aclexplode(x.defaclacl) d
+					WHERE x.defaclrole = p.proowner AND x.defaclobjtype = 'f' AND x.defaclnamespace IN (0, p.pronamespace)
+					  AND d.privilege_type = 'EXECUTE'))
+				ORDER BY 1),
+			ARRAY(SELECT DISTINCT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
+				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner ORDER BY 1)
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = $1 AND p.proname = ANY($2)
 		ORDER BY 1, 2`, schema, RecordFunctions, relayRole)
@@ -94,14 +112,51 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 	var fns []recordFunction
 	for rows.Next() {
 		var name, args string
-		var others []string
-		if err := rows.Scan(&name, &args, &others); err != nil {
+		var others, grantors []string
+		if err := rows.Scan(&name, &args, &others, &grantors); err != nil {
 			return nil, fmt.Errorf("read the record functions: %w", err)
 		}
-		fns = append(fns, recordFunction{sig: pgx.Identifier{schema, name}.Sanitize() + "(" + args + ")", others: others})
+		fns = append(fns, recordFunction{sig: pgx.Identifier{schema, name}.Sanitize() + "(" + args + ")", others: others, grantors: grantors})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the record functions: %w", err)
 	}
 	return fns, nil
+}
+
+// recordWriters lists the grantees (PUBLIC as such, others quoted) of any right on walbox_slots in
+// schema, or on one of its columns, but SELECT and the owner's own.
+const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+	FROM pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
+		SELECT t.attacl FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
+	CROSS JOIN LATERAL aclexplode(acl.acl) a
+	WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
+	ORDER BY 1)`
+
+// restrictTable takes every right on walbox_slots but SELECT from every role but the owner:
+// writing the record moves it past a gap as surely as the functions, and a trigger on it would run
+// with the owner's rights inside them. Default privileges may have granted such rights.
+func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
+	var grantees []string
+	if err := tx.QueryRow(ctx, recordWriters, schema).Scan(&grantees); err != nil {
+		return fmt.Errorf("read the rights on walbox_slots: %w", err)
+	}
+	table := pgx.Identifier{schema, "walbox_slots"}.Sanitize()
+	for _, g := range grantees {
+		if _, err := tx.Exec(ctx, "REVOKE ALL ON TABLE "+table+" FROM "+g+" CASCADE"); err != nil {
+			return fmt.Errorf("restrict %s: %w", table, err)
+		}
+	}
+	if len(grantees) > 0 {
+		if _, err := tx.Exec(ctx, "GRANT SELECT ON TABLE "+table+" TO PUBLIC"); err != nil {
+			return fmt.Errorf("restrict %s: %w", table, err)
+		}
+	}
+	if err := tx.QueryRow(ctx, recordWriters, schema).Scan(&grantees); err != nil {
+		return fmt.Errorf("read the rights on walbox_slots: %w", err)
+	}
+	if len(grantees) > 0 {
+		return fmt.Errorf("%s may still write %s: run walbox migrate as its owner", strings.Join(grantees, ", "), table)
+	}
+	return nil
 }

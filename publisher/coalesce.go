@@ -3,6 +3,7 @@ package publisher
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,8 @@ type coalescer struct {
 	failed func(error) error
 
 	delay time.Duration
+
+	writing atomic.Bool // a socket write is in progress; read without mu
 
 	mu     sync.Mutex
 	writes int       // socket writes made
@@ -132,7 +135,9 @@ func (w *coalescer) flush() (int, error) {
 func (w *coalescer) write(p []byte) (int, error) {
 	w.writes++
 	w.wrote = time.Now()
+	w.writing.Store(true)
 	n, err := w.Conn.Write(p)
+	w.writing.Store(false)
 	if err != nil {
 		w.err = err
 	}

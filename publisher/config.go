@@ -101,7 +101,7 @@ type Config struct {
 
 	// OnBlocked, when set, is told each time the broker blocks the session's connection (a memory
 	// or disk alarm; reason is the broker's, from connection.blocked) and unblocks it. A session
-	// that ends while blocked tells it blocked false, with the reason "session ended". It is
+	// that ends while blocked tells it blocked false, with the reason SessionEnded. It is
 	// called from the session's goroutine and must not block.
 	OnBlocked func(blocked bool, reason string)
 }

@@ -54,12 +54,12 @@ func (s *Session) run() {
 		case b, ok := <-s.tr.blocks:
 			if !ok {
 				s.tr.blocks = nil
-				s.setBlocked(false, sessionEnded)
+				s.setBlocked(false, SessionEnded)
 				continue
 			}
 			s.setBlocked(b.Active, b.Reason)
 		case <-s.stop:
-			s.setBlocked(false, sessionEnded)
+			s.setBlocked(false, SessionEnded)
 			s.closeConfirms()
 			return
 		}
@@ -252,8 +252,9 @@ func (s *Session) closeConfirms() {
 	close(s.confirms)
 }
 
-// sessionEnded is the reason OnBlocked is given when a blocked session ends.
-const sessionEnded = "session ended"
+// SessionEnded is the reason Config.OnBlocked is given when a blocked session ends: the broker did
+// not unblock it, and may still block the next session.
+const SessionEnded = "session ended"
 
 // setBlocked records whether the broker blocks the connection, and tells Config.OnBlocked of a
 // change.

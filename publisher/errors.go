@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/walbox/walbox/wire"
 )
 
@@ -49,3 +51,15 @@ type answered struct{ err error }
 func (a answered) Error() string        { return a.err.Error() }
 func (a answered) Unwrap() error        { return a.err }
 func (a answered) Is(target error) bool { return target == wire.ErrServerAnswered }
+
+// brokerAnswered reports whether a failed dial heard an AMQP broker: one that closed the
+// connection with a reply of its own, or refused the login, the vhost or every SASL mechanism
+// after it started the handshake. A peer that closed without speaking AMQP (a wrong port, a
+// proxy with no broker behind it) gives a frame error, and was not reached.
+func brokerAnswered(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Server || errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL)
+}

@@ -92,8 +92,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("dial %s: %w", host(uri), ctx.Err())
 		}
-		var ae *amqp.Error
-		if s.conn != nil || errors.As(err, &ae) {
+		if s.conn != nil || brokerAnswered(err) {
 			err = answered{err}
 		}
 		s.closeConn()
@@ -199,6 +198,13 @@ func (s *Session) dialer(ctx context.Context) func(network, addr string) (net.Co
 		s.out = newCoalescer(writeBound{Conn: c, timeout: s.cfg.WriteTimeout}, s.writeFailed)
 		return s.out, nil
 	}
+}
+
+// writing reports whether a write to the broker's socket is in progress.
+func (s *Session) writing() bool {
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	return s.out != nil && s.out.writing.Load()
 }
 
 // cut closes the TCP connection under the session, which no amqp091 call can block.
@@ -432,7 +438,8 @@ func (s *Session) Blocked() bool {
 func (s *Session) Err() error { return s.failure() }
 
 // Close ends the session: it closes the connection, waiting at most Config.CloseTimeout for the
-// broker before cutting it (at once if the broker blocks the connection), and stops the internal
+// broker before cutting it (at once if the broker blocks the connection or a socket write is in
+// progress), and stops the internal
 // goroutine. Messages without a Confirm may or may not have reached the broker. It is safe to
 // call more than once and from any goroutine.
 func (s *Session) Close() error {
@@ -450,10 +457,12 @@ func (s *Session) Close() error {
 // closeConn closes the AMQP connection, bounded by CloseTimeout: the deadline interrupts a
 // publish stuck in a socket write too, and the timer cuts the socket whatever happens. A
 // connection the broker blocks is cut at once: the broker reads nothing from it, so it would
-// never read connection.close, and the close would last all of CloseTimeout.
+// never read connection.close, and the close would last all of CloseTimeout. So is one with a
+// socket write in progress (Close is then called from another goroutine than the publishing
+// one, to give up): connection.close would wait behind that write.
 func (s *Session) closeConn() error {
 	defer s.cut()
-	if s.conn == nil || s.Blocked() {
+	if s.conn == nil || s.Blocked() || s.writing() {
 		return nil
 	}
 	t := time.AfterFunc(s.cfg.CloseTimeout+s.cfg.CloseTimeout/10, s.cut) // after the deadline

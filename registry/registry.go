@@ -185,7 +185,7 @@ func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 // record already existed (another process got there first) and was left alone.
 func (s *Store) Register(ctx context.Context, r Record) (bool, error) {
 	var added *bool
-	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_register")+"($1, $2, $3, $4, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)",
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_register")+"($1::text, $2::text, $3::integer, $4::text, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)",
 		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin)).Scan(&added)
 	if err != nil {
 		return false, fmt.Errorf("record slot %s: %w", r.Slot, err)
@@ -198,7 +198,7 @@ func (s *Store) Register(ctx context.Context, r Record) (bool, error) {
 // transaction that commits after lsn.
 func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pglogrepl.LSN, xmin uint64) (pglogrepl.LSN, error) {
 	var got *string
-	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_confirm")+"($1, $2, $3::text::pg_lsn, $4::text::xid8)::text",
+	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_confirm")+"($1::text, $2::integer, $3::text::pg_lsn, $4::text::xid8)::text",
 		slot, timeline, lsn.String(), xminArg(xmin)).Scan(&got)
 	if err != nil {
 		return 0, fmt.Errorf("record position %s of slot %s: %w", lsn, slot, err)
@@ -212,14 +212,14 @@ func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pg
 // PinCoverage records coverage (inspect.Coverage.Identity) for the slot unless a coverage is
 // recorded already, and returns the recorded one.
 func (s *Store) PinCoverage(ctx context.Context, slot, coverage string) (string, error) {
-	return s.coverage(ctx, "record", slot, "walbox_slot_coverage", "($1, $2)", slot, coverage)
+	return s.coverage(ctx, "record", slot, "walbox_slot_coverage", "($1::text, $2::text)", slot, coverage)
 }
 
 // WidenCoverage replaces the coverage recorded for the slot by coverage, if recorded is still
 // the one recorded, and returns the recorded one. The caller has judged that coverage holds
 // everything recorded holds (inspect.CoverageHolds).
 func (s *Store) WidenCoverage(ctx context.Context, slot, recorded, coverage string) (string, error) {
-	return s.coverage(ctx, "widen", slot, "walbox_slot_widen_coverage", "($1, $2, $3)", slot, recorded, coverage)
+	return s.coverage(ctx, "widen", slot, "walbox_slot_widen_coverage", "($1::text, $2::text, $3::text)", slot, recorded, coverage)
 }
 
 // coverage calls the registry function fn, which returns the slot's recorded coverage.
@@ -283,6 +283,8 @@ func (s *Store) Horizon(ctx context.Context) (pglogrepl.LSN, uint64, error) {
 	return l, x, err
 }
 
+// fn names a registry function with its schema. Calls cast every argument to its parameter's type:
+// an exact match, so an overload that a role allowed to CREATE in the schema adds is never chosen.
 func (s *Store) fn(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
 
 func parseLSN(s *string) (pglogrepl.LSN, error) {

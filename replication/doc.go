@@ -58,9 +58,10 @@
 // once the stream has handled it (reader.go): a large row is in memory about once, and only one
 // at a time. The shutdown's timing is all in shutdown.go (stopClock): it logs the confirms it
 // waits for when Run's context ends, and those it gave up on at the end; at the deadline it
-// closes a publisher the broker blocks if a publish call is still in progress, since that call
-// may be a socket write no context ends. The ledger, the only bound on messages in flight and the
-// only record of them, is package checkpoint's (window.go sets it up).
+// closes the publisher if a publish call is still in progress, since that call may be a socket
+// write no context ends. After a graceful stop it waits for the publisher's close only until the
+// deadline (closePublisher). The ledger, the only bound on messages in flight and the only record
+// of them, is package checkpoint's (window.go sets it up).
 //
 // # Where the slot can move
 //
@@ -94,7 +95,13 @@
 // Relay.prepareSlot for `walbox run` and by EnsureSlot for `walbox migrate` and `walbox
 // reshard`); walbox recover, which replaces it (Recovery.Recover, recover.go); and `walbox
 // reshard --retire`, which drops the old set's slots once each passed the cut
-// (cmd/walbox/reshard.go).
+// (cmd/walbox/reshard.go). Relay.prepareSlot may also make an existing inactive slot a failover
+// slot (makeFailover, failover.go), which does not move it.
+//
+// With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
+// slot's reads go to the standby, while the record and watch.check stay on the primary. The
+// positions are one WAL, so the primary's insert position caps the standby's slot as it would
+// the primary's, and the record is still written before each status update.
 //
 // # Failure
 //

@@ -26,8 +26,9 @@ type stopClock struct {
 	expiring   func()        // called at the deadline, on the timer's goroutine
 	unwatch    func() bool
 
-	mu    sync.Mutex
-	timer *time.Timer // runs from the end of Run's context to the deadline
+	mu       sync.Mutex
+	timer    *time.Timer // runs from the end of Run's context to the deadline
+	deadline time.Time   // when timer fires; zero if it never started
 }
 
 // errShutdownExpired is why publishing ends at the shutdown deadline.
@@ -42,7 +43,7 @@ func startStopClock(ctx context.Context, timeout time.Duration, stopping, expiri
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.timer == nil {
-			c.timer = time.AfterFunc(timeout, c.expire)
+			c.timer, c.deadline = time.AfterFunc(timeout, c.expire), time.Now().Add(timeout)
 			stopping()
 		}
 	})
@@ -56,15 +57,20 @@ func (s *stream) stopping() {
 		"in_flight", s.stats.InFlight.Load(), "shutdown_timeout", s.cfg.ShutdownTimeout.String())
 }
 
-// expiring closes the publisher at the shutdown deadline if the broker blocks it while a publish
-// call is in progress: the call may be stuck in a socket write, which no context ends, and would
-// hold the stop up to the publisher's write timeout. It runs on the stop clock's goroutine.
+// expiring closes the publisher at the shutdown deadline if a publish call is still in progress:
+// the call may be stuck in a socket write, which no context ends (the broker blocks publishing,
+// or answers nothing), and would hold the stop up to the publisher's write timeout. Its Close
+// must then cut the connection at once. It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
-	if b, ok := s.pub.(Blockable); ok && b.Blocked() && s.publishing.Load() {
-		s.log.Warn("shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection",
-			"slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
-		_ = s.pub.Close()
+	if !s.publishing.Load() {
+		return
 	}
+	msg := "shutdown: a publish is still in progress at the shutdown deadline; cutting the connection"
+	if b, ok := s.pub.(Blockable); ok && b.Blocked() {
+		msg = "shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection"
+	}
+	s.log.Warn(msg, "slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+	_ = s.pub.Close()
 }
 
 // gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed
@@ -90,6 +96,46 @@ func (c *stopClock) expired() bool {
 	default:
 		return false
 	}
+}
+
+// closeGrace is how long a stopping relay waits at least, past its shutdown deadline if need be,
+// for its publisher to close.
+const closeGrace = 500 * time.Millisecond
+
+// closePublisher closes the session's publisher. In a graceful stop (ctx ended) it waits for the
+// close only until the shutdown deadline, or closeGrace if that is sooner: a broker that answers
+// nothing (a stopped process, a network partition) would otherwise hold the exit for the
+// publisher's own close timeout. The close then goes on by itself; whatever it did not confirm
+// stays in the slot. clock is nil if the stream never ran.
+func (r *Relay) closePublisher(ctx context.Context, pub Publisher, clock *stopClock) {
+	if ctx.Err() == nil {
+		_ = pub.Close()
+		return
+	}
+	wait := closeGrace
+	if clock != nil {
+		wait = max(wait, time.Until(clock.endAt()))
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = pub.Close()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		r.cfg.Logger.Warn("shutdown: the broker has not answered the close of the connection; exiting without waiting for it",
+			"slot", r.cfg.Slot, "waited", wait.Round(time.Millisecond).String())
+	}
+}
+
+// endAt returns the shutdown deadline, or the zero time if the clock never started.
+func (c *stopClock) endAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline
 }
 
 // release stops the clock when the session ends.

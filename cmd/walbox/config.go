@@ -50,9 +50,9 @@ type tableYAML struct {
 // rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
 var knownSettings = []string{
 	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
-	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "lanes", "listen",
+	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "failover-slot", "force", "json", "lanes", "listen",
 	"log-format", "log-level", "max-message-size", "message-prefix", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
-	"publication", "queue-type", "relay-role", "relay-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
+	"publication", "queue-type", "relay-role", "relay-url", "replication-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
 	"table", "wait", "wait-for-servers", "window",
 }
 
@@ -148,14 +148,40 @@ func checkTableKeys(node *yaml.Node) error {
 	}
 	keys := tableKeys()
 	for i, entry := range node.Content {
-		if entry.Kind != yaml.MappingNode {
+		if err := checkEntryKeys(entry, i, keys, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkEntryKeys checks the keys of one entry of tables, and of the mappings a merge key (<<:
+// *defaults) brings into it.
+func checkEntryKeys(entry *yaml.Node, i int, keys []string, depth int) error {
+	if entry.Kind == yaml.AliasNode && entry.Alias != nil && depth < 8 {
+		return checkEntryKeys(entry.Alias, i, keys, depth+1)
+	}
+	if entry.Kind == yaml.SequenceNode && depth > 0 { // <<: [*a, *b]
+		for _, e := range entry.Content {
+			if err := checkEntryKeys(e, i, keys, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if entry.Kind != yaml.MappingNode {
+		return nil // the decoder says what it wants
+	}
+	for j := 0; j+1 < len(entry.Content); j += 2 {
+		k := entry.Content[j]
+		if k.ShortTag() == "!!merge" {
+			if err := checkEntryKeys(entry.Content[j+1], i, keys, depth+1); err != nil {
+				return err
+			}
 			continue
 		}
-		for j := 0; j+1 < len(entry.Content); j += 2 {
-			k := entry.Content[j].Value
-			if !slices.Contains(keys, k) {
-				return fmt.Errorf("unknown key %q in tables[%d] (line %d)%s", k, i, entry.Content[j].Line, didYouMean(k, keys, "%q"))
-			}
+		if !slices.Contains(keys, k.Value) {
+			return fmt.Errorf("unknown key %q in tables[%d] (line %d)%s", k.Value, i, k.Line, didYouMean(k.Value, keys, "%q"))
 		}
 	}
 	return nil

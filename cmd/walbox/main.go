@@ -71,8 +71,11 @@ func mainWithExit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "walbox: unknown command %q\n\n", args[0])
-	usage(stderr)
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	fmt.Fprintf(stderr, "walbox: unknown command %q%s (walbox --help lists the commands)\n", args[0], didYouMean(args[0], names, "%q"))
 	return 2
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/walbox/walbox/internal/relayd"
@@ -24,6 +25,8 @@ type runSettings struct {
 func newRunSettings() *runSettings {
 	c := newCommon()
 	r := &runSettings{c: c, b: addBrokerSettings(&c.s)}
+	c.addFailoverSlot()
+	c.addReplicationURL()
 	r.status = c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
 		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
 	r.shutdown = c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
@@ -97,6 +100,9 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	if rc.WaitForServers, err = r.wait.bool(); err != nil {
 		return cfg, "", err
 	}
+	if err := checkListen(r.listen); err != nil {
+		return cfg, "", err
+	}
 	if err := applyShard(ctx, &rc, r.c, r.shards, r.shardK, rc.Logger); err != nil {
 		return cfg, "", err
 	}
@@ -111,6 +117,22 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 		cfg.Listen = r.listen.value
 	}
 	return cfg, pcfg.Exchange, nil
+}
+
+// checkListen refuses a --listen that is not "off" and not host:port. An address that is well
+// formed but taken is only logged when the relay starts: metrics are not the product.
+func checkListen(st *setting) error {
+	if st.value == "off" || st.value == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(st.value)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return badSetting(st, "%v; want host:port, such as 127.0.0.1:9187 (or \"off\")", err)
+	}
+	return nil
 }
 
 func otlpHelp() string {
@@ -149,6 +171,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.CreateSlot = &create
+	if cfg.FailoverSlot, err = c.failover(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return cfg, pcfg, err
+	}
 	cfg.Slot, cfg.Publication, cfg.MessagePrefix = c.slot.value, c.publication.value, c.messagePrefix.value
 	// Validate the rest with a placeholder dialer; the daemon sets the real one.
 	probe := cfg

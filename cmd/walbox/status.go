@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"exit 1 unless the relay answers and is streaming or a standby (for container health checks)")
 	relayURL := c.s.add("relay-url", "WALBOX_RELAY_URL", "http://127.0.0.1:9187",
 		"the running relay's HTTP address, for its state and last error (\"off\" to skip)")
+	c.addReplicationURL()
 	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -29,6 +31,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	wantJSON, err := asJSON.bool()
 	if err != nil {
+		return err
+	}
+	need, err := requireRelay.bool()
+	if err != nil {
+		return err
+	}
+	if err := checkRelayURL(relayURL); err != nil {
 		return err
 	}
 	q := status.Query{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value)}
@@ -42,6 +51,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
+	if replURL != "" {
+		if q.Standby, err = pgx.Connect(ctx, replURL); err != nil {
+			return fail(fmt.Errorf("connect to the standby: %w", err))
+		}
+		defer q.Standby.Close(context.Background())
+	}
 	st, err := status.Read(ctx, conn, q)
 	if err != nil {
 		return fail(err)
@@ -62,8 +81,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		printStatus(stdout, st)
 		printShards(stdout, st.Shards)
 	}
-	need, _ := requireRelay.bool()
 	return st.Verdict(need, relayURL.value)
+}
+
+// checkRelayURL refuses a --relay-url that is not "off" and not an http or https address, before
+// anything starts: otherwise it would only show up as the relay not answering.
+func checkRelayURL(st *setting) error {
+	if st.value == "off" || st.value == "" {
+		return nil
+	}
+	u, err := url.Parse(st.value)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return badSetting(st, "not an http:// or https:// address of the relay's listener (or \"off\")")
+	}
+	return nil
 }
 
 func printStatus(w io.Writer, st status.Report) {

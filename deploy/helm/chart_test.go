@@ -521,7 +521,7 @@ func copyChart(t *testing.T) string {
 }
 
 // e2eEnv is what a pod of the chart runs: the command line and environment of the relay and of
-// the migrate job, and the config file. internal/e2e runs the real binary with it.
+// the migrate job, and the config file. test/e2e runs the real binary with it.
 type e2eEnv struct {
 	Relay, Migrate container
 	Config         string

@@ -4,19 +4,32 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/walbox/walbox/publisher"
 )
 
 // blockWatch follows the broker blocking the relay's publishing connections (a memory or disk
 // alarm, connection.blocked). Nothing is published while it lasts, so it is logged when it
 // starts and ends, and walbox_broker_blocked, /readyz and /status show it meanwhile. Each session
 // reports its blocks and unblocks in turn, so a count of blocked connections is enough.
+//
+// A session that ends while blocked (its write timed out, say) proves nothing about the alarm:
+// the block is held until a later session is blocked too (the same block goes on) or the broker
+// confirms a message published after it (the block is over), or the relay becomes a standby (it
+// publishes nothing). So one alarm is one block, however many sessions it outlasts, and the gauge
+// does not drop to 0 between them.
 type blockWatch struct {
-	log *slog.Logger
+	log       *slog.Logger
+	confirmed func() uint64 // messages confirmed so far, by any session
+	standby   func() bool   // the relay waits as a standby
 
-	mu     sync.Mutex
-	n      int       // publishing connections blocked now
-	since  time.Time // when the first of them was blocked
-	reason string    // the broker's reason for the first block
+	mu       sync.Mutex
+	n        int       // publishing connections blocked now
+	since    time.Time // when the first of them was blocked
+	reason   string    // the broker's reason for the first block
+	held     bool      // the last blocked session ended blocked; no unblock seen since
+	heldAt   uint64    // confirmed() when it ended
+	heldHost string    // its broker
 }
 
 // observe takes one session's block or unblock; it is the sessions' OnBlocked.
@@ -26,18 +39,31 @@ func (b *blockWatch) observe(host string, blocked bool, reason string) {
 	switch {
 	case blocked:
 		b.n++
-		if b.n == 1 {
+		if b.n == 1 && b.held {
+			b.held = false // the block goes on in this session
+		} else if b.n == 1 {
 			b.since, b.reason = time.Now(), reason
 			b.log.Warn("broker blocks publishing; nothing is published until it unblocks",
 				"broker", host, "reason", reason)
 		}
 	case b.n > 0:
 		b.n--
-		if b.n == 0 {
-			took := time.Since(b.since).Round(time.Millisecond)
-			b.log.Warn("broker unblocked publishing", "broker", host, "blocked_for", took.String(), "how", unblockedHow(reason))
+		if b.n > 0 {
+			return
 		}
+		if reason == publisher.SessionEnded {
+			b.held, b.heldAt, b.heldHost = true, b.confirmed(), host
+			return
+		}
+		b.unblocked(host, reason)
 	}
+}
+
+// unblocked logs the end of the block. Called with mu held.
+func (b *blockWatch) unblocked(host, how string) {
+	b.held = false
+	took := time.Since(b.since).Round(time.Millisecond)
+	b.log.Warn("broker unblocked publishing", "broker", host, "blocked_for", took.String(), "how", unblockedHow(how))
 }
 
 func unblockedHow(reason string) string {
@@ -47,11 +73,19 @@ func unblockedHow(reason string) string {
 	return reason
 }
 
-// blocked reports whether the broker blocks a publishing connection now, and why.
+// blocked reports whether the broker blocks a publishing connection now, and why. A held block
+// ends here once a message is confirmed after it.
 func (b *blockWatch) blocked() (bool, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.n > 0, b.reason
+	switch {
+	case !b.held || b.n > 0:
+	case b.confirmed() > b.heldAt:
+		b.unblocked(b.heldHost, "a later session's messages were confirmed")
+	case b.standby():
+		b.unblocked(b.heldHost, "the relay is a standby now")
+	}
+	return b.n > 0 || b.held, b.reason
 }
 
 func (b *blockWatch) active() bool {

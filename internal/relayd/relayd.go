@@ -76,7 +76,9 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
-	d.blocks = &blockWatch{log: rc.Logger}
+	d.blocks = &blockWatch{log: rc.Logger,
+		confirmed: func() uint64 { return d.relay.Stats().Confirmed.Load() },
+		standby:   func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStandby }}
 	cfg.Brokers.WatchBlocked(d.blocks.observe)
 	d.metrics.WatchBlocked(d.blocks.active)
 	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
@@ -112,7 +114,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Go(func() error { return serve(ctx, srv, ln, log) })
 	}
 	g.Go(func() error {
-		d.metrics.PollSlot(ctx, d.cfg.Relay.DatabaseURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
+		slotURL := d.cfg.Relay.DatabaseURL
+		if d.cfg.Relay.ReplicationURL != "" {
+			slotURL = d.cfg.Relay.ReplicationURL // the slot is the standby's
+		}
+		d.metrics.PollSlot(ctx, slotURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
 		return nil
 	})
 	g.Go(func() error {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +29,18 @@ type build struct {
 	err  error
 }
 
-// Build returns the path of a binary built from the module's package pkg (e.g. "cmd/walbox")
+// submodules are the repository's modules besides walbox's own, by folder: the harness and the
+// examples. Build builds their packages from their own folder.
+var submodules = []string{"test", "examples"}
+
+// repoRoot is the repository's top folder, two above this file's.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Build returns the path of a binary built from the repository's package pkg (e.g. "cmd/walbox",
+// "examples/cmd/demo")
 // with the go build flags (e.g. "-race"). Each package and set of flags is built once per test
 // binary, on first use, into a directory Main removes; a failed build fails every test that asks
 // for it.
@@ -56,7 +68,14 @@ func goBuild(pkg string, flags []string) (string, error) {
 	}
 	bin := filepath.Join(dir, path.Base(pkg))
 	args := append(append([]string{"build"}, flags...), "-o", bin, module+pkg)
-	if out, err := run("go build", exec.Command("go", args...), scaled(buildTimeout)); err != nil {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = repoRoot()
+	for _, m := range submodules {
+		if strings.HasPrefix(pkg, m+"/") {
+			cmd.Dir = filepath.Join(cmd.Dir, m)
+		}
+	}
+	if out, err := run("go build", cmd, scaled(buildTimeout)); err != nil {
 		return "", fmt.Errorf("testenv: go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ func SharedCluster(tb testing.TB) *Cluster {
 		tb.Skipf("test needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
 	}
 	requireMain(tb, "SharedCluster")
-	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
 	sharedCLMu.Lock()
 	defer sharedCLMu.Unlock()
 	if sharedCL == nil && sharedCLErr == nil {
@@ -54,7 +55,7 @@ func StartCluster(tb testing.TB) *Cluster {
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
 	}
-	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
 	c, err := startCluster()
 	if err != nil {
 		tb.Fatalf("testenv: rabbitmq cluster: %v", err)
@@ -62,6 +63,19 @@ func StartCluster(tb testing.TB) *Cluster {
 	tb.Cleanup(c.shutdown)
 	return c
 }
+
+// NewCluster starts a cluster as StartCluster does, for a program rather than a test (the
+// benchmark): it returns an error instead of failing a test, and Close kills the nodes and
+// removes their directories. It ignores WALBOX_TEST_AMQP_URL.
+func NewCluster() (*Cluster, error) {
+	if _, err := exec.LookPath(RabbitBin("rabbitmq-server")); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	return startCluster()
+}
+
+// Close kills the nodes of a cluster NewCluster started and removes their directories.
+func (c *Cluster) Close() { c.shutdown() }
 
 // startCluster boots the nodes side by side, then joins the second and later ones to the first.
 func startCluster() (*Cluster, error) {
@@ -74,7 +88,7 @@ func startCluster() (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.nodes[i], errs[i] = startRabbitNode(nil, cookie, "")
+			c.nodes[i], errs[i] = startRabbitNode(nil, cookie, "", "")
 		}()
 	}
 	wg.Wait()

@@ -1,7 +1,10 @@
 // Package testenv starts throwaway PostgreSQL and RabbitMQ servers and the
 // programs under test as child processes for integration tests, and
 // guarantees they are gone afterwards. It is the one harness of every
-// end-to-end package.
+// end-to-end package, and the one starter of processes and servers for the
+// demo (examples/cmd/demo) and the benchmark (test/bench) too. It lives in the
+// product module, whose libraries' tests use it, and needs nothing walbox
+// does not; the suites that use it live in the modules test/ and examples/.
 //
 // # Servers
 //
@@ -35,14 +38,30 @@
 // Building needs root and debootstrap: outside CI a machine without them
 // skips the test; under CI=true it, and any failed build, fails the test.
 //
+// StartStandby(t, primary, slot) makes a hot standby of a server it started
+// (pg_basebackup -R -C -S slot, in the primary's chroot, with standby.signal
+// and a primary_conninfo naming the slot and a database), on a port of its
+// own; Promote promotes it. With sync_replication_slots and
+// hot_standby_feedback on, a PostgreSQL 17 standby keeps failover slots.
+//
+// # Programs rather than tests
+//
+// NewPostgres, NewRabbit and NewCluster start the machine's servers as the
+// Start functions do, but return an error instead of failing a test, and
+// Close stops them. WithBinDir and RabbitBinDir name the folder of the
+// servers' programs. Spawn starts any child process, in a process group of
+// its own with the parent-death signal; SpawnLogged sends its output to a log
+// file, and Process.Stop stops it with SIGTERM, then SIGKILL to its group.
+//
 // SharedPostgres and SharedRabbit return one server per test binary, started
 // on first use and stopped by Main; tests must not stop them and isolate
 // themselves with NewDatabase and UniqueName instead.
 //
 // # Programs under test
 //
-// Build builds a command of this module (Build(t, "cmd/walbox", "-race"))
-// once per test binary and set of flags; a failed build fails every test
+// Build builds a command of the repository (Build(t, "cmd/walbox", "-race"),
+// Build(t, "examples/cmd/demo")), in the folder of its module, once per test
+// binary and set of flags; a failed build fails every test
 // that asks for it. Start runs a program such as `walbox run` and returns a
 // Program: its stdout and stderr in a Log that can be read while it runs,
 // WaitFor a readiness condition (failing early if the program exits), Stop
@@ -82,7 +101,7 @@
 // Every end-to-end scenario is tested in one package; a test that repeats
 // another package's scenario must assert something that one does not.
 //
-// internal/faults owns faults: the relay killed, the broker lost,
+// test/faults owns faults: the relay killed, the broker lost,
 // partitions, PostgreSQL restarts and crashes, slots lost and recovered,
 // schema and data that stop the relay, and the figures measured under them.
 //
@@ -94,7 +113,12 @@
 //     outage, graceful restart, node killed), TestClusterFaults,
 //     TestNackedMessagesAreRetried, TestRecoverUsesTheNextBrokerWhenTheFirstIsDown
 //   - PostgreSQL lost: TestPostgresFaults, TestPartitionDuringSessionSetup,
-//     TestStandbyTakesOver
+//     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
+//     failover slots: the primary killed, the standby promoted, one walbox
+//     given both hosts)
+//   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
+//     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
+//     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
@@ -114,18 +138,24 @@
 //     broker killed, emitted message, shards, least privilege with doctor,
 //     recover) on PostgreSQL 17 and 18 with RabbitMQ 4.0
 //
-// internal/e2e owns what a user of the walbox binary sees: commands, flags,
+// test/e2e owns what a user of the walbox binary sees: commands, flags,
 // settings, exit codes, messages and endpoints.
 //
 //   - the stream: TestTenThousandRowsInCommitOrder,
 //     TestParkedAndUnroutableRowsDoNotStallTheStream, TestMappedLegacyTable,
 //     TestHeadersArriveExactly
 //   - shutdown: TestSIGTERMWithMessagesInFlight, TestSIGTERMWhileTheBrokerBlocks,
-//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker
+//     TestSIGTERMWhileTheBrokerBlocksLanes,
+//     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker, TestSIGTERMWhileTheBrokerIsFrozen,
+//     TestSIGTERMWhileALargeRowIsStuckInAFrozenBroker
+//   - failover slots: TestFailoverSlots, TestFailoverSlotOnRefusedBefore17
+//   - standbys: TestStandbyAsDatabaseURLStopsAtOnce, TestDoctorChecksTheStandby
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord, TestOperatorMessages,
-//     TestWrongDatabasePasswordSaysSo, TestMigrateChecksWalLevelFirst,
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
+//     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
+//     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
+//     TestMigrateChecksWalLevelFirst,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
@@ -134,7 +164,7 @@
 //     TestPruneDeletesOnlyOldRowsInBatches, TestPruneWhileRelayRuns
 //   - observability: TestMetricsHealthAndStatusFollowTheRelay,
 //     TestStandbyReportsItself, TestSpansAreExportedInTheRowsTrace,
-//     TestBlockedBrokerIsSeen
+//     TestBlockedBrokerIsSeen, TestBlockedAcrossSessionsIsOneBlock
 //   - files shipped with it: TestComposeFile,
 //     TestDeployDashboardUsesOnlyWalboxMetrics, TestDeployAlertRules,
 //     TestDeployPromtool, TestArchitectureLayoutListsEveryPackageInImportOrder
@@ -142,17 +172,19 @@
 //     the broker is down and checks the broker's disk against the slot, which
 //     no fault test does (theirs keep the relay running and count losses).
 //
-// internal/examplee2e owns the order and notification example: its HTTP
+// examples/examplee2e owns the order and notification example: its HTTP
 // API, the dual-write gap, and exactly-once notification, also across a
 // relay crash and a broker crash, where it checks the notifications table
-// (each order once, with its amount) rather than the relay's deliveries.
+// (each order once, with its amount) rather than the relay's deliveries; and
+// the demo, which finds the servers' programs itself.
 //
 //   - TestOrderAndOutboxRowCommitTogether,
 //     TestBadOrderRequestsNameTheFieldAndWriteNothing,
 //     TestDualWriteGapAndTheOutboxClosingIt,
 //     TestOrdersNotifiedExactlyOnceAcrossRelayCrash,
-//     TestBrokerCrashLosesNothing, TestDemoNotifiesEveryOrder
+//     TestBrokerCrashLosesNothing, TestDemoNotifiesEveryOrder,
+//     TestDemoSaysInOneLineWhatIsMissing
 //
-// internal/composetest runs docker-compose.yml itself (build tag compose),
-// and internal/bench measures; neither repeats a scenario above.
+// test/composetest runs docker-compose.yml itself (build tag compose),
+// and test/bench measures; neither repeats a scenario above.
 package testenv

@@ -43,7 +43,7 @@ type Postgres struct {
 	binDir   string              // its programs, as the server sees them
 
 	mu   sync.Mutex
-	proc *process // nil while stopped
+	proc *Process // nil while stopped
 }
 
 type setting struct{ name, value string }
@@ -55,6 +55,29 @@ type pgConfig struct {
 	settings []setting
 	tls      *Certs
 	version  int
+	binDir   string // the machine's programs; "": PGBin's
+}
+
+func pgConfigOf(opts []PGOption) pgConfig {
+	var cfg pgConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// bin returns the path of the machine's program name that cfg runs.
+func (c pgConfig) bin(name string) string {
+	if c.binDir == "" {
+		return PGBin(name)
+	}
+	return filepath.Join(c.binDir, name)
+}
+
+// WithBinDir runs the machine's PostgreSQL programs (initdb, postgres) from dir, not from PGBin's
+// directory.
+func WithBinDir(dir string) PGOption {
+	return func(c *pgConfig) { c.binDir = dir }
 }
 
 // PGVersion selects the server's major version: 15 (the default) is the machine's own; 17 and
@@ -71,8 +94,8 @@ var pgReleases = map[int]release{17: trixie, 18: forky}
 func pgRoot(tb testing.TB, cfg pgConfig) (root, binDir string) {
 	tb.Helper()
 	if cfg.version == 0 || cfg.version == 15 {
-		requireBinary(tb, PGBin("postgres"), EnvDatabaseURL)
-		return "", ""
+		requireBinary(tb, cfg.bin("postgres"), EnvDatabaseURL)
+		return "", cfg.binDir
 	}
 	rel, ok := pgReleases[cfg.version]
 	if !ok {
@@ -116,10 +139,7 @@ func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		return &Postgres{url: u, external: true}
 	}
-	var cfg pgConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := pgConfigOf(opts)
 	root, binDir := pgRoot(tb, cfg)
 	p, err := startPostgres(cfg, root, binDir)
 	if err != nil {
@@ -128,6 +148,24 @@ func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
 	tb.Cleanup(p.shutdown)
 	return p
 }
+
+// NewPostgres starts a server as StartPostgres does, for a program rather than a test (the demo,
+// the benchmark): it returns an error instead of failing a test, and Close stops the server and
+// removes its directory. It runs the machine's own PostgreSQL (PGBin, or WithBinDir) and ignores
+// WALBOX_TEST_DATABASE_URL.
+func NewPostgres(opts ...PGOption) (*Postgres, error) {
+	cfg := pgConfigOf(opts)
+	if cfg.version != 0 && cfg.version != 15 {
+		return nil, fmt.Errorf("testenv: PostgreSQL %d runs from a test's chroot; NewPostgres runs the machine's", cfg.version)
+	}
+	if _, err := exec.LookPath(cfg.bin("postgres")); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	return startPostgres(cfg, "", cfg.binDir)
+}
+
+// Close stops a server NewPostgres started (immediate shutdown) and removes its directory.
+func (p *Postgres) Close() { p.shutdown() }
 
 // SharedPostgres returns the test binary's shared server, starting it on
 // first use. Tests must not stop it; use StartPostgres for that. It needs
@@ -312,12 +350,12 @@ func (p *Postgres) start() error {
 	cmd := exec.Command(p.bin("postgres"), "-D", inRoot(p.root, p.dataDir()))
 	p.prepare(cmd)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	proc, err := startProcess("postgres", cmd)
+	proc, err := Spawn("postgres", cmd)
 	if err != nil {
 		return err
 	}
 	if err := p.waitReady(proc); err != nil {
-		proc.kill()
+		proc.Kill()
 		return err
 	}
 	p.mu.Lock()
@@ -326,10 +364,10 @@ func (p *Postgres) start() error {
 	return nil
 }
 
-func (p *Postgres) waitReady(proc *process) error {
+func (p *Postgres) waitReady(proc *Process) error {
 	deadline := time.Now().Add(scaled(pgStartTimeout))
 	for time.Now().Before(deadline) {
-		if proc.exited() {
+		if proc.Exited() {
 			tail := logTail(p.logFile())
 			if strings.Contains(tail, "Address already in use") {
 				return fmt.Errorf("postgres on port %d: %w", p.port, errInUse)
@@ -378,10 +416,10 @@ func (p *Postgres) LogFile() string {
 func (p *Postgres) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.proc == nil || p.proc.exited() {
+	if p.proc == nil || p.proc.Exited() {
 		return 0
 	}
-	return p.proc.pid()
+	return p.proc.PID()
 }
 
 func (p *Postgres) running() bool { return p.PID() != 0 }
@@ -408,9 +446,9 @@ func (p *Postgres) Stop(tb testing.TB, mode string) {
 	if proc == nil {
 		tb.Fatal("testenv: postgres is not running")
 	}
-	proc.signal(sig)
-	if !proc.wait(scaled(pgStopTimeout)) {
-		proc.kill()
+	proc.Signal(sig)
+	if !proc.Wait(scaled(pgStopTimeout)) {
+		proc.Kill()
 		tb.Fatalf("testenv: postgres did not stop (%s) within %v; killed it%s", mode, scaled(pgStopTimeout), logTail(p.logFile()))
 	}
 }
@@ -453,9 +491,9 @@ func (p *Postgres) shutdown() {
 	p.proc = nil
 	p.mu.Unlock()
 	if proc != nil {
-		proc.signal(syscall.SIGQUIT)
-		if !proc.wait(5 * time.Second) {
-			proc.kill()
+		proc.Signal(syscall.SIGQUIT)
+		if !proc.Wait(5 * time.Second) {
+			proc.Kill()
 		}
 	}
 	if p.dir != "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,11 +14,13 @@ import (
 	"time"
 )
 
-// process is a server started by the harness. It runs in its own process
-// group and receives SIGKILL if the test binary dies (Pdeathsig), so a
-// crashed or killed test run does not leave it behind.
-type process struct {
+// Process is a server or a program started by the harness, the demo or the benchmark: the one
+// way this repository starts a child process. It runs in its own process group and receives
+// SIGKILL if the parent dies (Pdeathsig), so a crashed or killed parent does not leave it
+// behind.
+type Process struct {
 	name string
+	log  string // the file its output goes to; "" if the caller set Stdout and Stderr
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has been reaped
 }
@@ -42,8 +45,9 @@ func spawnLoop() {
 	}
 }
 
-// startProcess starts cmd in a new process group and tracks it until reaped.
-func startProcess(name string, cmd *exec.Cmd) (*process, error) {
+// Spawn starts cmd in a new process group and tracks it until reaped; Main's final sweep and
+// signal handler kill it if it still runs.
+func Spawn(name string, cmd *exec.Cmd) (*Process, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -55,7 +59,7 @@ func startProcess(name string, cmd *exec.Cmd) (*process, error) {
 	if err := <-req.err; err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, done: make(chan struct{})}
 	track(p)
 	go func() {
 		_ = cmd.Wait()
@@ -65,9 +69,34 @@ func startProcess(name string, cmd *exec.Cmd) (*process, error) {
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// SpawnLogged starts bin with args and, besides this process's environment, env; its output goes
+// to dir/<name>.log.
+func SpawnLogged(dir, name, bin string, env []string, args ...string) (*Process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create %s log: %w", name, err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p, err := Spawn(name, cmd)
+	if err != nil {
+		return nil, err
+	}
+	p.log = logPath
+	return p, nil
+}
 
-func (p *process) exited() bool {
+// Name returns the name the process was started with.
+func (p *Process) Name() string { return p.name }
+
+// PID returns the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has exited and been reaped.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -76,15 +105,23 @@ func (p *process) exited() bool {
 	}
 }
 
-// signal sends sig to the process itself (not its group) unless it was reaped.
-func (p *process) signal(sig syscall.Signal) {
-	if !p.exited() {
-		_ = syscall.Kill(p.pid(), sig)
+// State returns how the process exited; nil while it runs.
+func (p *Process) State() *os.ProcessState {
+	if !p.Exited() {
+		return nil
+	}
+	return p.cmd.ProcessState
+}
+
+// Signal sends sig to the process itself (not its group) unless it was reaped.
+func (p *Process) Signal(sig syscall.Signal) {
+	if !p.Exited() {
+		_ = syscall.Kill(p.PID(), sig)
 	}
 }
 
-// wait reports whether the process exited within d.
-func (p *process) wait(d time.Duration) bool {
+// Wait reports whether the process exited within d.
+func (p *Process) Wait(d time.Duration) bool {
 	select {
 	case <-p.done:
 		return true
@@ -93,30 +130,67 @@ func (p *process) wait(d time.Duration) bool {
 	}
 }
 
-// kill sends SIGKILL to the whole process group and waits for the reap.
+// Kill sends SIGKILL to the whole process group and waits for the reap.
 // The group id stays reserved while any member lives, so signalling it is
 // safe even after the leader was reaped; the leader's pid is not.
-func (p *process) kill() {
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-	if !p.exited() {
-		_ = syscall.Kill(p.pid(), syscall.SIGKILL)
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+	if !p.Exited() {
+		_ = syscall.Kill(p.PID(), syscall.SIGKILL)
 	}
 	<-p.done
+}
+
+// Stop sends SIGTERM and waits up to timeout for the process to exit, then kills its process
+// group (leftovers too). It returns an error if the process had to be killed or did not exit
+// successfully, with the tail of its log.
+func (p *Process) Stop(timeout time.Duration) error {
+	p.Signal(syscall.SIGTERM)
+	exited := p.Wait(timeout)
+	p.Kill()
+	if !exited {
+		return fmt.Errorf("%s did not stop within %v; killed it%s", p.name, timeout, p.Tail(20))
+	}
+	return p.ExitErr()
+}
+
+// ExitErr returns an error, with the tail of its log, if the process exited unsuccessfully.
+func (p *Process) ExitErr() error {
+	if st := p.State(); st != nil && !st.Success() {
+		return fmt.Errorf("%s: %v%s", p.name, st, p.Tail(20))
+	}
+	return nil
+}
+
+// Log returns the path of the file the process's output goes to ("" if it has none).
+func (p *Process) Log() string { return p.log }
+
+// Tail returns the last lines of the process's log, after a newline; "" if it has none.
+func (p *Process) Tail(lines int) string {
+	if p.log == "" {
+		return ""
+	}
+	data, err := os.ReadFile(p.log)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return "\n" + strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // live processes, for Main's signal handler and final sweep.
 var (
 	liveMu sync.Mutex
-	live   = map[*process]struct{}{}
+	live   = map[*Process]struct{}{}
 )
 
-func track(p *process) {
+func track(p *Process) {
 	liveMu.Lock()
 	live[p] = struct{}{}
 	liveMu.Unlock()
 }
 
-func untrack(p *process) {
+func untrack(p *Process) {
 	liveMu.Lock()
 	delete(live, p)
 	liveMu.Unlock()
@@ -125,13 +199,13 @@ func untrack(p *process) {
 // killAll kills every process the harness started and has not reaped yet.
 func killAll() {
 	liveMu.Lock()
-	ps := make([]*process, 0, len(live))
+	ps := make([]*Process, 0, len(live))
 	for p := range live {
 		ps = append(ps, p)
 	}
 	liveMu.Unlock()
 	for _, p := range ps {
-		p.kill()
+		p.Kill()
 	}
 }
 
@@ -227,18 +301,18 @@ func parentPid(pid int) int {
 	return ppid
 }
 
-// run runs a short-lived command like startProcess and returns its combined
+// run runs a short-lived command like Spawn and returns its combined
 // output; after timeout it kills the command's process group.
 func run(name string, cmd *exec.Cmd, timeout time.Duration) (string, error) {
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second // don't wait for a daemon (epmd) holding the pipe
-	proc, err := startProcess(name, cmd)
+	proc, err := Spawn(name, cmd)
 	if err != nil {
 		return "", err
 	}
-	if !proc.wait(timeout) {
-		proc.kill()
+	if !proc.Wait(timeout) {
+		proc.Kill()
 		return out.String(), fmt.Errorf("%s: timed out after %v", name, timeout)
 	}
 	if !proc.cmd.ProcessState.Success() {

@@ -15,7 +15,7 @@ import (
 type Program struct {
 	tb   testing.TB
 	name string // the binary's name and arguments, for messages
-	proc *process
+	proc *Process
 	log  *Log
 }
 
@@ -26,7 +26,7 @@ func Start(tb testing.TB, cmd *exec.Cmd) *Program {
 	tb.Helper()
 	p := &Program{tb: tb, name: strings.Join(append([]string{filepath.Base(cmd.Path)}, cmd.Args[1:]...), " "), log: &Log{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
-	proc, err := startProcess(p.name, cmd)
+	proc, err := Spawn(p.name, cmd)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -53,22 +53,22 @@ func (p *Program) cleanup() {
 func (p *Program) Output() string { return p.log.String() }
 
 // PID returns the program's process id.
-func (p *Program) PID() int { return p.proc.pid() }
+func (p *Program) PID() int { return p.proc.PID() }
 
 // Exited reports whether the program has exited.
-func (p *Program) Exited() bool { return p.proc.exited() }
+func (p *Program) Exited() bool { return p.proc.Exited() }
 
 // Signal sends sig to the program unless it has exited.
-func (p *Program) Signal(sig syscall.Signal) { p.proc.signal(sig) }
+func (p *Program) Signal(sig syscall.Signal) { p.proc.Signal(sig) }
 
 // Kill SIGKILLs the program's process group, as in a crash, and waits for the program to exit.
-func (p *Program) Kill() { p.proc.kill() }
+func (p *Program) Kill() { p.proc.Kill() }
 
 // Wait waits up to timeout for the program to exit and returns its exit code; a program still
 // running then fails the test.
 func (p *Program) Wait(timeout time.Duration) int {
 	p.tb.Helper()
-	if !p.proc.wait(timeout) {
+	if !p.proc.Wait(timeout) {
 		p.tb.Fatalf("%s still running after %v:\n%s", p.name, timeout, Tail(p.Output(), 40))
 	}
 	return p.ExitCode()
@@ -79,7 +79,7 @@ func (p *Program) Wait(timeout time.Duration) int {
 func (p *Program) Stop(timeout time.Duration) int {
 	p.tb.Helper()
 	p.Signal(syscall.SIGTERM)
-	if !p.proc.wait(timeout) {
+	if !p.proc.Wait(timeout) {
 		p.Kill()
 		p.tb.Fatalf("%s did not exit within %v of SIGTERM; killed it:\n%s", p.name, timeout, Tail(p.Output(), 40))
 	}
@@ -115,12 +115,12 @@ func Run(tb testing.TB, cmd *exec.Cmd, timeout time.Duration) (string, int) {
 	tb.Helper()
 	log := &Log{}
 	cmd.Stdout, cmd.Stderr = log, log
-	proc, err := startProcess(filepath.Base(cmd.Path), cmd)
+	proc, err := Spawn(filepath.Base(cmd.Path), cmd)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if !proc.wait(timeout) {
-		proc.kill()
+	if !proc.Wait(timeout) {
+		proc.Kill()
 	}
 	<-proc.done
 	return log.String(), proc.cmd.ProcessState.ExitCode()

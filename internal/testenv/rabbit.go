@@ -42,10 +42,11 @@ type Rabbit struct {
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
+	binDir string // the machine's programs; "": RabbitBin's
 	conf   string // lines added to rabbitmq.conf (StartRabbitConf)
 
 	mu   sync.Mutex
-	proc *process // nil while stopped
+	proc *Process // nil while stopped
 }
 
 const rabbitConf = `loopback_users.guest = true
@@ -58,7 +59,31 @@ log.file.level = info
 // RabbitOption configures StartRabbit.
 type RabbitOption func(*rabbitConfig)
 
-type rabbitConfig struct{ version string }
+type rabbitConfig struct {
+	version string
+	binDir  string // the machine's programs; "": rabbitBin's
+}
+
+func rabbitConfigOf(opts []RabbitOption) rabbitConfig {
+	var cfg rabbitConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// bin returns the path of the machine's program name that cfg runs.
+func (c rabbitConfig) bin(name string) string {
+	if c.binDir == "" {
+		return RabbitBin(name)
+	}
+	return filepath.Join(c.binDir, name)
+}
+
+// RabbitBinDir runs the machine's RabbitMQ programs (rabbitmq-server, rabbitmqctl) from dir.
+func RabbitBinDir(dir string) RabbitOption {
+	return func(c *rabbitConfig) { c.binDir = dir }
+}
 
 // RabbitVersion selects the node's version: "3.10" (the default) is the machine's own; "4.0"
 // runs from a chroot of Debian trixie, built once and cached (EnvChrootCache).
@@ -71,7 +96,7 @@ func rabbitRoot(tb testing.TB, cfg rabbitConfig) string {
 	tb.Helper()
 	switch cfg.version {
 	case "", "3.10":
-		requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+		requireBinary(tb, cfg.bin("rabbitmq-server"), EnvAMQPURL)
 		return ""
 	case "4.0":
 		return requireChroot(tb, trixie)
@@ -89,17 +114,32 @@ func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
 	if u := os.Getenv(EnvAMQPURL); u != "" {
 		return &Rabbit{url: u, external: true}
 	}
-	var cfg rabbitConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg))
+	cfg := rabbitConfigOf(opts)
+	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg), cfg.binDir)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
 	tb.Cleanup(r.shutdown)
 	return r
 }
+
+// NewRabbit starts a node as StartRabbit does, for a program rather than a test (the demo, the
+// benchmark): it returns an error instead of failing a test, and Close kills the node and
+// removes its directory. It runs the machine's own RabbitMQ (rabbitBin's directory, or
+// RabbitBinDir) and ignores WALBOX_TEST_AMQP_URL.
+func NewRabbit(opts ...RabbitOption) (*Rabbit, error) {
+	cfg := rabbitConfigOf(opts)
+	if cfg.version != "" && cfg.version != "3.10" {
+		return nil, fmt.Errorf("testenv: RabbitMQ %s runs from a test's chroot; NewRabbit runs the machine's", cfg.version)
+	}
+	if _, err := exec.LookPath(cfg.bin("rabbitmq-server")); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	return startRabbitNode(nil, UniqueName("cookie"), "", cfg.binDir)
+}
+
+// Close kills a node NewRabbit started and removes its directory.
+func (r *Rabbit) Close() { r.shutdown() }
 
 // StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
 // "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
@@ -109,8 +149,8 @@ func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
 	}
-	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
-	r, err := startRabbitWith(nil, UniqueName("cookie"), "", conf)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startRabbitWith(nil, UniqueName("cookie"), "", "", conf)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -126,7 +166,7 @@ func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a TLS node the harness starts itself; %s is set", EnvAMQPURL)
 	}
-	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
 	r, err := startRabbit(certs)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
@@ -149,7 +189,7 @@ func SharedRabbit(tb testing.TB) *Rabbit {
 		return &Rabbit{url: u, external: true}
 	}
 	requireMain(tb, "SharedRabbit")
-	requireBinary(tb, rabbitBin("rabbitmq-server"), EnvAMQPURL)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
 	sharedMQMu.Lock()
 	defer sharedMQMu.Unlock()
 	if sharedMQ == nil && sharedMQErr == nil {
@@ -164,7 +204,9 @@ func SharedRabbit(tb testing.TB) *Rabbit {
 	return sharedMQ
 }
 
-func rabbitBin(name string) string {
+// RabbitBin returns the path of the machine's RabbitMQ program name (rabbitmq-server, rabbitmqctl) in
+// the directory the harness runs them from.
+func RabbitBin(name string) string {
 	dir := rabbitBinDir
 	if d := os.Getenv("WALBOX_TEST_RABBITMQ_BIN"); d != "" {
 		dir = d
@@ -173,19 +215,19 @@ func rabbitBin(name string) string {
 }
 
 func startRabbit(certs *Certs) (*Rabbit, error) {
-	return startRabbitNode(certs, UniqueName("cookie"), "")
+	return startRabbitNode(certs, UniqueName("cookie"), "", "")
 }
 
-// startRabbitNode starts a node with the given Erlang cookie, in root unless it is "".
-func startRabbitNode(certs *Certs, cookie, root string) (*Rabbit, error) {
-	return startRabbitWith(certs, cookie, root, "")
+// startRabbitNode starts a node with the given Erlang cookie, in root unless it is "", from
+// binDir's programs unless it is "".
+func startRabbitNode(certs *Certs, cookie, root, binDir string) (*Rabbit, error) {
+	return startRabbitWith(certs, cookie, root, binDir, "")
 }
 
-// startRabbitWith starts a node with the given Erlang cookie, in root unless it is "", with extra
-// rabbitmq.conf lines.
-func startRabbitWith(certs *Certs, cookie, root, conf string) (*Rabbit, error) {
+// startRabbitWith starts a node like startRabbitNode, with extra rabbitmq.conf lines.
+func startRabbitWith(certs *Certs, cookie, root, binDir, conf string) (*Rabbit, error) {
 	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
-		root: root, conf: conf}
+		root: root, binDir: binDir, conf: conf}
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -315,7 +357,7 @@ func (r *Rabbit) start() error {
 	defer logf.Close()
 	cmd := r.command("rabbitmq-server")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	proc, err := startProcess("rabbitmq", cmd)
+	proc, err := Spawn("rabbitmq", cmd)
 	if err != nil {
 		return err
 	}
@@ -329,10 +371,10 @@ func (r *Rabbit) start() error {
 	return nil
 }
 
-func (r *Rabbit) waitReady(proc *process) error {
+func (r *Rabbit) waitReady(proc *Process) error {
 	deadline := time.Now().Add(scaled(rabbitStartTimeout))
 	for time.Now().Before(deadline) {
-		if proc.exited() {
+		if proc.Exited() {
 			tail := r.logTail()
 			if strings.Contains(tail, "eaddrinuse") {
 				return fmt.Errorf("rabbitmq on port %d or %d: %w", r.port, r.distPort, errInUse)
@@ -372,15 +414,15 @@ func (r *Rabbit) beamPid() int {
 // killProc SIGKILLs the node's process group, the VM named in the pid file
 // and the VM's descendants (erl_child_setup, which leaves the group with
 // setsid, and its port programs).
-func (r *Rabbit) killProc(proc *process) {
-	pids := []int{proc.pid()}
-	if pid := r.beamPid(); pid != 0 && pid != proc.pid() {
+func (r *Rabbit) killProc(proc *Process) {
+	pids := []int{proc.PID()}
+	if pid := r.beamPid(); pid != 0 && pid != proc.PID() {
 		pids = append(pids, pid)
 	}
 	for _, pid := range pids[:len(pids):len(pids)] {
 		pids = append(pids, descendants(pid)...)
 	}
-	proc.kill()
+	proc.Kill()
 	for _, pid := range pids {
 		killPid(pid, 5*time.Second)
 	}
@@ -405,13 +447,13 @@ func (r *Rabbit) Dir() string { return r.dir }
 func (r *Rabbit) PID() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.proc == nil || r.proc.exited() {
+	if r.proc == nil || r.proc.Exited() {
 		return 0
 	}
 	if pid := r.beamPid(); pid != 0 {
 		return pid
 	}
-	return r.proc.pid()
+	return r.proc.PID()
 }
 
 // Stop shuts the node down gracefully with rabbitmqctl stop and waits until
@@ -421,7 +463,7 @@ func (r *Rabbit) Stop(tb testing.TB) {
 	r.mustOwn(tb, "Stop")
 	proc := r.takeProc(tb)
 	_, err := r.ctl("stop", r.pidFile())
-	if !proc.wait(scaled(rabbitStopTimeout)) || err != nil {
+	if !proc.Wait(scaled(rabbitStopTimeout)) || err != nil {
 		r.killProc(proc)
 		tb.Fatalf("testenv: rabbitmq did not stop gracefully (%v); killed it%s", err, r.logTail())
 	}
@@ -457,7 +499,7 @@ func (r *Rabbit) Start(tb testing.TB) {
 	}
 }
 
-func (r *Rabbit) takeProc(tb testing.TB) *process {
+func (r *Rabbit) takeProc(tb testing.TB) *Process {
 	tb.Helper()
 	r.mu.Lock()
 	proc := r.proc
@@ -515,9 +557,12 @@ func (r *Rabbit) ctl(args ...string) (string, error) {
 // directory and environment; in a chroot, it runs there as root, the user the node runs as, so
 // that both read the node's own Erlang cookie.
 func (r *Rabbit) command(name string, args ...string) *exec.Cmd {
-	path := rabbitBin(name)
-	if r.root != "" {
+	path := RabbitBin(name)
+	switch {
+	case r.root != "":
 		path = filepath.Join(rabbitBinDir, name)
+	case r.binDir != "":
+		path = filepath.Join(r.binDir, name)
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Dir, cmd.Env = inRoot(r.root, r.dir), r.env()

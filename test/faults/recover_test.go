@@ -1,0 +1,276 @@
+package faults_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// walbox recover, end to end: a slot goes missing, lost or replaced while a writer keeps
+// committing, walbox run refuses, `walbox recover` republishes the gap from the outbox table and
+// replaces the slot while the writer still commits, and walbox run continues from the new slot.
+// The checker's verdict over the whole run: nothing lost (duplicates allowed).
+
+// The slot is dropped under a streaming relay while rows keep being committed (the gap), and the
+// writer goes on committing while recover runs: rows committed before the new slot's consistent
+// point must come from the table, rows after it from the new slot.
+func TestRecoverDroppedSlot(t *testing.T) {
+	heavy(t)
+	recoverDroppedSlot(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+}
+
+func recoverDroppedSlot(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
+	w := newWorld(t, pg, rabbit)
+	v, wr := w.streamingWriter(51)
+
+	w.dropSlot()
+	w.expectRefusal(w.relays[0], "will not recreate")
+	w.recoverAndContinue(v, wr, "missing")
+}
+
+// A slot dropped and recreated behind walbox's back is ahead of the record: recover drops it and
+// replaces it with one whose gap it covers.
+func TestRecoverReplacedSlot(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	v, wr := w.streamingWriter(52)
+
+	r := w.relays[0]
+	r.Signal(syscall.SIGSTOP)
+	w.dropSlot()
+	time.Sleep(500 * time.Millisecond) // rows committed here are in no slot
+	w.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", w.slot)
+	r.Signal(syscall.SIGCONT)
+	w.expectRefusal(r, "ahead of")
+	// walbox status agrees with walbox run.
+	if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "ahead of") || !strings.Contains(out, "walbox recover") {
+		t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the gap and walbox recover:\n%s", code, out)
+	}
+	w.recoverAndContinue(v, wr, "ahead at")
+}
+
+// max_slot_wal_keep_size invalidates the slot while the relay is down and rows are committed:
+// recover drops the lost slot and republishes what it lost.
+func TestRecoverInvalidatedSlot(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("max_slot_wal_keep_size", "1MB"))
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	v, wr := w.streamingWriter(53)
+
+	w.relays[0].Kill()
+	w.burnWAL()
+	w.expectRefusal(w.startRelay(), "invalidated")
+	w.recoverAndContinue(v, wr, "lost")
+}
+
+// streamingWriter starts a verifier, a relay and a writer that commits until the test stops it,
+// and waits for 200 deliveries.
+func (w *world) streamingWriter(seed uint64) (*checker.Verifier, *writer) {
+	w.t.Helper()
+	v := w.startVerifier()
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	wr := w.startWriter(checker.WriterConfig{Seed: seed, MaxTx: 10, Pause: 10 * time.Millisecond})
+	waitDelivered(w.t, v, 200, time.Minute)
+	return v, wr
+}
+
+// expectRefusal waits for the relay to exit non-zero with an error containing want and naming
+// walbox recover.
+func (w *world) expectRefusal(r *relay, want string) {
+	w.t.Helper()
+	code := r.Wait(time.Minute)
+	out := r.Output()
+	if code == 0 || !strings.Contains(out, want) || !strings.Contains(out, "walbox recover") {
+		w.t.Fatalf("walbox run exited %d; want non-zero and an error containing %q and naming walbox recover:\n%s", code, want, testenv.Tail(out, 20))
+	}
+}
+
+var (
+	wouldRepublish = regexp.MustCompile(`would republish (\d+) rows`)
+	republished    = regexp.MustCompile(`republished (\d+) rows`)
+)
+
+// recoverAndContinue checks the gap is real, runs `walbox recover --dry-run` and `walbox recover`
+// with the writer still committing, starts walbox run again, and gives the verdict.
+func (w *world) recoverAndContinue(v *checker.Verifier, wr *writer, state string) {
+	t := w.t
+	t.Helper()
+	time.Sleep(500 * time.Millisecond) // the gap grows
+	gap := checker.Check(wr.Committed(), v.Deliveries()).Lost
+	if gap == 0 {
+		t.Fatal("no committed row is missing from the queue: there is no gap and the test proves nothing")
+	}
+	before := w.confirmedLSNOrZero()
+
+	out, code := w.walbox(nil, "recover", "--dry-run")
+	m := wouldRepublish.FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, state) {
+		t.Fatalf("walbox recover --dry-run exited %d; want 0, the slot %q and a count:\n%s", code, state, out)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < gap {
+		t.Fatalf("walbox recover --dry-run counts %d rows, fewer than the %d committed rows missing from the queue:\n%s", n, gap, out)
+	}
+	if got := w.confirmedLSNOrZero(); got != before {
+		t.Fatalf("walbox recover --dry-run changed the slot: %s, was %s", got, before)
+	}
+	t.Logf("walbox recover --dry-run (gap: %d rows missing from the queue):\n%s", gap, out)
+
+	committed := len(wr.Committed())
+	start := time.Now()
+	out, code = w.walbox(nil, "recover")
+	took := time.Since(start)
+	m = republished.FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("walbox recover exited %d:\n%s", code, out)
+	}
+	during := len(wr.Committed()) - committed
+	if during == 0 {
+		t.Fatal("the writer committed nothing while walbox recover ran: the test proves nothing about the cut")
+	}
+	t.Logf("walbox recover took %v, %d rows committed meanwhile:\n%s", took, during, out)
+
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	w.progress(v, 200, time.Minute)
+	wr.stop()
+	rep := w.verdict(wr.Writer, v, 2*time.Minute, 1, 1,
+		"gap_rows="+itoa(gap)+" recovered="+m[1]+" recover_ms="+itoa(int(took.Milliseconds()))+" committed_during_recover="+itoa(during))
+	if rep.Lost != 0 {
+		t.Errorf("lost %d rows over the whole run", rep.Lost)
+	}
+}
+
+// confirmedLSNOrZero returns the slot's confirmed_flush_lsn as text, or "missing".
+func (w *world) confirmedLSNOrZero() string {
+	w.t.Helper()
+	if exists, _, _ := w.slotInfo(); !exists {
+		return "missing"
+	}
+	return w.confirmedLSN().String()
+}
+
+// The refusals and the edges of walbox recover, one after another on one database.
+func TestRecoverRefusals(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	record := func() string {
+		var s string
+		if err := w.conn.QueryRow(context.Background(),
+			"SELECT row(walbox_slots.*)::text FROM walbox_slots WHERE slot_name = $1", w.slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	expect := func(wantCode int, want string, env []string, args ...string) string {
+		t.Helper()
+		out, code := w.walbox(env, append([]string{"recover"}, args...)...)
+		if (code == 0) != (wantCode == 0) || !strings.Contains(out, want) {
+			t.Fatalf("walbox recover %v exited %d; want %d and %q:\n%s", args, code, wantCode, want, out)
+		}
+		return out
+	}
+
+	t.Run("a healthy slot: no gap, nothing changed", func(t *testing.T) {
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'e', '{}')`)
+		slot, rec := w.confirmedLSNOrZero(), record()
+		expect(0, "no gap", nil)
+		if w.confirmedLSNOrZero() != slot || record() != rec {
+			t.Errorf("the slot or its record changed: %s %s, was %s %s", w.confirmedLSNOrZero(), record(), slot, rec)
+		}
+	})
+	t.Run("forced on a healthy slot: for rows the publication did not cover", func(t *testing.T) {
+		slot := w.confirmedLSNOrZero()
+		expect(0, "replaced on request", nil, "--force")
+		if w.confirmedLSNOrZero() == slot {
+			t.Error("the slot was not replaced")
+		}
+		expect(0, "no gap", nil)
+	})
+	t.Run("recorded on another server: run, doctor, status and recover agree", func(t *testing.T) {
+		w := w.in(t)
+		w.exec("UPDATE walbox_slots SET system_identifier = '1' WHERE slot_name = $1", w.slot)
+		w.expectRefusal(w.startRelay(), "system identifier 1")
+		if out, code := w.walbox(nil, "doctor"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox doctor exited %d on a slot walbox run refuses; want a failure naming the other server:\n%s", code, out)
+		}
+		if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "system identifier 1") {
+			t.Errorf("walbox status exited %d on a slot walbox run refuses; want non-zero, naming the other server:\n%s", code, out)
+		}
+		expect(1, "--all-rows", nil, "--dry-run")
+		expect(0, "on another system", nil, "--dry-run", "--all-rows")
+		expect(0, "republished", nil, "--all-rows")
+		expect(0, "no gap", nil)
+	})
+	t.Run("no record: nothing to recover from", func(t *testing.T) {
+		expect(1, "no record of slot", []string{"WALBOX_SLOT=never_recorded"})
+	})
+
+	w.dropSlot()
+	t.Run("ids from positions cannot be recovered", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "walbox.yaml")
+		if err := os.WriteFile(cfg, []byte("tables:\n  - table: public.outbox\n    message-id: position\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		expect(1, "commit positions", []string{"WALBOX_CONFIG=" + cfg})
+		expect(1, "commit positions", []string{"WALBOX_CONFIG=" + cfg}, "--dry-run")
+	})
+	t.Run("no horizon recorded: every row, on request", func(t *testing.T) {
+		w.exec("UPDATE walbox_slots SET confirmed_xmin = NULL WHERE slot_name = $1", w.slot)
+		expect(1, "--all-rows", nil)
+		expect(0, "republished 1 rows", nil, "--all-rows")
+		if exists, _, _ := w.slotInfo(); !exists {
+			t.Fatal("the slot was not recreated")
+		}
+		expect(0, "no gap", nil)
+	})
+
+	w.dropSlot()
+	w.exec("DELETE FROM outbox")
+	t.Run("delete after insert: the rows are gone", func(t *testing.T) {
+		rec := record()
+		out := expect(1, "DeleteAfterInsert", nil)
+		if !strings.Contains(out, "--accept-loss") {
+			t.Errorf("the refusal does not name --accept-loss:\n%s", out)
+		}
+		if exists, _, _ := w.slotInfo(); exists || record() != rec {
+			t.Fatal("the refusal changed the slot or its record")
+		}
+		expect(0, "republished 0 rows", nil, "--accept-loss")
+		r := w.startRelay()
+		r.waitState("streaming", time.Minute)
+	})
+}
+
+// walbox recover takes the broker settings of walbox run, a list of cluster nodes included: with
+// the first node down, it republishes through the next, as walbox run would.
+func TestRecoverUsesTheNextBrokerWhenTheFirstIsDown(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.paid', '{}')`)
+	time.Sleep(500 * time.Millisecond)
+	w.dropSlot()
+	w.expectRefusal(r, "will not recreate")
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.shipped', '{}')`)
+
+	list := "WALBOX_AMQP_URL=amqp://guest:s3cret@127.0.0.1:1/," + w.relayMQ
+	out, code := w.walbox([]string{list}, "recover")
+	if code != 0 || !republished.MatchString(out) {
+		t.Fatalf("walbox recover with the first of two brokers down exited %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("walbox recover printed a password:\n%s", out)
+	}
+}
