@@ -66,10 +66,10 @@ type Config struct {
 	// Keep it at or below the broker's max_message_size. Default 16 MiB.
 	MaxMessageSize int
 
-	// Window is the most messages in flight (published, not yet confirmed); Publish waits for a
-	// confirm beyond it. It sizes the internal notification buffers. Default 1024, at most
-	// MaxWindow. A caller that bounds what it has in flight itself, as the relay does with the
-	// same setting, never waits here: give it at least that bound.
+	// Window is how many messages the caller keeps in flight (published, not yet confirmed) at
+	// most. The session does not count them: the caller bounds them (the relay with its ledger,
+	// package checkpoint). It sizes the internal notification buffers, which hold more verdicts
+	// than that in an unbounded queue. Default 1024, at most MaxWindow.
 	Window int
 
 	// AppID is the AMQP app-id property of every message and the connection name shown by the

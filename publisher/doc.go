@@ -21,10 +21,12 @@
 // there comes back as ErrReturned. Publish returns the message's sequence number, its delivery
 // tag: 1, 2, 3… within the session. Call it from a single goroutine, so that sequence order is the caller's order.
 //
-// At most Config.Window messages are in flight; Publish waits for a confirm beyond that (the
-// relay keeps its own window, of the same size, and never waits here). While the broker blocks
-// the connection (a memory or disk alarm), Publish waits before writing. Both waits end with
-// ctx, and the session stays usable. A write that blocks anyway ignores ctx
+// The session does not count the messages in flight: the caller bounds them (the relay's one
+// ledger, package checkpoint, holds at most Config.Window). The session remembers of each only
+// what the channel needs: its delivery tag, its message id to match a basic.return, and the
+// number its Confirm carries. While the broker blocks the connection (a memory or disk alarm),
+// Publish waits before writing; ctx ends the wait, and the session stays usable. A write that
+// blocks anyway ignores ctx
 // inside amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write
 // that makes no progress for that long fails and ends the session. Brief stalls of the broker's
 // flow control, and large messages that keep moving, pass unharmed.
@@ -32,7 +34,7 @@
 // Publish returning means the message is handed over, not yet written: the session holds the
 // frames of a burst of publishes and writes them together, when the caller calls Flush (it has
 // nothing more to publish for now; if the session wrote less than 1 ms before, the write waits
-// for the rest of that millisecond), when 64 KiB are held, when the window fills, or 1 ms after
+// for the rest of that millisecond), when 64 KiB are held, or 1 ms after
 // the first was held. The broker then takes a burst, or a steady flow of single messages, in one
 // read per write instead of one per message.
 // Heartbeats and every other method are written at once, behind what is held. A held write that

@@ -257,3 +257,38 @@ func TestConfirmOnAQuietConnectionIsReportedSoon(t *testing.T) {
 	}
 	t.Logf("reported %v after the confirm (status interval 10 s)", time.Since(start).Round(time.Millisecond))
 }
+
+// The stream's goroutine runs no SQL: while the registry write of a position waits on a lock,
+// the stream goes on publishing what it reads. The write is bounded (5 s), so a stream that
+// waited on it would publish the next transaction only after that, in a new session.
+func TestPublishingGoesOnWhileTheRecordWaits(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
+	ctx := context.Background()
+	e.insertTx(1, "first")
+	e.broker.waitPublished(t, 1)
+	time.Sleep(300 * time.Millisecond) // recorded and reported
+
+	lock, err := e.pg.Conn(t, e.db).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, "SELECT 1 FROM public.walbox_slots WHERE slot_name = $1 FOR UPDATE", e.slot); err != nil {
+		t.Fatal(err)
+	}
+	e.insertTx(1, "second")
+	e.broker.waitPublished(t, 2)
+	time.Sleep(300 * time.Millisecond) // its confirm moved the watermark: recording it now waits on the lock
+
+	start := time.Now()
+	e.insertTx(1, "third")
+	e.broker.waitPublished(t, 3)
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("published the next transaction %v after its commit, while the record waited", d.Round(time.Millisecond))
+	}
+	if got := e.broker.sessionCount(); got != 1 {
+		t.Fatalf("%d publishing sessions, want 1", got)
+	}
+	t.Logf("published %v after the commit, while the record waited", time.Since(start).Round(time.Millisecond))
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
@@ -191,34 +190,28 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
 	s := &stream{
-		cfg:      &r.cfg,
-		log:      r.cfg.Logger,
-		conn:     conn,
-		watch:    w,
-		pub:      pub,
-		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
-		track:    checkpoint.New(slot.ConfirmedFlush),
-		reported: slot.ConfirmedFlush,
-		heard:    lastRead,
-		silence:  silence,
-		stats:    &r.stats,
-		obs:      r.cfg.Observer,
-		win:      newWindow(r.cfg.Window, &r.stall),
-		origin:   origin,
+		cfg:     &r.cfg,
+		log:     r.cfg.Logger,
+		conn:    conn,
+		watch:   w,
+		pub:     pub,
+		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
+		led:     newLedger(slot.ConfirmedFlush, r.cfg.Window, &r.stall),
+		stall:   &r.stall,
+		start:   slot.ConfirmedFlush,
+		heard:   lastRead,
+		silence: silence,
+		stats:   &r.stats,
+		obs:     r.cfg.Observer,
+		origin:  origin,
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)
 	clock = s.stop
-	if IsBrokerError(err) {
-		// The replication connection is still good: report what the broker did confirm before
-		// it failed, so that the next session does not send that again. The watermark stopped
-		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
-		s.finalStatus()
-	}
 	if err != nil && ctx.Err() != nil {
 		s.gaveUp(err) // a graceful stop that a publish call or a failure cut short
 	}
-	return s.track.Watermark() > slot.ConfirmedFlush, err
+	return s.led.Watermark() > slot.ConfirmedFlush, err
 }
 
 // noteServer logs the server a session connected to when it is not the last session's: after a

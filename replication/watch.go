@@ -49,6 +49,8 @@ type watch struct {
 	shard    int // the shard of shards this relay streams; shards 0: not sharded
 	shards   int
 
+	interval time.Duration // how often the publication is checked while streaming
+
 	checks []walCheck // the last successful checks, oldest first
 	// On a standby: the records not yet seen replayed there, and the highest recorded position
 	// whose record the standby replayed (see replicated).
@@ -89,7 +91,7 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 		return nil, err
 	}
 	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity,
-		shard: cfg.Shard, shards: cfg.Shards}
+		shard: cfg.Shard, shards: cfg.Shards, interval: cfg.StatusInterval}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
 	}
@@ -262,6 +264,38 @@ func (w *watch) pinCoverage(ctx context.Context) error {
 	}
 	return nil
 }
+
+// capAt returns w capped at the last position the watch verified the publication for. The
+// publication is checked again when the check is due (every interval) or when the cap holds w
+// back: a check whose predecessor read a position past w lifts the cap, so at most two more
+// checks, one round trip each.
+func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, error) {
+	if time.Since(w.checked) >= w.interval {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	for i := 0; i < 2 && mark > w.limit; i++ {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return min(mark, w.limit), nil
+}
+
+// replayedCap returns lsn, recorded, capped at replicated: a standby's slot waits for the standby
+// to replay the record, and a position held back looks again once a check is due.
+func (w *watch) replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
+	if r := w.replicated(lsn); r < lsn && time.Since(w.checked) >= reportDelay {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return w.replicated(lsn), nil
+}
+
+// lastRecorded returns the position last recorded in the registry.
+func (w *watch) lastRecorded() pglogrepl.LSN { return w.recorded }
 
 // record writes lsn to the registry unless it is recorded already.
 func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
