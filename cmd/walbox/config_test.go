@@ -27,6 +27,7 @@ func TestSettingPrecedence(t *testing.T) {
 	t.Setenv("WALBOX_PUBLICATION", "")
 	t.Setenv("WALBOX_PUBLICATION_FILE", pubFile)
 	t.Setenv("WALBOX_TABLE", "app.from_env")
+	t.Setenv("WALBOX_TABLE_FILE", filepath.Join(t.TempDir(), "missing")) // not read: the variable wins
 	t.Setenv("WALBOX_SLOT", "from_env")
 
 	c := newCommon("status")
@@ -40,7 +41,7 @@ func TestSettingPrecedence(t *testing.T) {
 	}
 	tests := []struct{ name, got, want string }{
 		{"flag beats environment", c.slot.value, "from_flag"},
-		{"environment beats file", c.table.value, "app.from_env"},
+		{"environment beats NAME_FILE and the config file", c.table.value, "app.from_env"},
 		{"NAME_FILE beats config file", c.publication.value, "from_env_file"},
 	}
 	for _, tt := range tests {
@@ -101,5 +102,38 @@ tables:
 	}
 	if !slices.Equal(cf.tables, want) {
 		t.Fatalf("tables = %+v, want %+v", cf.tables, want)
+	}
+}
+
+// A switch takes --name, --name=false and, from the environment, any form strconv.ParseBool reads.
+func TestBoolForms(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{nil, "", true}, // the default of --create-slot
+		{[]string{"--create-slot=false"}, "", false},
+		{[]string{"--create-slot"}, "0", true},
+		{nil, "0", false},
+		{nil, "false", false},
+		{nil, "1", true},
+		{nil, "TRUE", true},
+	}
+	for _, tt := range tests {
+		t.Setenv("WALBOX_CREATE_SLOT", tt.env)
+		s := newSettings("run")
+		fs := newFlagSet("run", "test", &bytes.Buffer{})
+		s.register(fs)
+		if err := parse(fs, tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.resolve(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.get("create-slot").bool()
+		if err != nil || got != tt.want {
+			t.Errorf("args %v, WALBOX_CREATE_SLOT=%q: got %v (%v), want %v", tt.args, tt.env, got, err, tt.want)
+		}
 	}
 }

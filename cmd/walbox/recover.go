@@ -11,7 +11,8 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, in keep-rows retention: " +
+const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
+	"(walbox status and walbox doctor show such a stop), in keep-rows retention: " +
 	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
 	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
 	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
@@ -135,7 +136,10 @@ func showGap(w io.Writer, slot string, g slots.Gap) {
 	switch g.State {
 	case slots.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
-		if !g.None() {
+		switch {
+		case r.Stop.Stopped():
+			state += "; replaced, since walbox run stopped on it"
+		case !g.None():
 			state += "; replaced on request (--force)"
 		}
 	case slots.SlotMissing:
@@ -148,6 +152,9 @@ func showGap(w io.Writer, slot string, g slots.Gap) {
 		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
 	}
 	fmt.Fprintf(w, "  slot                    %s\n", state)
+	if r.Stop.Stopped() {
+		fmt.Fprintf(w, "  stopped                 at %s (%s): %s\n", r.Stop.LSN, r.Stop.At.UTC().Format(time.RFC3339), r.Stop.Reason)
+	}
 }
 
 func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {

@@ -155,3 +155,36 @@ func TestHelpTakesNoArgumentNameFromTheDescription(t *testing.T) {
 		}
 	}
 }
+
+// A row the table marks required is one the command refuses to start without: exit 2 and one
+// line naming the flag, before it dials anything (the others given, unreachable).
+func TestRequiredSettingsAreRequired(t *testing.T) {
+	given := map[string]string{"database-url": "postgres://u@127.0.0.1:1/db?connect_timeout=1",
+		"amqp-url": "amqp://127.0.0.1:1", "older-than": "1h", "shards": "2"}
+	for _, c := range commands {
+		for _, missing := range specsOf(c.name) {
+			if !missing.required {
+				continue
+			}
+			t.Run(c.name+"/"+missing.flag, func(t *testing.T) {
+				clearEnv(t)
+				var args []string
+				for _, sp := range specsOf(c.name) {
+					if sp.required && sp.flag != missing.flag {
+						v, ok := given[sp.flag]
+						if !ok {
+							t.Fatalf("no value to give --%s", sp.flag)
+						}
+						args = append(args, "--"+sp.flag+"="+v)
+					}
+				}
+				var out bytes.Buffer
+				code := mainWithExit(context.Background(), append([]string{c.name}, args...), &out, &out)
+				msg := strings.TrimSuffix(out.String(), "\n")
+				if code != 2 || strings.Contains(msg, "\n") || !strings.Contains(msg, "--"+missing.flag) || !strings.Contains(msg, "required") {
+					t.Errorf("walbox %s %v exited %d:\n%s\nwant 2 and one line: --%s required", c.name, args, code, out.String(), missing.flag)
+				}
+			})
+		}
+	}
+}
