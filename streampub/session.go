@@ -107,14 +107,21 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		return 0, errors.New("publish: no position given (call At first)")
 	}
 	s.posSet = false
-	if s.anchor.found && !s.anchor.pos.Less(s.pos) {
-		seq := s.nextSeq()
-		s.send(wire.Confirm{Seq: seq, At: time.Now()})
-		return seq, nil
-	}
 	msg, err := s.message(m)
 	if err != nil {
 		return 0, err
+	}
+	if s.anchor.found && !s.anchor.pos.Less(s.pos) {
+		// Only a message the stream could hold is in it: one too large was parked, or its
+		// session died before the park stream had it, and it must be parked again.
+		msg.SetPublishingId(s.anchor.id)
+		msg.ApplicationProperties[PropPublishingID] = s.anchor.id
+		if _, err := s.main.encode(msg); err != nil {
+			return 0, err
+		}
+		seq := s.nextSeq()
+		s.send(wire.Confirm{Seq: seq, At: time.Now()})
+		return seq, nil
 	}
 	msg.SetPublishingId(s.nextID)
 	msg.ApplicationProperties[PropPublishingID] = s.nextID
