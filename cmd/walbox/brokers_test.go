@@ -111,3 +111,16 @@ func TestRunRejectsStreamSettingsItWouldIgnore(t *testing.T) {
 		}
 	}
 }
+
+// doctor takes run's stream mode: with --stream-url it needs no --amqp-url, checks the stream's
+// node, and keeps the URL's password out of its report.
+func TestDoctorInStreamModeNeedsNoAMQPURL(t *testing.T) {
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@127.0.0.1:1/app")
+	t.Setenv("WALBOX_AMQP_URL", "")
+	t.Setenv("WALBOX_STREAM_URL", "rabbitmq-stream://walbox:s3cret@127.0.0.1:1/")
+	var out bytes.Buffer
+	code := mainWithExit(context.Background(), []string{"doctor"}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "RabbitMQ stream at 127.0.0.1:1") || strings.Contains(out.String(), "s3cret") {
+		t.Errorf("doctor: exit %d, output %q; want 1 (checks failed), the stream's node checked, no password", code, out.String())
+	}
+}
