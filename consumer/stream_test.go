@@ -275,3 +275,32 @@ func TestStreamConsumerDeadLetterBelowTheProducersLastIDStops(t *testing.T) {
 	}
 	se.waitOffset(t, 20, time.Second)
 }
+
+// Two instances of one consumer read the stream at once: the offset row's lock lets one of them
+// handle each message, the other skips it.
+func TestStreamConsumerTwoInstancesHandleEachMessageOnce(t *testing.T) {
+	const n = 500
+	se := newStreamEnv(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for range 2 {
+		c, err := consumer.NewStream(se.pool, se.config(), slowEffect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- c.Run(ctx) }()
+	}
+	se.waitOffset(t, n, 2*time.Minute)
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	if got := se.count(t, "SELECT count(DISTINCT message_id) FROM effects"); got != n {
+		t.Errorf("%d messages handled, want %d", got, n)
+	}
+	if got := se.count(t, "SELECT count(*) FROM effects"); got != n {
+		t.Errorf("%d handler commits, want %d: a message handled by both", got, n)
+	}
+}
