@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type Session struct {
 	park   *lane // the park stream's producer: at least once
 	anchor anchor
 
+	system string   // the database system identifier, set by System; "" until then
 	pos    Position // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
@@ -92,6 +94,17 @@ func declare(env *stream.Environment, name string, cfg *Config) error {
 // message, its position: what this session skips.
 func (s *Session) Anchor() (id int64, pos Position, found bool) {
 	return s.anchor.id, s.anchor.pos, s.anchor.found
+}
+
+// System sets the database system the positions are of (replication.SystemBound). An anchor of
+// another system is no anchor: its timeline and LSNs say nothing of this system's, which may
+// sort before them (a restore into a new cluster under the same slot name). The session then
+// skips nothing and numbers on from the producer's last id.
+func (s *Session) System(id uint64) {
+	s.system = strconv.FormatUint(id, 10)
+	if s.anchor.found && s.anchor.system != "" && s.anchor.system != s.system {
+		s.anchor.found = false
+	}
 }
 
 // At sets the position of the message the next Publish sends (replication.Positioner).

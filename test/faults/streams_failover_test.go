@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/test/checker"
 )
 
@@ -60,7 +61,10 @@ func TestStreamExactlyOnceAcrossATimelineSwitch(t *testing.T) {
 	time.Sleep(3 * time.Second) // anything stored twice would be there by now
 	seen := map[string]int{}
 	extra := 0
+	systems := map[string]bool{}
 	for _, m := range sr.messages() {
+		system, _ := m.ApplicationProperties[streampub.PropSystem].(string)
+		systems[system] = true
 		id := fmt.Sprint(m.Properties.MessageID)
 		seen[id]++
 		if !rows[id] {
@@ -87,6 +91,9 @@ func TestStreamExactlyOnceAcrossATimelineSwitch(t *testing.T) {
 	t.Logf("SUMMARY %s rows=%d stored=%d lost=%d duplicates=%d not_in_table=%d", t.Name(), len(rows), sr.count(), lost, dups, extra)
 	if lost != 0 || dups != 0 || extra != 0 {
 		t.Errorf("%d lost, %d stored twice, %d not in the new primary's table: want none\n%s", lost, dups, extra, r.Output())
+	}
+	if len(systems) != 1 || systems[""] {
+		t.Errorf("the messages' %s: %v; want the one system of the primary and its standby", streampub.PropSystem, systems)
 	}
 	if len(rows) == 0 {
 		t.Error("the new primary has no rows: the test proved nothing")
