@@ -88,13 +88,25 @@ func NewStream(pool *pgxpool.Pool, cfg StreamConfig, h Handler) (*StreamConsumer
 	return &StreamConsumer{pool: pool, cfg: cfg, handler: h, table: t.Quoted()}, nil
 }
 
+// createOffsetTable creates the offset table unless it exists. Consumers starting at once take
+// turns: concurrent CREATE TABLE IF NOT EXISTS can fail on a duplicate catalog row.
+func (c *StreamConsumer) createOffsetTable(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "walbox offset table "+c.table); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+c.table+
+			" (consumer text NOT NULL, stream text NOT NULL, next_offset bigint NOT NULL, PRIMARY KEY (consumer, stream))")
+		return err
+	})
+}
+
 // Run reads and handles messages until ctx ends, and then returns nil once the message in hand
 // is handled or abandoned (its transaction rolled back: it is handled again next time). It
 // reconnects after connection and database errors; it returns early only if the offset table
 // cannot be created or read (see Fatal).
 func (c *StreamConsumer) Run(ctx context.Context) error {
-	if _, err := c.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+c.table+
-		" (consumer text NOT NULL, stream text NOT NULL, next_offset bigint NOT NULL, PRIMARY KEY (consumer, stream))"); err != nil {
+	if err := c.createOffsetTable(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
