@@ -21,6 +21,9 @@ var coalesceDelay = time.Millisecond // a variable for tests
 // declarations, close) goes out at once, after what is held, so nothing waits behind a publish
 // burst and the byte order of the stream is kept.
 //
+// The coalescer also notes when each publish's frames reached the socket (holdFor, writtenAt): the
+// end of the socket write that carried the last of them. A Confirm carries it as Written.
+//
 // A held write reports success to amqp091 before it reaches the socket; if a write that Flush
 // (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
 // saw fail) and every later write returns the error. Each socket write keeps its own deadline
@@ -41,6 +44,19 @@ type coalescer struct {
 	armed  bool // the timer is set to write what is held
 	timer  *time.Timer
 	err    error // the first failed write; sticky
+
+	// When publishes reached the socket: tag is the publish whose frames are being written (0
+	// between publishes), last the latest publish whose frames are all written or held, and carried the socket
+	// writes since that completed publishes, oldest first, not yet taken by writtenAt.
+	tag, last uint64
+	stamped   uint64 // the latest publish in carried
+	carried   []carriedUpTo
+}
+
+// carriedUpTo is a socket write that ended at at and completed the publishes up to upTo.
+type carriedUpTo struct {
+	upTo uint64
+	at   time.Time
 }
 
 func newCoalescer(c net.Conn, failed func(error) error) *coalescer {
@@ -82,7 +98,57 @@ func (w *coalescer) Write(p []byte) (int, error) {
 func (w *coalescer) holding(on bool) {
 	w.mu.Lock()
 	w.hold = on
+	if !on && w.tag != 0 {
+		w.done()
+	}
 	w.mu.Unlock()
+}
+
+// holdFor holds the writes of publish tag (a delivery tag, above those before it) until holding(false).
+func (w *coalescer) holdFor(tag uint64) {
+	w.mu.Lock()
+	w.hold, w.tag = true, tag
+	w.mu.Unlock()
+}
+
+// done ends the publish of w.tag, whose frames are all written or held; w.mu is held.
+func (w *coalescer) done() {
+	w.last, w.tag = w.tag, 0
+	if len(w.buf) == 0 && w.last > w.stamped {
+		w.stamp(w.last, time.Now()) // its last frames went out during the publish
+	}
+}
+
+// stamp records that a socket write ending at at completed the publishes up to upTo; w.mu is held.
+func (w *coalescer) stamp(upTo uint64, at time.Time) {
+	if upTo <= w.stamped {
+		return
+	}
+	w.stamped = upTo
+	w.carried = append(w.carried, carriedUpTo{upTo: upTo, at: at})
+}
+
+// writtenAt returns when the last frame of publish tag was written to the socket, zero if it was
+// not. Call it for each publish in order: it forgets the writes before tag.
+func (w *coalescer) writtenAt(tag uint64) time.Time {
+	if w == nil {
+		return time.Time{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := 0
+	for i < len(w.carried) && w.carried[i].upTo < tag {
+		i++
+	}
+	if i > 0 {
+		n := copy(w.carried, w.carried[i:])
+		clear(w.carried[n:])
+		w.carried = w.carried[:n]
+	}
+	if len(w.carried) == 0 {
+		return time.Time{}
+	}
+	return w.carried[0].at
 }
 
 // Flush writes what is held.
@@ -123,6 +189,9 @@ func (w *coalescer) flush() (int, error) {
 		return 0, nil
 	}
 	n, err := w.write(w.buf)
+	if err == nil {
+		w.stamp(w.last, time.Now()) // not w.tag: a publish in progress has frames still to come
+	}
 	if cap(w.buf) > 4*coalesceBytes {
 		w.buf = nil // one large message; do not keep its buffer
 	} else {

@@ -217,3 +217,32 @@ func TestCoalescerKeepsOrderUnderConcurrency(t *testing.T) {
 		t.Fatalf("socket got %d bytes, want %d, in write order", len(b), want.Len())
 	}
 }
+
+// writtenAt tells when a publish's last frame went out: a large publish that the size bound
+// wrote in part is written only when its tail is.
+func TestCoalescerStampsLastFrame(t *testing.T) {
+	w, r := pipeCoalescer(t, time.Hour, nil)
+	go io.Copy(io.Discard, r)
+	w.holdFor(1)
+	w.Write([]byte("pub1"))
+	w.holding(false)
+	w.holdFor(2)
+	w.Write(make([]byte, coalesceBytes)) // writes pub1 and the head of pub2
+	afterHead := time.Now()
+	w.Write([]byte("tail"))
+	w.holding(false)
+	time.Sleep(10 * time.Millisecond)
+	beforeTail := time.Now()
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.writtenAt(1); got.IsZero() || got.After(afterHead) {
+		t.Errorf("publish 1 written at %v, want by %v", got, afterHead)
+	}
+	if got := w.writtenAt(2); got.Before(beforeTail) {
+		t.Errorf("publish 2 written at %v, want at the Flush of its tail, after %v", got, beforeTail)
+	}
+	if got := w.writtenAt(3); !got.IsZero() {
+		t.Errorf("publish 3, never made, written at %v", got)
+	}
+}

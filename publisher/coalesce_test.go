@@ -92,3 +92,31 @@ func TestHeartbeatAndMethodsAreNotHeld(t *testing.T) {
 		t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, first)
 	}
 }
+
+// A Confirm says when its message's last frame was written to the socket: for messages held
+// back, by the write that the delay made, all three in one; always before the broker's verdict.
+func TestConfirmSaysWhenWritten(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(200 * time.Millisecond)()
+	s, _ := dial(t, r.URL(), publisher.Config{})
+
+	published := time.Now()
+	for range 3 {
+		publish(t, s, newMessage("order.created"))
+	}
+	var written time.Time
+	for i := uint64(1); i <= 3; i++ {
+		c := next(t, s)
+		if c.Seq != i || c.Err != nil {
+			t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, i)
+		}
+		if held := c.Written.Sub(published); held < 150*time.Millisecond || c.At.Before(c.Written) {
+			t.Errorf("seq %d: written %v after the publish, confirmed %v after; want the 200ms hold, before the confirm",
+				i, held, c.At.Sub(published))
+		}
+		if i > 1 && !c.Written.Equal(written) {
+			t.Errorf("seq %d: written at %v, seq 1 at %v; want one write", i, c.Written, written)
+		}
+		written = c.Written
+	}
+}

@@ -108,7 +108,7 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 		err = fmt.Errorf("message %s: %w", s.idOf(tag), ErrNacked)
 	}
 	s.release()
-	s.emit(wire.Confirm{Seq: tag, Err: err, At: at})
+	s.emit(wire.Confirm{Seq: tag, Err: err, At: at, Written: s.out.writtenAt(tag)})
 	return nil
 }
 

@@ -343,7 +343,7 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
 	s.mu.Unlock()
 
-	s.out.holding(true)
+	s.out.holdFor(seq)
 	err := s.ch.Publish(exchange, key, true, false, msg)
 	s.out.holding(false)
 	if err == nil {
