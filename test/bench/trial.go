@@ -81,7 +81,7 @@ func (t *trial) createTable(ctx context.Context) error {
 		return execSQL(ctx, t.dbURL, pollTableDDL)
 	}
 	t.table = "outbox"
-	p, err := start(t.b.cfg.WorkDir, t.label+"-migrate", t.b.cfg.WalboxBin, t.walboxEnv(), "migrate")
+	p, err := start(t.b.cfg.WorkDir, t.label+"-migrate", t.walboxBin(), t.walboxEnv(), "migrate")
 	if err != nil {
 		return err
 	}
@@ -106,6 +106,14 @@ func (t *trial) walboxEnv(extra ...string) []string {
 		env = append(env, "WALBOX_QUEUE_TYPE="+t.topo.sinkType)
 	}
 	return append(env, extra...)
+}
+
+// walboxBin is the walbox binary the contender runs.
+func (t *trial) walboxBin() string {
+	if t.who == WalboxBaseline {
+		return t.b.cfg.BaselineBin
+	}
+	return t.b.cfg.WalboxBin
 }
 
 // walboxRun is the command line of `walbox run`. The lanes flag is given only for more than one
@@ -144,7 +152,7 @@ func (t *trial) startRelay(count, rate, measureFrom int) (*process, error) {
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		t.metricsURL = "http://" + addr + "/metrics"
-		return start(dir, t.label, cfg.WalboxBin, t.walboxEnv("WALBOX_LISTEN="+addr), t.walboxRun()...)
+		return start(dir, t.label, t.walboxBin(), t.walboxEnv("WALBOX_LISTEN="+addr), t.walboxRun()...)
 	}
 	return startChild(dir, t.label, spec)
 }
