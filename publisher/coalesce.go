@@ -8,10 +8,12 @@ import (
 )
 
 // Bounds of what a coalescing connection holds back: it writes once coalesceBytes are held, or
-// coalesceDelay after the first of them was held, whichever comes first.
+// coalesceDelay after the first of them was held, whichever comes first. A Session.Flush waits
+// for more only while the next message is expected within half of coalesceDelay of the first
+// held (see flushSoon).
 const coalesceBytes = 64 << 10
 
-var coalesceDelay = time.Millisecond // a variable for tests
+var coalesceDelay = 2 * time.Millisecond // a variable for tests
 
 // coalescer is the net.Conn under amqp091. amqp091 flushes its buffer to the socket after every
 // publish, so each message would be a TCP write of its own and wake the broker on its own. While
@@ -37,11 +39,13 @@ type coalescer struct {
 	writing atomic.Bool // a socket write is in progress; read without mu
 
 	mu     sync.Mutex
-	writes int       // socket writes made
-	wrote  time.Time // when the last socket write started
+	writes int // socket writes made
 	hold   bool
 	buf    []byte
-	armed  bool // the timer is set to write what is held
+	first  time.Time     // when the first byte in buf was held
+	idle   time.Time     // when flushSoon was last called
+	gap    time.Duration // the time between flushSoon calls, a moving average
+	armed  bool          // the timer is set to write what is held
 	timer  *time.Timer
 	err    error // the first failed write; sticky
 
@@ -60,7 +64,7 @@ type carriedUpTo struct {
 }
 
 func newCoalescer(c net.Conn, failed func(error) error) *coalescer {
-	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay}
+	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay, gap: coalesceDelay}
 	w.timer = time.AfterFunc(time.Hour, func() { _ = w.Flush() })
 	w.timer.Stop()
 	return w
@@ -81,6 +85,9 @@ func (w *coalescer) Write(p []byte) (int, error) {
 			return 0, err
 		}
 		return len(p), nil
+	}
+	if len(w.buf) == 0 {
+		w.first = time.Now()
 	}
 	w.buf = append(w.buf, p...)
 	if len(w.buf) >= coalesceBytes {
@@ -154,18 +161,17 @@ func (w *coalescer) writtenAt(tag uint64) time.Time {
 // Flush writes what is held.
 func (w *coalescer) Flush() error { return w.flushSoon(false) }
 
-// flushSoon writes what is held, now; or, if soon and the last socket write was less than the
-// delay ago, when the delay has passed. Under a steady flow of messages that one at a time would
-// each be a write of its own, that turns them into a write per delay.
+// flushSoon writes what is held, now; or, if soon and the next call is expected within half the
+// delay of the first byte held, leaves it to that call or to the timer. The caller calls it soon
+// each time it has published what there was (Session.Flush), so the time between calls, averaged,
+// tells when the next message is likely. Under a steady flow of messages that one at a time would
+// each be a write of its own, that groups those that come close together; a message that would
+// wait for nothing goes out at once.
 func (w *coalescer) flushSoon(soon bool) error {
 	w.mu.Lock()
-	if soon && len(w.buf) > 0 && w.err == nil && time.Since(w.wrote) < w.delay {
-		if !w.armed {
-			w.armed = true
-			w.timer.Reset(w.delay)
-		}
+	if soon && w.expectMore() && w.err == nil {
 		w.mu.Unlock()
-		return nil
+		return nil // the timer is armed since the first byte was held
 	}
 	if err := w.err; err != nil {
 		w.mu.Unlock()
@@ -177,6 +183,18 @@ func (w *coalescer) flushSoon(soon bool) error {
 		return w.failed(err)
 	}
 	return err
+}
+
+// expectMore records a call of flushSoon and reports whether what is held should wait for the
+// next: the next call is expected (at the average time between calls) within half the delay of
+// the first byte held. w.mu is held.
+func (w *coalescer) expectMore() bool {
+	now := time.Now()
+	if !w.idle.IsZero() {
+		w.gap += (min(now.Sub(w.idle), w.delay) - w.gap) / 8
+	}
+	w.idle = now
+	return len(w.buf) > 0 && now.Add(w.gap).Sub(w.first) <= w.delay/2
 }
 
 // flush writes the held bytes; w.mu is held.
@@ -203,7 +221,6 @@ func (w *coalescer) flush() (int, error) {
 // write writes p to the socket; a failure is sticky. w.mu is held.
 func (w *coalescer) write(p []byte) (int, error) {
 	w.writes++
-	w.wrote = time.Now()
 	w.writing.Store(true)
 	n, err := w.Conn.Write(p)
 	w.writing.Store(false)

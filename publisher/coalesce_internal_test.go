@@ -115,34 +115,46 @@ func TestCoalescerStuckFlushFails(t *testing.T) {
 	}
 }
 
-// Flush asked soon after a socket write leaves what is held to the timer, so that a steady flow
-// of single messages becomes a write per delay; long after one, it writes at once.
-func TestCoalescerFlushSoonAfterAWrite(t *testing.T) {
+// Flush asked soon writes at once when the next call is not expected within half the delay of
+// the first byte held; when it is, what is held waits for that call, which writes both once the
+// half delay has passed.
+func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
-	go w.Write([]byte("beat")) // a write, just now
-	readExactly(t, r, "beat")
-	w.holding(true)
-	w.Write([]byte("pub1"))
-	w.holding(false)
-	start := time.Now()
-	if err := w.flushSoon(true); err != nil {
-		t.Fatal(err)
+	pub := func(p string) {
+		w.holding(true)
+		w.Write([]byte(p))
+		w.holding(false)
 	}
-	nothingToRead(t, r, 30*time.Millisecond)
-	readExactly(t, r, "pub1") // by the timer
-	if d := time.Since(start); d < 90*time.Millisecond {
-		t.Errorf("written after %v, want after the 100ms delay", d)
+	pub("pub1") // a fresh connection expects nothing
+	go w.flushSoon(true)
+	readExactly(t, r, "pub1")
+
+	w.mu.Lock()
+	w.gap = 10 * time.Millisecond // calls come every 10 ms
+	w.mu.Unlock()
+	pub("pub2")
+	w.flushSoon(true)
+	time.Sleep(10 * time.Millisecond)
+	pub("pub3")
+	w.flushSoon(true)
+	nothingToRead(t, r, 40*time.Millisecond) // pub4 is expected before pub2 waited 50 ms
+	pub("pub4")
+	start := time.Now()
+	go w.flushSoon(true) // 60 ms after pub2: no call is expected within 50 ms of it any more
+	readExactly(t, r, "pub2pub3pub4")
+	if d := time.Since(start); d > 30*time.Millisecond {
+		t.Errorf("written %v after the flush, want at once", d)
 	}
 
-	time.Sleep(150 * time.Millisecond) // the last write is now older than the delay
-	w.holding(true)
-	w.Write([]byte("pub2"))
-	w.holding(false)
+	w.mu.Lock()
+	w.gap = 80 * time.Millisecond // calls come every 80 ms: nothing would join
+	w.mu.Unlock()
+	pub("pub5")
 	start = time.Now()
 	go w.flushSoon(true)
-	readExactly(t, r, "pub2")
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Errorf("written after %v, want at once", d)
+	readExactly(t, r, "pub5")
+	if d := time.Since(start); d > 30*time.Millisecond {
+		t.Errorf("written %v after the flush, want at once", d)
 	}
 }
 

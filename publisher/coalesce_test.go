@@ -120,3 +120,48 @@ func TestConfirmSaysWhenWritten(t *testing.T) {
 		written = c.Written
 	}
 }
+
+// Messages published at a pace slower than half the hold bound, each followed by a Flush, go out
+// at once: none waits for a next one that would not join it. At a quick pace they share writes.
+func TestFlushHoldsOnlyWhatOthersWillJoin(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(100 * time.Millisecond)()
+	s, _ := dial(t, r.URL(), publisher.Config{})
+
+	published := map[uint64]time.Time{}
+	for range 4 {
+		seq := publish(t, s, newMessage("order.created"))
+		published[seq] = time.Now()
+		if err := s.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		time.Sleep(80 * time.Millisecond)
+	}
+	for range 4 {
+		c := next(t, s)
+		if c.Err != nil {
+			t.Fatalf("Confirm: %+v", c)
+		}
+		if held := c.Written.Sub(published[c.Seq]); held > 30*time.Millisecond {
+			t.Errorf("seq %d held %v at a pace of 80 ms, want written at the Flush", c.Seq, held)
+		}
+	}
+
+	const n = 30
+	before := publisher.SocketWrites(s)
+	for range n {
+		publish(t, s, newMessage("order.created"))
+		if err := s.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range n {
+		if c := next(t, s); c.Err != nil {
+			t.Fatalf("Confirm: %+v", c)
+		}
+	}
+	if w := publisher.SocketWrites(s) - before; w > n*2/3 {
+		t.Errorf("%d messages 5 ms apart took %d socket writes, want them grouped", n, w)
+	}
+}

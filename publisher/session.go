@@ -389,11 +389,11 @@ func (s *Session) writeFailed(err error) error {
 }
 
 // Flush writes to the broker the messages that Publish and Park handed over but the session
-// still holds, to send several in one write: at once, unless the session wrote to the broker less
-// than a millisecond ago; then when that millisecond has passed, together with what is published
-// meanwhile. The session writes what it holds by itself within a millisecond, so Flush is only to
-// save that delay: call it when there is nothing more to publish for now. An error wraps
-// ErrClosed: the session has ended. Call it from the goroutine that publishes.
+// still holds, to send several in one write: at once, unless, at the pace of the past calls, the
+// next Flush is due within a millisecond of the first message held; then with what that call
+// brings. The session writes what it holds by itself within 2 ms, so Flush is only to save that
+// delay: call it each time there is nothing more to publish for now. An error wraps ErrClosed:
+// the session has ended. Call it from the goroutine that publishes.
 func (s *Session) Flush() error { return s.write(true) }
 
 // write writes what the session holds; soon as for coalescer.flushSoon.
