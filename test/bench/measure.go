@@ -42,6 +42,10 @@ type Result struct {
 	PGCPU     float64 // of every PostgreSQL process
 	BrokerCPU float64 // of the broker's Erlang VM
 	RelayRSS  int64   // the relay's peak RSS (VmHWM), bytes
+	// RelayWrites (steady) is the relay's write system calls in the measured window, -1 if
+	// unknown: mostly its socket writes to the broker, so per message it shows how many messages
+	// share a write (each write wakes the broker).
+	RelayWrites int64
 
 	WALInsert float64 // WAL bytes per message written by the producer's inserts
 	WALRelay  float64 // WAL bytes per message the relay added
@@ -54,7 +58,7 @@ type Result struct {
 
 func newResult(sc Scenario, who Contender) Result {
 	return Result{Scenario: sc, Contender: who, Messages: sc.messages(), RelayCPU: -1, PGCPU: -1, BrokerCPU: -1,
-		RelayRSS: -1, WALInsert: math.NaN(), WALRelay: math.NaN(), WALVacuum: math.NaN()}
+		RelayRSS: -1, RelayWrites: -1, WALInsert: math.NaN(), WALRelay: math.NaN(), WALVacuum: math.NaN()}
 }
 
 // CPUPerMessage returns the relay's CPU microseconds per message, or -1.
@@ -63,6 +67,14 @@ func (r Result) CPUPerMessage() float64 {
 		return -1
 	}
 	return r.RelayCPU / float64(r.Messages) * 1e6
+}
+
+// WritesPerMessage returns the relay's write system calls per message, or -1.
+func (r Result) WritesPerMessage() float64 {
+	if r.RelayWrites < 0 || r.Messages == 0 {
+		return -1
+	}
+	return float64(r.RelayWrites) / float64(r.Messages)
 }
 
 // BrokerCPUPerMessage returns the broker's CPU microseconds per message, or -1 if unknown.
@@ -233,6 +245,9 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	}
 	waitErr := cons.wait(ctx, warm+n, stallTimeout, relay.alive)
 	t.finish(r, relay, before)
+	if w0, w1 := before.writes, writeCalls(relay.pid()); w0 >= 0 && w1 >= 0 {
+		r.RelayWrites = w1 - w0
+	}
 	if hist1, err := t.histograms(ctx); err == nil && histErr == nil && hist1[0] != nil {
 		r.Confirm = hist1[0].minus(hist0[0]).percentiles()
 		for i, dst := range []**Percentiles{&r.Publish, &r.Read, &r.Write, &r.Held} {

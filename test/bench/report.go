@@ -134,20 +134,30 @@ func (rep *Report) splitTable(w io.Writer) {
 		"transaction's Begin message): `walbox_commit_to_read_seconds`, `…_to_publish_seconds`, `…_to_write_seconds` "+
 		"(the socket write that carried the message's last frame) and `…_to_confirm_seconds`. For the bare "+
 		"publishers the clock starts at the publish call, which writes the frames before it returns. *Held* is "+
-		"walbox's `walbox_publish_to_write_seconds` p50: the publisher's hold, measured directly. – : not measured "+
-		"(no database, no confirms, or a build without the histogram).\n\n")
-	fmt.Fprintln(w, "| scenario | contender | server → read | read → publish call | publish call → socket write | socket write → confirm | socket write → consumer | commit → consumer p50 | held p50 |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|")
+		"walbox's `walbox_publish_to_write_seconds` p50: the publisher's hold, measured directly. *Writes/msg* is the "+
+		"relay's write system calls per message (/proc/<pid>/io syscw): mostly socket writes to the broker, each of which "+
+		"wakes it. – : not measured (no database, no confirms, or a build without the histogram).\n\n")
+	fmt.Fprintln(w, "| scenario | contender | server → read | read → publish call | publish call → socket write | socket write → confirm | socket write → consumer | commit → consumer p50 | held p50 | writes/msg | broker µs/msg |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
 		read, pub, write, conf := p50Of(r.Read), p50Of(r.Publish), p50Of(r.Write), p50Of(r.Confirm)
 		if r.Contender.isCeiling() {
 			read, pub = 0, 0
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario.Name, r.Contender,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario.Name, r.Contender,
 			leg(r.Contender.usesDB(), 0, read), leg(r.Contender.usesDB(), read, pub), leg(true, pub, write),
-			leg(true, write, conf), leg(true, write, r.Latency.P50), ms(r.Latency.P50), approx(orNone(r.Held), p50Of(r.Held)))
+			leg(true, write, conf), leg(true, write, r.Latency.P50), ms(r.Latency.P50), approx(orNone(r.Held), p50Of(r.Held)),
+			perMsg(r.WritesPerMessage()), us(r.BrokerCPUPerMessage()))
 	}
 	fmt.Fprintln(w)
+}
+
+// perMsg prints a count per message, or "–".
+func perMsg(v float64) string {
+	if v < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // p50Of returns p's median, or -1.

@@ -175,13 +175,16 @@ func (t *trial) vacuum(ctx context.Context) error {
 	return execSQL(ctx, t.dbURL, "VACUUM ANALYZE "+t.table)
 }
 
-// usage is a reading of the CPU counters.
-type usage struct{ relay, pg, broker float64 }
+// usage is a reading of the CPU counters, and of the relay's write system calls.
+type usage struct {
+	relay, pg, broker float64
+	writes            int64
+}
 
 func (b *bencher) usage(relayPID int) usage {
 	u := usage{relay: 0, pg: treeCPU(b.srv.PostgresPID), broker: b.srv.brokerCPU()}
 	if relayPID > 0 {
-		u.relay = processCPU(relayPID)
+		u.relay, u.writes = processCPU(relayPID), writeCalls(relayPID)
 	}
 	return u
 }
