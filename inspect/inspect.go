@@ -85,11 +85,14 @@ type Slot struct {
 	Active                 bool
 	ActivePID              *int32
 	WALStatus              string
-	ConfirmedFlush         pglogrepl.LSN
-	Restart                pglogrepl.LSN
-	CurrentWAL             pglogrepl.LSN // the server's WAL write position when read
-	LagBytes               *int64        // from confirmed_flush_lsn to CurrentWAL
-	RetainedBytes          *int64        // from restart_lsn to CurrentWAL: the WAL the slot keeps
+	// Failover is set on a failover slot (PostgreSQL 17+), which standbys with
+	// sync_replication_slots keep in step; Synced on such a standby's copy of one.
+	Failover, Synced bool
+	ConfirmedFlush   pglogrepl.LSN
+	Restart          pglogrepl.LSN
+	CurrentWAL       pglogrepl.LSN // the server's WAL write position when read
+	LagBytes         *int64        // from confirmed_flush_lsn to CurrentWAL
+	RetainedBytes    *int64        // from restart_lsn to CurrentWAL: the WAL the slot keeps
 }
 
 // ReadSlot reads the slot named name; Exists is false when there is none.
@@ -100,10 +103,11 @@ func ReadSlot(ctx context.Context, q Querier, name string) (Slot, error) {
 	err := q.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text,
 			coalesce(s.slot_type, ''), coalesce(s.plugin, ''), coalesce(s.database::text, ''), coalesce(s.active, false), s.active_pid, s.wal_status,
 			s.confirmed_flush_lsn::text, s.restart_lsn::text,
+			coalesce((to_jsonb(s)->>'failover')::bool, false), coalesce((to_jsonb(s)->>'synced')::bool, false),
 			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
 			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
 		FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`, name).
-		Scan(&current, &s.Type, &s.Plugin, &s.Database, &s.Active, &s.ActivePID, &status, &confirmed, &restart, &s.LagBytes, &s.RetainedBytes)
+		Scan(&current, &s.Type, &s.Plugin, &s.Database, &s.Active, &s.ActivePID, &status, &confirmed, &restart, &s.Failover, &s.Synced, &s.LagBytes, &s.RetainedBytes)
 	if err != nil {
 		return s, fmt.Errorf("read slot %s: %w", name, err)
 	}

@@ -55,6 +55,11 @@ type Config struct {
 	// DatabaseURL is the libpq connection string or URL of the database holding the outbox. The
 	// role needs LOGIN REPLICATION. Required.
 	DatabaseURL string
+	// ReplicationURL, if set, is the server the relay streams from: a hot standby of DatabaseURL's
+	// server (PostgreSQL 16+), whose slot it decodes, to keep decoding off the primary. DatabaseURL
+	// stays the primary: the record of the slot and the checks of the publication live there.
+	// Empty: the relay streams from DatabaseURL, and refuses it if it is a standby.
+	ReplicationURL string
 	// Slot is the logical replication slot's name (default "walbox").
 	Slot string
 	// Publication is the publication that contains the outbox table (default "walbox").
@@ -96,6 +101,10 @@ type Config struct {
 	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
 	// not covered (default true; `walbox migrate` creates it ahead of time).
 	CreateSlot *bool
+	// FailoverSlot says whether the slot Run creates is a failover slot (default FailoverAuto:
+	// on PostgreSQL 17 and later). Unless it is FailoverOff, Run also turns an existing slot that
+	// is not one into one; FailoverOn on a server before 17 stops Run at its first session.
+	FailoverSlot FailoverSlot
 	// MaxBackoff caps the wait between sessions after an error (default 30s).
 	MaxBackoff time.Duration
 	// StandbyRetry is how often a standby checks whether the slot was released (default 1s).
@@ -110,6 +119,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told about every message and session, for metrics (default: nobody).
 	Observer Observer
+}
+
+// replicationURL is the server the relay streams from.
+func (c *Config) replicationURL() string {
+	if c.ReplicationURL != "" {
+		return c.ReplicationURL
+	}
+	return c.DatabaseURL
 }
 
 // NoMessages as Config.MessagePrefix relays no logical decoding messages.
@@ -179,6 +196,11 @@ func (c *Config) Validate() error {
 	if err := positive(&c.StandbyRetry, time.Second, "standby retry"); err != nil {
 		return err
 	}
+	f, err := ParseFailoverSlot(string(c.FailoverSlot))
+	if err != nil {
+		return fmt.Errorf("failover slot %w", err)
+	}
+	c.FailoverSlot = f
 	if c.CreateSlot == nil {
 		yes := true
 		c.CreateSlot = &yes

@@ -91,7 +91,13 @@
 // Relay.prepareSlot for `walbox run` and by EnsureSlot for `walbox migrate` and `walbox
 // reshard`); walbox recover, which replaces it (Recovery.Recover, recover.go); and `walbox
 // reshard --retire`, which drops the old set's slots once each passed the cut
-// (cmd/walbox/reshard.go).
+// (cmd/walbox/reshard.go). Relay.prepareSlot may also make an existing inactive slot a failover
+// slot (makeFailover, failover.go), which does not move it.
+//
+// With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
+// slot's reads go to the standby, while the record and watch.check stay on the primary. The
+// positions are one WAL, so the primary's insert position caps the standby's slot as it would
+// the primary's, and the record is still written before each status update.
 //
 // # Failure
 //

@@ -39,15 +39,20 @@ type RecoverConfig struct {
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)
+	// FailoverSlot is as in Config.
+	FailoverSlot FailoverSlot
+	// ReplicationURL is as in Config: the slot is the standby's, and so is the new one. The rows
+	// are read on the standby too, in the new slot's snapshot; the record stays on DatabaseURL.
+	ReplicationURL string
 }
 
 func (c *RecoverConfig) validate() error {
-	probe := Config{DatabaseURL: c.DatabaseURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-		Mappings: c.Mappings, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
+	probe := Config{DatabaseURL: c.DatabaseURL, ReplicationURL: c.ReplicationURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
+		Mappings: c.Mappings, FailoverSlot: c.FailoverSlot, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
 	if err := probe.Validate(); err != nil {
 		return err
 	}
-	c.Slot, c.Publication, c.Mappings = probe.Slot, probe.Publication, probe.Mappings
+	c.Slot, c.Publication, c.Mappings, c.FailoverSlot = probe.Slot, probe.Publication, probe.Mappings, probe.FailoverSlot
 	return nil
 }
 
@@ -86,6 +91,7 @@ type Recovery struct {
 	cfg    RecoverConfig
 	repl   *pgconn.PgConn // the replication connection: reads and creates the slot
 	db     *pgx.Conn      // an ordinary connection: the registry, the rows
+	src    *pgx.Conn      // an ordinary connection to the standby of ReplicationURL; nil without
 	reg    *registry.Store
 	sys    pglogrepl.IdentifySystemResult
 	tables []*gapTable
@@ -96,22 +102,32 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	repl, err := connect(ctx, cfg.DatabaseURL)
+	replURL := cfg.DatabaseURL
+	if cfg.ReplicationURL != "" {
+		replURL = cfg.ReplicationURL
+	}
+	repl, err := connect(ctx, replURL)
 	if err != nil {
 		return nil, err
 	}
 	r := &Recovery{cfg: cfg, repl: repl}
-	pcfg, err := pgx.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
+	if r.db, err = connectRows(ctx, cfg.DatabaseURL); err != nil {
 		r.Close()
-		return nil, errors.New("parse database url: not a valid connection string or URL")
+		return nil, err
 	}
-	// Rows are read as text, as the walsender writes them: timestamps in the ISO style.
-	pcfg.RuntimeParams["DateStyle"] = "ISO"
-	pcfg.RuntimeParams["application_name"] = "walbox recover"
-	if r.db, err = pgx.ConnectConfig(ctx, pcfg); err != nil {
+	if err := checkPrimary(r.db.PgConn()); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, err
+	}
+	if cfg.ReplicationURL == "" && inRecovery(repl) {
+		r.Close()
+		return nil, checkReplicationServer(&Config{}, repl)
+	}
+	if cfg.ReplicationURL != "" {
+		if r.src, err = connectRows(ctx, cfg.ReplicationURL); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	if r.reg, err = findRegistry(ctx, r.db, cfg.Slot, cfg.Mappings); err != nil {
 		r.Close()
@@ -146,10 +162,37 @@ func (r *Recovery) currentRegistry(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both connections.
+// connectRows opens an ordinary connection that reads rows as the walsender writes them: text,
+// timestamps in the ISO style.
+func connectRows(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	pcfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("parse database url: not a valid connection string or URL")
+	}
+	pcfg.RuntimeParams["DateStyle"] = "ISO"
+	pcfg.RuntimeParams["application_name"] = "walbox recover"
+	conn, err := pgx.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return conn, nil
+}
+
+// source is the connection to the slot's server: the slot and the rows are read there.
+func (r *Recovery) source() *pgx.Conn {
+	if r.src != nil {
+		return r.src
+	}
+	return r.db
+}
+
+// Close closes the connections.
 func (r *Recovery) Close() {
 	if r.db != nil {
 		_ = r.db.Close(context.Background())
+	}
+	if r.src != nil {
+		_ = r.src.Close(context.Background())
 	}
 	_ = r.repl.Close(context.Background())
 }
@@ -166,7 +209,7 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 		return Gap{}, fmt.Errorf("%w: %s has no record of slot %s, so there is no known position to recover from. "+
 			"walbox run and walbox migrate create a slot where nothing was recorded", ErrNothingRecorded, r.reg.Table(), slot)
 	}
-	info, err := inspect.ReadSlot(ctx, r.db, slot)
+	info, err := inspect.ReadSlot(ctx, r.source(), slot)
 	if err != nil {
 		return Gap{}, err
 	}
@@ -210,7 +253,7 @@ func (r *Recovery) Count(ctx context.Context, g Gap) ([]Count, error) {
 	if err := r.prepare(ctx, g); err != nil {
 		return nil, err
 	}
-	return r.count(ctx, r.db)
+	return r.count(ctx, r.source())
 }
 
 // Result is what Recover did.
@@ -245,7 +288,7 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		return Result{}, err
 	}
 	if g.exists {
-		if _, err := r.db.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); err != nil {
+		if _, err := r.source().Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); err != nil {
 			return Result{}, fmt.Errorf("drop slot %s: %w", r.cfg.Slot, classify(err, r.cfg.Slot))
 		}
 	}
@@ -253,17 +296,17 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	created, err := pglogrepl.CreateReplicationSlot(ctx, r.repl, r.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	var created createdSlot
+	err = whileCreating(ctx, r.repl, r.db, func() (err error) {
+		created, err = createLogicalSlot(ctx, r.repl, r.cfg.Slot, r.cfg.FailoverSlot, true)
+		return err
+	})
 	if err != nil {
-		return Result{}, fmt.Errorf("create slot %s: %w", r.cfg.Slot, err)
+		return Result{}, err
 	}
-	lsn, err := pglogrepl.ParseLSN(created.ConsistentPoint)
-	if err != nil {
-		return Result{}, fmt.Errorf("create slot %s: consistent point %q: %w", r.cfg.Slot, created.ConsistentPoint, err)
-	}
+	lsn := created.lsn
 	res := Result{ConsistentPoint: lsn}
-	if err := r.republish(ctx, created.SnapshotName, &res); err != nil {
+	if err := r.republish(ctx, created.snapshot, &res); err != nil {
 		return res, err
 	}
 	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,
@@ -276,7 +319,7 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 // replication connection that exported the snapshot stays open and idle meanwhile: the snapshot
 // lives until its next command.
 func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) error {
-	tx, err := r.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := r.source().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -288,8 +331,8 @@ func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) 
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err)
 	}
-	defer pub.Close()
-	rp := &republisher{pub: pub, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
+	rp := &republisher{pub: pub, dial: r.cfg.Dial, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
+	defer func() { _ = rp.pub.Close() }()
 	if err := r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
 		res.Rows++
 		return rp.row(ctx, t, values)
@@ -309,7 +352,7 @@ func (r *Recovery) checkRowsThere(ctx context.Context) error {
 	if r.cfg.AcceptLoss {
 		return nil
 	}
-	counts, err := r.count(ctx, r.db)
+	counts, err := r.count(ctx, r.source())
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,15 @@ import (
 
 // republisher publishes the rows of a gap on one session and counts the broker's confirms. Any
 // failure ends the recovery: nothing is retried here, since running recover again repeats it all.
+//
+// The one exception is a row the broker refuses for its size (wire.TooLargeError), which closes
+// the session and would fail every recovery again. A large row (aloneFrom bytes or more) is
+// published alone: the confirms of the rows before it are awaited first, and its own after it.
+// If the broker refuses it for its size, the republisher opens a new session and parks the row
+// without its payload, with the broker's reason, as walbox run does.
 type republisher struct {
 	pub       Publisher
+	dial      Dialer // opens a new session after a refusal for size; nil: none is opened
 	confirms  <-chan wire.Confirm
 	onParked  func(p *wire.Parked)
 	sent      int64 // messages published or parked
@@ -32,6 +39,9 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	if err != nil {
 		return fmt.Errorf("table %s: %w", t.mapping.Table, err)
 	}
+	if len(m.Payload) >= aloneFrom && p.dial != nil {
+		return p.alone(ctx, t, &m)
+	}
 	_, err = p.pub.Publish(ctx, &m)
 	if errors.Is(err, wire.ErrUnpublishable) {
 		return p.park(ctx, &m, t.mapping.Table.String(), err)
@@ -42,6 +52,52 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	p.sent++
 	p.published++
 	return p.drain()
+}
+
+// aloneFrom is the payload size from which recover publishes a row alone (see republisher): a
+// broker's max_message_size is rarely set lower.
+const aloneFrom = 1 << 20
+
+// alone publishes the large row m alone, and parks it without its payload if the broker refuses
+// it for its size.
+func (p *republisher) alone(ctx context.Context, t *gapTable, m *wire.Message) error {
+	if err := p.wait(ctx); err != nil {
+		return err
+	}
+	_, err := p.pub.Publish(ctx, m)
+	if errors.Is(err, wire.ErrUnpublishable) {
+		return p.park(ctx, m, t.mapping.Table.String(), err)
+	}
+	if err == nil {
+		p.sent++
+		if err = p.wait(ctx); err == nil {
+			p.published++
+			return nil
+		}
+		p.sent--
+	}
+	var tl *wire.TooLargeError
+	if !errors.As(err, &tl) {
+		return fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
+	}
+	if err := p.reopen(ctx); err != nil {
+		return err
+	}
+	parked := *m
+	parked.Payload = nil // the broker would refuse it again
+	return p.park(ctx, &parked, t.mapping.Table.String(),
+		fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.Reason))
+}
+
+// reopen replaces the session the broker closed with a new one.
+func (p *republisher) reopen(ctx context.Context) error {
+	_ = p.pub.Close()
+	pub, err := p.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to broker: %w", err)
+	}
+	p.pub, p.confirms = pub, pub.Confirms()
+	return nil
 }
 
 // park sets the row aside on the park exchange. A recovered row has no WAL position: its

@@ -29,6 +29,9 @@ type Relay struct {
 	stall stall
 	// coverage is what the first check of the publication found (see watch.identity).
 	coverage string
+	// server is the server and timeline of the last session, "" before the first.
+	server   string
+	timeline int32
 }
 
 // New validates cfg and returns a Relay.
@@ -60,7 +63,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		}
 		progressed, err := r.session(ctx)
 		r.endSession(err)
-		r.noteStall(err)
+		if r.noteStall(err) {
+			progressed = true // the next session parks a row, or looks for it: no reason to wait
+		}
 		if !Retryable(err) && !endedBy(ctx, err) {
 			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
 			// graceful stop.
@@ -109,17 +114,24 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	sctx, endSetup := context.WithTimeout(ctx, limit)
 	defer endSetup()
 	defer func() { err = setupExpired(ctx, sctx, limit, err) }()
-	conn, lastRead, err := connectWatched(sctx, r.cfg.DatabaseURL)
+	conn, lastRead, err := connectWatched(sctx, r.cfg.replicationURL())
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}
 	r.dbReached = true
 	defer conn.Close(context.Background())
+	if err := checkReplicationServer(&r.cfg, conn); err != nil {
+		return false, err
+	}
 
 	sys, err := pglogrepl.IdentifySystem(sctx, conn)
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
+	if _, err := r.cfg.FailoverSlot.Wanted(connMajor(conn)); err != nil {
+		return false, fatal(err)
+	}
+	r.noteServer(conn, sys)
 	origin, err := readOrigin(sctx, conn, sys)
 	if err != nil {
 		return false, err
@@ -207,6 +219,17 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	return s.track.Watermark() > slot.ConfirmedFlush, err
 }
 
+// noteServer logs the server a session connected to when it is not the last session's: after a
+// promotion, the new primary and its timeline.
+func (r *Relay) noteServer(conn *pgconn.PgConn, sys pglogrepl.IdentifySystemResult) {
+	server := conn.Conn().RemoteAddr().String()
+	if r.server != "" && (server != r.server || sys.Timeline != r.timeline) {
+		r.cfg.Logger.Warn("connected to another server than the last session's (a failover?)", "slot", r.cfg.Slot,
+			"server", server, "timeline", sys.Timeline, "previous_server", r.server, "previous_timeline", r.timeline)
+	}
+	r.server, r.timeline = server, sys.Timeline
+}
+
 // firstContact makes a connection failure permanent when the server was never reached, unless the
 // relay is configured to wait for it. A server that answered with a refusal was reached: the
 // failure is permanent too, without the advice about its address.
@@ -231,7 +254,7 @@ func answeredByPostgres(err error) bool {
 // and refuses a slot that is missing though recorded, is ahead of the recorded position, or was
 // recorded on another system: each of those is a gap in which rows may have been skipped.
 func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
-	info, err := inspect.ReadSlot(ctx, w.conn, r.cfg.Slot)
+	info, err := inspect.ReadSlot(ctx, w.slotDB(), r.cfg.Slot)
 	if err != nil {
 		return info, err
 	}
@@ -267,7 +290,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	if rec.Stop.Stopped() {
 		// Putting the cause right does not make the slot deliver what it could not: the rows
 		// are in the outbox table, and only walbox recover republishes them.
-		return info, fatal(StopError(r.cfg.Slot, rec.Stop))
+		return info, fatal(StopError(r.cfg.Slot, rec.Stop, r.wayOut()))
 	}
 	if info.Active {
 		pid := "?"
@@ -275,6 +298,11 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 			pid = fmt.Sprint(*info.ActivePID)
 		}
 		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, pid)
+	}
+	if changed, err := makeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
+		return info, err
+	} else if changed {
+		r.cfg.Logger.Info("made the replication slot a failover slot (--failover-slot)", "slot", r.cfg.Slot)
 	}
 	w.recorded = rec.ConfirmedLSN
 	return info, nil
@@ -301,7 +329,11 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 	if !*r.cfg.CreateSlot {
 		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
-	lsn, err := createSlot(ctx, conn, r.cfg.Slot)
+	var lsn pglogrepl.LSN
+	err := whileCreating(ctx, conn, w.conn, func() (err error) {
+		lsn, err = createSlot(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot)
+		return err
+	})
 	if err != nil {
 		return inspect.Slot{}, err
 	}

@@ -66,18 +66,30 @@ func (c readClock) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// createSlot creates the pgoutput slot and returns its consistent point.
-func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", slot, err)
-	}
-	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
-	if err != nil {
-		return 0, fmt.Errorf("create slot %s: consistent point %q: %w", slot, res.ConsistentPoint, err)
-	}
-	return lsn, nil
+// createSlot creates the pgoutput slot, a failover slot if failover says so, and returns its
+// consistent point.
+func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
+	c, err := createLogicalSlot(ctx, conn, slot, failover, false)
+	return c.lsn, err
+}
+
+// SlotOption sets how EnsureSlot creates a slot.
+type SlotOption func(*slotOptions)
+
+type slotOptions struct {
+	failover       FailoverSlot
+	replicationURL string
+}
+
+// WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
+// as Config.ReplicationURL streams from it; the record stays on dsn's server.
+func WithReplicationURL(u string) SlotOption {
+	return func(o *slotOptions) { o.replicationURL = u }
+}
+
+// WithFailoverSlot sets whether the slot is a failover slot (default FailoverAuto).
+func WithFailoverSlot(f FailoverSlot) SlotOption {
+	return func(o *slotOptions) { o.failover = f }
 }
 
 // EnsureSlot creates the slot if it does not exist, records it in reg, and reports whether it
@@ -88,16 +100,33 @@ func createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrep
 // The record holds what publication covers of tables, read before the slot is created: a relay
 // that starts much later, after the publication or a table was changed and put right again, finds
 // the coverage it reads now short of the one recorded, and stops (watch.pinCoverage).
-func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store) (bool, error) {
+func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store, opts ...SlotOption) (bool, error) {
+	o := slotOptions{failover: FailoverAuto}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if !slotName.MatchString(slot) {
 		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
 	}
-	conn, err := connect(ctx, dsn)
+	replURL, slotDB := dsn, inspect.Querier(reg.DB())
+	if o.replicationURL != "" {
+		standby, err := connectSQL(ctx, o.replicationURL)
+		if err != nil {
+			return false, err
+		}
+		defer standby.Close(context.Background())
+		replURL, slotDB = o.replicationURL, standby
+	}
+	conn, err := connect(ctx, replURL)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	info, err := inspect.ReadSlot(ctx, reg.DB(), slot)
+	if o.replicationURL == "" && inRecovery(conn) {
+		return false, fmt.Errorf("%w: the database url points at a standby (in recovery). Point --database-url at the primary; "+
+			"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", ErrStandby)
+	}
+	info, err := inspect.ReadSlot(ctx, slotDB, slot)
 	if err != nil || info.Exists {
 		return false, err
 	}
@@ -122,7 +151,11 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	lsn, err := createSlot(ctx, conn, slot)
+	var lsn pglogrepl.LSN
+	err = whileCreating(ctx, conn, reg.DB(), func() (err error) {
+		lsn, err = createSlot(ctx, conn, slot, o.failover)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}

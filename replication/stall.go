@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -17,13 +18,17 @@ import (
 // and that message, the relay reports the state "stalled" (not ready), and once the message
 // passes, the window opens again.
 
-// msgKey identifies a message across sessions: the same row sent again has the same key.
+// msgKey identifies a message across sessions: the same row sent again has the same key. The
+// row's WAL position is part of it, so that a later row reusing an id is another message.
 type msgKey struct {
 	id  uuid.UUID
 	mid string // wire.Message.MessageID, for ids that are not UUIDs
+	lsn pglogrepl.LSN
 }
 
-func keyOf(m *wire.Message) msgKey { return msgKey{id: m.ID, mid: m.MessageID} }
+func keyOf(m *wire.Message, lsn pglogrepl.LSN) msgKey {
+	return msgKey{id: m.ID, mid: m.MessageID, lsn: lsn}
+}
 
 func (k msgKey) String() string {
 	if k.mid != "" {
@@ -34,8 +39,10 @@ func (k msgKey) String() string {
 
 // A message the broker refuses for its size (see wire.TooLargeError) closes the channel, and the
 // broker does not say which message it was. If only one message was unconfirmed, or none while
-// a publish was being written, that one is the message: the relay pins it, and the next session
-// parks it with the broker's reason instead of publishing it. Otherwise the relay stalls until
+// a publish was being written, that one is the message: the relay pins it, and every later session
+// parks it with the broker's reason instead of publishing it. A pin is kept after its parked copy
+// is confirmed: a replay starts at the transaction's beginning, and a transaction may hold
+// several such rows. Otherwise the relay stalls until
 // the newest message then in flight is confirmed: one at a time, the refusal recurs with only
 // the refused message unconfirmed, and pins it. Nothing of this outlives the process: a new
 // process meets the same refusal again from the slot and comes to the same row.
@@ -46,9 +53,26 @@ type stall struct {
 	key    msgKey
 	err    error // the refusal
 
-	pinned bool   // a message refused for its size waits to be parked
-	pin    msgKey // that message
-	why    error  // the reason it is parked with
+	pins  map[msgKey]error // messages refused for their size, to park, with the reason
+	order []msgKey         // the pins, oldest first, to forget the oldest beyond maxPins
+}
+
+// maxPins bounds the messages pinned: the oldest is forgotten first, long passed by the slot.
+const maxPins = 4096
+
+// pin records that m is parked with the reason why whenever it comes again.
+func (st *stall) pin(k msgKey, why error) {
+	if st.pins == nil {
+		st.pins = make(map[msgKey]error)
+	}
+	if _, ok := st.pins[k]; !ok {
+		st.order = append(st.order, k)
+	}
+	st.pins[k] = why
+	if len(st.order) > maxPins {
+		delete(st.pins, st.order[0])
+		st.order = st.order[1:]
+	}
 }
 
 // refused is the error of a message the broker nacked or returned.
@@ -64,13 +88,9 @@ func (r *refused) Error() string {
 
 func (r *refused) Unwrap() error { return r.err }
 
-// passed ends the stall once the broker confirmed the refused message, and forgets a pinned
-// message once its parked copy is confirmed.
+// passed ends the stall once the broker confirmed the refused message.
 func (s *stream) passed(k msgKey) {
 	st := s.win.stall
-	if st.pinned && st.pin == k {
-		st.pinned, st.pin, st.why = false, msgKey{}, nil
-	}
 	if st.active && st.key == k {
 		s.log.Info("the refused message was confirmed; the stall is over", "msg_id", k.String())
 		st.active, st.key, st.err = false, msgKey{}, nil
@@ -79,12 +99,9 @@ func (s *stream) passed(k msgKey) {
 }
 
 // pinned returns the reason m is parked with, if it is the message the broker refused for its size.
-func (s *stream) pinned(m *wire.Message) (error, bool) {
-	st := s.win.stall
-	if st.pinned && st.pin == keyOf(m) {
-		return st.why, true
-	}
-	return nil, false
+func (s *stream) pinned(m *wire.Message, lsn pglogrepl.LSN) (error, bool) {
+	why, ok := s.win.stall.pins[keyOf(m, lsn)]
+	return why, ok
 }
 
 // tooLarge is the end of a session by a message the broker refused for its size: key is that
@@ -106,9 +123,9 @@ func (t *tooLarge) Unwrap() error { return t.err }
 
 // refusedTooLarge turns err, a failure of the publishing session, into a *tooLarge if the broker
 // refused a message for its size. publishing is the message whose publish failed, nil when the
-// session's end came as a confirm. The refused message is one not confirmed yet: the messages in
+// session's end came as a confirm, and lsn its position. The refused message is one not confirmed yet: the messages in
 // flight, and the one being published.
-func (s *stream) refusedTooLarge(err error, publishing *wire.Message) error {
+func (s *stream) refusedTooLarge(err error, publishing *wire.Message, lsn pglogrepl.LSN) error {
 	var tl *wire.TooLargeError
 	if !errors.As(err, &tl) {
 		return err
@@ -117,9 +134,9 @@ func (s *stream) refusedTooLarge(err error, publishing *wire.Message) error {
 	newest := s.track.Acked() + uint64(span)
 	switch {
 	case publishing != nil && span == 0:
-		return &tooLarge{pin: true, key: keyOf(publishing), err: tl}
+		return &tooLarge{pin: true, key: keyOf(publishing, lsn), err: tl}
 	case publishing != nil:
-		return &tooLarge{key: keyOf(publishing), err: tl}
+		return &tooLarge{key: keyOf(publishing, lsn), err: tl}
 	case span == 1:
 		return &tooLarge{pin: true, key: s.win.get(newest).key, err: tl}
 	case span > 1:
@@ -128,23 +145,26 @@ func (s *stream) refusedTooLarge(err error, publishing *wire.Message) error {
 	return err
 }
 
-// noteStall records a refusal that ended a session, and logs it once per message.
-func (r *Relay) noteStall(err error) {
+// noteStall records a refusal that ended a session, and logs it once per message. It reports
+// whether the relay learned which message to park, or began to look for it: the next session then
+// moves on, so it starts without backing off. A transaction holding many such rows is replayed
+// once per row, and backing off each time would take minutes.
+func (r *Relay) noteStall(err error) (learned bool) {
 	var tl *tooLarge
 	if errors.As(err, &tl) {
-		r.noteTooLarge(tl)
-		return
+		return r.noteTooLarge(tl)
 	}
 	rf, ok := asRefused(err)
 	if !ok {
-		return
+		return false
 	}
 	if !r.stall.active || r.stall.key != rf.key {
 		r.cfg.Logger.Error("the broker refused a message; publishing it alone, from the slot, until it is confirmed. "+
 			"If it was returned as unroutable, bind a queue for it or give its exchange an alternate exchange",
 			"slot", r.cfg.Slot, "msg_id", rf.key.String(), "error", rf.err)
 	}
-	r.stall = stall{active: true, key: rf.key, err: rf.err}
+	r.stall.active, r.stall.key, r.stall.err = true, rf.key, rf.err
+	return false
 }
 
 // unlessStalled returns st, or StateStalled while a refused message waits.
@@ -161,18 +181,21 @@ func asRefused(err error) (*refused, bool) {
 	return rf, ok
 }
 
-// noteTooLarge records a refusal for size: the message to park, or the stall that finds it.
-func (r *Relay) noteTooLarge(tl *tooLarge) {
+// noteTooLarge records a refusal for size: the message to park, or the stall that finds it. It
+// reports whether either is new.
+func (r *Relay) noteTooLarge(tl *tooLarge) bool {
 	if tl.pin {
+		_, known := r.stall.pins[tl.key]
 		r.cfg.Logger.Error("the broker refused a message for its size; parking it", "slot", r.cfg.Slot,
 			"msg_id", tl.key.String(), "reason", tl.err.Reason)
-		r.stall.pinned, r.stall.pin = true, tl.key
-		r.stall.why = fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.err.Reason)
-		return
+		r.stall.pin(tl.key, fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.err.Reason))
+		return !known
 	}
-	if !r.stall.active {
-		r.cfg.Logger.Error("the broker refused a message for its size; publishing one at a time to find it", "slot", r.cfg.Slot,
-			"up_to", tl.key.String(), "reason", tl.err.Reason)
-		r.stall.active, r.stall.key, r.stall.err = true, tl.key, tl.err
+	if r.stall.active {
+		return false
 	}
+	r.cfg.Logger.Error("the broker refused a message for its size; publishing one at a time to find it", "slot", r.cfg.Slot,
+		"up_to", tl.key.String(), "reason", tl.err.Reason)
+	r.stall.active, r.stall.key, r.stall.err = true, tl.key, tl.err
+	return true
 }

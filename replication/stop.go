@@ -14,6 +14,19 @@ import (
 // WayOut is the command that gets past a stop only walbox recover gets past (a recorded stop).
 const WayOut = "walbox recover --force"
 
+// ShardWayOut is WayOut for the slot and publication of a shard: walbox recover takes them by name.
+func ShardWayOut(slot, publication string) string {
+	return fmt.Sprintf("%s --slot %s --publication %s", WayOut, shellWord(slot), shellWord(publication))
+}
+
+// wayOut is the command that gets past this relay's recorded stop.
+func (r *Relay) wayOut() string {
+	if r.cfg.Shards > 0 {
+		return ShardWayOut(r.cfg.Slot, r.cfg.Publication)
+	}
+	return WayOut
+}
+
 // ErrStopped means walbox run stopped on the slot earlier, where only walbox recover gets past,
 // and recorded it: putting the cause right does not let the slot deliver what it skipped.
 var ErrStopped = errors.New("walbox stopped on this slot")
@@ -52,7 +65,7 @@ func (r *Relay) noteStop(w *watch, err error) error {
 	}
 	return fatal(fmt.Errorf("%w. walbox stopped at %s: everything committed up to it was delivered, and the slot "+
 		"cannot deliver what follows. %s, then run `%s` (add --dry-run first to count the rows it "+
-		"republishes from the outbox table), then start walbox run", err, rec.ConfirmedLSN, r.putRight(err), WayOut))
+		"republishes from the outbox table), then start walbox run", err, rec.ConfirmedLSN, r.putRight(err), r.wayOut()))
 }
 
 // putRight says how to put the cause of the stop err right.
@@ -71,9 +84,10 @@ func (r *Relay) putRight(err error) string {
 	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
 }
 
-// StopError describes a recorded stop: where, when and why walbox stopped, and the way out.
-func StopError(slot string, s registry.Stop) error {
+// StopError describes a recorded stop: where, when and why walbox stopped, and the way out (WayOut,
+// or ShardWayOut for a shard's slot).
+func StopError(slot string, s registry.Stop, wayOut string) error {
 	return fmt.Errorf("%w: slot %s stopped at %s (%s): %s. Only walbox recover gets past it: put the cause right, "+
 		"then run `%s` (add --dry-run first to count the rows it republishes), then start walbox run",
-		ErrStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, WayOut)
+		ErrStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, wayOut)
 }

@@ -278,7 +278,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
-		if why, ok := s.pinned(&ev.Message); ok {
+		if why, ok := s.pinned(&ev.Message, xld.WALStart); ok {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
 		}
 		seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
@@ -287,9 +287,9 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		}
 		if err != nil {
 			return publishFailed(fmt.Errorf("publish %s at %s: %w", ev.Message.AMQPMessageID(), xld.WALStart,
-				s.refusedTooLarge(err, &ev.Message)))
+				s.refusedTooLarge(err, &ev.Message, xld.WALStart)))
 		}
-		if err := s.dispatch(seq, &ev.Message); err != nil {
+		if err := s.dispatch(seq, &ev.Message, xld.WALStart); err != nil {
 			return err
 		}
 		s.stats.published()
@@ -335,14 +335,14 @@ func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, er
 // refuse again.
 func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
 	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
-	if _, ok := s.pinned(m); ok {
+	if _, ok := s.pinned(m, lsn); ok {
 		p.Message.Payload = nil
 	}
 	seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {
-		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, s.refusedTooLarge(err, m)))
+		return publishFailed(fmt.Errorf("park %s at %s: %w", m.AMQPMessageID(), lsn, s.refusedTooLarge(err, m, lsn)))
 	}
-	if err := s.dispatch(seq, m); err != nil {
+	if err := s.dispatch(seq, m, lsn); err != nil {
 		return err
 	}
 	s.stats.Parked.Add(1)
@@ -404,7 +404,7 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
 		if c.Seq == 0 { // the session died
 			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq,
-				s.refusedTooLarge(c.Err, nil))}
+				s.refusedTooLarge(c.Err, nil, 0))}
 		}
 		return time.Time{}, brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
 	}
@@ -441,12 +441,12 @@ func (s *stream) settle(at time.Time) {
 	s.reportSoon()
 }
 
-// dispatch records a published message with the tracker and in the window.
-func (s *stream) dispatch(seq uint64, m *wire.Message) error {
+// dispatch records a published message, the row at lsn, with the tracker and in the window.
+func (s *stream) dispatch(seq uint64, m *wire.Message, lsn pglogrepl.LSN) error {
 	if err := s.track.Dispatch(seq); err != nil {
 		return err
 	}
-	s.win.put(seq, flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m)})
+	s.win.put(seq, flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m, lsn)})
 	s.held = true
 	s.updateInFlight()
 	return nil

@@ -30,7 +30,9 @@ const watchTimeout = 5 * time.Second
 // before the last successful one: a change of the publication that the last check could not yet
 // see committed after that point, so nothing the relay confirms lies beyond a verified position.
 type watch struct {
-	conn        *pgx.Conn
+	conn    *pgx.Conn
+	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
+
 	reg         *registry.Store
 	slot        string
 	publication string
@@ -70,10 +72,20 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
+	if err := checkPrimary(conn.PgConn()); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
 	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity,
 		shard: cfg.Shard, shards: cfg.Shards}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
+	}
+	if cfg.ReplicationURL != "" {
+		if w.standby, err = connectSQL(ctx, cfg.ReplicationURL); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
 	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
@@ -88,7 +100,20 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 	return w, nil
 }
 
-func (w *watch) close() { _ = w.conn.Close(context.Background()) }
+func (w *watch) close() {
+	_ = w.conn.Close(context.Background())
+	if w.standby != nil {
+		_ = w.standby.Close(context.Background())
+	}
+}
+
+// slotDB is the connection to read the slot through: the replication server's.
+func (w *watch) slotDB() *pgx.Conn {
+	if w.standby != nil {
+		return w.standby
+	}
+	return w.conn
+}
 
 // findRegistry returns the registry that records slot, among those in the schemas of the outbox
 // tables of maps (see registry.Find).

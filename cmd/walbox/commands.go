@@ -67,6 +67,7 @@ type common struct {
 	s                                                       settings
 	databaseURL, databasePassword, slot, publication, table *setting
 	messagePrefix                                           *setting
+	failoverSlot, replicationURL                            *setting // nil unless the command has them
 }
 
 func newCommon() *common {

@@ -50,9 +50,9 @@ type tableYAML struct {
 // rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
 var knownSettings = []string{
 	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
-	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "force", "json", "lanes", "listen",
+	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "failover-slot", "force", "json", "lanes", "listen",
 	"log-format", "log-level", "max-message-size", "message-prefix", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
-	"publication", "queue-type", "relay-role", "relay-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
+	"publication", "queue-type", "relay-role", "relay-url", "replication-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
 	"table", "wait", "wait-for-servers", "window",
 }
 

@@ -128,3 +128,20 @@ func TestConfigFileKnowsEverySetting(t *testing.T) {
 		t.Fatalf("settings of the commands:\n  %v\nknownSettings:\n  %v", all, known)
 	}
 }
+
+// --help names no flag's argument after words of its description: a switch takes none, every
+// other flag a value.
+func TestHelpTakesNoArgumentNameFromTheDescription(t *testing.T) {
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)(.*)$`)
+	for _, c := range commands {
+		var out bytes.Buffer
+		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
+			t.Fatalf("walbox %s --help exited %d", c.name, code)
+		}
+		for _, m := range flagLine.FindAllStringSubmatch(out.String(), -1) {
+			if m[2] != "" && m[2] != " value" {
+				t.Errorf("walbox %s --help: -%s%s, want -%s or -%s value", c.name, m[1], m[2], m[1], m[1])
+			}
+		}
+	}
+}

@@ -14,6 +14,8 @@ import (
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
 	b := addBrokerSettings(&c.s)
+	c.addFailoverSlot()
+	c.addReplicationURL()
 	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
 	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
 		"the role `walbox run` logs in as, when doctor runs as another role (default: the database URL's role)")
@@ -24,7 +26,14 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
 		Mappings: c.mappings(), RelayRole: relayRole.value}
-	var err error
+	failover, err := c.failover()
+	if err != nil {
+		return err
+	}
+	cfg.FailoverSlot = string(failover)
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return err
+	}
 	if cfg.DatabaseURL, err = c.dsn(); err != nil {
 		return err
 	}

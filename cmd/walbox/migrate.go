@@ -20,6 +20,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
 	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
 		"the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots")
+	c.addFailoverSlot()
+	c.addReplicationURL()
 	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
@@ -34,6 +36,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	skipSlot, err := noSlot.bool()
+	if err != nil {
+		return err
+	}
+	failover, err := c.failover()
+	if err != nil {
+		return err
+	}
+	replURL, err := c.replicationDSN()
 	if err != nil {
 		return err
 	}
@@ -95,7 +105,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slots come after the publications: pgoutput must find them in the WAL it decodes.
 	for k := range set.N {
-		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema)); err != nil {
+		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema), failover, replURL); err != nil {
 			return fail(err)
 		}
 	}
@@ -131,8 +141,10 @@ func relayTables(c *common, table outbox.Table) []outbox.Table {
 	return tables
 }
 
-func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store) error {
-	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg)
+func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store,
+	failover replication.FailoverSlot, replURL string) error {
+	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
+		replication.WithFailoverSlot(failover), replication.WithReplicationURL(replURL))
 	if err != nil {
 		return err
 	}

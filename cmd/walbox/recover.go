@@ -22,6 +22,8 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
 	b := addBrokerSettings(&c.s)
+	c.addFailoverSlot()
+	c.addReplicationURL()
 	dryRun := c.s.addBool("dry-run", "", "false", "show the gap and count the rows that would be republished (counted now: an upper bound); change nothing")
 	allRows := c.s.addBool("all-rows", "", "false",
 		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
@@ -115,6 +117,12 @@ func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, fo
 		return cfg, eps, dry, err
 	}
 	if cfg.Force, err = force.bool(); err != nil {
+		return cfg, eps, dry, err
+	}
+	if cfg.FailoverSlot, err = c.failover(); err != nil {
+		return cfg, eps, dry, err
+	}
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
 		return cfg, eps, dry, err
 	}
 	if !dry {

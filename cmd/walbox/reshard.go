@@ -21,6 +21,7 @@ import (
 func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon()
 	shardsSetting := addShards(&c.s, "the number of shards to move to (1: back to a single slot)")
+	c.addFailoverSlot()
 	wait := c.s.add("wait", "", "", "after creating the new set, wait up to this long (e.g. 10m) until every old slot passed the cut")
 	retire := c.s.addBool("retire", "", "false",
 		"drop the old set's slots and publications; refused unless each old slot passed the cut and is not streaming")
@@ -30,6 +31,9 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	dsn, err := c.dsn()
 	if err != nil {
+		return err
+	}
+	if _, err := c.failover(); err != nil {
 		return err
 	}
 	n, err := shardCount(shardsSetting)
@@ -128,7 +132,7 @@ func (r resharder) begin(ctx context.Context, wait time.Duration) error {
 		fmt.Fprintf(r.out, "created publication %s\n", name)
 	}
 	for k := range to.N {
-		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema)); err != nil {
+		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema), failover(r.c), ""); err != nil {
 			return err
 		}
 	}

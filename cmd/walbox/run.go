@@ -25,6 +25,8 @@ type runSettings struct {
 func newRunSettings() *runSettings {
 	c := newCommon()
 	r := &runSettings{c: c, b: addBrokerSettings(&c.s)}
+	c.addFailoverSlot()
+	c.addReplicationURL()
 	r.status = c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
 		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
 	r.shutdown = c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
@@ -169,6 +171,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.CreateSlot = &create
+	if cfg.FailoverSlot, err = c.failover(); err != nil {
+		return cfg, pcfg, err
+	}
+	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
+		return cfg, pcfg, err
+	}
 	cfg.Slot, cfg.Publication, cfg.MessagePrefix = c.slot.value, c.publication.value, c.messagePrefix.value
 	// Validate the rest with a placeholder dialer; the daemon sets the real one.
 	probe := cfg

@@ -40,7 +40,9 @@ func (s *settings) addBool(flagName, env, def, help string) *setting {
 func (s *settings) register(fs *flag.FlagSet) {
 	for _, st := range s.list {
 		st := st
-		usage := st.help
+		// The flag package takes a `quoted` word of the usage for the name of the flag's argument
+		// (-no-slot walbox run); single quotes keep the words as text.
+		usage := strings.ReplaceAll(st.help, "`", "'")
 		if st.env != "" {
 			usage += " (env " + st.env + " or " + st.env + "_FILE)"
 		}

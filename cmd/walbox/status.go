@@ -20,6 +20,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"exit 1 unless the relay answers and is streaming or a standby (for container health checks)")
 	relayURL := c.s.add("relay-url", "WALBOX_RELAY_URL", "http://127.0.0.1:9187",
 		"the running relay's HTTP address, for its state and last error (\"off\" to skip)")
+	c.addReplicationURL()
 	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -50,6 +51,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
+	if replURL != "" {
+		if q.Standby, err = pgx.Connect(ctx, replURL); err != nil {
+			return fail(fmt.Errorf("connect to the standby: %w", err))
+		}
+		defer q.Standby.Close(context.Background())
+	}
 	st, err := status.Read(ctx, conn, q)
 	if err != nil {
 		return fail(err)

@@ -54,6 +54,10 @@ type Config struct {
 	// RelayRole is the role `walbox run` logs in as, when doctor runs as another; "" for the role
 	// of DatabaseURL.
 	RelayRole string
+	// FailoverSlot is walbox's --failover-slot: auto, on or off ("" is auto).
+	FailoverSlot string
+	// ReplicationURL is walbox's --replication-url: the hot standby it decodes on, "" for none.
+	ReplicationURL string
 }
 
 // doctor holds what the checks need.
@@ -66,6 +70,8 @@ type doctor struct {
 	mappings    []outbox.Mapping   // every outbox table `walbox run` reads
 	brokers     []publisher.Config // one per endpoint
 	relayRole   string             // the role walbox run logs in as, "" for doctor's own
+	failover    string             // --failover-slot
+	standby     string             // --replication-url
 }
 
 // Run performs every check, PostgreSQL's then RabbitMQ's, each server's within Timeout, and
@@ -73,7 +79,8 @@ type doctor struct {
 // in PostgreSQL.
 func Run(ctx context.Context, cfg Config) []Check {
 	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
-		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole}
+		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
+		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL}
 	if len(cfg.Mappings) > 0 {
 		d.mappings = cfg.Mappings
 		d.table = d.mappings[0].WithDefaults().Table

@@ -38,14 +38,18 @@ func (d doctor) postgres(ctx context.Context) []Check {
 		return []Check{failCheck("postgres", "run doctor as the role walbox runs as; it must be able to read pg_settings and pg_replication_slots",
 			"read server settings: %v", err)}
 	}
-	out := []Check{connectCheck(f, conn.Config()), walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
-		roleCheck(f), d.replicationCheck(ctx, &f)}
+	out := []Check{d.connectCheck(f, conn.Config())}
+	out = append(out, d.standbyChecks(ctx, &f)...)
+	out = append(out, walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
+		roleCheck(f), d.replicationCheck(ctx, &f))
 	out = append(out, d.publicationChecks(ctx, conn, f)...)
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
 	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
-	return append(out, slotCheck(f, d.slot), d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
+	out = append(out, slotCheck(f, d.slot))
+	out = append(out, d.failoverChecks(ctx, conn, f)...)
+	return append(out, d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
@@ -70,10 +74,16 @@ func (d doctor) readFacts(ctx context.Context, conn *pgx.Conn) (pgFacts, error) 
 	return f, err
 }
 
-func connectCheck(f pgFacts, cfg *pgx.ConnConfig) Check {
-	if f.InRecovery {
-		return failCheck("postgres", "point --database-url at the primary",
-			"PostgreSQL %s at %s is a standby (in recovery): logical decoding needs the primary", f.Version, hostPort(&cfg.Config))
+func (d doctor) connectCheck(f pgFacts, cfg *pgx.ConnConfig) Check {
+	switch {
+	case f.InRecovery && d.standby != "":
+		return failCheck("postgres", "point --database-url at the primary, and --replication-url at the standby",
+			"PostgreSQL %s at %s is a standby (in recovery): --database-url must be the primary, where walbox keeps its record",
+			f.Version, hostPort(&cfg.Config))
+	case f.InRecovery:
+		return failCheck("postgres", "point --database-url at the primary; to decode on this standby (PostgreSQL 16+), "+
+			"give it as --replication-url and the primary as --database-url",
+			"PostgreSQL %s at %s is a standby (in recovery): walbox run stops on it", f.Version, hostPort(&cfg.Config))
 	}
 	return passCheck("postgres", "connected to PostgreSQL %s at %s, database %s as %s", f.Version, hostPort(&cfg.Config), f.Database, f.User)
 }
@@ -148,7 +158,11 @@ func roleCheck(f pgFacts) Check {
 // IDENTIFY_SYSTEM: it proves pg_hba.conf and the role admit it. It notes the server's system
 // identifier in f.
 func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
-	cfg, err := pgconn.ParseConfig(d.dsn)
+	dsn := d.dsn
+	if d.standby != "" {
+		dsn = d.standby // walbox streams from the standby
+	}
+	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
 	}

@@ -114,7 +114,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Go(func() error { return serve(ctx, srv, ln, log) })
 	}
 	g.Go(func() error {
-		d.metrics.PollSlot(ctx, d.cfg.Relay.DatabaseURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
+		slotURL := d.cfg.Relay.DatabaseURL
+		if d.cfg.Relay.ReplicationURL != "" {
+			slotURL = d.cfg.Relay.ReplicationURL // the slot is the standby's
+		}
+		d.metrics.PollSlot(ctx, slotURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
 		return nil
 	})
 	g.Go(func() error {

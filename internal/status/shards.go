@@ -2,8 +2,10 @@ package status
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -59,6 +61,13 @@ func (r *Report) readShards(ctx context.Context, conn *pgx.Conn, layout shard.La
 			if moving && set == m.From {
 				passed := m.Passed(k)
 				one.PassedCut = &passed
+			}
+			if rec := set.Records[k]; rec != nil && rec.Stop.Stopped() {
+				stop := rec.Stop
+				one.Stopped = &Stop{LSN: stop.LSN.String(), At: stop.At, Reason: stop.Reason,
+					WayOut: replication.ShardWayOut(sl.Name, one.Publication)}
+				r.problems = append(r.problems, fmt.Sprintf("walbox run stopped on slot %s at %s and refuses it until `%s`: %s",
+					sl.Name, stop.LSN, one.Stopped.WayOut, stop.Reason))
 			}
 			if !sl.Exists {
 				r.problems = append(r.problems, "slot "+sl.Name+" does not exist")

@@ -61,11 +61,18 @@ type Query struct {
 	Slot, Publication string
 	Table             outbox.Table
 	Prefix            string // the relayed message prefix, "" for none
+	// Standby, if set, is a connection to the hot standby walbox decodes on (--replication-url):
+	// the slot is read there, the rest on the primary.
+	Standby *pgx.Conn
 }
 
 // Read reads the slot, the emit function and the sets of shards over conn.
 func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
-	sl, err := inspect.ReadSlot(ctx, conn, q.Slot)
+	slotDB := conn
+	if q.Standby != nil {
+		slotDB = q.Standby
+	}
+	sl, err := inspect.ReadSlot(ctx, slotDB, q.Slot)
 	if err != nil {
 		return Report{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -20,11 +21,17 @@ const EnvDebianMirror = "WALBOX_DEBIAN_MIRROR"
 var aptSources = []string{"/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources"}
 
 // DebianMirror returns the Debian mirror to build root file systems from: WALBOX_DEBIAN_MIRROR if
-// set, else the first source of Debian's main archive in the machine's apt sources (a `deb` entry
-// whose suites are not security updates).
+// set, else, on a Debian machine, the first source in its apt sources of Debian's own archive: a
+// `deb` entry for the machine's release (its codename or an alias such as stable) with the
+// component main. Security archives, disabled entries and archives of others (a codename with a
+// suffix, other components) are passed over.
 func DebianMirror() (string, error) {
 	if m := os.Getenv(EnvDebianMirror); m != "" {
 		return strings.TrimRight(m, "/"), nil
+	}
+	id, codename := osRelease(osReleaseFile)
+	if id != "debian" {
+		return "", fmt.Errorf("this machine is %q, not Debian, so its apt sources name no Debian mirror; set %s", id, EnvDebianMirror)
 	}
 	for _, pattern := range aptSources {
 		files, _ := filepath.Glob(pattern)
@@ -37,21 +44,44 @@ func DebianMirror() (string, error) {
 			if strings.HasSuffix(f, ".sources") {
 				parse = parseSourcesFile
 			}
-			if m := parse(string(data)); m != "" {
+			if m := parse(string(data), codename); m != "" {
 				return strings.TrimRight(m, "/"), nil
 			}
 		}
 	}
-	return "", fmt.Errorf("no Debian mirror in the apt sources (%s); set %s", strings.Join(aptSources, ", "), EnvDebianMirror)
+	return "", fmt.Errorf("no Debian mirror for %s in the apt sources (%s); set %s", codename, strings.Join(aptSources, ", "), EnvDebianMirror)
 }
 
-// mainArchive reports whether a source of these suites is Debian's main archive.
-func mainArchive(uri string, suites []string) bool {
-	if strings.Contains(uri, "security") || !strings.HasPrefix(uri, "http") {
+// osReleaseFile names the machine's operating system.
+const osReleaseFile = "/etc/os-release"
+
+// osRelease returns the ID and VERSION_CODENAME of an os-release file.
+func osRelease(path string) (id, codename string) {
+	data, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		v = strings.Trim(v, `"'`)
+		switch k {
+		case "ID":
+			id = v
+		case "VERSION_CODENAME":
+			codename = v
+		}
+	}
+	return id, codename
+}
+
+// debianAliases are the suite names Debian's archive gives its releases besides their codenames.
+var debianAliases = []string{"oldstable", "stable", "testing", "unstable", "sid"}
+
+// mainArchive reports whether a source of these suites and components is Debian's own archive of
+// the release named codename.
+func mainArchive(uri string, suites, components []string, codename string) bool {
+	if strings.Contains(uri, "security") || !strings.HasPrefix(uri, "http") || !slices.Contains(components, "main") {
 		return false
 	}
 	for _, s := range suites {
-		if !strings.Contains(s, "security") {
+		if (codename != "" && s == codename) || slices.Contains(debianAliases, s) {
 			return true
 		}
 	}
@@ -59,7 +89,7 @@ func mainArchive(uri string, suites []string) bool {
 }
 
 // parseListFile reads `deb [options] URI suite components...` lines.
-func parseListFile(data string) string {
+func parseListFile(data, codename string) string {
 	sc := bufio.NewScanner(strings.NewReader(data))
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -75,15 +105,15 @@ func parseListFile(data string) string {
 				fields = fields[1:]
 			}
 		}
-		if len(fields) >= 2 && mainArchive(fields[0], fields[1:2]) {
+		if len(fields) >= 3 && mainArchive(fields[0], fields[1:2], fields[2:], codename) {
 			return fields[0]
 		}
 	}
 	return ""
 }
 
-// parseSourcesFile reads deb822 stanzas (Types, URIs, Suites, Enabled).
-func parseSourcesFile(data string) string {
+// parseSourcesFile reads deb822 stanzas (Types, URIs, Suites, Components, Enabled).
+func parseSourcesFile(data, codename string) string {
 	for _, stanza := range strings.Split(strings.ReplaceAll(data, "\r\n", "\n"), "\n\n") {
 		field := map[string]string{}
 		for _, line := range strings.Split(stanza, "\n") {
@@ -94,9 +124,9 @@ func parseSourcesFile(data string) string {
 		if !strings.Contains(" "+field["types"]+" ", " deb ") || strings.EqualFold(field["enabled"], "no") {
 			continue
 		}
-		suites := strings.Fields(field["suites"])
+		suites, components := strings.Fields(field["suites"]), strings.Fields(field["components"])
 		for _, uri := range strings.Fields(field["uris"]) {
-			if mainArchive(uri, suites) {
+			if mainArchive(uri, suites, components, codename) {
 				return uri
 			}
 		}

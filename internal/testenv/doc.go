@@ -38,6 +38,12 @@
 // Building needs root and debootstrap: outside CI a machine without them
 // skips the test; under CI=true it, and any failed build, fails the test.
 //
+// StartStandby(t, primary, slot) makes a hot standby of a server it started
+// (pg_basebackup -R -C -S slot, in the primary's chroot, with standby.signal
+// and a primary_conninfo naming the slot and a database), on a port of its
+// own; Promote promotes it. With sync_replication_slots and
+// hot_standby_feedback on, a PostgreSQL 17 standby keeps failover slots.
+//
 // # Programs rather than tests
 //
 // NewPostgres, NewRabbit and NewCluster start the machine's servers as the
@@ -107,7 +113,12 @@
 //     outage, graceful restart, node killed), TestClusterFaults,
 //     TestNackedMessagesAreRetried, TestRecoverUsesTheNextBrokerWhenTheFirstIsDown
 //   - PostgreSQL lost: TestPostgresFaults, TestPartitionDuringSessionSetup,
-//     TestStandbyTakesOver
+//     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
+//     failover slots: the primary killed, the standby promoted, one walbox
+//     given both hosts)
+//   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
+//     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
+//     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
@@ -118,9 +129,11 @@
 //     (a stop put right: what run, doctor, status and recover say, and the way out),
 //     TestUnroutableRowStallsWithoutReplayingTheWindow,
 //     TestRejectedMessagesAreParked, TestRowsTheBrokerRefusesForSizeAreParked,
+//     TestTwoRowsRefusedForSizeInOneTransaction, TestManyRowsRefusedForSizeDoNotBackOff,
+//     TestRecoverParksARowTheBrokerRefusesForSize,
 //     TestEmittedMessageIsTheRowOnTheWire
-//   - memory: TestLargeRowsPeakMemory
-//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused
+//   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
+//   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,
@@ -137,9 +150,12 @@
 //     TestSIGTERMWhileTheBrokerBlocksLanes,
 //     TestSIGTERMWhileALargeRowIsStuckInABlockedBroker, TestSIGTERMWhileTheBrokerIsFrozen,
 //     TestSIGTERMWhileALargeRowIsStuckInAFrozenBroker
+//   - failover slots: TestFailoverSlots, TestFailoverSlotOnRefusedBefore17
+//   - standbys: TestStandbyAsDatabaseURLStopsAtOnce, TestDoctorChecksTheStandby
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
-//     TestRunRefusesARoleThatCannotWriteItsRecord, TestStatusChecksSettingsFirst,
+//     TestRunRefusesARoleThatCannotWriteItsRecord, TestRunRefusesARoleThatCannotRecordAStop,
+//     TestStatusChecksSettingsFirst,
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst,

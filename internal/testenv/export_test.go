@@ -6,4 +6,10 @@ var (
 	PidAlive         = pidAlive
 	ParseListFile    = parseListFile
 	ParseSourcesFile = parseSourcesFile
+	OSRelease        = osRelease
 )
+
+// ChrootRoot finds or builds the chroot of a release of suite with packages.
+func ChrootRoot(suite string, packages []string, logf func(string, ...any)) (string, error) {
+	return chrootRoot(release{suite, packages}, logf)
+}

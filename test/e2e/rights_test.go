@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,27 @@ func TestRunRefusesARoleThatCannotWriteItsRecord(t *testing.T) {
 	waitForLSN(t, w, func(l pglogrepl.LSN) bool { return l > tx.before })
 	if code := r.Stop(30 * time.Second); code != 0 {
 		t.Fatalf("walbox run as %s exited %d after SIGTERM, want 0:\n%s", role, code, r.Output())
+	}
+}
+
+// A relay role that may execute every record function but walbox_slot_stop (a database upgraded
+// by a `walbox migrate` without --relay-role) is refused at start too: otherwise a stop it met
+// would go unrecorded, and only a WARN would say so.
+func TestRunRefusesARoleThatCannotRecordAStop(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	role := testenv.UniqueName("relay")
+	relayURL := roleURL(t, pg, w.db, role, "LOGIN REPLICATION")
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 0 {
+		t.Fatalf("walbox migrate --relay-role exited %d:\n%s", code, out)
+	}
+	if _, err := w.conn.Exec(context.Background(),
+		"REVOKE EXECUTE ON FUNCTION walbox_slot_stop(text, text, pg_lsn) FROM "+role); err != nil {
+		t.Fatal(err)
+	}
+	out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + relayURL}, "run")
+	if code != 1 || !strings.Contains(out, "walbox_slot_stop") || !strings.Contains(out, "walbox migrate --relay-role "+role) {
+		t.Fatalf("exit %d: want 1, naming walbox_slot_stop and walbox migrate --relay-role %s\n%s", code, role, out)
 	}
 }

@@ -271,3 +271,42 @@ func TestRecoverShardSlot(t *testing.T) {
 	wr.stop()
 	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, "")
 }
+
+// A stop walbox run records on one shard's slot names the way out for that slot (walbox recover
+// takes a shard's slot and publication by name), and walbox status sees it, as for a single slot:
+// it exits non-zero, naming the slot and that command. The command gets the shard going again.
+func TestShardStopNamesItsWayOut(t *testing.T) {
+	heavy(t)
+	const n = 2
+	w := newShardedWorld(t, n)
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
+	relays := []*relay{w.startShard(0, n), w.startShard(1, n)}
+	for _, r := range relays {
+		r.waitState("streaming", time.Minute)
+	}
+	w.exec("DROP PUBLICATION " + set.PublicationName(1))
+	for range 5 { // rows the dropped publication did not decode, which recover republishes
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+			VALUES ('order', gen_random_uuid()::text, 'order.created', '{}')`)
+	}
+	w.expectNamedStop(relays[1], "publication")
+	way := "walbox recover --force --slot " + set.SlotName(1) + " --publication " + set.PublicationName(1)
+	if !strings.Contains(relays[1].Output(), way) {
+		t.Errorf("walbox run of shard 1 does not name %q:\n%s", way, testenv.Tail(relays[1].Output(), 3))
+	}
+	if out, code := w.walbox(nil, "migrate", "--shards", itoa(n)); code != 0 {
+		t.Fatalf("walbox migrate --shards %d exited %d:\n%s", n, code, out)
+	}
+	if out, code := w.walbox(nil, "status"); code == 0 || !strings.Contains(out, "stopped on slot "+set.SlotName(1)) ||
+		!strings.Contains(out, way) {
+		t.Errorf("walbox status exited %d with shard slot %s stopped; want non-zero, the slot and %q:\n%s",
+			code, set.SlotName(1), way, out)
+	}
+	if out, code := w.walbox(nil, strings.Fields(way)[1:]...); code != 0 || !republished.MatchString(out) {
+		t.Fatalf("%s exited %d:\n%s", way, code, out)
+	}
+	w.startShard(1, n).waitState("streaming", time.Minute)
+	if out, code := w.walbox(nil, "status"); code != 0 {
+		t.Errorf("walbox status exited %d after %s:\n%s", code, way, out)
+	}
+}

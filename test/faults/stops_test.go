@@ -62,6 +62,9 @@ func TestRecreatedPublicationStopNamesItsWayOut(t *testing.T) {
 	w.expectWayOut(v, cw, nil, "publication")
 }
 
+// republishedRows is the count walbox recover reports.
+var republishedRows = regexp.MustCompile(`republished (\d+) rows`)
+
 // wayOut is the command every stop below must name.
 const wayOut = "walbox recover --force"
 
@@ -136,6 +139,10 @@ func (w *world) expectWayOut(v *checker.Verifier, cw *checker.Writer, extra []st
 	out, code = w.walbox(nil, strings.Fields(wayOut)[1:]...)
 	if code != 0 || !republished.MatchString(out) {
 		t.Fatalf("%s exited %d:\n%s", wayOut, code, out)
+	}
+	// Nothing was written since the dry run: it counted exactly the rows recover republished.
+	if got := republishedRows.FindStringSubmatch(out); got == nil || got[1] != n[1] {
+		t.Errorf("walbox recover --dry-run counted %s rows; %s republished:\n%s", n[1], wayOut, out)
 	}
 	out, code = w.walbox(nil, "doctor")
 	if strings.Contains(out, "stopped at") {

@@ -2,7 +2,9 @@ package faults_test
 
 import (
 	"context"
+	"crypto/md5"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -236,3 +238,210 @@ func (w *world) consumeBodies(n, size int) <-chan error {
 	}()
 	return out
 }
+
+// Two rows the broker refuses for size in one transaction: the slot restarts at the
+// transaction's start, so each replay meets the first row again. Both are parked, the rows
+// around them delivered, and the slot passes the transaction: parking the second must not make
+// the relay forget the first and publish it again, for ever.
+func TestTwoRowsRefusedForSizeInOneTransaction(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	var want, big []string
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	w.inTx(func(tx pgx.Tx) {
+		want = append(want, insert(tx, 1))
+		big = append(big, insert(tx, 2<<20))
+		want = append(want, insert(tx, 1))
+		big = append(big, insert(tx, 2<<20))
+		want = append(want, insert(tx, 1))
+	})
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	waitFor(t, 2*time.Minute, "the slot past the transaction", func() bool { return w.confirmedLSN() >= end })
+	if got := w.uniqueIDs(len(want), 30*time.Second); !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	var parked []string
+	w.eachInQueue(w.exchange+".parked", func(d amqp.Delivery) {
+		if !slices.Contains(parked, d.MessageId) {
+			parked = append(parked, d.MessageId)
+		}
+	})
+	if !slices.Equal(parked, big) {
+		t.Errorf("parked %v, want %v", parked, big)
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
+	}
+}
+
+// walbox recover republishes a gap that holds a row the broker refuses for its size: it parks
+// that row without its payload, with the broker's reason, as walbox run does, and republishes
+// the rest. Without that, every recover failed on the broker's 406, and the slot stayed stopped.
+func TestRecoverParksARowTheBrokerRefusesForSize(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	const limit = "WALBOX_MAX_MESSAGE_SIZE=4194304"
+	r := w.startRelay(limit)
+	r.waitState("streaming", time.Minute)
+	w.dropSlot()
+	w.expectRefusal(r, "will not recreate")
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var want []string
+	var big string
+	w.inTx(func(tx pgx.Tx) {
+		want = append(want, insert(tx, 1))
+		big = insert(tx, 2<<20)
+		want = append(want, insert(tx, 1))
+	})
+	out, code := w.walbox([]string{limit}, "recover")
+	if code != 0 {
+		t.Fatalf("walbox recover exited %d:\n%s", code, out)
+	}
+	got := w.uniqueIDs(len(want), 30*time.Second)
+	for _, id := range want {
+		if !slices.Contains(got, id) {
+			t.Errorf("row %s not republished; got %v", id, got)
+		}
+	}
+	if slices.Contains(got, big) {
+		t.Errorf("the refused row %s was delivered", big)
+	}
+	w.expectParkedTooLarge(big)
+}
+
+// Large rows are read without a copy: the payload shares the replication connection's buffer
+// until the row is published. Large and small rows and walbox_emit messages, interleaved in
+// transactions, over two lanes, with a row over the broker's limit among them: every body
+// delivered is its row's payload byte for byte (a buffer reused too early would show another
+// row's bytes), and the row over the limit is parked. The binary runs with the race detector.
+func TestInterleavedLargeRowsArriveByteForByte(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 4194304")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	want := map[string]string{} // id -> body
+	var huge []string
+	body := func(id string, size int) string {
+		sum := fmt.Sprintf("%x", md5.Sum([]byte(id)))
+		return `{"x": "` + strings.Repeat(sum, size/len(sum)+1)[:size] + `"}`
+	}
+	n := 0
+	row := func(tx pgx.Tx, size int, emit bool) string {
+		n++
+		id := uuid.NewString()
+		b := body(id, size)
+		q := `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', $2, 'order.x', $3)`
+		if emit {
+			q = `SELECT walbox_emit('order', $2, 'order.x', $3::jsonb, '{}', $1)`
+		}
+		if _, err := tx.Exec(context.Background(), q, id, fmt.Sprint(n%7), b); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for range 3 {
+		w.inTx(func(tx pgx.Tx) {
+			for _, r := range []struct {
+				size int
+				emit bool
+			}{{100, false}, {200, true}, {3 << 19, false}, {150, false}, {5 << 18, true}, {3 << 20, false}, {10, false}} {
+				id := row(tx, r.size, r.emit)
+				want[id] = body(id, r.size)
+			}
+			huge = append(huge, row(tx, 5<<20, false))
+			id := row(tx, 120, false)
+			want[id] = body(id, 120)
+		})
+	}
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=8388608", "WALBOX_LANES=2")
+	waitFor(t, 2*time.Minute, "the slot past the rows", func() bool { return w.confirmedLSN() >= end })
+	got := map[string]bool{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		got[d.MessageId] = true
+		b, ok := want[d.MessageId]
+		switch {
+		case !ok:
+			t.Errorf("delivered %s, which is no row of the test", d.MessageId)
+		case string(d.Body) != b:
+			t.Errorf("message %s: body of %d bytes differs from its row's %d bytes", d.MessageId, len(d.Body), len(b))
+		}
+	})
+	for id := range want {
+		if !got[id] {
+			t.Errorf("row %s not delivered", id)
+		}
+	}
+	parked := map[string]bool{}
+	w.eachInQueue(w.exchange+".parked", func(d amqp.Delivery) { parked[d.MessageId] = true })
+	for _, id := range huge {
+		if !parked[id] {
+			t.Errorf("row %s over the broker's limit not parked", id)
+		}
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, testenv.Tail(r.Output(), 30))
+	}
+}
+
+// Ten rows the broker refuses for size in one transaction: each replay of the transaction finds
+// one more. Finding one is progress, so the relay starts the next session at once instead of
+// backing off ever longer (which summed to minutes); every row around them is delivered.
+func TestManyRowsRefusedForSizeDoNotBackOff(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitConf(t, "max_message_size = 1048576")
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	var want []string
+	insert := func(tx pgx.Tx, size int) string {
+		id := uuid.NewString()
+		if _, err := tx.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'order', '1', 'order.x', jsonb_build_object('x', repeat('y', $2)))`, id, size); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	w.inTx(func(tx pgx.Tx) {
+		for range 10 {
+			want = append(want, insert(tx, 1))
+			insert(tx, 2<<20)
+		}
+		want = append(want, insert(tx, 1))
+	})
+	end := w.walLSN()
+	r := w.startRelay("WALBOX_MAX_MESSAGE_SIZE=4194304")
+	waitFor(t, 3*time.Minute, "the slot past the transaction", func() bool { return w.confirmedLSN() >= end })
+	if got := w.uniqueIDs(len(want), 30*time.Second); !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox exited %d:\n%s", code, r.Output())
+	}
+	waits := retryIn.FindAllStringSubmatch(r.Output(), -1)
+	if len(waits) < 10 {
+		t.Fatalf("%d sessions ended; want one per refused row at least:\n%s", len(waits), testenv.Tail(r.Output(), 20))
+	}
+	for _, m := range waits {
+		if d, err := time.ParseDuration(m[1]); err != nil || d >= time.Second {
+			t.Errorf("a session after a refusal for size waited %s (%v); want it to start at once", m[1], err)
+		}
+	}
+}
+
+// retryIn is how long walbox waits before its next session.
+var retryIn = regexp.MustCompile(`retry_in=(\S+)`)

@@ -1,0 +1,88 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// StartStandby makes a hot standby of primary: pg_basebackup -R -C -S slot (which creates the
+// physical slot on primary, and writes standby.signal and a primary_conninfo that names the
+// slot and the postgres database), then starts it on a port of its own with the primary's
+// settings and opts'. It runs the same version as primary, in the same chroot. tb.Cleanup stops
+// it and removes its directory. For slot synchronisation (PostgreSQL 17+), pass
+// WithSetting("sync_replication_slots", "on") and WithSetting("hot_standby_feedback", "on").
+func StartStandby(tb testing.TB, primary *Postgres, slot string, opts ...PGOption) *Postgres {
+	tb.Helper()
+	primary.mustOwn(tb, "StartStandby")
+	var cfg pgConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Postgres{settings: append(append([]setting(nil), primary.settings...), cfg.settings...),
+		root: primary.root, binDir: primary.binDir, cred: primary.cred}
+	if err := s.baseBackup(primary, slot); err != nil {
+		s.shutdown()
+		tb.Fatalf("testenv: standby: %v", err)
+	}
+	var err error
+	for range startAttempts {
+		if s.port, err = freePort(); err != nil {
+			break
+		}
+		if err = s.writeConf(); err != nil {
+			break
+		}
+		if err = s.start(); !errors.Is(err, errInUse) {
+			break
+		}
+	}
+	if err != nil {
+		s.shutdown()
+		tb.Fatalf("testenv: standby: %v", err)
+	}
+	tb.Cleanup(s.shutdown)
+	return s
+}
+
+// baseBackup copies primary's data directory into a new instance directory of s.
+func (s *Postgres) baseBackup(primary *Postgres, slot string) error {
+	dir, err := makeDirIn(s.tmpDir(), "pg")
+	if err != nil {
+		return err
+	}
+	s.dir = dir
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return fmt.Errorf("chown %s: %w", dir, err)
+		}
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", primary.port)
+	cmd := exec.Command(s.bin("pg_basebackup"), "-d", conninfo, "-D", inRoot(s.root, s.dataDir()),
+		"-R", "-C", "-S", slot, "-X", "stream", "--checkpoint=fast", "--no-sync")
+	s.prepare(cmd)
+	if out, err := run("pg_basebackup", cmd, scaled(pgStartTimeout)); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
+}
+
+// Promote promotes a standby to primary (pg_promote) and waits until it is one.
+func (p *Postgres) Promote(tb testing.TB) {
+	tb.Helper()
+	p.mustOwn(tb, "Promote")
+	ctx, cancel := context.WithTimeout(context.Background(), scaled(pgStartTimeout)+sqlTimeout)
+	defer cancel()
+	conn, err := connect(ctx, p.url)
+	if err != nil {
+		tb.Fatalf("testenv: promote: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var done bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(scaled(pgStartTimeout).Seconds())).Scan(&done); err != nil || !done {
+		tb.Fatalf("testenv: promote: not promoted (%v)%s", err, logTail(p.logFile()))
+	}
+}
