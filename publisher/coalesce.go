@@ -18,8 +18,8 @@ var coalesceDelay = 2 * time.Millisecond // a variable for tests
 // coalescer is the net.Conn under amqp091. amqp091 flushes its buffer to the socket after every
 // publish, so each message would be a TCP write of its own and wake the broker on its own. While
 // the session publishes (hold), the coalescer keeps those writes and sends them together: when
-// the caller has nothing more to publish for now (Session.Flush), when coalesceBytes are held, or
-// coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
+// the caller has nothing more to publish for now (Session.Flush) and no more is expected soon, when
+// coalesceBytes are held, or coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
 // declarations, close) goes out at once, after what is held, so nothing waits behind a publish
 // burst and the byte order of the stream is kept.
 //
