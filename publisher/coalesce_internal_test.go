@@ -158,6 +158,43 @@ func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	}
 }
 
+// At a pace where only pairs could form, a message held alone waits for a partner only after a
+// write that went alone: every other time. A third of the messages wait, not half.
+func TestCoalescerPairsEveryOtherTime(t *testing.T) {
+	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
+	pub := func(p string) {
+		w.holding(true)
+		w.Write([]byte(p))
+		w.holding(false)
+		w.mu.Lock()
+		w.gap = 45 * time.Millisecond // a partner within half the delay; no group of three within 2/5
+		w.mu.Unlock()
+	}
+	pub("pub1") // a fresh connection expects nothing: a write alone
+	go w.flushSoon(true)
+	readExactly(t, r, "pub1")
+
+	pub("pub2") // after a lone write: waits for a partner
+	w.flushSoon(true)
+	nothingToRead(t, r, 30*time.Millisecond)
+	pub("pub3")
+	go w.flushSoon(true)
+	readExactly(t, r, "pub2pub3")
+
+	pub("pub4") // after a pair: at once
+	start := time.Now()
+	go w.flushSoon(true)
+	readExactly(t, r, "pub4")
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("pub4 written %v after the flush, want at once (the timer would take 100ms)", d)
+	}
+	pub("pub5") // after a lone write again: waits
+	w.flushSoon(true)
+	nothingToRead(t, r, 30*time.Millisecond)
+	go w.Flush()
+	readExactly(t, r, "pub5")
+}
+
 // A Flush that fails ends the session, and says why once: the error is the session's failure,
 // not that failure wrapped in itself again.
 func TestSessionFlushFailureIsReportedOnce(t *testing.T) {
