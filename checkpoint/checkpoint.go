@@ -7,8 +7,11 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// ErrFailed is returned once a message was nacked: the tracker's watermark is frozen.
+// ErrFailed is returned once a message was nacked: the ledger's watermark is frozen.
 var ErrFailed = errors.New("checkpoint: a message was not confirmed")
+
+// ErrFull is returned by Dispatch when the window holds as many messages as it may.
+var ErrFull = errors.New("checkpoint: the window is full")
 
 // commit is a transaction boundary: every message dispatched up to and including lastSeq belongs to
 // this transaction or an earlier one.
@@ -17,8 +20,11 @@ type commit struct {
 	end     pglogrepl.LSN
 }
 
-// Tracker computes the confirmed-prefix watermark. The zero value is not usable; call New.
-type Tracker struct {
+// Ledger is the one record of the messages in flight. It bounds them (a window of at most Limit
+// messages, counted from the oldest unconfirmed one), keeps a value of the caller's for each
+// until its verdict, and turns the verdicts into the watermark. The zero value is not usable;
+// call NewLedger.
+type Ledger[T any] struct {
 	watermark  pglogrepl.LSN
 	lastSeq    uint64          // highest sequence dispatched
 	acked      uint64          // every sequence <= acked is acked
@@ -27,112 +33,157 @@ type Tracker struct {
 	head       int
 	open       bool
 	failed     bool
-	dispatched int // dispatched in the current session and not yet acked
+	dispatched int // dispatched and not yet acked
+
+	entries []T // ring indexed by sequence number: the value of each message in the window
+	limit   int
 }
 
-// New returns a tracker whose watermark starts at start, the slot's confirmed_flush_lsn.
-func New(start pglogrepl.LSN) *Tracker {
-	return &Tracker{watermark: start, early: make(map[uint64]bool)}
+// NewLedger returns a ledger whose watermark starts at start, the slot's confirmed_flush_lsn, and
+// whose window holds up to size messages.
+func NewLedger[T any](start pglogrepl.LSN, size int) *Ledger[T] {
+	size = max(size, 1)
+	// One more entry than size: confirms may come out of order, and the entry of the oldest
+	// message in flight must survive the newest.
+	return &Ledger[T]{watermark: start, early: make(map[uint64]bool), entries: make([]T, size+1), limit: size}
 }
+
+// SetLimit narrows the window to n messages (at least one), or widens it back up to its size.
+func (l *Ledger[T]) SetLimit(n int) { l.limit = min(max(n, 1), len(l.entries)-1) }
+
+// Limit returns how many messages the window may hold.
+func (l *Ledger[T]) Limit() int { return l.limit }
+
+// Full reports whether the window holds as many messages as it may: Dispatch would fail.
+func (l *Ledger[T]) Full() bool { return l.Span() >= l.limit }
 
 // Begin records the start of a transaction in the stream.
-func (t *Tracker) Begin() { t.open = true }
+func (l *Ledger[T]) Begin() { l.open = true }
 
-// Dispatch records that the message with sequence seq was handed to the broker. Sequences are
-// the broker's delivery tags: 1, 2, 3, ... with no gaps.
-func (t *Tracker) Dispatch(seq uint64) error {
-	if seq != t.lastSeq+1 {
-		return fmt.Errorf("checkpoint: dispatch %d after %d: sequences must be contiguous", seq, t.lastSeq)
+// Dispatch records that the message with sequence seq, whose value is v, was handed to the
+// broker. Sequences are the publisher's: 1, 2, 3, ... with no gaps. It fails with ErrFull, recording
+// nothing, when the window is full.
+func (l *Ledger[T]) Dispatch(seq uint64, v T) error {
+	if seq != l.lastSeq+1 {
+		return fmt.Errorf("checkpoint: dispatch %d after %d: sequences must be contiguous", seq, l.lastSeq)
 	}
-	t.lastSeq = seq
-	t.dispatched++
+	if l.Full() {
+		return ErrFull
+	}
+	l.lastSeq = seq
+	l.dispatched++
+	l.entries[seq%uint64(len(l.entries))] = v
 	return nil
 }
 
 // Commit records the end of a transaction whose end LSN is end. The watermark may move to end once
 // every message dispatched so far is acked.
-func (t *Tracker) Commit(end pglogrepl.LSN) {
-	t.open = false
-	if n := len(t.commits); n > t.head && t.commits[n-1].lastSeq == t.lastSeq {
+func (l *Ledger[T]) Commit(end pglogrepl.LSN) {
+	l.open = false
+	if n := len(l.commits); n > l.head && l.commits[n-1].lastSeq == l.lastSeq {
 		// No message since the previous pending commit: the later end supersedes it.
-		if end > t.commits[n-1].end {
-			t.commits[n-1].end = end
+		if end > l.commits[n-1].end {
+			l.commits[n-1].end = end
 		}
 	} else {
-		t.commits = append(t.commits, commit{lastSeq: t.lastSeq, end: end})
+		l.commits = append(l.commits, commit{lastSeq: l.lastSeq, end: end})
 	}
-	t.advance()
+	l.advance()
 }
 
-// Ack records the broker's positive confirm of seq.
-func (t *Tracker) Ack(seq uint64) error {
-	if seq <= t.acked || seq > t.lastSeq || t.early[seq] {
-		return fmt.Errorf("checkpoint: ack %d is unknown or repeated", seq)
+// Ack records the broker's positive confirm of seq and returns the value dispatched with it.
+func (l *Ledger[T]) Ack(seq uint64) (T, error) {
+	var zero T
+	if seq <= l.acked || seq > l.lastSeq || l.early[seq] {
+		return zero, fmt.Errorf("checkpoint: ack %d is unknown or repeated", seq)
 	}
-	t.dispatched--
-	if seq != t.acked+1 {
-		t.early[seq] = true
-		return nil
+	v := l.Get(seq)
+	l.dispatched--
+	if seq != l.acked+1 {
+		l.early[seq] = true
+		return v, nil
 	}
-	t.acked = seq
-	for t.early[t.acked+1] {
-		delete(t.early, t.acked+1)
-		t.acked++
+	l.acked = seq
+	for l.early[l.acked+1] {
+		delete(l.early, l.acked+1)
+		l.acked++
 	}
-	t.advance()
-	return nil
+	l.advance()
+	return v, nil
 }
 
-// Nack records that seq will never be confirmed. The watermark stops where it is.
-func (t *Tracker) Nack(uint64) {
-	t.failed = true
+// Nack records that seq will never be confirmed and returns the value dispatched with it (the
+// zero value for a sequence outside the window). The watermark stops where it is, for good.
+func (l *Ledger[T]) Nack(seq uint64) T {
+	l.failed = true
+	if seq <= l.acked || seq > l.lastSeq {
+		var zero T
+		return zero
+	}
+	return l.Get(seq)
+}
+
+// Get returns the value dispatched with seq, which must be in the window: from the oldest
+// unacked message to the newest dispatched.
+func (l *Ledger[T]) Get(seq uint64) T { return l.entries[seq%uint64(len(l.entries))] }
+
+// Oldest returns the value of the oldest message not yet acked, if any is in flight.
+func (l *Ledger[T]) Oldest() (T, bool) {
+	if l.dispatched == 0 {
+		var zero T
+		return zero, false
+	}
+	return l.Get(l.acked + 1), true
+}
+
+// Newest returns the sequence and value of the newest message dispatched, if the window holds any.
+func (l *Ledger[T]) Newest() (uint64, T, bool) {
+	if l.Span() == 0 {
+		var zero T
+		return 0, zero, false
+	}
+	return l.lastSeq, l.Get(l.lastSeq), true
 }
 
 // AdvanceIdle moves the watermark to lsn, a position up to which the server has sent everything, but only
 // when nothing is in flight and no transaction is open. It reports whether the watermark moved.
-func (t *Tracker) AdvanceIdle(lsn pglogrepl.LSN) bool {
-	if t.failed || t.open || t.dispatched > 0 || len(t.commits) > t.head || lsn <= t.watermark {
+func (l *Ledger[T]) AdvanceIdle(lsn pglogrepl.LSN) bool {
+	if l.failed || l.open || l.dispatched > 0 || len(l.commits) > l.head || lsn <= l.watermark {
 		return false
 	}
-	t.watermark = lsn
+	l.watermark = lsn
 	return true
 }
 
 // Watermark returns the highest position below which everything is confirmed.
-func (t *Tracker) Watermark() pglogrepl.LSN { return t.watermark }
+func (l *Ledger[T]) Watermark() pglogrepl.LSN { return l.watermark }
 
 // InFlight returns how many dispatched messages await a confirm.
-func (t *Tracker) InFlight() int { return t.dispatched }
+func (l *Ledger[T]) InFlight() int { return l.dispatched }
 
 // Span returns how many messages lie from the oldest unacked one to the newest dispatched: those
 // in flight and those acked ahead of an older one still in flight. It is InFlight while confirms
-// arrive in order; with confirms out of order (several publishing lanes) it is the bound that
-// keeps what awaits the oldest confirm, early acks included, within a window.
-func (t *Tracker) Span() int { return int(t.lastSeq - t.acked) }
-
-// Acked returns the highest sequence up to which every message is acked.
-func (t *Tracker) Acked() uint64 { return t.acked }
+// arrive in order; with confirms out of order (several publishing lanes) it is what the window
+// bounds, early acks included.
+func (l *Ledger[T]) Span() int { return int(l.lastSeq - l.acked) }
 
 // Open reports whether a transaction has begun and not yet committed.
-func (t *Tracker) Open() bool { return t.open }
+func (l *Ledger[T]) Open() bool { return l.open }
 
-// Failed reports whether a message was nacked.
-func (t *Tracker) Failed() bool { return t.failed }
-
-func (t *Tracker) advance() {
-	if t.failed {
+func (l *Ledger[T]) advance() {
+	if l.failed {
 		return
 	}
-	for t.head < len(t.commits) && t.commits[t.head].lastSeq <= t.acked {
-		if c := t.commits[t.head]; c.end > t.watermark {
-			t.watermark = c.end
+	for l.head < len(l.commits) && l.commits[l.head].lastSeq <= l.acked {
+		if c := l.commits[l.head]; c.end > l.watermark {
+			l.watermark = c.end
 		}
-		t.head++
+		l.head++
 	}
-	if t.head == len(t.commits) {
-		t.commits, t.head = t.commits[:0], 0
-	} else if t.head > 1024 && t.head*2 > len(t.commits) {
-		t.commits = append(t.commits[:0], t.commits[t.head:]...)
-		t.head = 0
+	if l.head == len(l.commits) {
+		l.commits, l.head = l.commits[:0], 0
+	} else if l.head > 1024 && l.head*2 > len(l.commits) {
+		l.commits = append(l.commits[:0], l.commits[l.head:]...)
+		l.head = 0
 	}
 }

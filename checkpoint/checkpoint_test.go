@@ -8,16 +8,21 @@ import (
 	"github.com/walbox/walbox/checkpoint"
 )
 
-func mustDispatch(t *testing.T, tr *checkpoint.Tracker, seq uint64) {
+// ledger is the ledger the watermark tests use: no values, and a window they never fill.
+type ledger = checkpoint.Ledger[struct{}]
+
+func newLedger(start pglogrepl.LSN) *ledger { return checkpoint.NewLedger[struct{}](start, 1<<16) }
+
+func mustDispatch(t *testing.T, tr *ledger, seq uint64) {
 	t.Helper()
-	if err := tr.Dispatch(seq); err != nil {
+	if err := tr.Dispatch(seq, struct{}{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustAck(t *testing.T, tr *checkpoint.Tracker, seq uint64) {
+func mustAck(t *testing.T, tr *ledger, seq uint64) {
 	t.Helper()
-	if err := tr.Ack(seq); err != nil {
+	if _, err := tr.Ack(seq); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -25,16 +30,16 @@ func mustAck(t *testing.T, tr *checkpoint.Tracker, seq uint64) {
 func TestWatermark(t *testing.T) {
 	tests := []struct {
 		name string
-		run  func(t *testing.T, tr *checkpoint.Tracker)
+		run  func(t *testing.T, tr *ledger)
 		want pglogrepl.LSN
 	}{
-		{"starts at the slot position", func(*testing.T, *checkpoint.Tracker) {}, 100},
-		{"does not move before the commit is seen", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"starts at the slot position", func(*testing.T, *ledger) {}, 100},
+		{"does not move before the commit is seen", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			mustAck(t, tr, 1)
 		}, 100},
-		{"moves to the commit end once its messages are acked", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"moves to the commit end once its messages are acked", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			mustDispatch(t, tr, 2)
@@ -42,14 +47,14 @@ func TestWatermark(t *testing.T) {
 			mustAck(t, tr, 1)
 			mustAck(t, tr, 2)
 		}, 200},
-		{"does not move while one message of the transaction is unacked", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"does not move while one message of the transaction is unacked", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			mustDispatch(t, tr, 2)
 			tr.Commit(200)
 			mustAck(t, tr, 2)
 		}, 100},
-		{"a later transaction acked first does not move it", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"a later transaction acked first does not move it", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
@@ -58,7 +63,7 @@ func TestWatermark(t *testing.T) {
 			tr.Commit(300)
 			mustAck(t, tr, 2)
 		}, 100},
-		{"out of order acks close the gap", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"out of order acks close the gap", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
@@ -68,7 +73,7 @@ func TestWatermark(t *testing.T) {
 			mustAck(t, tr, 2)
 			mustAck(t, tr, 1)
 		}, 300},
-		{"stops at the transaction before a nack", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"stops at the transaction before a nack", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
@@ -84,7 +89,7 @@ func TestWatermark(t *testing.T) {
 			tr.Commit(400)
 			mustAck(t, tr, 4)
 		}, 200},
-		{"a transaction with no messages passes once earlier ones are acked", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"a transaction with no messages passes once earlier ones are acked", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
@@ -92,37 +97,37 @@ func TestWatermark(t *testing.T) {
 			tr.Commit(300)
 			mustAck(t, tr, 1)
 		}, 300},
-		{"idle moves it when nothing is pending", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"idle moves it when nothing is pending", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
 			mustAck(t, tr, 1)
 			tr.AdvanceIdle(500)
 		}, 500},
-		{"idle does not move it with a message in flight", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"idle does not move it with a message in flight", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
 			tr.AdvanceIdle(500)
 		}, 100},
-		{"idle does not move it inside an open transaction", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"idle does not move it inside an open transaction", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			tr.AdvanceIdle(500)
 		}, 100},
-		{"idle does not move it inside an open transaction whose messages are acked", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"idle does not move it inside an open transaction whose messages are acked", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			mustAck(t, tr, 1)
 			tr.AdvanceIdle(500)
 		}, 100},
-		{"idle does not move it after a nack", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"idle does not move it after a nack", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			mustDispatch(t, tr, 1)
 			tr.Commit(200)
 			tr.Nack(1)
 			tr.AdvanceIdle(500)
 		}, 100},
-		{"never moves backwards", func(t *testing.T, tr *checkpoint.Tracker) {
+		{"never moves backwards", func(t *testing.T, tr *ledger) {
 			tr.Begin()
 			tr.Commit(50)
 			tr.AdvanceIdle(90)
@@ -130,7 +135,7 @@ func TestWatermark(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := checkpoint.New(100)
+			tr := newLedger(100)
 			tt.run(t, tr)
 			if got := tr.Watermark(); got != tt.want {
 				t.Errorf("watermark = %d, want %d", got, tt.want)
@@ -140,25 +145,25 @@ func TestWatermark(t *testing.T) {
 }
 
 func TestRejectsBadSequences(t *testing.T) {
-	tr := checkpoint.New(0)
-	if err := tr.Dispatch(2); err == nil {
+	tr := newLedger(0)
+	if err := tr.Dispatch(2, struct{}{}); err == nil {
 		t.Error("dispatch of 2 first: want error")
 	}
 	mustDispatch(t, tr, 1)
-	if err := tr.Dispatch(1); err == nil {
+	if err := tr.Dispatch(1, struct{}{}); err == nil {
 		t.Error("repeated dispatch: want error")
 	}
-	if err := tr.Ack(5); err == nil {
+	if _, err := tr.Ack(5); err == nil {
 		t.Error("ack of an undispatched sequence: want error")
 	}
 	mustAck(t, tr, 1)
-	if err := tr.Ack(1); err == nil {
+	if _, err := tr.Ack(1); err == nil {
 		t.Error("repeated ack: want error")
 	}
 }
 
 func TestInFlight(t *testing.T) {
-	tr := checkpoint.New(0)
+	tr := newLedger(0)
 	tr.Begin()
 	for seq := uint64(1); seq <= 3; seq++ {
 		mustDispatch(t, tr, seq)
@@ -196,7 +201,7 @@ type txn struct {
 
 func runRandom(t *testing.T, seed uint64, rng *rand.Rand) {
 	const start = pglogrepl.LSN(1000)
-	tr := checkpoint.New(start)
+	tr := newLedger(start)
 	var (
 		txns     []*txn
 		seq      uint64
@@ -236,7 +241,7 @@ func runRandom(t *testing.T, seed uint64, rng *rand.Rand) {
 		case r < 6 && open != nil:
 			seq++
 			open.last = seq
-			if err := tr.Dispatch(seq); err != nil {
+			if err := tr.Dispatch(seq, struct{}{}); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 			pending = append(pending, seq)
@@ -256,7 +261,7 @@ func runRandom(t *testing.T, seed uint64, rng *rand.Rand) {
 				continue
 			}
 			acked[s] = true
-			if err := tr.Ack(s); err != nil {
+			if _, err := tr.Ack(s); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 		}
@@ -277,18 +282,18 @@ func runRandom(t *testing.T, seed uint64, rng *rand.Rand) {
 }
 
 func BenchmarkTracker(b *testing.B) {
-	tr := checkpoint.New(0)
+	tr := newLedger(0)
 	b.ReportAllocs()
 	var lsn pglogrepl.LSN
 	for i := range b.N {
 		seq := uint64(i + 1)
 		tr.Begin()
-		if err := tr.Dispatch(seq); err != nil {
+		if err := tr.Dispatch(seq, struct{}{}); err != nil {
 			b.Fatal(err)
 		}
 		lsn += 100
 		tr.Commit(lsn)
-		if err := tr.Ack(seq); err != nil {
+		if _, err := tr.Ack(seq); err != nil {
 			b.Fatal(err)
 		}
 	}

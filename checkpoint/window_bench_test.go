@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walbox/walbox/checkpoint"
 )
 
 // benchWindow is the relay's default window: messages dispatched and not yet acked.
@@ -13,7 +12,7 @@ const benchWindow = 1024
 // BenchmarkTrackerWindow runs the tracker as the relay does while draining: 100-row
 // transactions, a full window in flight, acks in order one window behind. One op is one message.
 func BenchmarkTrackerWindow(b *testing.B) {
-	tr := checkpoint.New(0)
+	tr := newLedger(0)
 	var seq, acked uint64
 	var lsn pglogrepl.LSN
 	b.ReportAllocs()
@@ -22,7 +21,7 @@ func BenchmarkTrackerWindow(b *testing.B) {
 			tr.Begin()
 		}
 		seq++
-		if err := tr.Dispatch(seq); err != nil {
+		if err := tr.Dispatch(seq, struct{}{}); err != nil {
 			b.Fatal(err)
 		}
 		if seq%100 == 0 {
@@ -31,7 +30,7 @@ func BenchmarkTrackerWindow(b *testing.B) {
 		}
 		if seq-acked > benchWindow {
 			acked++
-			if err := tr.Ack(acked); err != nil {
+			if _, err := tr.Ack(acked); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -43,14 +42,14 @@ func BenchmarkTrackerWindow(b *testing.B) {
 // that every ack but one per block waits in the tracker for the gap below it to close.
 func BenchmarkTrackerOutOfOrder(b *testing.B) {
 	const block = 64
-	tr := checkpoint.New(0)
+	tr := newLedger(0)
 	var seq uint64
 	var lsn pglogrepl.LSN
 	b.ReportAllocs()
 	for b.Loop() {
 		tr.Begin()
 		seq++
-		if err := tr.Dispatch(seq); err != nil {
+		if err := tr.Dispatch(seq, struct{}{}); err != nil {
 			b.Fatal(err)
 		}
 		lsn += 400
@@ -59,7 +58,7 @@ func BenchmarkTrackerOutOfOrder(b *testing.B) {
 			continue
 		}
 		for s := seq; s > seq-block; s-- {
-			if err := tr.Ack(s); err != nil {
+			if _, err := tr.Ack(s); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -60,15 +60,16 @@ type Config struct {
 	Bindings []Binding
 
 	// Prefetch is how many unacknowledged deliveries the broker sends ahead (basic.qos).
-	// Default 16.
+	// Default 16 (DefaultPrefetch).
 	Prefetch int
 
 	// MaxAttempts is how often a message is handed to the handler before it is dead-lettered.
-	// 1 means no retries. Default 5.
+	// 1 means no retries. Default 5 (DefaultMaxAttempts).
 	MaxAttempts int
 
 	// RetryBackoff is the delay before the second attempt; each later one waits twice as long,
-	// up to RetryBackoffMax. Defaults 1s and 1m. Delays are whole milliseconds.
+	// up to RetryBackoffMax. Defaults 1s and 1m (DefaultRetryBackoff, DefaultRetryBackoffMax).
+	// Delays are whole milliseconds.
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
 
@@ -77,7 +78,7 @@ type Config struct {
 	DeadLetterQueue string
 
 	// ProcessedTable is the table of handled message ids, "schema.name" or "name"
-	// (migrations.ApplyConsumer creates the default). Default "processed_messages".
+	// (migrations.ApplyConsumer creates the default). Default "processed_messages" (DefaultProcessedTable).
 	ProcessedTable string
 
 	// ConsumerName identifies this consumer in ProcessedTable, so that several consumers can
@@ -86,12 +87,13 @@ type Config struct {
 	ConsumerName string
 
 	// ReconnectBackoff is the delay before the first reconnect after the broker connection is
-	// lost (or a database error); it doubles up to ReconnectBackoffMax. Defaults 500ms and 30s.
+	// lost (or a database error); it doubles up to ReconnectBackoffMax. Defaults 500ms and 30s
+	// (DefaultReconnectBackoff, DefaultReconnectBackoffMax).
 	ReconnectBackoff    time.Duration
 	ReconnectBackoffMax time.Duration
 
 	// ShutdownTimeout bounds how long Run lets the in-flight handler finish after its context
-	// ends; then the handler's context is cancelled and the connection cut. Default 30s.
+	// ends; then the handler's context is cancelled and the connection cut. Default 30s (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 
 	// OnError, if set, is called with every error Run recovers from: a lost connection, a

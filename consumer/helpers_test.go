@@ -18,7 +18,12 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(streamChildEnv) != "" {
+		os.Exit(runStreamChild()) // a stream consumer the test kills (stream_test.go)
+	}
+	os.Exit(testenv.Main(m))
+}
 
 // env is one test's database, broker, queue and exchange.
 type env struct {

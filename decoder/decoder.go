@@ -82,7 +82,7 @@ type Decoder struct {
 }
 
 // New returns a Decoder for the given outbox tables, each with its column mapping
-// (wire.DefaultMapping(wire.DefaultTable) if none are given). Each mapping is completed
+// (wire.Mapping{Table: wire.DefaultTable}.WithDefaults() if none are given). Each mapping is completed
 // with wire.Mapping.WithDefaults. An insert into a table no mapping names is an
 // ErrForeignTable error; if two mappings name one table, the first is used.
 func New(maps ...wire.Mapping) *Decoder {

@@ -76,8 +76,8 @@ func FuzzDecode(f *testing.F) {
 // fuzzMappings are the mappings of every golden case (the first for a table wins), the default
 // table, and a table of the default shape in another schema.
 func fuzzMappings(f *testing.F) []wire.Mapping {
-	maps := []wire.Mapping{wire.DefaultMapping(wire.DefaultTable),
-		wire.DefaultMapping(wire.Table{Schema: "app", Name: "events"})}
+	maps := []wire.Mapping{wire.Mapping{Table: wire.DefaultTable}.WithDefaults(),
+		wire.Mapping{Table: wire.Table{Schema: "app", Name: "events"}}.WithDefaults()}
 	for _, c := range goldenCases {
 		m, err := readMappings(filepath.Join("testdata", c.name))
 		if err != nil {

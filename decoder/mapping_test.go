@@ -258,7 +258,7 @@ func TestDecodeRelationDriftNamesTheTransaction(t *testing.T) {
 // PostgreSQL allows a dot in a quoted schema name: the column check must find the mapping of
 // such a table as the decoder does, by schema and name, not by splitting "schema.name" again.
 func TestDecodeRelationDottedSchema(t *testing.T) {
-	m := wire.DefaultMapping(wire.Table{Schema: "billing.v2", Name: "outbox"})
+	m := wire.Mapping{Table: wire.Table{Schema: "billing.v2", Name: "outbox"}}.WithDefaults()
 	d := decoder.New(m)
 	ev, err := d.Decode(testLSN, relationMsg(outboxRelID, "billing.v2", "outbox", outboxCols))
 	if err != nil || ev.Kind != decoder.KindSkip {
@@ -283,7 +283,7 @@ func TestErrorNamesTextID(t *testing.T) {
 var positionMapping = mapped(func(m *wire.Mapping) { m.ID, m.MessageID = "-", wire.IDFromPosition })
 
 func TestPositionIDs(t *testing.T) {
-	d := decoder.New(positionMapping, wire.DefaultMapping(wire.DefaultTable))
+	d := decoder.New(positionMapping, wire.Mapping{Table: wire.DefaultTable}.WithDefaults())
 	frames := [][]byte{
 		beginMsg(0x16B3800, commitTime, 771),
 		relationMsg(eventsRelID, "public", "events", eventsCols),
@@ -309,7 +309,7 @@ func TestPositionIDs(t *testing.T) {
 	if again := positionIDs(t, d, frames); !reflect.DeepEqual(again, first) {
 		t.Errorf("decoded again: got %v, want %v", again, first)
 	}
-	fresh := decoder.New(positionMapping, wire.DefaultMapping(wire.DefaultTable))
+	fresh := decoder.New(positionMapping, wire.Mapping{Table: wire.DefaultTable}.WithDefaults())
 	if again := positionIDs(t, fresh, frames); !reflect.DeepEqual(again, first) {
 		t.Errorf("decoded by a new decoder: got %v, want %v", again, first)
 	}
@@ -415,7 +415,7 @@ func TestPositionID(t *testing.T) {
 func TestNewCompletesMappings(t *testing.T) {
 	for _, d := range []*decoder.Decoder{
 		decoder.New(),
-		decoder.New(wire.DefaultMapping(wire.DefaultTable)),
+		decoder.New(wire.Mapping{Table: wire.DefaultTable}.WithDefaults()),
 		decoder.New(wire.Mapping{Table: wire.DefaultTable}),
 		decoder.New(wire.Mapping{}), // the zero Table is the default table
 	} {

@@ -124,7 +124,7 @@ func TestDecodeStreamingIsAnError(t *testing.T) {
 }
 
 func TestDecodeForeignTable(t *testing.T) {
-	d := decoder.New(wire.DefaultMapping(wire.DefaultTable), wire.DefaultMapping(wire.Table{Schema: "app", Name: "events"}))
+	d := decoder.New(wire.Mapping{Table: wire.DefaultTable}.WithDefaults(), wire.Mapping{Table: wire.Table{Schema: "app", Name: "events"}}.WithDefaults())
 	mustSkip(t, d, relationMsg(1, "public", "orders", []col{{"id", 23}, {"note", oidText}}))
 	mustSkip(t, d, relationMsg(2, "app", "events", outboxCols))
 	mustSkip(t, d, relationMsg(3, "other", "outbox", outboxCols))

@@ -36,6 +36,18 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// ServerIdentity returns what tells one running server from every other: its system identifier
+// and its postmaster's start. A standby has its primary's system identifier, so the start time
+// tells the two apart.
+func ServerIdentity(ctx context.Context, q Querier) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, "SELECT system_identifier::text || '/' || pg_postmaster_start_time()::text FROM pg_control_system()").Scan(&id)
+	if err != nil {
+		return "", fmt.Errorf("read the server's identity: %w", err)
+	}
+	return id, nil
+}
+
 // Server is the server's settings that walbox depends on.
 type Server struct {
 	Version, WalLevel, User, Database string
@@ -67,6 +79,15 @@ func ReadServer(ctx context.Context, q Querier) (Server, error) {
 	}
 	s.SenderTimeout = time.Duration(timeoutMS) * time.Millisecond
 	return s, nil
+}
+
+// RoleExists reports whether a role of that name exists.
+func RoleExists(ctx context.Context, q Querier, role string) (bool, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up role %s: %w", role, err)
+	}
+	return exists, nil
 }
 
 // CheckWalLevel reports a wal_level other than logical.

@@ -2,7 +2,7 @@ package outbox
 
 import "github.com/walbox/walbox/wire"
 
-// The shared vocabulary, under the names producers have always used. See package walbox.
+// The shared vocabulary, under the names producers have always used. See package wire.
 
 type (
 	// Message is wire.Message.
@@ -13,13 +13,9 @@ type (
 	Mapping = wire.Mapping
 	// IDSource is wire.IDSource.
 	IDSource = wire.IDSource
-	// Confirm is wire.Confirm.
-	Confirm = wire.Confirm
-	// Parked is wire.Parked.
-	Parked = wire.Parked
 )
 
-// Column names of the default outbox table, and the tableless outbox's names; see package walbox.
+// Column names of the default outbox table, and the tableless outbox's names; see package wire.
 const (
 	ColID            = wire.ColID
 	ColAggregateType = wire.ColAggregateType
@@ -32,28 +28,11 @@ const (
 	EmitFunction         = wire.EmitFunction
 	DefaultMessagePrefix = wire.DefaultMessagePrefix
 
-	Absent = wire.Absent
-
-	IDFromColumn   = wire.IDFromColumn
 	IDFromPosition = wire.IDFromPosition
 )
 
 // DefaultTable is wire.DefaultTable.
 var DefaultTable = wire.DefaultTable
 
-// ErrUnpublishable and ErrSessionClosed are walbox's: errors.Is matches either name.
-var (
-	ErrUnpublishable = wire.ErrUnpublishable
-	ErrSessionClosed = wire.ErrSessionClosed
-)
-
 // ParseTable is wire.ParseTable.
 func ParseTable(s string) (Table, error) { return wire.ParseTable(s) }
-
-// DefaultMapping is wire.DefaultMapping.
-func DefaultMapping(t Table) Mapping { return wire.DefaultMapping(t) }
-
-// DefaultAlternateExchange is wire.DefaultAlternateExchange.
-func DefaultAlternateExchange(exchange string) string {
-	return wire.DefaultAlternateExchange(exchange)
-}

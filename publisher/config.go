@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	secrets "github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -66,10 +66,10 @@ type Config struct {
 	// Keep it at or below the broker's max_message_size. Default 16 MiB.
 	MaxMessageSize int
 
-	// Window is the most messages in flight (published, not yet confirmed); Publish waits for a
-	// confirm beyond it. It sizes the internal notification buffers. Default 1024, at most
-	// MaxWindow. A caller that bounds what it has in flight itself, as the relay does with the
-	// same setting, never waits here: give it at least that bound.
+	// Window is how many messages the caller keeps in flight (published, not yet confirmed) at
+	// most. The session does not count them: the caller bounds them (the relay with its ledger,
+	// package checkpoint). It sizes the internal notification buffers, which hold more verdicts
+	// than that in an unbounded queue. Default 1024, at most MaxWindow.
 	Window int
 
 	// AppID is the AMQP app-id property of every message and the connection name shown by the
@@ -187,21 +187,21 @@ func parseURL(rawURL string) (amqp.URI, error) {
 	}
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
-		return amqp.URI{}, fmt.Errorf("url: %w", redact(err, rawURL))
+		return amqp.URI{}, fmt.Errorf("url: %w", redactErr(err, rawURL))
 	}
 	return uri, nil
 }
 
-// redact returns err unchanged unless its text contains the password of rawURL, either as
+// redactErr returns err unchanged unless its text contains the password of rawURL, either as
 // written or percent-decoded. Then it returns a plain error with each occurrence replaced by
 // "xxxxx"; the original chain is dropped, since any error in it would print the password.
-func redact(err error, rawURL string) error {
+func redactErr(err error, rawURL string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
 	found := false
-	for _, p := range secrets.PasswordForms(rawURL) {
+	for _, p := range redact.PasswordForms(rawURL) {
 		if strings.Contains(msg, p) {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 			found = true

@@ -17,7 +17,8 @@ import (
 // processes the frames after it. The broker sends an unroutable message's basic.return before
 // its basic.ack. So once run receives the ack for delivery tag t, the return for t, if any, is
 // already buffered: run drains returns before it judges an ack. Returns carry no delivery tag;
-// they are matched to in-flight tags by message id.
+// they are matched to in-flight tags by message id (Session.unacked). The session counts
+// nothing else: the caller bounds what is in flight.
 type tracker struct {
 	acks    <-chan amqp.Confirmation // nil once closed
 	returns <-chan amqp.Return       // nil once closed
@@ -59,7 +60,7 @@ func (s *Session) run() {
 			s.setBlocked(b.Active, b.Reason)
 		case <-s.stop:
 			s.setBlocked(false, SessionEnded)
-			s.flush()
+			s.closeConfirms()
 			return
 		}
 	}
@@ -96,7 +97,8 @@ func (s *Session) onAck(c amqp.Confirmation, ok bool) {
 // confirmations, so anything but the next tag means a confirmation was lost.
 func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 	tag := s.tr.acked + 1
-	if c.DeliveryTag != tag || tag > s.lastPublished() {
+	o, ok := s.popUnacked()
+	if c.DeliveryTag != tag || !ok {
 		return fmt.Errorf("%w: confirmation for delivery tag %d, want %d", ErrClosed, c.DeliveryTag, tag)
 	}
 	s.tr.acked = tag
@@ -105,11 +107,26 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 		delete(s.tr.returned, tag)
 		err = re
 	} else if !c.Ack {
-		err = fmt.Errorf("message %s: %w", s.idOf(tag), ErrNacked)
+		err = fmt.Errorf("message %s: %w", o.id, ErrNacked)
 	}
-	s.release()
-	s.emit(wire.Confirm{Seq: tag, Err: err, At: at, Written: s.out.writtenAt(tag)})
+	s.emit(wire.Confirm{Seq: o.seq, Err: err, At: at, Written: s.out.writtenAt(tag)})
 	return nil
+}
+
+// popUnacked takes the oldest message without a verdict, the one of delivery tag tr.acked+1.
+func (s *Session) popUnacked() (outgoing, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unacked) == 0 {
+		return outgoing{}, false
+	}
+	o := s.unacked[0]
+	s.unacked[0] = outgoing{}
+	s.unacked = s.unacked[1:]
+	if len(s.unacked) == 0 {
+		s.unacked = s.unacked[:0:0] // let the drained backing array go
+	}
+	return o, true
 }
 
 func (s *Session) drainReturns() {
@@ -135,8 +152,8 @@ func (s *Session) onReturn(r amqp.Return, ok bool) {
 	re := &ReturnError{MessageID: r.MessageId, Code: r.ReplyCode, Text: r.ReplyText}
 	found := false
 	s.mu.Lock()
-	for tag := s.tr.acked + 1; tag <= s.published; tag++ {
-		if s.ids[tag%uint64(len(s.ids))] == r.MessageId {
+	for i, o := range s.unacked {
+		if tag := s.tr.acked + 1 + uint64(i); o.id == r.MessageId {
 			if s.tr.returned == nil {
 				s.tr.returned = make(map[uint64]*ReturnError)
 			}
@@ -149,18 +166,6 @@ func (s *Session) onReturn(r amqp.Return, ok bool) {
 		s.cut()
 		s.end(fmt.Errorf("%w: basic.return for message %s matches no message in flight", ErrClosed, r.MessageId))
 	}
-}
-
-func (s *Session) lastPublished() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.published
-}
-
-func (s *Session) idOf(tag uint64) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ids[tag%uint64(len(s.ids))]
 }
 
 // closeCause reads why amqp091 closed the channel; the connection's reason comes second, since
@@ -227,8 +232,9 @@ func (s *Session) pop() {
 	}
 }
 
-// flush ends run for Close: whatever fits in the buffer is delivered, then Confirms is closed.
-func (s *Session) flush() {
+// closeConfirms ends run for Close: whatever fits in the buffer is delivered, then Confirms is
+// closed.
+func (s *Session) closeConfirms() {
 	if s.tr.closed {
 		return
 	}

@@ -17,13 +17,10 @@ func turnSession(n int) *Session {
 		acks:     make(chan amqp.Confirmation, 8),
 		returns:  make(chan amqp.Return, 8),
 		confirms: make(chan wire.Confirm, 8),
-		window:   make(chan struct{}, 8),
-		ids:      make([]string, 8),
 		dead:     make(chan struct{}),
 	}
 	for tag := 1; tag <= n; tag++ {
-		s.ids[tag] = string(rune('a' + tag))
-		s.window <- struct{}{}
+		s.unacked = append(s.unacked, outgoing{id: string(rune('a' + tag)), seq: uint64(tag)})
 	}
 	s.published = uint64(n)
 	s.tr.acks, s.tr.returns = s.acks, s.returns

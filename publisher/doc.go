@@ -21,10 +21,12 @@
 // there comes back as ErrReturned. Publish returns the message's sequence number, its delivery
 // tag: 1, 2, 3… within the session. Call it from a single goroutine, so that sequence order is the caller's order.
 //
-// At most Config.Window messages are in flight; Publish waits for a confirm beyond that (the
-// relay keeps its own window, of the same size, and never waits here). While the broker blocks
-// the connection (a memory or disk alarm), Publish waits before writing. Both waits end with
-// ctx, and the session stays usable. A write that blocks anyway ignores ctx
+// The session does not count the messages in flight: the caller bounds them (the relay's one
+// ledger, package checkpoint, holds at most Config.Window). The session remembers of each only
+// what the channel needs: its delivery tag, its message id to match a basic.return, and the
+// number its Confirm carries. While the broker blocks the connection (a memory or disk alarm),
+// Publish waits before writing; ctx ends the wait, and the session stays usable. A write that
+// blocks anyway ignores ctx
 // inside amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write
 // that makes no progress for that long fails and ends the session. Brief stalls of the broker's
 // flow control, and large messages that keep moving, pass unharmed.
@@ -32,9 +34,9 @@
 // Publish returning means the message is handed over, not yet written: the session holds the
 // frames of a burst of publishes and writes them together, when the caller calls Flush (it has
 // nothing more to publish for now) and no more is expected soon (see Session.Flush), when 64 KiB
-// are held, when the window fills, or 2.5 ms after the first was held. The broker then takes a
-// burst, or messages that come close together, in one read per write instead of one per
-// message; a message that nothing follows closely goes out at once.
+// are held, or 2.5 ms after the first was held. The broker then takes a burst, or messages that
+// come close together, in one read per write instead of one per message; a message that nothing
+// follows closely goes out at once.
 // Heartbeats and every other method are written at once, behind what is held. A held write that
 // fails ends the session like any failed write: its messages never get a positive Confirm.
 //

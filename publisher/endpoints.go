@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	secrets "github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -16,7 +16,7 @@ import (
 // so a comma inside a URL stays where it is. Errors name the URL by its place in the list and
 // never contain a password.
 func ParseURLs(list string) ([]string, error) {
-	urls := secrets.SplitList(list)
+	urls := redact.SplitList(list)
 	for i, u := range urls {
 		if _, err := parseURL(u); err != nil {
 			if len(urls) == 1 {

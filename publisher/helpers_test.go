@@ -213,15 +213,17 @@ func (p *proxy) relay(dst, src net.Conn, g *gate) {
 	}
 }
 
+// close cuts every connection, then opens the gates: bytes a paused relay holds must not reach
+// the other side after the cut.
 func (p *proxy) close() {
 	p.ln.Close()
-	p.up.resume()
-	p.down.resume()
 	p.mu.Lock()
 	for _, c := range p.conns {
 		c.Close()
 	}
 	p.mu.Unlock()
+	p.up.resume()
+	p.down.resume()
 	p.wg.Wait()
 }
 

@@ -19,29 +19,21 @@ import (
 // of the calls, whatever lane carried the message, and Confirms delivers the broker's verdict on
 // each under that number, in the order the verdicts arrive, which across lanes is not the order of
 // the sequence numbers. A caller that moves a position only past a prefix of sequence numbers
-// every one of which is confirmed (checkpoint.Tracker) keeps its guarantee.
+// every one of which is confirmed (checkpoint.Ledger) keeps its guarantee. Lanes numbers the
+// messages itself and its sessions give each verdict that number: Lanes keeps no record of the
+// messages in flight.
 //
 // The first lane that fails ends them all: Confirms then reports the failure with sequence 0
 // and closes, and Publish returns an error wrapping ErrClosed (outbox.ErrSessionClosed). Publish
 // and Park must be called from one goroutine at a time, as for a Session.
 type Lanes struct {
-	lanes    []*lane
+	lanes    []*Session
 	confirms chan wire.Confirm
 	seq      uint64        // the last sequence number handed out
 	stop     chan struct{} // closed by Close: verdicts nobody will read are dropped
 	stopOnce sync.Once
 	closeAll sync.Once
 	forwards sync.WaitGroup
-}
-
-// lane is one session and the sequence numbers, in Lanes' numbering, of the messages it carries
-// that still await a verdict: the session numbers its own messages 1, 2, 3, ..., so the one with
-// session number first+i is pending[i].
-type lane struct {
-	s       *Session
-	mu      sync.Mutex
-	first   uint64
-	pending []uint64
 }
 
 // DialLanes opens n sessions with dial, one per lane, and returns them as one. dial is called n
@@ -59,7 +51,7 @@ func DialLanes(ctx context.Context, n int, dial func(context.Context) (*Session,
 			l.closeSessions()
 			return nil, fmt.Errorf("lane %d of %d: %w", i+1, n, err)
 		}
-		l.lanes = append(l.lanes, &lane{s: s, first: 1})
+		l.lanes = append(l.lanes, s)
 		window += s.cfg.Window
 	}
 	// The caller's own window bounds what it has not read; a lane's end adds one verdict each.
@@ -78,16 +70,14 @@ func DialLanes(ctx context.Context, n int, dial func(context.Context) (*Session,
 // Sessions returns the lanes' sessions, in lane order.
 func (l *Lanes) Sessions() []*Session {
 	ss := make([]*Session, len(l.lanes))
-	for i, ln := range l.lanes {
-		ss[i] = ln.s
-	}
+	copy(ss, l.lanes)
 	return ss
 }
 
 // Blocked reports whether the broker blocks any lane's connection (Session.Blocked).
 func (l *Lanes) Blocked() bool {
 	for _, ln := range l.lanes {
-		if ln.s.Blocked() {
+		if ln.Blocked() {
 			return true
 		}
 	}
@@ -110,7 +100,7 @@ func (l *Lanes) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
-	return l.send(ctx, m.AggregateID, func(s *Session) (uint64, error) { return s.Publish(ctx, m) })
+	return l.send(m.AggregateID, func(s *Session, seq uint64) (uint64, error) { return s.publishAs(ctx, seq, m) })
 }
 
 // Park parks p (Session.Park) on the lane of its aggregate id.
@@ -118,65 +108,28 @@ func (l *Lanes) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}
-	return l.send(ctx, p.Message.AggregateID, func(s *Session) (uint64, error) { return s.Park(ctx, p) })
+	return l.send(p.Message.AggregateID, func(s *Session, seq uint64) (uint64, error) { return s.parkAs(ctx, seq, p) })
 }
 
-// send numbers the message before the lane's session sends it, so that a verdict arriving at
-// once finds its number, and takes the number back if nothing was sent.
-func (l *Lanes) send(ctx context.Context, aggregateID string, publish func(*Session) (uint64, error)) (uint64, error) {
-	ln := l.lanes[LaneOf(aggregateID, len(l.lanes))]
+// send publishes on the lane of aggregateID, under the next sequence number, which the lane's
+// session gives the message's verdict.
+func (l *Lanes) send(aggregateID string, publish func(*Session, uint64) (uint64, error)) (uint64, error) {
 	seq := l.seq + 1
-	ln.mu.Lock()
-	want := ln.first + uint64(len(ln.pending))
-	ln.pending = append(ln.pending, seq)
-	ln.mu.Unlock()
-	got, err := publish(ln.s)
-	if err == nil && got != want {
-		err = fmt.Errorf("lane session numbered a message %d, expected %d", got, want)
-		l.fail(err)
-	}
-	if err != nil {
-		ln.mu.Lock()
-		ln.pending = ln.pending[:len(ln.pending)-1]
-		ln.mu.Unlock()
+	if _, err := publish(l.lanes[LaneOf(aggregateID, len(l.lanes))], seq); err != nil {
 		return 0, err
 	}
 	l.seq = seq
 	return seq, nil
 }
 
-// forward renumbers the lane's verdicts and passes them on. A failure of the lane ends every lane.
-func (l *Lanes) forward(ln *lane) {
+// forward passes the lane's verdicts on. A failure of the lane ends every lane.
+func (l *Lanes) forward(s *Session) {
 	defer l.forwards.Done()
-	for c := range ln.s.Confirms() {
-		if c.Seq == 0 {
-			l.pass(c)
-			l.fail(c.Err)
-			continue
-		}
-		ln.mu.Lock()
-		i := c.Seq - ln.first
-		if c.Seq < ln.first || i >= uint64(len(ln.pending)) {
-			ln.mu.Unlock()
-			err := fmt.Errorf("lane session confirmed message %d, which it was not given", c.Seq)
-			l.pass(wire.Confirm{Err: fmt.Errorf("%w: %w", ErrClosed, err)})
-			l.fail(err)
-			continue
-		}
-		c.Seq = ln.pending[i]
-		if i == 0 {
-			// Verdicts of one session arrive in its own order: drop the prefix decided.
-			ln.pending = ln.pending[1:]
-			ln.first++
-		} else {
-			ln.pending[i] = 0 // decided out of order; not expected of a session, but harmless
-		}
-		for len(ln.pending) > 0 && ln.pending[0] == 0 {
-			ln.pending = ln.pending[1:]
-			ln.first++
-		}
-		ln.mu.Unlock()
+	for c := range s.Confirms() {
 		l.pass(c)
+		if c.Seq == 0 {
+			l.fail(c.Err)
+		}
 	}
 	l.fail(errors.New("lane session closed"))
 }
@@ -194,7 +147,7 @@ func (l *Lanes) fail(error) { go l.closeAll.Do(l.closeSessions) }
 
 func (l *Lanes) closeSessions() {
 	for _, ln := range l.lanes {
-		_ = ln.s.Close()
+		_ = ln.Close()
 	}
 }
 
@@ -205,7 +158,7 @@ func (l *Lanes) Confirms() <-chan wire.Confirm { return l.confirms }
 // Flush writes what every lane holds (Session.Flush) and returns the first error.
 func (l *Lanes) Flush() error {
 	for _, ln := range l.lanes {
-		if err := ln.s.Flush(); err != nil {
+		if err := ln.Flush(); err != nil {
 			return err
 		}
 	}
@@ -218,7 +171,7 @@ func (l *Lanes) Close() error {
 	l.stopOnce.Do(func() { close(l.stop) })
 	l.closeAll.Do(func() {
 		for _, ln := range l.lanes {
-			errs = append(errs, ln.s.Close())
+			errs = append(errs, ln.Close())
 		}
 	})
 	l.forwards.Wait()

@@ -36,7 +36,6 @@ type Session struct {
 	blocks    chan amqp.Blocking
 
 	confirms chan wire.Confirm // owned by run
-	window   chan struct{}     // a token per message in flight
 
 	netMu  sync.Mutex
 	netc   net.Conn // the TCP connection under conn, for cutting it
@@ -44,8 +43,8 @@ type Session struct {
 	out    *coalescer // what amqp091 writes to: it holds the frames of a publish burst
 
 	mu        sync.Mutex
-	published uint64   // last delivery tag handed out
-	ids       []string // message id of in-flight delivery tag t at t % Window
+	published uint64     // last delivery tag handed out
+	unacked   []outgoing // the messages of the delivery tags after the last judged, in tag order
 
 	blockMu sync.Mutex
 	unblock chan struct{} // non-nil while the broker blocks the connection; closed on unblock
@@ -77,8 +76,6 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	s := &Session{
 		cfg:       cfg,
 		confirms:  make(chan wire.Confirm, cfg.Window),
-		window:    make(chan struct{}, cfg.Window),
-		ids:       make([]string, cfg.Window),
 		exchanges: make(map[string]exchangeVerdict),
 		dead:      make(chan struct{}),
 		stop:      make(chan struct{}),
@@ -116,7 +113,7 @@ func (s *Session) open(ctx context.Context, uri amqp.URI) error {
 		Dial:            s.dialer(ctx),
 	})
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", host(uri), redact(err, s.cfg.URL))
+		return fmt.Errorf("dial %s: %w", host(uri), redactErr(err, s.cfg.URL))
 	}
 	s.conn = conn
 	s.connClose = conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -227,8 +224,8 @@ func (s *Session) cut() {
 // of its own, since publishing to a missing exchange would close the session's channel; it
 // declares nothing for it. Call Publish from one goroutine only.
 //
-// Publish waits while Window messages are in flight or the broker blocks the connection; ctx
-// ends the wait. An error wrapping ErrClosed means the session has ended and the message may or
+// Publish waits while the broker blocks the connection; ctx ends the wait. It does not count the
+// messages in flight: the caller bounds them (Config.Window). An error wrapping ErrClosed means the session has ended and the message may or
 // may not have reached the broker. Any other error means nothing was written and the session
 // is still usable: ctx ended first, or the message cannot be published as it stands
 // (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). The write itself
@@ -236,6 +233,12 @@ func (s *Session) cut() {
 // reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If
 // ctx ends while the message's exchange is being checked, the connection is cut too.
 func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
+	return s.publishAs(ctx, 0, m)
+}
+
+// publishAs publishes m as Publish does; its Confirm carries label instead of the delivery tag,
+// unless label is 0. Lanes numbers messages across its sessions this way.
+func (s *Session) publishAs(ctx context.Context, label uint64, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
@@ -255,7 +258,7 @@ func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) 
 		return 0, fmt.Errorf("publish %s: %w: properties and headers take %d bytes, more than the %d a frame "+
 			"of the broker's frame_max (%d) can carry", m.AMQPMessageID(), ErrInvalidMessage, n, max, s.conn.Config.FrameSize)
 	}
-	seq, err := s.publish(ctx, exchange, m.Key(), msg)
+	seq, err := s.publish(ctx, label, exchange, m.Key(), msg)
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
 	}
@@ -266,48 +269,36 @@ func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) 
 // headers saying why and where it came from (see ParkedPublishing). It is confirmed like any other message,
 // and takes the next sequence number.
 func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
+	return s.parkAs(ctx, 0, p)
+}
+
+// parkAs parks p as Park does; its Confirm carries label, as for publishAs.
+func (s *Session) parkAs(ctx context.Context, label uint64, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}
-	seq, err := s.publish(ctx, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
+	seq, err := s.publish(ctx, label, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
 	if err != nil {
 		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
 	}
 	return seq, nil
 }
 
-func (s *Session) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
-	if err := s.acquire(ctx); err != nil {
+func (s *Session) publish(ctx context.Context, label uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
+	if err := s.failure(); err != nil {
 		return 0, err
 	}
-	return s.send(ctx, exchange, key, msg)
+	if err := s.waitUnblocked(ctx); err != nil {
+		return 0, err
+	}
+	return s.send(ctx, label, exchange, key, msg)
 }
 
-// acquire takes a window token once the connection is not blocked.
-func (s *Session) acquire(ctx context.Context) error {
-	if err := s.failure(); err != nil {
-		return err
-	}
-	if err := s.waitUnblocked(ctx); err != nil {
-		return err
-	}
-	select {
-	case s.window <- struct{}{}:
-		return nil
-	default:
-	}
-	// The window is full: the held messages must reach the broker for confirms to free it.
-	if err := s.write(false); err != nil {
-		return err
-	}
-	select {
-	case s.window <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.dead:
-		return s.failure()
-	}
+// outgoing is what the session remembers of a message until its verdict: its id, to match a
+// basic.return (which carries no delivery tag), and the number its Confirm carries.
+type outgoing struct {
+	id  string
+	seq uint64
 }
 
 func (s *Session) waitUnblocked(ctx context.Context) error {
@@ -327,20 +318,22 @@ func (s *Session) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-// send writes the publish. The message id is recorded before the write, since a basic.return
-// can arrive before the write returns. ctx is not watched during the write: a write cut at a
+// send writes the publish. The message is recorded under its delivery tag before the write,
+// since a basic.return can arrive before the write returns. ctx is not watched during the write: a write cut at a
 // caller's deadline would end the session on every brief stall of flow control. Each write to
 // the socket is bounded by WriteTimeout instead (see writeBound), so a large message that is
 // making progress is never cut, and a broker that stopped reading ends the session.
-func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publishing) (uint64, error) {
+func (s *Session) send(ctx context.Context, label uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
 	if err := ctx.Err(); err != nil {
-		s.release()
 		return 0, err
 	}
 	s.mu.Lock()
 	s.published++
 	seq := s.published
-	s.ids[seq%uint64(len(s.ids))] = msg.MessageId
+	if label == 0 {
+		label = seq
+	}
+	s.unacked = append(s.unacked, outgoing{id: msg.MessageId, seq: label})
 	s.mu.Unlock()
 
 	s.out.holdFor(seq)
@@ -352,8 +345,8 @@ func (s *Session) send(ctx context.Context, exchange, key string, msg amqp.Publi
 	}
 	s.mu.Lock()
 	s.published-- // amqp091 did the same with its counter
+	s.unacked = s.unacked[:len(s.unacked)-1]
 	s.mu.Unlock()
-	s.release()
 	if errors.Is(err, amqp.ErrClosed) {
 		s.awaitCause()
 	}
@@ -422,14 +415,6 @@ func (c writeBound) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.Conn.Write(p)
-}
-
-// release returns a window token. It never blocks, so a stray confirm cannot wedge run.
-func (s *Session) release() {
-	select {
-	case <-s.window:
-	default:
-	}
 }
 
 // Confirms returns the broker's verdicts, one per published message in publish order. When the

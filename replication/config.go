@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -45,6 +45,16 @@ type Flusher interface {
 // its Close must then cut the connection at once.
 type Blockable interface {
 	Blocked() bool
+}
+
+// Positioner is implemented by a Publisher that needs to know where each message comes from
+// (package streampub numbers messages by it, for the broker's deduplication). Before each Publish
+// the stream calls At with the timeline and LSN of the transaction's commit record (Begin's
+// FinalLSN) and the row's index among the transaction's rows and emitted messages, counted from
+// 0 whether or not this relay publishes them. The server sends a transaction again exactly as
+// before, so a row has the same position on every replay, and positions grow in commit order.
+type Positioner interface {
+	At(timeline int32, commitLSN uint64, index int)
 }
 
 // Dialer opens a new publishing session.
@@ -101,10 +111,10 @@ type Config struct {
 	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
 	// not covered (default true; `walbox migrate` creates it ahead of time).
 	CreateSlot *bool
-	// FailoverSlot says whether the slot Run creates is a failover slot (default FailoverAuto:
-	// on PostgreSQL 17 and later). Unless it is FailoverOff, Run also turns an existing slot that
-	// is not one into one; FailoverOn on a server before 17 stops Run at its first session.
-	FailoverSlot FailoverSlot
+	// FailoverSlot says whether the slot Run creates is a failover slot (default slots.FailoverAuto:
+	// on PostgreSQL 17 and later). Unless it is slots.FailoverOff, Run also turns an existing slot that
+	// is not one into one; slots.FailoverOn on a server before 17 stops Run at its first session.
+	FailoverSlot slots.FailoverSlot
 	// MaxBackoff caps the wait between sessions after an error (default 30s).
 	MaxBackoff time.Duration
 	// StandbyRetry is how often a standby checks whether the slot was released (default 1s).
@@ -140,8 +150,6 @@ func (c *Config) messagePrefix() string {
 	return c.MessagePrefix
 }
 
-var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-
 // Validate fills in defaults and reports the first bad setting.
 func (c *Config) Validate() error {
 	if c.DatabaseURL == "" {
@@ -150,8 +158,8 @@ func (c *Config) Validate() error {
 	if c.Slot == "" {
 		c.Slot = "walbox"
 	}
-	if !slotName.MatchString(c.Slot) {
-		return fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", c.Slot)
+	if err := slots.CheckName(c.Slot); err != nil {
+		return err
 	}
 	if c.Publication == "" {
 		c.Publication = "walbox"
@@ -196,7 +204,7 @@ func (c *Config) Validate() error {
 	if err := positive(&c.StandbyRetry, time.Second, "standby retry"); err != nil {
 		return err
 	}
-	f, err := ParseFailoverSlot(string(c.FailoverSlot))
+	f, err := slots.ParseFailoverSlot(string(c.FailoverSlot))
 	if err != nil {
 		return fmt.Errorf("failover slot %w", err)
 	}

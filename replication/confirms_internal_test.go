@@ -43,20 +43,19 @@ func burstStream(t *testing.T, n int, end pglogrepl.LSN) (*stream, *burstPublish
 		cfg:   &Config{StatusInterval: time.Second},
 		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		pub:   pub,
-		track: checkpoint.New(1),
-		win:   newWindow(n, &stall{}),
+		led:   checkpoint.NewLedger[flight](1, n),
+		stall: &stall{},
 		stats: &Stats{},
 		obs:   obs,
 	}
-	s.statusDue = time.Now().Add(time.Hour)
-	s.track.Begin()
+	s.rep = newReporter(s.cfg, nil, nil, mark{w: 1}) // not started: the test reads what it was offered
+	s.led.Begin()
 	for seq := uint64(1); seq <= uint64(n); seq++ {
-		if err := s.track.Dispatch(seq); err != nil {
+		if err := s.led.Dispatch(seq, flight{at: time.Now(), eventType: "e"}); err != nil {
 			t.Fatal(err)
 		}
-		s.win.put(seq, flight{at: time.Now(), eventType: "e"})
 	}
-	s.track.Commit(end)
+	s.led.Commit(end)
 	return s, pub, obs
 }
 
@@ -73,20 +72,20 @@ func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	if err := s.applyConfirms(first, true); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.track.InFlight(); got != 0 {
+	if got := s.led.InFlight(); got != 0 {
 		t.Fatalf("in flight after one step: %d, want 0", got)
 	}
 	if obs.confirmed != n {
 		t.Fatalf("observed %d confirms, want %d", obs.confirmed, n)
 	}
-	if s.track.Watermark() != end || s.moved != end {
-		t.Fatalf("watermark %s, moved %s; want both %s", s.track.Watermark(), s.moved, end)
+	if s.led.Watermark() != end || s.moved != end {
+		t.Fatalf("watermark %s, moved %s; want both %s", s.led.Watermark(), s.moved, end)
 	}
 	if got := s.stats.InFlight.Load(); got != 0 {
 		t.Fatalf("in-flight gauge %d, want 0", got)
 	}
-	if !s.statusDue.Before(time.Now().Add(time.Minute)) {
-		t.Fatal("the moved watermark did not bring the status update forward")
+	if got, want := s.rep.mark(), (mark{w: end, moved: end}); got != want || len(s.rep.wake) != 1 {
+		t.Fatalf("offered the reporter %+v (woken: %v), want %+v", got, len(s.rep.wake) == 1, want)
 	}
 }
 
@@ -114,7 +113,7 @@ func TestConfirmBurstStopsAtAFailure(t *testing.T) {
 	if got := len(pub.confirms); got != n-4 {
 		t.Fatalf("%d confirms left unread, want %d", got, n-4)
 	}
-	if w := s.track.Watermark(); w >= end {
+	if w := s.led.Watermark(); w >= end {
 		t.Fatalf("watermark %s passed the transaction with a nacked message (end %s)", w, end)
 	}
 	if got := s.stats.InFlight.Load(); got != n-3 {
@@ -137,11 +136,11 @@ func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
 	if !errors.As(err, &be) {
 		t.Fatalf("error %v, want a broker error", err)
 	}
-	if obs.confirmed != 3 || s.track.InFlight() != n-3 || s.stats.InFlight.Load() != n-3 {
+	if obs.confirmed != 3 || s.led.InFlight() != n-3 || s.stats.InFlight.Load() != n-3 {
 		t.Fatalf("observed %d confirmed, %d in flight (gauge %d); want 3 and %d", obs.confirmed,
-			s.track.InFlight(), s.stats.InFlight.Load(), n-3)
+			s.led.InFlight(), s.stats.InFlight.Load(), n-3)
 	}
-	if w := s.track.Watermark(); w >= end {
+	if w := s.led.Watermark(); w >= end {
 		t.Fatalf("watermark %s passed the transaction with unconfirmed messages (end %s)", w, end)
 	}
 }

@@ -5,7 +5,7 @@
 // outbox table, the tables' columns, the slot: the same reading and judgement as walbox doctor),
 // holds the slot against its record in package registry, starts pgoutput at the slot's
 // confirmed_flush_lsn and streams: every outbox insert is handed to the Publisher as it arrives,
-// and the broker's confirms feed a checkpoint.Tracker.
+// and the broker's confirms feed the session's checkpoint.Ledger.
 //
 // # States
 //
@@ -25,16 +25,18 @@
 //
 // # The stream loop
 //
-// A streaming session is three goroutines with one owner of everything. The stream's goroutine
-// (stream.run) owns the session's state, the publishing session and every write to the
-// replication connection. The reader (reader.go) only reads the connection and queues what the
-// server sends. The keeper (keeper.go) acts only while the stream's goroutine is inside a
-// publish call, on the connection and state lent to it for that call. Each turn of stream.run
-// computes its phase (stream.phase) and waits for the first of: WAL from the reader (in the
-// phases that read), a confirm from the publisher, the status timer, Run's context ending (or,
-// once it has, the shutdown deadline), and the connection ending. A confirm is applied as it
-// arrives, whatever the loop was waiting for, except during a publish call: those that arrive
-// while the broker holds a publish up are applied when the call returns or gives up.
+// A streaming session is three goroutines, each the one owner of what it touches. The stream's
+// goroutine (stream.run) owns the session's state, the ledger and the publishing session; it
+// runs no SQL. The reader (reader.go) only reads the replication connection and queues what the
+// server sends. The reporter (reporter.go) owns the watch connection (the coverage checks and the
+// registry) and every status update written to the replication connection; the stream hands it
+// the watermark (reporter.offer), and it ends the session when the server stays silent, whatever
+// the stream is doing. Each turn of stream.run computes its phase (stream.phase) and waits for
+// the first of: WAL from the reader (in the phases that read), a confirm from the publisher,
+// Run's context ending (or, once it has, the shutdown deadline), and the end of the connection
+// or of the reporter. A confirm is applied as it arrives, whatever the loop was waiting for,
+// except during a publish call: those that arrive while the broker holds a publish up are
+// applied when the call returns or gives up.
 //
 //	            ┌──────── confirm ────────┐
 //	            ▼                         │
@@ -42,7 +44,7 @@
 //	      │ streaming │ ────────────────► │ window full │
 //	      └───────────┘                   └─────────────┘
 //	        │   ▲  a publish outlasts a status interval: publish blocked
-//	        │   └─ (the keeper reports; the publish gives up, confirms are applied, it retries)
+//	        │   └─ (the reporter reports; the publish gives up, confirms are applied, it retries)
 //	        │ Run's context ends (from either phase above; the shutdown deadline starts)
 //	        ├── inside a transaction ──► finishing (read on to its commit) ──┐
 //	        └── at a boundary ─────────────────────────────────────────────┴──► draining
@@ -58,46 +60,50 @@
 // waits for when Run's context ends, and those it gave up on at the end; at the deadline it
 // closes the publisher if a publish call is still in progress, since that call may be a socket
 // write no context ends. After a graceful stop it waits for the publisher's close only until the
-// deadline (closePublisher). The window, the only bound on messages in flight, is in window.go.
+// deadline (closePublisher). The ledger, the only bound on messages in flight and the only record
+// of them, is package checkpoint's (window.go sets it up).
 //
 // # Where the slot can move
 //
-// One function sends a position to the server: stream.sendStatus (status.go). It is called from
+// One function sends a position to the server: reporter.report (reporter.go), on the reporter's
+// goroutine. It runs
 //
-//   - stream.maybeSendStatus, when the status timer fires (stream.statusTick) or after a publish
-//     that gave up (stream.publish);
-//   - stream.handleCopyData, when a keepalive asks for a reply;
-//   - the keeper (statusKeeper.fire), at each status deadline during a publish call;
-//   - stream.finalReport at the end of a graceful stop (shutdown.go), and stream.finalStatus
-//     after a broker failure (relay.go calls it once stream.run has returned).
+//   - when the status timer fires (reporter.tick), every StatusInterval, and within reportDelay
+//     of the watermark moving (reporter.soon);
+//   - when a keepalive asks for a reply (stream.handleCopyData calls reporter.replyNow);
+//   - for stream.finalReport at the end of a graceful stop (shutdown.go), and stream.finalStatus
+//     after a broker failure (stream.run), through reporter.final.
 //
 // The position it sends is
 //
-//	min(Tracker.Watermark(), watch.limit)
+//	min(Ledger.Watermark(), watch.limit)
 //
 // (held at watch.recorded for an idle step, see idleStep) after watch.record has written it to
-// walbox_slots. Tracker.Watermark moves in three places, all in stream.go: Tracker.Ack in
+// walbox_slots. Ledger.Watermark moves in three places, all in stream.go: Ledger.Ack in
 // stream.confirmOne (a broker confirm of every message up to a transaction's end),
-// Tracker.Commit in stream.handleWAL (a transaction's end LSN once all its messages are
-// confirmed; an empty transaction at once) and Tracker.AdvanceIdle in stream.handleCopyData (a
-// keepalive's WAL end, taken only when nothing is in flight and no transaction is open).
+// Ledger.Commit in stream.handleWAL (a transaction's end LSN once all its messages are
+// confirmed; an empty transaction at once) and Ledger.AdvanceIdle in stream.handleCopyData (a
+// keepalive's WAL end, taken only when nothing is in flight and no transaction is open). The
+// stream offers the reporter the watermark after each (stream.offer).
 // watch.limit starts each session at the slot's confirmed_flush_lsn (Relay.session, relay.go)
 // and moves only in watch.check: to the WAL insert position read by the check before the last
 // successful one, so the slot never passes a point where the publication's coverage was not
 // verified. Nothing else moves it: not a row's LSN, not a commit's start LSN, not anything merely
 // received or queued by the reader. Write, flush and apply positions are always set together and
 // explicitly. Besides the stream, these places touch the slot, none of them moving an existing
-// one: creating it where none was ever recorded (createSlot, server.go, called by
-// Relay.prepareSlot for `walbox run` and by EnsureSlot for `walbox migrate` and `walbox
-// reshard`); walbox recover, which replaces it (Recovery.Recover, recover.go); and `walbox
-// reshard --retire`, which drops the old set's slots once each passed the cut
-// (cmd/walbox/reshard.go). Relay.prepareSlot may also make an existing inactive slot a failover
-// slot (makeFailover, failover.go), which does not move it.
+// one: creating it where none was ever recorded (slots.Create, called by Relay.prepareSlot for
+// `walbox run` and by slots.EnsureSlot for `walbox migrate` and `walbox reshard`); walbox
+// recover, which replaces it (slots.Recovery.Recover); and `walbox reshard --retire`, which
+// drops the old set's slots once each passed the cut (slots.Retire). Relay.prepareSlot may also
+// make an existing inactive slot a failover slot (slots.MakeFailover), which does not move it.
 //
 // With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
 // slot's reads go to the standby, while the record and watch.check stay on the primary. The
 // positions are one WAL, so the primary's insert position caps the standby's slot as it would
-// the primary's, and the record is still written before each status update.
+// the primary's, and the record is still written before each status update. The standby's replay
+// position caps the positions too, and a position is reported only once the standby replayed its
+// record (watch.replicated); a standby promoted while --database-url names another server stops
+// the relay (watch.checkStandby).
 //
 // # Failure
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/slots"
 )
 
 var (
@@ -18,7 +19,7 @@ var (
 	// are gone. walbox never recreates such a slot by itself.
 	ErrSlotLost = inspect.ErrSlotLost
 	// ErrSlotMissing means the slot disappeared while walbox was using it.
-	ErrSlotMissing = errors.New("replication slot does not exist")
+	ErrSlotMissing = slots.ErrSlotMissing
 	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
 	// physical slot).
 	ErrSlotMismatch = inspect.ErrSlotMismatch
@@ -28,25 +29,14 @@ var (
 	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
 	ErrNotCovered = inspect.ErrNotCovered
 	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
-	ErrNoRegistry = errors.New("slot registry is missing")
+	ErrNoRegistry = slots.ErrNoRegistry
 	// ErrRecordDenied means the relay's role may not execute the functions that record positions.
 	ErrRecordDenied = errors.New("this role may not write walbox's record of its slots")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
-	ErrSlotActive = errors.New("replication slot is active in another process")
+	ErrSlotActive = slots.ErrSlotActive
 	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
 	// connection is taken for dead and a new session starts.
 	ErrServerSilent = errors.New("no message from the server")
-	// ErrNothingRecorded means the slot has no record: there is no known position to recover from.
-	ErrNothingRecorded = errors.New("nothing is recorded for the slot")
-	// ErrNoLowerBound means the record holds no transaction horizon that row ids can be held
-	// against, so only republishing every row (AllRows) covers the gap.
-	ErrNoLowerBound = errors.New("no lower bound for the rows of the gap")
-	// ErrRowsGone means the gap's rows are not in the table: producers delete rows as they
-	// insert them, or they were pruned.
-	ErrRowsGone = errors.New("the rows of the gap are not in the outbox table")
-	// ErrPositionIDs means a table's message ids come from stream positions, which rows read
-	// from the table do not have.
-	ErrPositionIDs = errors.New("message ids come from stream positions")
 )
 
 // permanent marks an error that retrying cannot fix.

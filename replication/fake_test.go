@@ -98,6 +98,16 @@ func (s *flushingSession) Flush() error {
 }
 
 func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
+	return s.send(ctx, m, nil)
+}
+
+// Park is a Publish of the parked copy p: held up, numbered and confirmed alike.
+func (s *fakeSession) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
+	return s.send(ctx, &p.Message, p)
+}
+
+// send publishes m, or parks p when it is not nil.
+func (s *fakeSession) send(ctx context.Context, m *wire.Message, p *wire.Parked) (uint64, error) {
 	b := s.b
 	b.mu.Lock()
 	if wait := b.blocked; wait != nil {
@@ -129,18 +139,22 @@ func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, err
 		}
 		return 0, fmt.Errorf("fake: %w", wire.ErrSessionClosed)
 	}
-	if b.refuse != nil && b.refuse(m) {
+	if p == nil && b.refuse != nil && b.refuse(m) {
 		return 0, fmt.Errorf("fake: %w", wire.ErrUnpublishable)
 	}
 	s.seq++
-	b.published = append(b.published, *m)
+	if p != nil {
+		b.parked = append(b.parked, *p)
+	} else {
+		b.published = append(b.published, *m)
+	}
 	if s.msgs == nil {
 		s.msgs = make(map[uint64]wire.Message)
 	}
 	s.msgs[s.seq] = *m
 	if b.auto {
 		c := wire.Confirm{Seq: s.seq}
-		if b.reject != nil && b.reject(m) {
+		if p == nil && b.reject != nil && b.reject(m) {
 			c.Err = errors.New("fake: nacked")
 		}
 		if b.holdUntilFlush {
@@ -154,23 +168,6 @@ func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, err
 	}
 	close(b.changed)
 	b.changed = make(chan struct{})
-	return s.seq, nil
-}
-
-func (s *fakeSession) Park(_ context.Context, p *wire.Parked) (uint64, error) {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if s.closed {
-		return 0, errors.New("fake: session closed")
-	}
-	s.seq++
-	b.parked = append(b.parked, *p)
-	if b.auto {
-		s.confirms <- wire.Confirm{Seq: s.seq}
-	} else {
-		s.pending = append(s.pending, s.seq)
-	}
 	return s.seq, nil
 }
 

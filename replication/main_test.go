@@ -16,6 +16,7 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -45,7 +46,7 @@ func setup(t *testing.T, pg *testenv.Postgres, broker *fakeBroker) *env {
 	if _, err := migrations.Apply(ctx, e.conn, migrations.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replication.EnsureSlot(ctx, db, e.slot, "walbox", []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
+	if _, err := slots.EnsureSlot(ctx, db, e.slot, "walbox", []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
 		t.Fatal(err)
 	}
 	return e

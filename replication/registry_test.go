@@ -119,8 +119,8 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	public := wire.DefaultMapping(wire.DefaultTable)
-	billing := wire.DefaultMapping(wire.Table{Schema: "billing", Name: "outbox"})
+	public := wire.Mapping{Table: wire.DefaultTable}.WithDefaults()
+	billing := wire.Mapping{Table: wire.Table{Schema: "billing", Name: "outbox"}}.WithDefaults()
 	e.start(func(c *replication.Config) { c.Mappings = []wire.Mapping{public, billing} })
 	_, before := e.insertTx(1, "one")
 	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
@@ -185,8 +185,8 @@ func TestCoverageWidensForAMappedTable(t *testing.T) {
 		}
 	}
 	mapped := func(c *replication.Config) {
-		c.Mappings = []wire.Mapping{wire.DefaultMapping(wire.DefaultTable),
-			wire.DefaultMapping(wire.Table{Schema: "public", Name: "events"})}
+		c.Mappings = []wire.Mapping{wire.Mapping{Table: wire.DefaultTable}.WithDefaults(),
+			wire.Mapping{Table: wire.Table{Schema: "public", Name: "events"}}.WithDefaults()}
 	}
 	e.start(mapped)
 	e.insertInto("events", "mapped")
@@ -256,4 +256,39 @@ func TestConfirmOnAQuietConnectionIsReportedSoon(t *testing.T) {
 		t.Fatalf("reported %v after the confirm, want well under the status interval (10 s)", d.Round(time.Millisecond))
 	}
 	t.Logf("reported %v after the confirm (status interval 10 s)", time.Since(start).Round(time.Millisecond))
+}
+
+// The stream's goroutine runs no SQL: while the registry write of a position waits on a lock,
+// the stream goes on publishing what it reads. The write is bounded (5 s), so a stream that
+// waited on it would publish the next transaction only after that, in a new session.
+func TestPublishingGoesOnWhileTheRecordWaits(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
+	ctx := context.Background()
+	e.insertTx(1, "first")
+	e.broker.waitPublished(t, 1)
+	time.Sleep(300 * time.Millisecond) // recorded and reported
+
+	lock, err := e.pg.Conn(t, e.db).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, "SELECT 1 FROM public.walbox_slots WHERE slot_name = $1 FOR UPDATE", e.slot); err != nil {
+		t.Fatal(err)
+	}
+	e.insertTx(1, "second")
+	e.broker.waitPublished(t, 2)
+	time.Sleep(300 * time.Millisecond) // its confirm moved the watermark: recording it now waits on the lock
+
+	start := time.Now()
+	e.insertTx(1, "third")
+	e.broker.waitPublished(t, 3)
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("published the next transaction %v after its commit, while the record waited", d.Round(time.Millisecond))
+	}
+	if got := e.broker.sessionCount(); got != 1 {
+		t.Fatalf("%d publishing sessions, want 1", got)
+	}
+	t.Logf("published %v after the commit, while the record waited", time.Since(start).Round(time.Millisecond))
 }

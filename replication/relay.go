@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -128,7 +128,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("identify system: %w", err)
 	}
-	if _, err := r.cfg.FailoverSlot.Wanted(connMajor(conn)); err != nil {
+	if _, err := r.cfg.FailoverSlot.Wanted(slots.ServerMajor(conn)); err != nil {
 		return false, fatal(err)
 	}
 	r.noteServer(conn, sys)
@@ -166,7 +166,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := w.pinCoverage(sctx); err != nil {
 		return false, err
 	}
-	w.limit = slot.ConfirmedFlush
+	w.limit, w.replayed = slot.ConfirmedFlush, slot.ConfirmedFlush
 	pub, err := r.cfg.Dial(sctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
@@ -190,33 +190,28 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	r.cfg.Logger.Info("streaming", "slot", r.cfg.Slot, "lsn", slot.ConfirmedFlush.String())
 
 	s := &stream{
-		cfg:      &r.cfg,
-		log:      r.cfg.Logger,
-		conn:     conn,
-		watch:    w,
-		pub:      pub,
-		dec:      decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
-		track:    checkpoint.New(slot.ConfirmedFlush),
-		reported: slot.ConfirmedFlush,
-		heard:    lastRead,
-		silence:  silence,
-		stats:    &r.stats,
-		obs:      r.cfg.Observer,
-		win:      newWindow(r.cfg.Window, &r.stall),
+		cfg:     &r.cfg,
+		log:     r.cfg.Logger,
+		conn:    conn,
+		watch:   w,
+		pub:     pub,
+		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
+		led:     newLedger(slot.ConfirmedFlush, r.cfg.Window, &r.stall),
+		stall:   &r.stall,
+		start:   slot.ConfirmedFlush,
+		heard:   lastRead,
+		silence: silence,
+		stats:   &r.stats,
+		obs:     r.cfg.Observer,
+		origin:  origin,
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)
 	clock = s.stop
-	if IsBrokerError(err) {
-		// The replication connection is still good: report what the broker did confirm before
-		// it failed, so that the next session does not send that again. The watermark stopped
-		// at the failure, so this passes nothing unconfirmed. Its own error changes nothing.
-		s.finalStatus()
-	}
 	if err != nil && ctx.Err() != nil {
 		s.gaveUp(err) // a graceful stop that a publish call or a failure cut short
 	}
-	return s.track.Watermark() > slot.ConfirmedFlush, err
+	return s.led.Watermark() > slot.ConfirmedFlush, err
 }
 
 // noteServer logs the server a session connected to when it is not the last session's: after a
@@ -299,7 +294,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 		}
 		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, pid)
 	}
-	if changed, err := makeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
+	if changed, err := slots.MakeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
 		return info, err
 	} else if changed {
 		r.cfg.Logger.Info("made the replication slot a failover slot (--failover-slot)", "slot", r.cfg.Slot)
@@ -329,11 +324,10 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, s
 	if !*r.cfg.CreateSlot {
 		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
 	}
-	var lsn pglogrepl.LSN
-	err := whileCreating(ctx, conn, w.conn, func() (err error) {
-		lsn, err = createSlot(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot)
-		return err
-	})
+	lsn, err := slots.Create(ctx, conn, w.conn, r.cfg.Slot, r.cfg.FailoverSlot)
+	if slots.IsSettingError(err) {
+		err = fatal(err)
+	}
 	if err != nil {
 		return inspect.Slot{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -28,7 +29,7 @@ func TestShardsShareOutEmittedAndParkedMessages(t *testing.T) {
 	}
 	brokers := make([]*fakeBroker, n)
 	for k := range n {
-		if _, err := replication.EnsureSlot(ctx, e.db, set.SlotName(k), set.PublicationName(k), []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
+		if _, err := slots.EnsureSlot(ctx, e.db, set.SlotName(k), set.PublicationName(k), []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
 			t.Fatal(err)
 		}
 		brokers[k] = newFakeBroker(true)

@@ -62,7 +62,7 @@ func (s *stream) stopping() {
 // or answers nothing), and would hold the stop up to the publisher's write timeout. Its Close
 // must then cut the connection at once. It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
-	if !s.keeper.busy() {
+	if !s.publishing.Load() {
 		return
 	}
 	msg := "shutdown: a publish is still in progress at the shutdown deadline; cutting the connection"
@@ -76,7 +76,7 @@ func (s *stream) expiring() {
 // gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed
 // them, so the next run sends them again.
 func (s *stream) gaveUp(err error) {
-	if n := s.track.InFlight(); n > 0 || err != nil {
+	if n := s.led.InFlight(); n > 0 || err != nil {
 		s.log.Warn("shutdown: gave up waiting for the broker; the next run sends the unconfirmed messages again from the slot",
 			"slot", s.cfg.Slot, "unconfirmed", n, "shutdown_timeout", s.cfg.ShutdownTimeout.String(), "error", err)
 	}
@@ -154,28 +154,28 @@ func (c *stopClock) release() {
 // the final position.
 func (s *stream) shutdown() error {
 	err := s.drainConfirms()
-	if err == nil && s.track.InFlight() > 0 {
+	if err == nil && s.led.InFlight() > 0 {
 		err = fmt.Errorf("still unconfirmed after %v", s.cfg.ShutdownTimeout)
 	}
 	s.gaveUp(err)
 	return s.finalReport()
 }
 
-// finalReport sends the last status update of a graceful stop.
+// finalReport sends the last status update of a graceful stop, through the reporter.
 func (s *stream) finalReport() error {
-	if err := s.sendStatus(); err != nil {
+	if err := s.rep.final(); err != nil {
 		return err
 	}
-	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.track.Watermark().String())
+	s.log.Info("stopped", "slot", s.cfg.Slot, "lsn", s.led.Watermark().String())
 	return nil
 }
 
-// finalStatus reports the watermark after a broker failure, having first applied the confirms
+// finalStatus reports the watermark after a broker failure (stream.run), having first applied the confirms
 // that had already arrived: a publish that failed or gave up left them unread. Applying stops at
 // the first failed confirm it reads; the one that ended the session may have been read already,
 // but it froze the tracker, and the watermark never passes a failed confirm, so this confirms
 // nothing the broker did not. Errors change nothing: the session is over.
 func (s *stream) finalStatus() {
 	_ = s.drainConfirms()
-	_ = s.sendStatus()
+	_ = s.rep.final()
 }

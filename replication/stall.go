@@ -90,17 +90,18 @@ func (r *refused) Unwrap() error { return r.err }
 
 // passed ends the stall once the broker confirmed the refused message.
 func (s *stream) passed(k msgKey) {
-	st := s.win.stall
+	st := s.stall
 	if st.active && st.key == k {
 		s.log.Info("the refused message was confirmed; the stall is over", "msg_id", k.String())
 		st.active, st.key, st.err = false, msgKey{}, nil
+		s.led.SetLimit(s.cfg.Window)
 		s.stats.State.Store(int32(StateStreaming))
 	}
 }
 
 // pinned returns the reason m is parked with, if it is the message the broker refused for its size.
 func (s *stream) pinned(m *wire.Message, lsn pglogrepl.LSN) (error, bool) {
-	why, ok := s.win.stall.pins[keyOf(m, lsn)]
+	why, ok := s.stall.pins[keyOf(m, lsn)]
 	return why, ok
 }
 
@@ -130,17 +131,17 @@ func (s *stream) refusedTooLarge(err error, publishing *wire.Message, lsn pglogr
 	if !errors.As(err, &tl) {
 		return err
 	}
-	span := s.track.Span()
-	newest := s.track.Acked() + uint64(span)
+	span := s.led.Span()
+	_, newest, _ := s.led.Newest()
 	switch {
 	case publishing != nil && span == 0:
 		return &tooLarge{pin: true, key: keyOf(publishing, lsn), err: tl}
 	case publishing != nil:
 		return &tooLarge{key: keyOf(publishing, lsn), err: tl}
 	case span == 1:
-		return &tooLarge{pin: true, key: s.win.get(newest).key, err: tl}
+		return &tooLarge{pin: true, key: newest.key, err: tl}
 	case span > 1:
-		return &tooLarge{key: s.win.get(newest).key, err: tl}
+		return &tooLarge{key: newest.key, err: tl}
 	}
 	return err
 }

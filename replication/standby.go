@@ -4,14 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"math"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/slots"
 )
 
 // ErrStandby means a server walbox needs to be the primary is a standby.
-var ErrStandby = errors.New("server is a standby")
+var ErrStandby = slots.ErrStandby
+
+// ErrPromoted means the standby walbox streams from (--replication-url) was promoted, while
+// --database-url still names another server.
+var ErrPromoted = errors.New("replication server was promoted")
 
 // inRecovery reports whether conn's server is a hot standby (PostgreSQL 14+ reports it).
 func inRecovery(conn *pgconn.PgConn) bool { return conn.ParameterStatus("in_hot_standby") == "on" }
@@ -51,43 +58,42 @@ func connectSQL(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// snapshotInterval is how often slot creation on a standby asks the primary for a standby
-// snapshot.
-const snapshotInterval = 500 * time.Millisecond
-
-// whileCreating runs create. When the replication server is a standby, it asks the primary,
-// through primary, to log a standby snapshot (pg_log_standby_snapshot, PostgreSQL 16+) every
-// snapshotInterval until create returns: creating a slot on a standby waits for one, which the
-// primary otherwise writes only every 15 seconds, and only when it is busy. primary is not
-// used by create meanwhile.
-func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}, create func() error) error {
-	if !inRecovery(conn) {
-		return create()
+// sameServer reports whether a and b are connected to the same server.
+func sameServer(ctx context.Context, a, b *pgx.Conn) (bool, error) {
+	ida, err := inspect.ServerIdentity(ctx, a)
+	if err != nil {
+		return false, err
 	}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(snapshotInterval)
-		defer t.Stop()
-		for {
-			// A role that may not call it leaves the wait to the primary's own snapshots.
-			if _, err := primary.Exec(ctx, "SELECT pg_log_standby_snapshot()"); err != nil {
-				return
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	err := create()
-	close(done)
-	<-stopped
-	return err
+	idb, err := inspect.ServerIdentity(ctx, b)
+	if err != nil {
+		return false, fmt.Errorf("standby: %w", err)
+	}
+	return ida == idb, nil
+}
+
+// checkStandby returns the position up to which the replication server shares the primary's
+// history: a standby's replay position, unbounded when the relay streams from the primary. A
+// standby promoted later forks its WAL at a position no lower, so positions up to it are the
+// primary's. A replication server that is no longer a standby, and not the primary either, was
+// promoted: its WAL past the fork is not the primary's, and rows the primary commits never reach
+// its slot. That stops the relay.
+func (w *watch) checkStandby(ctx context.Context) (pglogrepl.LSN, error) {
+	if w.standby == nil || w.primaryToo {
+		return pglogrepl.LSN(math.MaxUint64), nil
+	}
+	var recovery bool
+	var replay *string
+	if err := w.standby.QueryRow(ctx, "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text").Scan(&recovery, &replay); err != nil {
+		return 0, fmt.Errorf("read the standby's replay position: %w", err)
+	}
+	if !recovery {
+		return 0, fatal(fmt.Errorf("%w: the --replication-url server is no longer a standby (promoted?) and is not the "+
+			"--database-url server, which walbox records on: rows committed there no longer reach the slot walbox streams from. "+
+			"Point --database-url at the promoted server if it is the primary now, or --replication-url at a standby of the primary",
+			ErrPromoted))
+	}
+	if replay == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(*replay)
 }

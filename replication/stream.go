@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,40 +16,48 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// stream is one replication session. Its goroutine owns every piece of its state, the
-// publishing session and the writes to the replication connection; the reader goroutine only
-// reads the connection (reader.go), and the keeper borrows the connection and the state only
-// while the stream's goroutine is inside a publish call (keeper.go).
+// stream is one replication session. Its goroutine owns every piece of its state and the
+// publishing session, and runs no SQL; the reader goroutine only reads the replication
+// connection (reader.go), and the reporter goroutine owns the watch connection and every status
+// update on the replication connection (reporter.go). The stream hands the reporter the
+// watermark; nothing else is shared.
 type stream struct {
 	cfg   *Config
 	log   *slog.Logger
 	conn  *pgconn.PgConn
-	watch *watch // records positions before they are reported, and checks the publication
+	watch *watch // records positions before they are reported, and checks the publication: the reporter's while it runs
 	pub   Publisher
 	dec   *decoder.Decoder
-	track *checkpoint.Tracker
-	win   window // the messages in flight, and how many may be
+	led   *checkpoint.Ledger[flight] // the messages in flight, how many may be, and the watermark
+	stall *stall                     // the relay's memory of a refused message (stall.go)
 	stats *Stats
 	obs   Observer
 
-	// Status updates (status.go).
-	reported    pglogrepl.LSN // flush position last reported to the server
-	moved       pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
-	statusDue   time.Time     // when the next status update is due
-	statusSent  time.Time     // when the last status update was sent
-	statusTimer *time.Timer   // fires at statusDue
-	heard       *heardClock   // when the connection last read bytes from the server
-	silence     time.Duration // how long the server may stay silent, having been asked to reply
+	// The position and its reports (reporter.go).
+	start   pglogrepl.LSN // the slot's position when the session started
+	moved   pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
+	offered mark          // the mark last offered to the reporter
+	rep     *reporter
+	heard   *heardClock   // when the connection last read bytes from the server
+	silence time.Duration // how long the server may stay silent, having been asked to reply
 
-	commit time.Time     // commit time of the transaction being read
-	ev     decoder.Event // the WAL message being handled, reused for the next: it would escape to the heap
+	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter
+	// fails; every publish call's context derives from it.
+	gone       context.Context
+	goneCause  context.CancelCauseFunc
+	publishing atomic.Bool // a publish call is in progress
+
+	commit time.Time      // commit time of the transaction being read
+	origin decoder.Origin // the server's timeline history, for positions (Positioner)
+	final  pglogrepl.LSN  // the commit LSN of the transaction being read (Begin's FinalLSN)
+	index  int            // the index of its next row or emitted message
+	ev     decoder.Event  // the WAL message being handled, reused for the next: it would escape to the heap
 
 	reader *reader
 	frames []frame   // taken from the reader and not yet handled: frames[next:]
 	read   time.Time // when the reader read the frame being handled
 	next   int
-	held   bool // published since the publisher was last flushed (if it is a Flusher)
-	keeper statusKeeper
+	held   bool       // published since the publisher was last flushed (if it is a Flusher)
 	stop   *stopClock // the shutdown's timing (shutdown.go)
 }
 
@@ -81,21 +90,31 @@ func (s *stream) phase(ctx context.Context) phase {
 		return streaming
 	case s.stop.expired():
 		return stopped
-	case s.track.Open():
+	case s.led.Open():
 		return finishing
-	case s.track.InFlight() > 0:
+	case s.led.InFlight() > 0:
 		return draining
 	}
 	return stopped
 }
 
 // run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the
-// session. Each turn waits for whichever comes first of: WAL from the reader (when the phase
-// reads), a confirm, the status timer, the end of ctx or of the shutdown deadline, and the
-// connection's end.
+// session. After a broker failure the replication connection is still good: it reports what the
+// broker did confirm before it failed, so that the next session does not send that again.
 func (s *stream) run(ctx context.Context) error {
 	s.begin(ctx)
 	defer s.end()
+	err := s.loop(ctx)
+	if IsBrokerError(err) {
+		s.finalStatus()
+	}
+	return err
+}
+
+// loop is the stream's state machine. Each turn waits for whichever comes first of: WAL from the
+// reader (when the phase reads), a confirm, the end of ctx or of the shutdown deadline, and the
+// end of the connection or of the reporter.
+func (s *stream) loop(ctx context.Context) error {
 	confirms := s.pub.Confirms()
 	for {
 		ph := s.phase(ctx)
@@ -130,8 +149,8 @@ func (s *stream) run(ctx context.Context) error {
 			s.next = 0
 		case c, ok := <-confirms:
 			err = s.applyConfirms(c, ok)
-		case <-s.statusTimer.C:
-			err = s.statusTick()
+		case <-s.rep.failed():
+			err = s.rep.failure()
 		case <-failed:
 			err = s.reader.failure()
 		case <-stop:
@@ -147,17 +166,16 @@ func (s *stream) run(ctx context.Context) error {
 	}
 }
 
-// flush asks the publisher to write the messages it holds, if it holds any. The write can last
-// as long as a publish call's (a slow broker), so the keeper minds the session meanwhile, as
-// during a publish.
+// flush asks the publisher to write the messages it holds, if it holds any: Flusher.Flush. The
+// write can last as long as a publish call's (a slow broker); the reporter minds the session
+// meanwhile, as during a publish.
 func (s *stream) flush() error {
 	f, ok := s.pub.(Flusher)
 	if !ok || !s.held {
 		return nil
 	}
 	s.held = false
-	defer s.stats.Blocked.Store(false)
-	_, err := s.keeper.during(func(context.Context) (uint64, error) { return 0, f.Flush() })
+	_, _, err := s.call(func(context.Context) (uint64, error) { return 0, f.Flush() })
 	if err != nil {
 		return publishFailed(fmt.Errorf("flush: %w", err))
 	}
@@ -173,23 +191,31 @@ func (s *stream) reads(ph phase) bool {
 }
 
 // windowFull reports whether the window allows no more messages in flight.
-func (s *stream) windowFull() bool { return s.track.Span() >= s.win.limit() }
+func (s *stream) windowFull() bool { return s.led.Full() }
 
-// begin starts what the session's loop needs: the shutdown clock, the status timer and the
-// reader. end stops them, and waits for the reader, so that the connection is the session's again.
+// begin starts what the session's loop needs: the shutdown clock, the reader and the reporter.
+// end stops them, and waits for the reader and the reporter, so that both connections are the
+// session's again.
 func (s *stream) begin(ctx context.Context) {
 	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout, s.stopping, s.expiring)
-	s.keeper.s = s
-	s.statusTimer = time.NewTimer(time.Until(s.statusDue))
-	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.keeper.connFailed)
+	s.gone, s.goneCause = context.WithCancelCause(s.stop.publishing)
+	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.connFailed)
+	s.rep = newReporter(s.cfg, s.watch, s.conn, mark{w: s.start})
+	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence = s.stats, s.heard, s.reader, s.silence
+	s.rep.onFail = s.connFailed
+	s.rep.start()
 }
 
 func (s *stream) end() {
 	s.reader.stop()
-	s.keeper.stop()
-	s.statusTimer.Stop()
+	s.rep.close()
+	s.goneCause(nil)
 	s.stop.release()
 }
+
+// connFailed is the word of the reader or the reporter that the session is over (the
+// connection is gone, the server silent, a check failed): a publish call in progress ends.
+func (s *stream) connFailed(err error) { s.goneCause(connGone{err}) }
 
 // handleFrame handles the next frame taken from the reader.
 func (s *stream) handleFrame() error {
@@ -205,26 +231,6 @@ func (s *stream) handleFrame() error {
 	return err
 }
 
-// checkHeard fails the session when the server has been silent for longer than the silence
-// bound. Every status update asks for a reply once half a status interval passed without a
-// byte, so only a dead connection (a silent network partition, a server gone without closing
-// it) stays silent.
-func (s *stream) checkHeard() error {
-	if silent := s.silent(); silent > s.silence {
-		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
-			ErrServerSilent, silent.Round(time.Millisecond))
-	}
-	return nil
-}
-
-// silent returns how long the server has sent nothing, while the reader was reading it.
-func (s *stream) silent() time.Duration {
-	if s.reader != nil && !s.reader.listening() {
-		return 0
-	}
-	return s.heard.silent()
-}
-
 func (s *stream) handleCopyData(data []byte) error {
 	if len(data) == 0 {
 		return errors.New("replication stream: empty CopyData message")
@@ -238,9 +244,10 @@ func (s *stream) handleCopyData(data []byte) error {
 		s.stats.serverWALEnd(ka.ServerWALEnd)
 		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
 		// flight and no transaction open that position is safe to confirm.
-		s.track.AdvanceIdle(ka.ServerWALEnd)
+		s.led.AdvanceIdle(ka.ServerWALEnd)
+		s.offer()
 		if ka.ReplyRequested {
-			return s.sendStatus()
+			s.rep.replyNow()
 		}
 		return nil
 	case pglogrepl.XLogDataByteID:
@@ -261,6 +268,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)
+		s.index++
 		if !s.owns(de.Table, &de.Partial) {
 			return nil
 		}
@@ -271,17 +279,23 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	}
 	switch ev.Kind {
 	case decoder.KindBegin:
-		s.track.Begin()
+		s.led.Begin()
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
+		s.final, s.index = ev.FinalLSN, 0
 	case decoder.KindRow:
+		index := s.index
+		s.index++
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
 		if why, ok := s.pinned(&ev.Message, xld.WALStart); ok {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
 		}
-		seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Publish(ctx, &ev.Message) })
+		seq, err := s.publish(func(ctx context.Context) (uint64, error) {
+			s.at(index)
+			return s.pub.Publish(ctx, &ev.Message)
+		})
 		if errors.Is(err, wire.ErrUnpublishable) {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, err)
 		}
@@ -295,36 +309,64 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.stats.published()
 		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
 	case decoder.KindCommit:
-		s.track.Commit(ev.EndLSN)
-		s.moved = s.track.Watermark()
+		s.led.Commit(ev.EndLSN)
+		s.moved = s.led.Watermark()
 		s.stats.received(ev.EndLSN)
-		s.reportSoon()
+		s.offer()
 	}
 	return nil
 }
 
-// publish hands a message to the broker through send (a Publish or a Park), with the keeper
-// minding the replication connection meanwhile. A publish held up by the broker (a memory or
-// disk alarm blocks publishers) is the phase "publish blocked": the keeper sends the status
-// updates that fall due, and once the call has lasted a status interval asks it to give up; the
-// stream then applies the confirms that arrived meanwhile and tries again. The publisher guarantees that a publish ended
-// by its context while waiting wrote nothing and left the session usable; an error that says
-// the session is gone ends the session here too, whatever else it wraps, or the retry would spin
-// on a dead session.
+// publish hands a message to the broker through send (a Publish or a Park). A publish held up
+// by the broker (a memory or disk alarm blocks publishers) is the phase "publish blocked": the
+// reporter sends the status updates that fall due meanwhile, and once the call has lasted a
+// status interval its context asks it to give up; the stream then applies the confirms that
+// arrived meanwhile, so that the reporter reports them, and tries again. The publisher
+// guarantees that a publish ended by its context while waiting wrote nothing and left the
+// session usable; an error that says the session is gone ends the session here too, whatever
+// else it wraps, or the retry would spin on a dead session.
 func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
-		seq, err := s.keeper.during(send)
-		if !s.keeper.waitedOut(err) {
+		seq, waited, err := s.call(send)
+		if !waited {
 			return seq, err
 		}
+		s.stats.Blocked.Store(true)
 		if err := s.drainConfirms(); err != nil {
 			return 0, err
 		}
-		if err := s.maybeSendStatus(); err != nil {
-			return 0, err
-		}
 	}
+}
+
+// at tells a Positioner where the row about to be published comes from.
+func (s *stream) at(index int) {
+	if p, ok := s.pub.(Positioner); ok {
+		p.At(s.origin.TimelineAt(s.final), uint64(s.final), index)
+	}
+}
+
+// errStatusDue is why a publish call's context ends when the call lasted a status interval.
+var errStatusDue = errors.New("publish held up for a status interval")
+
+// call makes one publish call, send, with a context that ends after a status interval
+// (errStatusDue), at the shutdown deadline, or when the session is found over (connFailed). It
+// reports whether the call only gave up at the end of the interval, with the session alive and
+// nothing written. If the session was found over meanwhile, that is the error, whatever send
+// returned: a relay that lost its replication connection must not publish any more.
+func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, waited bool, err error) {
+	ctx, cancel := context.WithTimeoutCause(s.gone, s.cfg.StatusInterval, errStatusDue)
+	s.publishing.Store(true)
+	seq, err = send(ctx)
+	s.publishing.Store(false)
+	cancel()
+	var g connGone
+	if errors.As(context.Cause(s.gone), &g) {
+		return 0, false, g
+	}
+	waited = err != nil && errors.Is(err, ctx.Err()) && context.Cause(ctx) == errStatusDue &&
+		!errors.Is(err, wire.ErrSessionClosed)
+	return seq, waited, err
 }
 
 // park sets aside a row that can never become a deliverable message, so that the stream moves
@@ -400,22 +442,22 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 		return time.Time{}, brokerError{errors.New("publisher: session closed")}
 	}
 	if c.Err != nil {
-		s.track.Nack(c.Seq)
+		f := s.led.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
 		if c.Seq == 0 { // the session died
 			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq,
 				s.refusedTooLarge(c.Err, nil, 0))}
 		}
-		return time.Time{}, brokerError{&refused{seq: c.Seq, key: s.win.get(c.Seq).key, err: c.Err}}
+		return time.Time{}, brokerError{&refused{seq: c.Seq, key: f.key, err: c.Err}}
 	}
-	if err := s.track.Ack(c.Seq); err != nil {
+	f, err := s.led.Ack(c.Seq)
+	if err != nil {
 		return time.Time{}, err
 	}
 	now := c.At
 	if now.IsZero() {
 		now = time.Now()
 	}
-	f := s.win.get(c.Seq)
 	ev := Event{Kind: Confirmed, Seq: c.Seq, EventType: f.eventType, ConfirmLatency: now.Sub(f.at)}
 	if !f.commit.IsZero() {
 		ev.CommitLatency = now.Sub(f.commit)
@@ -435,18 +477,26 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 // of which arrived at at: the watermark the next status update reports, the in-flight gauges and
 // the time of the last confirm.
 func (s *stream) settle(at time.Time) {
-	s.moved = s.track.Watermark()
+	s.moved = s.led.Watermark()
 	s.stats.LastConfirm.Store(at.UnixNano())
 	s.updateInFlight()
-	s.reportSoon()
+	s.offer()
 }
 
-// dispatch records a published message, the row at lsn, with the tracker and in the window.
+// offer hands the watermark to the reporter, if it moved.
+func (s *stream) offer() {
+	if m := (mark{w: s.led.Watermark(), moved: s.moved}); m != s.offered {
+		s.offered = m
+		s.rep.offer(m)
+	}
+}
+
+// dispatch records a published message, the row at lsn, in the ledger.
 func (s *stream) dispatch(seq uint64, m *wire.Message, lsn pglogrepl.LSN) error {
-	if err := s.track.Dispatch(seq); err != nil {
+	f := flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m, lsn)}
+	if err := s.led.Dispatch(seq, f); err != nil {
 		return err
 	}
-	s.win.put(seq, flight{at: time.Now(), read: s.read, commit: s.commit, eventType: m.EventType, key: keyOf(m, lsn)})
 	s.held = true
 	s.updateInFlight()
 	return nil
@@ -454,13 +504,14 @@ func (s *stream) dispatch(seq uint64, m *wire.Message, lsn pglogrepl.LSN) error 
 
 // updateInFlight publishes the in-flight count and the age of the oldest unconfirmed message.
 func (s *stream) updateInFlight() {
-	n := s.track.InFlight()
+	n := s.led.InFlight()
 	s.stats.InFlight.Store(int64(n))
 	if n == 0 {
 		s.stats.OldestSent.Store(0)
 		return
 	}
-	s.stats.OldestSent.Store(s.win.get(s.track.Acked() + 1).at.UnixNano())
+	oldest, _ := s.led.Oldest()
+	s.stats.OldestSent.Store(oldest.at.UnixNano())
 }
 
 // owns reports whether this relay publishes or parks m, decoded from table ("" for a logical
@@ -472,4 +523,22 @@ func (s *stream) updateInFlight() {
 // one does.
 func (s *stream) owns(table string, m *wire.Message) bool {
 	return table != "" || s.cfg.Shards <= 1 || shard.Of(m.AggregateID, s.cfg.Shards) == s.cfg.Shard
+}
+
+// connGone marks the end of a session found over during a publish call (the replication
+// connection gone or silent, a failed check): the session ends on it, and it is no error of the
+// broker's.
+type connGone struct{ err error }
+
+func (c connGone) Error() string { return c.err.Error() }
+func (c connGone) Unwrap() error { return c.err }
+
+// publishFailed wraps the error of a publish or park as the broker's, unless the session was
+// found over meanwhile.
+func publishFailed(err error) error {
+	var g connGone
+	if errors.As(err, &g) {
+		return g.err
+	}
+	return brokerError{err}
 }

@@ -29,9 +29,14 @@ const watchTimeout = 5 * time.Second
 // The position reported to the server is capped at the WAL insert position read by the check
 // before the last successful one: a change of the publication that the last check could not yet
 // see committed after that point, so nothing the relay confirms lies beyond a verified position.
+// When the relay streams from a standby, the cap is also the standby's replay position read by
+// the last check (see checkStandby).
 type watch struct {
 	conn    *pgx.Conn
 	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
+	// primaryToo is set when the replication server is conn's server itself: a standby given as
+	// --replication-url that was promoted, with --database-url pointed at it.
+	primaryToo bool
 
 	reg         *registry.Store
 	slot        string
@@ -44,10 +49,16 @@ type watch struct {
 	shard    int // the shard of shards this relay streams; shards 0: not sharded
 	shards   int
 
-	checks   []walCheck    // the last successful checks, oldest first
-	limit    pglogrepl.LSN // the position the relay may confirm up to
-	recorded pglogrepl.LSN // the position recorded in the registry
-	checked  time.Time     // when the last check succeeded
+	interval time.Duration // how often the publication is checked while streaming
+
+	checks []walCheck // the last successful checks, oldest first
+	// On a standby: the records not yet seen replayed there, and the highest recorded position
+	// whose record the standby replayed (see replicated).
+	unreplayed []recordedAt
+	replayed   pglogrepl.LSN
+	limit      pglogrepl.LSN // the position the relay may confirm up to
+	recorded   pglogrepl.LSN // the position recorded in the registry
+	checked    time.Time     // when the last check succeeded
 }
 
 // walCheck is what one successful check read: the WAL insert position and the xmin horizon.
@@ -55,6 +66,9 @@ type walCheck struct {
 	wal  pglogrepl.LSN
 	xmin uint64
 }
+
+// recordedAt is a position recorded, and the primary's WAL insert position after that record.
+type recordedAt struct{ lsn, after pglogrepl.LSN }
 
 // maxChecks is how many checks the watch remembers to find an xmin horizon for a position.
 const maxChecks = 64
@@ -77,18 +91,22 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 		return nil, err
 	}
 	w := &watch{conn: conn, slot: cfg.Slot, publication: cfg.Publication, timeline: timeline, identity: identity,
-		shard: cfg.Shard, shards: cfg.Shards}
+		shard: cfg.Shard, shards: cfg.Shards, interval: cfg.StatusInterval}
 	for _, m := range cfg.Mappings {
 		w.tables = append(w.tables, m.Table)
 	}
+	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
 	if cfg.ReplicationURL != "" {
 		if w.standby, err = connectSQL(ctx, cfg.ReplicationURL); err != nil {
 			w.close()
 			return nil, err
 		}
+		if w.primaryToo, err = sameServer(fctx, conn, w.standby); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, watchTimeout)
-	defer cancel()
 	if w.reg, err = findRegistry(fctx, conn, cfg.Slot, cfg.Mappings); err != nil {
 		w.close()
 		return nil, err
@@ -200,8 +218,16 @@ func (w *watch) check(ctx context.Context) error {
 			"If rows were written meanwhile, run `walbox recover`; then start walbox again",
 			ErrNotCovered, w.publication, *w.identity, c.Identity))
 	}
+	replayed, err := w.checkStandby(ctx)
+	if err != nil {
+		return err
+	}
 	if n := len(w.checks); n > 0 {
-		w.limit = max(w.limit, w.checks[n-1].wal)
+		w.limit = max(w.limit, min(w.checks[n-1].wal, replayed))
+	}
+	for len(w.unreplayed) > 0 && w.unreplayed[0].after <= replayed {
+		w.replayed = max(w.replayed, w.unreplayed[0].lsn)
+		w.unreplayed = w.unreplayed[1:]
 	}
 	if len(w.checks) == maxChecks {
 		w.checks = w.checks[1:]
@@ -239,6 +265,38 @@ func (w *watch) pinCoverage(ctx context.Context) error {
 	return nil
 }
 
+// capAt returns w capped at the last position the watch verified the publication for. The
+// publication is checked again when the check is due (every interval) or when the cap holds w
+// back: a check whose predecessor read a position past w lifts the cap, so at most two more
+// checks, one round trip each.
+func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, error) {
+	if time.Since(w.checked) >= w.interval {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	for i := 0; i < 2 && mark > w.limit; i++ {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return min(mark, w.limit), nil
+}
+
+// replayedCap returns lsn, recorded, capped at replicated: a standby's slot waits for the standby
+// to replay the record, and a position held back looks again once a check is due.
+func (w *watch) replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
+	if r := w.replicated(lsn); r < lsn && time.Since(w.checked) >= reportDelay {
+		if err := w.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return w.replicated(lsn), nil
+}
+
+// lastRecorded returns the position last recorded in the registry.
+func (w *watch) lastRecorded() pglogrepl.LSN { return w.recorded }
+
 // record writes lsn to the registry unless it is recorded already.
 func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
 	if lsn <= w.recorded {
@@ -251,7 +309,34 @@ func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
 		return err
 	}
 	w.recorded = got
+	if w.standby == nil || w.primaryToo {
+		return nil
+	}
+	var after string
+	if err := w.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&after); err != nil {
+		return fmt.Errorf("read the wal position after the record: %w", err)
+	}
+	a, err := pglogrepl.ParseLSN(after)
+	if err != nil {
+		return fmt.Errorf("read the wal position after the record: %w", err)
+	}
+	if n := len(w.unreplayed); n == maxChecks {
+		w.unreplayed[n-1] = recordedAt{lsn: got, after: a} // a standby far behind: wait for the newest
+	} else {
+		w.unreplayed = append(w.unreplayed, recordedAt{lsn: got, after: a})
+	}
 	return nil
+}
+
+// replicated returns how far of lsn, recorded, may be reported to the replication server. A
+// standby's slot may pass only positions whose record the standby replayed: if it is promoted
+// (the way out of a failed primary), its copy of the record must not be behind its slot, or
+// walbox would refuse the slot as advanced behind its back. Streaming from the primary, all of it.
+func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
+	if w.standby == nil || w.primaryToo {
+		return lsn
+	}
+	return min(lsn, w.replayed)
 }
 
 // xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn:

@@ -1,4 +1,4 @@
-// Package walbox is the shared vocabulary of walbox: the Message that travels from an outbox row
+// Package wire is the shared vocabulary of walbox: the Message that travels from an outbox row
 // to the broker, the contract of the table it is stored in (Table, Mapping), and the values the
 // relay and its publisher exchange (Confirm, Parked, ErrUnpublishable, ErrSessionClosed). It has
 // no behaviour beyond validation and no dependency on a database or broker driver, so every other

@@ -40,10 +40,8 @@ type Mapping struct {
 	MessageID IDSource
 }
 
-// DefaultMapping is the contract of the table `walbox migrate` creates.
-func DefaultMapping(t Table) Mapping { return Mapping{Table: t}.WithDefaults() }
-
-// WithDefaults fills in the default column names.
+// WithDefaults fills in the default column names: Mapping{Table: t}.WithDefaults() is the
+// contract of the table `walbox migrate` creates.
 func (m Mapping) WithDefaults() Mapping {
 	def := func(s *string, name string) {
 		if *s == "" {

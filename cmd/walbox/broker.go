@@ -12,23 +12,12 @@ type brokerSettings struct {
 	url, password, caFile, certFile, keyFile, exchange, alternate, park, queueType, maxSize, window *setting
 }
 
-func addBrokerSettings(s *settings) *brokerSettings {
+func brokerSettingsOf(s *settings) *brokerSettings {
 	return &brokerSettings{
-		url: s.add("amqp-url", "WALBOX_AMQP_URL", "", amqpURLHelp),
-		password: s.add("amqp-password", "WALBOX_AMQP_PASSWORD", "",
-			"password for the AMQP URL's user, kept out of the URL (prefer the _FILE form)"),
-		caFile:   s.add("amqp-ca-file", "WALBOX_AMQP_CA_FILE", "", "PEM CA bundle to verify the broker's certificate (amqps; default: system roots)"),
-		certFile: s.add("amqp-cert-file", "WALBOX_AMQP_CERT_FILE", "", "PEM client certificate for amqps"),
-		keyFile:  s.add("amqp-key-file", "WALBOX_AMQP_KEY_FILE", "", "PEM key of the client certificate"),
-		exchange: s.add("exchange", "WALBOX_EXCHANGE", "outbox", "topic exchange to publish to (declared durable)"),
-		alternate: s.add("alternate-exchange", "WALBOX_ALTERNATE_EXCHANGE", "",
-			"exchange that keeps messages no queue is bound for (default <exchange>.unroutable; \"none\": unroutable messages stall the stream until a queue is bound)"),
-		park: s.add("park-exchange", "WALBOX_PARK_EXCHANGE", "", "exchange for rows that can never be delivered (default <exchange>.parked)"),
-		queueType: s.add("queue-type", "WALBOX_QUEUE_TYPE", "classic",
-			"type of the park and alternate queues walbox declares: classic, or quorum (use quorum on a cluster: a classic queue is unavailable while its node is down)"),
-		maxSize: s.add("max-message-size", "WALBOX_MAX_MESSAGE_SIZE", "16777216",
-			"largest message body in bytes; larger rows are parked (keep at or below the broker's max_message_size)"),
-		window: s.add("window", "WALBOX_WINDOW", "1024", "most messages published and not yet confirmed"),
+		url: s.get("amqp-url"), password: s.get("amqp-password"),
+		caFile: s.get("amqp-ca-file"), certFile: s.get("amqp-cert-file"), keyFile: s.get("amqp-key-file"),
+		exchange: s.get("exchange"), alternate: s.get("alternate-exchange"), park: s.get("park-exchange"),
+		queueType: s.get("queue-type"), maxSize: s.get("max-message-size"), window: s.get("window"),
 	}
 }
 

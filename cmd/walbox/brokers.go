@@ -25,6 +25,3 @@ func amqpURLs(list, password *setting) ([]string, error) {
 	}
 	return urls, nil
 }
-
-const amqpURLHelp = "RabbitMQ URL, amqp:// or amqps://; several, comma-separated, for the nodes of a cluster: " +
-	"walbox connects to the first that answers and moves on to the next when the connection is lost"

@@ -18,8 +18,8 @@ func TestAMQPURLListWithPasswordFile(t *testing.T) {
 	t.Setenv("WALBOX_CONFIG", conf)
 	t.Setenv("WALBOX_AMQP_URL", "")
 	t.Setenv("WALBOX_AMQP_PASSWORD_FILE", writeFile(t, "pw", "s3cr3t,pw@x\n"))
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
+	c := newCommon("run")
+	b := brokerSettingsOf(&c.s)
 	resolveSettings(t, c)
 	urls, err := amqpURLs(b.url, b.password)
 	if err != nil {

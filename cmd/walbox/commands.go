@@ -70,18 +70,12 @@ type common struct {
 	failoverSlot, replicationURL                            *setting // nil unless the command has them
 }
 
-func newCommon() *common {
-	c := &common{}
-	c.s.add("config", "WALBOX_CONFIG", "", "YAML file with settings by flag name (and tables: for run); flags and environment win over it")
-	c.databaseURL = c.s.add("database-url", "WALBOX_DATABASE_URL", "",
-		"PostgreSQL connection URL or keyword string; the role needs LOGIN REPLICATION")
-	c.databasePassword = c.s.add("database-password", "WALBOX_DATABASE_PASSWORD", "",
-		"password for the database URL's user, kept out of the URL (prefer the _FILE form)")
-	c.slot = c.s.add("slot", "WALBOX_SLOT", "walbox", "logical replication slot")
-	c.publication = c.s.add("publication", "WALBOX_PUBLICATION", "walbox", "publication that contains the outbox table")
-	c.table = c.s.add("table", "WALBOX_TABLE", "public.outbox", "outbox table, schema.name")
-	c.messagePrefix = c.s.add("message-prefix", "WALBOX_MESSAGE_PREFIX", outbox.DefaultMessagePrefix,
-		"prefix of the logical decoding messages walbox_emit writes and walbox relays like rows (\"none\": relay none)")
+func newCommon(cmd string) *common {
+	c := &common{s: newSettings(cmd)}
+	c.databaseURL, c.databasePassword = c.s.get("database-url"), c.s.get("database-password")
+	c.slot, c.publication, c.table = c.s.get("slot"), c.s.get("publication"), c.s.get("table")
+	c.messagePrefix = c.s.get("message-prefix")
+	c.failoverSlot, c.replicationURL = c.s.find("failover-slot"), c.s.find("replication-url")
 	return c
 }
 

@@ -46,16 +46,6 @@ type tableYAML struct {
 	MessageID      string `yaml:"message-id"`
 }
 
-// knownSettings lists every setting of every command, so that a typo in the file is an error
-// rather than silently ignored (TestConfigFileKnowsEverySetting keeps it complete).
-var knownSettings = []string{
-	"accept-loss", "all-rows", "alternate-exchange", "amqp-ca-file", "amqp-cert-file", "amqp-key-file", "amqp-password", "amqp-url",
-	"batch-size", "create-slot", "database-password", "database-url", "dry-run", "exchange", "failover-slot", "force", "json", "lanes", "listen",
-	"log-format", "log-level", "max-message-size", "message-prefix", "no-slot", "older-than", "otlp-endpoint", "park-exchange", "pause",
-	"publication", "queue-type", "relay-role", "relay-url", "replication-url", "require-relay", "retire", "shard", "shards", "shutdown-timeout", "slot", "status-interval",
-	"table", "wait", "wait-for-servers", "window",
-}
-
 func loadConfigFile(path string) (*configFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -66,6 +56,7 @@ func loadConfigFile(path string) (*configFile, error) {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	cf := &configFile{values: map[string]string{}}
+	known := fileKeys()
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -79,8 +70,8 @@ func loadConfigFile(path string) (*configFile, error) {
 			}
 			continue
 		}
-		if !known(k) {
-			return nil, fmt.Errorf("config file %s: unknown setting %q%s", path, k, didYouMean(k, knownSettings, "%q"))
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("config file %s: unknown setting %q%s", path, k, didYouMean(k, known, "%q"))
 		}
 		if node.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("config file %s: %s: want a single value", path, k)
@@ -88,15 +79,6 @@ func loadConfigFile(path string) (*configFile, error) {
 		cf.values[k] = node.Value
 	}
 	return cf, nil
-}
-
-func known(k string) bool {
-	for _, s := range knownSettings {
-		if s == k {
-			return true
-		}
-	}
-	return false
 }
 
 func decodeTables(node *yaml.Node) ([]outbox.Mapping, error) {

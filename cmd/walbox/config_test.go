@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,9 +27,10 @@ func TestSettingPrecedence(t *testing.T) {
 	t.Setenv("WALBOX_PUBLICATION", "")
 	t.Setenv("WALBOX_PUBLICATION_FILE", pubFile)
 	t.Setenv("WALBOX_TABLE", "app.from_env")
+	t.Setenv("WALBOX_TABLE_FILE", filepath.Join(t.TempDir(), "missing")) // not read: the variable wins
 	t.Setenv("WALBOX_SLOT", "from_env")
 
-	c := newCommon()
+	c := newCommon("status")
 	fs := newFlagSet("test", "test", &bytes.Buffer{})
 	c.s.register(fs)
 	if err := parse(fs, []string{"--slot", "from_flag"}); err != nil {
@@ -42,7 +41,7 @@ func TestSettingPrecedence(t *testing.T) {
 	}
 	tests := []struct{ name, got, want string }{
 		{"flag beats environment", c.slot.value, "from_flag"},
-		{"environment beats file", c.table.value, "app.from_env"},
+		{"environment beats NAME_FILE and the config file", c.table.value, "app.from_env"},
 		{"NAME_FILE beats config file", c.publication.value, "from_env_file"},
 	}
 	for _, tt := range tests {
@@ -55,7 +54,7 @@ func TestSettingPrecedence(t *testing.T) {
 func TestConfigFileValueAndDefault(t *testing.T) {
 	conf := writeFile(t, "walbox.yaml", "slot: from_file\n")
 	t.Setenv("WALBOX_CONFIG", conf)
-	c := newCommon()
+	c := newCommon("status")
 	resolveSettings(t, c)
 	if c.slot.value != "from_file" || c.publication.value != "walbox" {
 		t.Fatalf("slot %q publication %q, want from_file and the default walbox", c.slot.value, c.publication.value)
@@ -106,42 +105,35 @@ tables:
 	}
 }
 
-// Every setting any command takes can be given in the config file, and nothing else.
-func TestConfigFileKnowsEverySetting(t *testing.T) {
-	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
-	var all []string
-	for _, c := range commands {
-		var out bytes.Buffer
-		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
-			t.Fatalf("walbox %s --help exited %d", c.name, code)
-		}
-		for _, m := range flagName.FindAllStringSubmatch(out.String(), -1) {
-			if m[1] != "config" && !slices.Contains(all, m[1]) {
-				all = append(all, m[1])
-			}
-		}
+// A switch takes --name, --name=false and, from the environment, any form strconv.ParseBool reads.
+func TestBoolForms(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  string
+		want bool
+	}{
+		{nil, "", true}, // the default of --create-slot
+		{[]string{"--create-slot=false"}, "", false},
+		{[]string{"--create-slot"}, "0", true},
+		{nil, "0", false},
+		{nil, "false", false},
+		{nil, "1", true},
+		{nil, "TRUE", true},
 	}
-	slices.Sort(all)
-	known := slices.Clone(knownSettings)
-	slices.Sort(known)
-	if !slices.Equal(all, known) {
-		t.Fatalf("settings of the commands:\n  %v\nknownSettings:\n  %v", all, known)
-	}
-}
-
-// --help names no flag's argument after words of its description: a switch takes none, every
-// other flag a value.
-func TestHelpTakesNoArgumentNameFromTheDescription(t *testing.T) {
-	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)(.*)$`)
-	for _, c := range commands {
-		var out bytes.Buffer
-		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
-			t.Fatalf("walbox %s --help exited %d", c.name, code)
+	for _, tt := range tests {
+		t.Setenv("WALBOX_CREATE_SLOT", tt.env)
+		s := newSettings("run")
+		fs := newFlagSet("run", "test", &bytes.Buffer{})
+		s.register(fs)
+		if err := parse(fs, tt.args); err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range flagLine.FindAllStringSubmatch(out.String(), -1) {
-			if m[2] != "" && m[2] != " value" {
-				t.Errorf("walbox %s --help: -%s%s, want -%s or -%s value", c.name, m[1], m[2], m[1], m[1])
-			}
+		if err := s.resolve(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.get("create-slot").bool()
+		if err != nil || got != tt.want {
+			t.Errorf("args %v, WALBOX_CREATE_SLOT=%q: got %v (%v), want %v", tt.args, tt.env, got, err, tt.want)
 		}
 	}
 }

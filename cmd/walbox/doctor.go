@@ -12,13 +12,9 @@ import (
 )
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
-	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
-		"the role `walbox run` logs in as, when doctor runs as another role (default: the database URL's role)")
+	c := newCommon("doctor")
+	b := brokerSettingsOf(&c.s)
+	asJSON, relayRole := c.s.get("json"), c.s.get("relay-role")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
 	if err := c.parse(fs, args); err != nil {

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"maps"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"testing"
 
@@ -27,13 +24,14 @@ func TestExampleConfigHasEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := slices.Sorted(maps.Keys(cf.values))
-	want := slices.Sorted(slices.Values(knownSettings))
-	if !slices.Equal(got, want) {
-		t.Errorf("settings in %s:\n  %v\nwant every setting:\n  %v", path, got, want)
+	if want := fileKeys(); !slices.Equal(got, want) {
+		t.Errorf("settings in %s:\n  %v\nwant every setting of settingTable:\n  %v", path, got, want)
 	}
-	for name, def := range settingDefaults(t) {
-		if v, ok := cf.values[name]; ok && v != def && !slices.Contains(exampleValues, name) {
-			t.Errorf("%s: %s: %q, want the default %q", path, name, v, def)
+	for _, g := range settingTable {
+		for _, sp := range g.specs {
+			if v, ok := cf.values[sp.flag]; ok && v != sp.def && !slices.Contains(exampleValues, sp.flag) {
+				t.Errorf("%s: %s: %q, want the default %q", path, sp.flag, v, sp.def)
+			}
 		}
 	}
 
@@ -42,7 +40,7 @@ func TestExampleConfigHasEverySetting(t *testing.T) {
 	if err := r.c.parse(newFlagSet("run", "run", io.Discard), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot); err != nil {
+	if _, _, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, false); err != nil {
 		t.Fatalf("run with %s: %v", path, err)
 	}
 	if _, err := r.b.endpoints(r.c, "walbox"); err != nil {
@@ -51,31 +49,6 @@ func TestExampleConfigHasEverySetting(t *testing.T) {
 	if n, err := r.lanes.int(); err != nil || n != 1 {
 		t.Fatalf("run with %s: lanes %d, %v; want 1", path, n, err)
 	}
-}
-
-// settingDefaults reads every command's settings and their defaults from its --help.
-func settingDefaults(t *testing.T) map[string]string {
-	t.Helper()
-	flagHelp := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n[ \t]+([^\n]*)`)
-	def := regexp.MustCompile(`\(default "([^"]*)"\)$`)
-	defaults := map[string]string{}
-	for _, c := range commands {
-		var out bytes.Buffer
-		if code := mainWithExit(context.Background(), []string{c.name, "--help"}, &out, &out); code != 0 {
-			t.Fatalf("walbox %s --help exited %d", c.name, code)
-		}
-		for _, m := range flagHelp.FindAllStringSubmatch(out.String(), -1) {
-			if d := def.FindStringSubmatch(m[2]); d != nil {
-				defaults[m[1]] = d[1]
-			} else if _, ok := defaults[m[1]]; !ok {
-				defaults[m[1]] = ""
-			}
-		}
-	}
-	if len(defaults) < len(knownSettings) {
-		t.Fatalf("read %d settings from --help, want at least %d", len(defaults), len(knownSettings))
-	}
-	return defaults
 }
 
 // examples/legacy-table.yaml maps the table of TestMappedLegacyTable, which relays through it.

@@ -3,22 +3,15 @@ package main
 import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/redact"
-	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 )
 
-// addFailoverSlot adds --failover-slot to a command that creates or checks slots.
-func (c *common) addFailoverSlot() {
-	c.failoverSlot = c.s.add("failover-slot", "WALBOX_FAILOVER_SLOT", "auto",
-		"make the slots walbox creates failover slots, which a standby with sync_replication_slots keeps for a promotion: "+
-			"auto (PostgreSQL 17 and later), on (refused before 17) or off")
-}
-
 // failover reads --failover-slot; auto for a command without it.
-func (c *common) failover() (replication.FailoverSlot, error) {
+func (c *common) failover() (slots.FailoverSlot, error) {
 	if c.failoverSlot == nil {
-		return replication.FailoverAuto, nil
+		return slots.FailoverAuto, nil
 	}
-	f, err := replication.ParseFailoverSlot(c.failoverSlot.value)
+	f, err := slots.ParseFailoverSlot(c.failoverSlot.value)
 	if err != nil {
 		return "", badSetting(c.failoverSlot, "%v", err)
 	}
@@ -26,17 +19,9 @@ func (c *common) failover() (replication.FailoverSlot, error) {
 }
 
 // failover is c's --failover-slot, read once without error before.
-func failover(c *common) replication.FailoverSlot {
+func failover(c *common) slots.FailoverSlot {
 	f, _ := c.failover()
 	return f
-}
-
-// addReplicationURL adds --replication-url to a command that streams from, creates or checks the
-// slot.
-func (c *common) addReplicationURL() {
-	c.replicationURL = c.s.add("replication-url", "WALBOX_REPLICATION_URL", "",
-		"a hot standby of --database-url's server (PostgreSQL 16+) to decode on: its slot is streamed from (and created there), "+
-			"while the record and the checks stay on --database-url, the primary; empty: stream from --database-url")
 }
 
 // replicationDSN returns --replication-url with the database password applied; "" when not set.

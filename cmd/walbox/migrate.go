@@ -10,19 +10,13 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
-	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	noSlot := c.s.addBool("no-slot", "WALBOX_MIGRATE_NO_SLOT", "false",
-		"do not create the replication slot (for a role without REPLICATION; `walbox run` creates it later)")
-	relayRole := c.s.add("relay-role", "WALBOX_RELAY_ROLE", "",
-		"the role `walbox run` logs in as: the one role besides the owner that may move walbox's record of its slots")
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	shardsSetting := addShards(&c.s, "split the outbox table into this many shards: a publication with a row filter and a slot per shard")
+	c := newCommon("migrate")
+	noSlot, relayRole, shardsSetting := c.s.get("no-slot"), c.s.get("relay-role"), c.s.get("shards")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -142,9 +136,9 @@ func relayTables(c *common, table outbox.Table) []outbox.Table {
 }
 
 func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication string, tables []outbox.Table, reg *registry.Store,
-	failover replication.FailoverSlot, replURL string) error {
-	created, err := replication.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
-		replication.WithFailoverSlot(failover), replication.WithReplicationURL(replURL))
+	failover slots.FailoverSlot, replURL string) error {
+	created, err := slots.EnsureSlot(ctx, dsn, slot, publication, tables, reg,
+		slots.WithFailoverSlot(failover), slots.WithReplicationURL(replURL))
 	if err != nil {
 		return err
 	}
@@ -161,9 +155,9 @@ func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
 	if st.value == "" {
 		return nil
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", st.value).Scan(&exists); err != nil {
-		return fmt.Errorf("look up role %s: %w", st.value, err)
+	exists, err := inspect.RoleExists(ctx, conn, st.value)
+	if err != nil {
+		return err
 	}
 	if !exists {
 		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)

@@ -12,12 +12,8 @@ import (
 )
 
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	olderThan := c.s.add("older-than", "WALBOX_PRUNE_OLDER_THAN", "",
-		"delete rows created longer ago than this, e.g. 168h or 7d (required)")
-	batch := c.s.add("batch-size", "WALBOX_PRUNE_BATCH_SIZE", "1000", "rows deleted per transaction")
-	pause := c.s.add("pause", "WALBOX_PRUNE_PAUSE", "0s", "sleep between batches, to spread the load")
-	dryRun := c.s.addBool("dry-run", "WALBOX_PRUNE_DRY_RUN", "false", "count the rows that would be deleted, delete nothing")
+	c := newCommon("prune")
+	olderThan, batch, pause, dryRun := c.s.get("older-than"), c.s.get("batch-size"), c.s.get("pause"), c.s.get("dry-run")
 	fs := newFlagSet("prune", "Delete outbox rows older than --older-than in short transactions of --batch-size rows; "+
 		"safe while walbox runs (the publication does not publish deletes)", stderr)
 	if err := c.parse(fs, args); err != nil {

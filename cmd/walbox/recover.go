@@ -6,9 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
-	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/wire"
 )
 
 const recoverSummary = "Recover from a lost, dropped, invalidated or replaced replication slot, or one walbox run stopped on " +
@@ -20,18 +20,9 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 	"outbox tables and write on walbox_slots (the role that ran walbox migrate, given REPLICATION)"
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	b := addBrokerSettings(&c.s)
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	dryRun := c.s.addBool("dry-run", "", "false", "show the gap and count the rows that would be republished (counted now: an upper bound); change nothing")
-	allRows := c.s.addBool("all-rows", "", "false",
-		"republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by")
-	acceptLoss := c.s.addBool("accept-loss", "", "false",
-		"recreate the slot and reset the record although the outbox tables are empty (producers delete rows as they insert them: the gap's rows are gone)")
-	force := c.s.addBool("force", "", "false",
-		"recover although the slot continues from the record: for rows the publication did not cover (a table swapped in, the publication dropped or altered) "+
-			"or the slot cannot decode (a column renamed and renamed back); a stop walbox run recorded needs no --force, but takes it")
+	c := newCommon("recover")
+	b := brokerSettingsOf(&c.s)
+	dryRun, allRows, acceptLoss, force := c.s.get("dry-run"), c.s.get("all-rows"), c.s.get("accept-loss"), c.s.get("force")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -42,14 +33,14 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fail := c.fail
 	// Every node of --amqp-url, in turn, as walbox run dials them.
-	cfg.Dial = func(ctx context.Context) (replication.Publisher, error) { return eps.Dial(ctx) }
-	cfg.OnParked = func(p *outbox.Parked) {
+	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) { return eps.Dial(ctx) }
+	cfg.OnParked = func(p *wire.Parked) {
 		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
 	}
 
 	ctx, stop := signalContext(ctx, func() {})
 	defer stop()
-	rec, err := replication.OpenRecovery(ctx, cfg)
+	rec, err := slots.OpenRecovery(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -92,9 +83,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (replication.RecoverConfig, *publisher.Endpoints, bool, error) {
+func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (slots.RecoverConfig, *publisher.Endpoints, bool, error) {
 	var (
-		cfg replication.RecoverConfig
+		cfg slots.RecoverConfig
 		eps *publisher.Endpoints
 		dry bool
 		err error
@@ -131,7 +122,7 @@ func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, fo
 	return cfg, eps, dry, err
 }
 
-func showGap(w io.Writer, slot string, g replication.Gap) {
+func showGap(w io.Writer, slot string, g slots.Gap) {
 	r := g.Record
 	fmt.Fprintf(w, "slot %s\n", slot)
 	fmt.Fprintf(w, "  last recorded position  %s at %s (origin %s)\n", r.ConfirmedLSN,
@@ -143,7 +134,7 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 	}
 	var state string
 	switch g.State {
-	case replication.SlotHealthy:
+	case slots.SlotHealthy:
 		state = fmt.Sprintf("exists at %s, not ahead of the record", g.SlotLSN)
 		switch {
 		case r.Stop.Stopped():
@@ -151,13 +142,13 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 		case !g.None():
 			state += "; replaced on request (--force)"
 		}
-	case replication.SlotMissing:
+	case slots.SlotMissing:
 		state = "missing (dropped, or left behind by a failover)"
-	case replication.SlotLost:
+	case slots.SlotLost:
 		state = fmt.Sprintf("lost (invalidated at %s: max_slot_wal_keep_size)", g.SlotLSN)
-	case replication.SlotAhead:
+	case slots.SlotAhead:
 		state = fmt.Sprintf("ahead at %s (recreated or advanced behind walbox's back)", g.SlotLSN)
-	case replication.SlotOtherSystem:
+	case slots.SlotOtherSystem:
 		state = fmt.Sprintf("on another system: recorded on %s, this server is %s", r.SystemID, g.SystemID)
 	}
 	fmt.Fprintf(w, "  slot                    %s\n", state)
@@ -166,7 +157,7 @@ func showGap(w io.Writer, slot string, g replication.Gap) {
 	}
 }
 
-func showCounts(w io.Writer, g replication.Gap, counts []replication.Count) {
+func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {
 	var total int64
 	for _, c := range counts {
 		total += c.Rows

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 )
 
 // runReshard changes the number of shards without losing a row, in two steps that the old relays
@@ -19,12 +21,8 @@ import (
 // relays keep streaming); once every old slot has confirmed past the new slots' consistent point
 // (the cut), the old relays may stop, and --retire drops the old set.
 func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	shardsSetting := addShards(&c.s, "the number of shards to move to (1: back to a single slot)")
-	c.addFailoverSlot()
-	wait := c.s.add("wait", "", "", "after creating the new set, wait up to this long (e.g. 10m) until every old slot passed the cut")
-	retire := c.s.addBool("retire", "", "false",
-		"drop the old set's slots and publications; refused unless each old slot passed the cut and is not streaming")
+	c := newCommon("reshard")
+	shardsSetting, wait, retire := c.s.get("shards"), c.s.get("wait"), c.s.get("retire")
 	fs := newFlagSet("reshard", "Change the number of shards: create the new set beside the old one, then retire the old one once it passed the cut", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -187,42 +185,16 @@ func (r resharder) move(ctx context.Context) (shard.Move, error) {
 	return m, nil
 }
 
-// retire drops the old set once each of its slots passed the cut and none is streaming: first
-// the slots (with their records), then the publications, so that a retire cut short can run
-// again.
+// retire drops the old set once each of its slots passed the cut and none is streaming.
 func (r resharder) retire(ctx context.Context) error {
 	m, err := r.move(ctx)
 	if err != nil {
 		return err
 	}
-	var refuse []string
-	for k, sl := range m.From.Slots {
-		switch {
-		case !sl.Exists && m.From.Records[k] != nil:
-			refuse = append(refuse, fmt.Sprintf("slot %s is missing though recorded (lost? see walbox recover)", sl.Name))
-		case !sl.Exists: // dropped by a retire cut short
-		case !m.Passed(k):
-			refuse = append(refuse, fmt.Sprintf("slot %s is at %s, before the cut %s: keep its relay running", sl.Name, sl.ConfirmedFlush, m.Cut))
-		case sl.Active:
-			refuse = append(refuse, fmt.Sprintf("slot %s is streaming to pid %d: stop its relay (it passed the cut)", sl.Name, deref(sl.ActivePID)))
-		}
-	}
-	if len(refuse) > 0 {
-		return fmt.Errorf("not retiring %s: %s", m.From.Set, strings.Join(refuse, "; "))
-	}
-	reg := registry.New(r.conn, r.schema())
-	for _, sl := range m.From.Slots {
-		if sl.Exists {
-			if _, err := r.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", sl.Name); err != nil {
-				return fmt.Errorf("drop slot %s: %w", sl.Name, err)
-			}
-			fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
-		}
-		if err := reg.Forget(ctx, sl.Name); err != nil {
-			return err
-		}
-	}
-	if err := shard.DropPublications(ctx, r.conn, m.From.Set); err != nil {
+	err = slots.Retire(ctx, r.conn, registry.New(r.conn, r.schema()), m, func(sl inspect.Slot) {
+		fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(r.out, "retired %s; %s relays the outbox table\n", m.From.Set, m.To.Set)
@@ -232,11 +204,4 @@ func (r resharder) retire(ctx context.Context) error {
 func (r resharder) schema() string {
 	t, _ := r.c.outboxTable()
 	return t.Schema
-}
-
-func deref(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

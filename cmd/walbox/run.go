@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 
 	"github.com/walbox/walbox/internal/relayd"
@@ -20,30 +21,17 @@ type runSettings struct {
 	status, shutdown, createSlot, wait, listen *setting
 	otlp, logLevel, logFormat, shards, shardK  *setting
 	lanes                                      *setting
+	stream                                     *streamSettings
 }
 
 func newRunSettings() *runSettings {
-	c := newCommon()
-	r := &runSettings{c: c, b: addBrokerSettings(&c.s)}
-	c.addFailoverSlot()
-	c.addReplicationURL()
-	r.status = c.s.add("status-interval", "WALBOX_STATUS_INTERVAL", "1s",
-		"how often the confirmed position is reported to PostgreSQL; keep well under wal_sender_timeout")
-	r.shutdown = c.s.add("shutdown-timeout", "WALBOX_SHUTDOWN_TIMEOUT", "10s", "how long to wait for outstanding confirms on shutdown")
-	r.createSlot = c.s.addBool("create-slot", "WALBOX_CREATE_SLOT", "true",
-		"create the slot at start if it does not exist (rows committed before that are not covered)")
-	r.wait = c.s.addBool("wait-for-servers", "WALBOX_WAIT_FOR_SERVERS", "false",
-		"keep retrying when PostgreSQL or RabbitMQ cannot be reached at start, instead of exiting")
-	r.listen = c.s.add("listen", "WALBOX_LISTEN", "127.0.0.1:9187",
-		"address for /metrics, /healthz, /readyz and /status (\"off\" to disable)")
-	r.otlp = c.s.add("otlp-endpoint", "WALBOX_OTLP_ENDPOINT", "", otlpHelp())
-	r.logLevel = c.s.add("log-level", "WALBOX_LOG_LEVEL", "info", "debug, info, warn or error")
-	r.logFormat = c.s.add("log-format", "WALBOX_LOG_FORMAT", "auto", "json, text, or auto (text on a terminal, else json)")
-	r.shards = addShards(&c.s, "the number of shards `walbox migrate --shards` created (default: read from the publications)")
-	r.shardK = c.s.add("shard", "WALBOX_SHARD", "", "stream this shard (0, 1, ...) of the sharded outbox table, from its own slot")
-	r.lanes = c.s.add("lanes", "WALBOX_LANES", "1", "publish over this many channels, each on its own connection, "+
-		"by a hash of the aggregate id: each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)")
-	return r
+	c := newCommon("run")
+	s := &c.s
+	return &runSettings{c: c, b: brokerSettingsOf(s),
+		status: s.get("status-interval"), shutdown: s.get("shutdown-timeout"), createSlot: s.get("create-slot"),
+		wait: s.get("wait-for-servers"), listen: s.get("listen"), otlp: s.get("otlp-endpoint"),
+		logLevel: s.get("log-level"), logFormat: s.get("log-format"), shards: s.get("shards"), shardK: s.get("shard"),
+		lanes: s.get("lanes"), stream: addStreamSettings(s)}
 }
 
 // runRelay is `walbox run`: settings, then the daemon's configuration, then the daemon.
@@ -75,7 +63,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	rc := cfg.Relay
 	log.Info("starting", "version", version, "slot", rc.Slot, "publication", rc.Publication,
 		"table", rc.Table.String(), "message_prefix", rc.MessagePrefix, "exchange", exchange, "window", rc.Window,
-		"lanes", cfg.Lanes, "brokers", strings.Join(cfg.Brokers.Hosts(), ","), "shard", shardLabel(rc))
+		"lanes", cfg.Lanes, "brokers", brokerHosts(cfg), "shard", shardLabel(rc))
 	if err := d.Run(ctx); err != nil {
 		log.Error("relay stopped", "slot", rc.Slot, "error", explainAuth(err))
 		return r.c.fail(err)
@@ -87,11 +75,17 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 // it returns the exchange too, which the tracer names.
 func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Config, string, error) {
 	var cfg relayd.Config
-	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot)
+	var err error
+	if cfg.Stream, err = r.stream.config(); err != nil {
+		return cfg, "", err
+	}
+	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, cfg.Stream != nil)
 	if err != nil {
 		return cfg, "", err
 	}
-	if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
+	if cfg.Stream != nil {
+		pcfg.Exchange = "stream:" + cfg.Stream.Stream
+	} else if cfg.Brokers, err = r.b.endpoints(r.c, "walbox"); err != nil {
 		return cfg, "", err
 	}
 	if rc.Logger, err = newLogger(stderr, r.logLevel.value, r.logFormat.value, r.c.secrets()); err != nil {
@@ -119,6 +113,20 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	return cfg, pcfg.Exchange, nil
 }
 
+// brokerHosts names the nodes the relay publishes to.
+func brokerHosts(cfg relayd.Config) string {
+	if cfg.Stream != nil {
+		var hosts []string
+		for _, u := range cfg.Stream.URIs {
+			if p, err := url.Parse(u); err == nil {
+				hosts = append(hosts, p.Host)
+			}
+		}
+		return strings.Join(hosts, ",")
+	}
+	return strings.Join(cfg.Brokers.Hosts(), ",")
+}
+
 // checkListen refuses a --listen that is not "off" and not host:port. An address that is well
 // formed but taken is only logged when the relay starts: metrics are not the product.
 func checkListen(st *setting) error {
@@ -135,15 +143,9 @@ func checkListen(st *setting) error {
 	return nil
 }
 
-func otlpHelp() string {
-	help := "OTLP/HTTP URL (http://collector:4318) to export a span per publish to; empty: no tracing"
-	if !withTracing {
-		help += " (this walbox is built without tracing and refuses it: build with -tags otel)"
-	}
-	return help
-}
-
-func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting) (replication.Config, publisher.Config, error) {
+// relayConfig reads the relay's settings; streaming (into a stream, not to the exchange) needs no
+// AMQP URL.
+func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *setting, streaming bool) (replication.Config, publisher.Config, error) {
 	var (
 		cfg  replication.Config
 		pcfg publisher.Config
@@ -156,7 +158,12 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.Mappings = c.mappings()
-	if pcfg, err = b.config(c, "walbox"); err != nil {
+	if streaming {
+		pcfg.Window, err = b.window.int()
+	} else {
+		pcfg, err = b.config(c, "walbox")
+	}
+	if err != nil {
 		return cfg, pcfg, err
 	}
 	cfg.Window = pcfg.Window

@@ -9,51 +9,60 @@ import (
 	"time"
 )
 
-// setting is one configuration value, read from a flag or else from the environment.
+// setting is one configuration value of a command, read from a flag or else from the environment.
 type setting struct {
-	flag, env, def, help string
-	value                string
-	set                  bool // given by flag
-	isBool               bool // a switch: --name alone means true
+	spec
+	value string
+	set   bool // given by flag
 }
 
-// settings is an ordered set of settings for one command.
+// settings are the settings of one command, in the order of settingTable.
 type settings struct {
+	cmd  string
 	list []*setting
 	file *configFile // the config file, once resolve has read it
 }
 
-func (s *settings) add(flagName, env, def, help string) *setting {
-	st := &setting{flag: flagName, env: env, def: def, help: help}
-	s.list = append(s.list, st)
-	return st
+// newSettings returns the settings settingTable gives cmd.
+func newSettings(cmd string) settings {
+	s := settings{cmd: cmd}
+	for _, sp := range specsOf(cmd) {
+		s.list = append(s.list, &setting{spec: sp})
+	}
+	return s
 }
 
-// addBool adds a true/false setting that works as a switch on the command line.
-func (s *settings) addBool(flagName, env, def, help string) *setting {
-	st := s.add(flagName, env, def, help)
-	st.isBool = true
-	return st
+// get returns the setting of the flag name; it panics when settingTable does not give it to this
+// command, a mistake every test of the command's --help finds.
+func (s *settings) get(name string) *setting {
+	if st := s.find(name); st != nil {
+		return st
+	}
+	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, name))
+}
+
+// find returns the setting of the flag name, or nil when this command does not take it.
+func (s *settings) find(name string) *setting {
+	for _, st := range s.list {
+		if st.flag == name {
+			return st
+		}
+	}
+	return nil
 }
 
 // register adds every setting to fs; a flag wins over its environment variable.
 func (s *settings) register(fs *flag.FlagSet) {
 	for _, st := range s.list {
 		st := st
-		// The flag package takes a `quoted` word of the usage for the name of the flag's argument
-		// (-no-slot walbox run); single quotes keep the words as text.
-		usage := strings.ReplaceAll(st.help, "`", "'")
-		if st.env != "" {
-			usage += " (env " + st.env + " or " + st.env + "_FILE)"
-		}
 		set := func(v string) error {
 			st.value, st.set = v, true
 			return nil
 		}
 		if st.isBool {
-			fs.BoolFunc(st.flag, usage+defaultNote(st.def), set)
+			fs.BoolFunc(st.flag, st.usage(), set)
 		} else {
-			fs.Func(st.flag, usage+defaultNote(st.def), set)
+			fs.Func(st.flag, st.usage(), set)
 		}
 	}
 }

@@ -15,11 +15,6 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// addShards adds the shard count setting.
-func addShards(s *settings, help string) *setting {
-	return s.add("shards", "WALBOX_SHARDS", "", help)
-}
-
 // shardCount reads the shard count: 0 when not set.
 func shardCount(st *setting) (int, error) {
 	if st.value == "" {

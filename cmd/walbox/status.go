@@ -14,13 +14,8 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommon()
-	asJSON := c.s.addBool("json", "", "false", "print JSON for scripts")
-	requireRelay := c.s.addBool("require-relay", "", "false",
-		"exit 1 unless the relay answers and is streaming or a standby (for container health checks)")
-	relayURL := c.s.add("relay-url", "WALBOX_RELAY_URL", "http://127.0.0.1:9187",
-		"the running relay's HTTP address, for its state and last error (\"off\" to skip)")
-	c.addReplicationURL()
+	c := newCommon("status")
+	asJSON, requireRelay, relayURL := c.s.get("json"), c.s.get("require-relay"), c.s.get("relay-url")
 	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err

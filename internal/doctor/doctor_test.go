@@ -17,6 +17,7 @@ import (
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 )
 
 // env is a migrated database with its slot, and a broker.
@@ -38,7 +39,7 @@ func setup(t *testing.T) *env {
 	e.db, e.conn = pg.MigratedDatabase(t, migrations.Config{})
 	ctx := t.Context()
 	slot := testenv.UniqueName("slot")
-	if _, err := replication.EnsureSlot(ctx, e.db, slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(e.conn, "public")); err != nil {
+	if _, err := slots.EnsureSlot(ctx, e.db, slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(e.conn, "public")); err != nil {
 		t.Fatal(err)
 	}
 	e.cfg = doctor.Config{DatabaseURL: e.db, Slot: slot, Publication: "walbox", Prefix: outbox.DefaultMessagePrefix,

@@ -39,7 +39,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 			"read server settings: %v", err)}
 	}
 	out := []Check{d.connectCheck(f, conn.Config())}
-	out = append(out, d.standbyChecks(ctx, &f)...)
+	out = append(out, d.standbyChecks(ctx, conn, &f)...)
 	out = append(out, walLevelCheck(f), slotsCheck(f, d.slot), sendersCheck(f), keepSizeCheck(f),
 		roleCheck(f), d.replicationCheck(ctx, &f))
 	out = append(out, d.publicationChecks(ctx, conn, f)...)

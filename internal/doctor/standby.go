@@ -15,6 +15,7 @@ type standbyFacts struct {
 	version             string
 	num                 int
 	inRecovery          bool
+	primary             bool   // the --database-url server itself
 	feedback            string // hot_standby_feedback
 	primarySlot, source string // primary_slot_name; the standby's host and port
 }
@@ -23,7 +24,7 @@ type standbyFacts struct {
 // later, in recovery, with hot_standby_feedback on, without which the primary removes catalog
 // rows the standby's slot still needs and the slot is invalidated. It reads the standby's slot
 // into f, for the slot and record checks.
-func (d doctor) standbyChecks(ctx context.Context, f *pgFacts) []Check {
+func (d doctor) standbyChecks(ctx context.Context, primary *pgx.Conn, f *pgFacts) []Check {
 	if d.standby == "" {
 		return nil
 	}
@@ -40,6 +41,9 @@ func (d doctor) standbyChecks(ctx context.Context, f *pgFacts) []Check {
 	if err == nil {
 		f.slot, err = inspect.ReadSlot(ctx, conn, d.slot)
 	}
+	if err == nil {
+		s.primary, err = sameServer(ctx, primary, conn)
+	}
 	if err != nil {
 		return []Check{failCheck("standby", "", "read the standby's settings: %v", err)}
 	}
@@ -48,6 +52,11 @@ func (d doctor) standbyChecks(ctx context.Context, f *pgFacts) []Check {
 
 func standbyCheck(s standbyFacts) Check {
 	switch {
+	case !s.inRecovery && !s.primary:
+		return failCheck("standby", "point --database-url at it if it is the primary now, or --replication-url at a hot standby of "+
+			"--database-url's server",
+			"--replication-url: PostgreSQL %s at %s is not a standby (promoted?) and not the --database-url server: rows committed "+
+				"on --database-url's server never reach its slot, and walbox run stops", s.version, s.source)
 	case !s.inRecovery:
 		return warnCheck("standby", "point --replication-url at a hot standby of --database-url's server, or leave it empty",
 			"--replication-url: PostgreSQL %s at %s is not a standby: walbox decodes on it as on a primary", s.version, s.source)
@@ -79,4 +88,14 @@ func feedbackCheck(s standbyFacts) Check {
 // standbyNote is the failover_slot line when walbox decodes on a standby.
 func standbyNote(slot string) Check {
 	return passCheck("failover_slot", "slot %s is on the standby (--replication-url), where it cannot be a failover slot", slot)
+}
+
+// sameServer reports whether a and b are connected to the same server.
+func sameServer(ctx context.Context, a, b *pgx.Conn) (bool, error) {
+	ida, err := inspect.ServerIdentity(ctx, a)
+	if err != nil {
+		return false, err
+	}
+	idb, err := inspect.ServerIdentity(ctx, b)
+	return ida == idb, err
 }

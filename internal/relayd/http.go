@@ -57,7 +57,7 @@ func (d *Daemon) server() *http.Server {
 func (d *Daemon) status() status.Relay {
 	s := d.relay.Stats()
 	return status.Relay{
-		Broker:        d.cfg.Brokers.Connected(),
+		Broker:        d.connected(),
 		State:         replication.State(s.State.Load()).String(),
 		Slot:          d.cfg.Relay.Slot,
 		LastError:     redact.Text(s.LastError(), d.cfg.Secrets...),

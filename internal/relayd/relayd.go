@@ -15,6 +15,7 @@ import (
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/streampub"
 )
 
 // MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
@@ -31,6 +32,10 @@ type Config struct {
 	// Brokers are the RabbitMQ endpoints the sessions dial, the next one after a session is lost.
 	// Required.
 	Brokers *publisher.Endpoints
+	// Stream, when set, makes the sessions publish into a RabbitMQ stream (package streampub)
+	// instead of to Brokers, which may then be nil. Its Producer and Window are set from the
+	// relay's slot and window.
+	Stream *streampub.Config
 	// Lanes is the number of publishing lanes (publisher.Lanes); 0 or 1 publishes on one channel,
 	// in commit order.
 	Lanes int
@@ -52,11 +57,13 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	blocks  *blockWatch
+	// connected names the node the current session is connected to; "" while none is.
+	connected func() string
 }
 
 // New validates cfg and builds the daemon. An error is a bad setting.
 func New(cfg Config) (*Daemon, error) {
-	if cfg.Brokers == nil {
+	if cfg.Brokers == nil && cfg.Stream == nil {
 		return nil, errors.New("relayd: no broker endpoints")
 	}
 	if cfg.Relay.Dial != nil || cfg.Relay.Observer != nil {
@@ -68,7 +75,6 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
-	d.metrics.WatchBroker(cfg.Brokers.Connected)
 	rc := cfg.Relay
 	if rc.Logger == nil {
 		rc.Logger = slog.New(slog.DiscardHandler)
@@ -79,9 +85,17 @@ func New(cfg Config) (*Daemon, error) {
 	d.blocks = &blockWatch{log: rc.Logger,
 		confirmed: func() uint64 { return d.relay.Stats().Confirmed.Load() },
 		standby:   func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStandby }}
-	cfg.Brokers.WatchBlocked(d.blocks.observe)
 	d.metrics.WatchBlocked(d.blocks.active)
-	rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+	if cfg.Stream != nil {
+		if err := d.dialStream(&rc); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg.Brokers.WatchBlocked(d.blocks.observe)
+		rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+		d.connected = cfg.Brokers.Connected
+	}
+	d.metrics.WatchBroker(d.connected)
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {
 		rc.Observer = observers{d.metrics, cfg.Observer}

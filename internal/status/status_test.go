@@ -13,8 +13,8 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
-	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 )
 
 func setup(t *testing.T, cfg migrations.Config) (string, *pgx.Conn, status.Query) {
@@ -38,7 +38,7 @@ func read(t *testing.T, conn *pgx.Conn, q status.Query) status.Report {
 
 func ensureSlot(t *testing.T, db string, conn *pgx.Conn, slot string) {
 	t.Helper()
-	if _, err := replication.EnsureSlot(t.Context(), db, slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(conn, "public")); err != nil {
+	if _, err := slots.EnsureSlot(t.Context(), db, slot, "walbox", []outbox.Table{outbox.DefaultTable}, registry.New(conn, "public")); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -117,6 +117,8 @@
 //     failover slots: the primary killed, the standby promoted, one walbox
 //     given both hosts)
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
+//     TestStandbyPromotedUnderReplicationURL, TestPromotedStandbyRecordNotBehindSlot,
+//     TestReplacedStandbySlotRefused,
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
@@ -134,6 +136,8 @@
 //     TestEmittedMessageIsTheRowOnTheWire
 //   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
+//   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills
+//     (relay killed, broker killed, relay stopped, standby taking over)
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,

@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,12 +34,14 @@ type Rabbit struct {
 	external bool
 	shared   bool
 
-	dir      string // node home: config, cookie, mnesia, logs; removed at cleanup
-	node     string // walbox-test-<pid>-<n>@localhost
-	port     int
-	distPort int
-	tls      *Certs // with a TLS listener on tlsPort when set
-	tlsPort  int
+	dir        string // node home: config, cookie, mnesia, logs; removed at cleanup
+	node       string // walbox-test-<pid>-<n>@localhost
+	port       int
+	distPort   int
+	tls        *Certs // with a TLS listener on tlsPort when set
+	tlsPort    int
+	stream     bool // with the stream plugin, its listener on streamPort
+	streamPort int
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
@@ -62,6 +65,7 @@ type RabbitOption func(*rabbitConfig)
 type rabbitConfig struct {
 	version string
 	binDir  string // the machine's programs; "": rabbitBin's
+	stream  bool   // with the stream plugin (StreamPlugin)
 }
 
 func rabbitConfigOf(opts []RabbitOption) rabbitConfig {
@@ -83,6 +87,12 @@ func (c rabbitConfig) bin(name string) string {
 // RabbitBinDir runs the machine's RabbitMQ programs (rabbitmq-server, rabbitmqctl) from dir.
 func RabbitBinDir(dir string) RabbitOption {
 	return func(c *rabbitConfig) { c.binDir = dir }
+}
+
+// StreamPlugin enables the stream plugin, its listener on a free port of 127.0.0.1 that
+// StreamURL addresses. NewRabbit takes it; tests use StartRabbitStream.
+func StreamPlugin() RabbitOption {
+	return func(c *rabbitConfig) { c.stream = true }
 }
 
 // RabbitVersion selects the node's version: "3.10" (the default) is the machine's own; "4.0"
@@ -135,7 +145,7 @@ func NewRabbit(opts ...RabbitOption) (*Rabbit, error) {
 	if _, err := exec.LookPath(cfg.bin("rabbitmq-server")); err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	return startRabbitNode(nil, UniqueName("cookie"), "", cfg.binDir)
+	return startNode(&Rabbit{cookie: UniqueName("cookie"), binDir: cfg.binDir, stream: cfg.stream})
 }
 
 // Close kills a node NewRabbit started and removes its directory.
@@ -173,6 +183,32 @@ func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
 	}
 	tb.Cleanup(r.shutdown)
 	return r
+}
+
+// StartRabbitStream starts a node like StartRabbit with the stream plugin enabled and its stream
+// listener on a free port of 127.0.0.1, which StreamURL addresses. It needs its own node, so in
+// external mode it skips.
+func StartRabbitStream(tb testing.TB) *Rabbit {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs a stream node the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
+	r, err := startNode(&Rabbit{stream: true, cookie: UniqueName("cookie")})
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(r.shutdown)
+	return r
+}
+
+// StreamURL is the rabbitmq-stream URL of the stream listener, for the guest user; "" for a node
+// without one.
+func (r *Rabbit) StreamURL() string {
+	if r.streamPort == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rabbitmq-stream://guest:guest@127.0.0.1:%d/", r.streamPort)
 }
 
 // TLSURL is the amqps URL of the TLS listener (host localhost, which the certificate names).
@@ -226,8 +262,13 @@ func startRabbitNode(certs *Certs, cookie, root, binDir string) (*Rabbit, error)
 
 // startRabbitWith starts a node like startRabbitNode, with extra rabbitmq.conf lines.
 func startRabbitWith(certs *Certs, cookie, root, binDir, conf string) (*Rabbit, error) {
-	r := &Rabbit{node: fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1)), tls: certs, cookie: cookie,
-		root: root, binDir: binDir, conf: conf}
+	return startNode(&Rabbit{tls: certs, cookie: cookie, root: root, binDir: binDir, conf: conf})
+}
+
+// startNode starts the node r describes (TLS, stream plugin, cookie, chroot, programs, extra
+// configuration).
+func startNode(r *Rabbit) (*Rabbit, error) {
+	r.node = fmt.Sprintf("walbox-test-%d-%d@localhost", os.Getpid(), seq.Add(1))
 	if err := r.initDir(); err != nil {
 		r.shutdown()
 		return nil, err
@@ -242,6 +283,11 @@ func startRabbitWith(certs *Certs, cookie, root, binDir, conf string) (*Rabbit, 
 		}
 		if r.tls != nil {
 			if r.tlsPort, err = freePort(); err != nil {
+				break
+			}
+		}
+		if r.stream {
+			if r.streamPort, err = freePort(); err != nil {
 				break
 			}
 		}
@@ -268,12 +314,16 @@ func (r *Rabbit) initDir() error {
 		return err
 	}
 	r.dir = dir
+	plugins := ""
+	if r.stream {
+		plugins = "[rabbitmq_stream].\n"
+	}
 	files := []struct {
 		name, data string
 		mode       os.FileMode
 	}{
 		{"rabbitmq.conf", rabbitConf, 0o644},
-		{"enabled_plugins", "", 0o644},
+		{"enabled_plugins", plugins, 0o644},
 		{"rabbitmq-env.conf", "", 0o644},
 		{".erlang.cookie", r.cookie, 0o400},
 	}
@@ -337,6 +387,10 @@ func (r *Rabbit) writeConf() error {
 			"ssl_options.keyfile = " + r.tls.KeyFile + "\n" +
 			"ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n"
 	}
+	if r.stream {
+		conf += fmt.Sprintf("stream.listeners.tcp.1 = 127.0.0.1:%d\nstream.advertised_host = 127.0.0.1\nstream.advertised_port = %d\n",
+			r.streamPort, r.streamPort)
+	}
 	if err := os.WriteFile(filepath.Join(r.dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("write rabbitmq.conf: %w", err)
 	}
@@ -385,7 +439,7 @@ func (r *Rabbit) waitReady(proc *Process) error {
 			}
 			return fmt.Errorf("rabbitmq exited during start: %v%s", proc.cmd.ProcessState, tail)
 		}
-		if pingRabbit(r.url) == nil {
+		if pingRabbit(r.url) == nil && r.pingStream() == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -395,6 +449,18 @@ func (r *Rabbit) waitReady(proc *Process) error {
 
 func pingRabbit(url string) error {
 	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(time.Second)})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// pingStream checks that the stream listener accepts connections, if the node has one.
+func (r *Rabbit) pingStream() error {
+	if !r.stream {
+		return nil
+	}
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.streamPort), time.Second)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/walbox/walbox/outbox"
+	// Named apart: the type wire (hotpath.go) builds pgoutput messages.
+	walboxwire "github.com/walbox/walbox/wire"
 )
 
 // topology is one trial's exchange and queue, declared as walbox declares its exchange (durable
@@ -29,7 +30,7 @@ func (t topology) declare() error {
 	if err != nil {
 		return fmt.Errorf("declare: open channel: %w", err)
 	}
-	ae := outbox.DefaultAlternateExchange(t.exchange)
+	ae := walboxwire.DefaultAlternateExchange(t.exchange)
 	steps := []struct {
 		what string
 		do   func() error
@@ -70,7 +71,7 @@ func (t topology) remove() {
 		return
 	}
 	defer conn.Close()
-	ae := outbox.DefaultAlternateExchange(t.exchange)
+	ae := walboxwire.DefaultAlternateExchange(t.exchange)
 	park := t.exchange + ".parked"
 	for _, q := range []string{t.queue, ae, park} {
 		if ch, err := conn.Channel(); err == nil {
@@ -96,6 +97,8 @@ type consumer struct {
 	dups     atomic.Int64
 	strays   atomic.Int64 // bodies without a seq in range
 	done     chan struct{}
+	// stopStream ends a stream consumer (stream.go); nil for a queue's.
+	stopStream func()
 }
 
 // consume starts consuming queue; seqs run from 0 to capacity-1.
@@ -168,7 +171,12 @@ func (c *consumer) wait(ctx context.Context, n int, timeout time.Duration, alive
 
 // stop ends consuming; arrivals and sent may be read after it returns.
 func (c *consumer) stop() {
-	_ = c.conn.Close()
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
+	if c.stopStream != nil {
+		c.stopStream()
+	}
 	<-c.done
 }
 

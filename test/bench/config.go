@@ -31,9 +31,14 @@ const (
 	// Ceiling3 is the ceiling with three publishers, each a connection of its own with its own
 	// window, spread over the broker's nodes in turn.
 	Ceiling3 Contender = "ceiling 3 publishers"
+	// WalboxStream is `walbox run --stream-url`: into a RabbitMQ stream, exactly once (drain only).
+	WalboxStream Contender = "walbox stream"
 	// Walbox3 is `walbox run --lanes 3`: three channels, each on a connection of its own.
 	Walbox3 Contender = "walbox 3 lanes"
 )
+
+// withStream adds the stream contender to a drain's contenders.
+func withStream(cs []Contender) []Contender { return append(cs[:len(cs):len(cs)], WalboxStream) }
 
 // AllContenders lists every contender of the standard scenarios.
 var AllContenders = []Contender{Ceiling, NoConfirms, Walbox, Poll100ms, Poll1s}
@@ -208,8 +213,8 @@ func Scenarios(z Sizes) []Scenario {
 	all := AllContenders
 	var ss []Scenario
 	ss = append(ss,
-		Scenario{Name: "drain, 1-row tx", Kind: Drain, Rows: z.Rows, TxSize: 1, Payload: small, Queue: Classic, Contenders: all},
-		Scenario{Name: "drain, 100-row tx", Kind: Drain, Rows: z.Rows, TxSize: 100, Payload: small, Queue: Classic, Contenders: all},
+		Scenario{Name: "drain, 1-row tx", Kind: Drain, Rows: z.Rows, TxSize: 1, Payload: small, Queue: Classic, Contenders: withStream(all)},
+		Scenario{Name: "drain, 100-row tx", Kind: Drain, Rows: z.Rows, TxSize: 100, Payload: small, Queue: Classic, Contenders: withStream(all)},
 	)
 	for _, r := range z.Rates {
 		ss = append(ss, Scenario{Name: fmt.Sprintf("steady %d/s", r), Kind: Steady, Rate: r, Duration: z.Steady,

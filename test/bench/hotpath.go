@@ -151,21 +151,21 @@ func (f *frames) benchMessage(b *testing.B) {
 }
 
 func benchTracker(b *testing.B) {
-	tr := checkpoint.New(0)
+	tr := checkpoint.NewLedger[struct{}](0, 1024)
 	b.ReportAllocs()
 	var seq uint64
 	for b.Loop() {
 		seq++
 		tr.Begin()
-		_ = tr.Dispatch(seq)
+		_ = tr.Dispatch(seq, struct{}{})
 		tr.Commit(pglogrepl.LSN(seq * 100))
-		_ = tr.Ack(seq)
+		_, _ = tr.Ack(seq)
 	}
 }
 
 func (f *frames) benchAll(b *testing.B) {
 	d, _ := f.decoder()
-	tr := checkpoint.New(0)
+	tr := checkpoint.NewLedger[struct{}](0, 1024)
 	b.ReportAllocs()
 	var seq uint64
 	for b.Loop() {
@@ -174,9 +174,9 @@ func (f *frames) benchAll(b *testing.B) {
 		tr.Begin()
 		ev, _ := d.Decode(0, f.insert)
 		_ = publisher.Publishing(&ev.Message, "walbox")
-		_ = tr.Dispatch(seq)
+		_ = tr.Dispatch(seq, struct{}{})
 		c, _ := d.Decode(0, f.commit)
 		tr.Commit(c.EndLSN + pglogrepl.LSN(seq*100))
-		_ = tr.Ack(seq)
+		_, _ = tr.Ack(seq)
 	}
 }

@@ -113,7 +113,7 @@ func (t *trial) drain(ctx context.Context, r *Result) error {
 			return err
 		}
 	}
-	cons, err := consume(t.b.srv.AMQPURL, t.topo.queue, sc.Rows)
+	cons, err := t.consume(sc.Rows)
 	if err != nil {
 		return err
 	}

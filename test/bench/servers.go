@@ -14,7 +14,9 @@ type Servers struct {
 	DatabaseURL string // superuser URL of a database in which other databases can be created
 	// AMQPURL is the node that the benchmark declares its exchanges and queues on and consumes
 	// from; a cluster's first node.
-	AMQPURL     string
+	AMQPURL string
+	// StreamURL is the node's rabbitmq-stream URL, for the stream contender; "" without one.
+	StreamURL   string
 	PostgresPID int // the postmaster, for CPU accounting; 0 if unknown (external server)
 	BrokerPID   int // the broker's Erlang VM; 0 if unknown
 	// NodeURLs and NodePIDs are every node's URL and Erlang VM when the broker is a cluster,
@@ -76,7 +78,7 @@ func PostgresOptions() []testenv.PGOption {
 
 // ServersOf returns the Servers of servers the test harness started.
 func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
-	return Servers{DatabaseURL: pg.URL(), AMQPURL: rabbit.URL(), PostgresPID: pg.PID(), BrokerPID: rabbit.PID()}
+	return Servers{DatabaseURL: pg.URL(), AMQPURL: rabbit.URL(), StreamURL: rabbit.StreamURL(), PostgresPID: pg.PID(), BrokerPID: rabbit.PID()}
 }
 
 // StartServers starts a throwaway PostgreSQL (wal_level=logical) and RabbitMQ node from the local
@@ -84,7 +86,7 @@ func ServersOf(pg *testenv.Postgres, rabbit *testenv.Rabbit) Servers {
 // directories; it must be called, also after an error.
 func StartServers() (srv Servers, stop func(), err error) {
 	return startServers("rabbitmq", func(pg *testenv.Postgres) (Servers, func(), error) {
-		rabbit, err := testenv.NewRabbit()
+		rabbit, err := testenv.NewRabbit(testenv.StreamPlugin())
 		if err != nil {
 			return Servers{}, func() {}, err
 		}

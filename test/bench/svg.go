@@ -28,6 +28,7 @@ var contenderColor = map[Contender]string{
 	Poll1s:         "#d62728",
 	Ceiling3:       "#c7c7c7",
 	Walbox3:        "#17becf",
+	WalboxStream:   "#2ca02c",
 }
 
 // percentile shades: p50, p99, p99.9.

@@ -105,6 +105,9 @@ func (t *trial) walboxEnv(extra ...string) []string {
 	if t.b.srv.cluster() {
 		env = append(env, "WALBOX_QUEUE_TYPE="+t.topo.sinkType)
 	}
+	if t.who == WalboxStream {
+		env = append(env, "WALBOX_STREAM_URL="+t.b.srv.StreamURL, "WALBOX_STREAM="+t.streamName())
+	}
 	return append(env, extra...)
 }
 
@@ -115,6 +118,9 @@ func (t *trial) walboxBin() string {
 	}
 	return t.b.cfg.WalboxBin
 }
+
+// streamName is the stream contender's stream: not the queue's name, which the broker holds.
+func (t *trial) streamName() string { return t.name + ".stream" }
 
 // walboxRun is the command line of `walbox run`. The lanes flag is given only for more than one
 // lane, so that the one-lane contender runs whatever walbox binary is measured.

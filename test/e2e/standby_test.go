@@ -98,4 +98,18 @@ func TestDoctorChecksTheStandby(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("doctor exited %d on a good standby setup:\n%s", r.code, r.out)
 	}
+
+	// Promoted, with --database-url still at the old primary: the standby's slot no longer gets
+	// the primary's rows, and walbox run stops; doctor fails the same way. With --database-url
+	// at the promoted server, walbox decodes there as on a primary.
+	standby.Promote(t)
+	r = w.doctor(env)
+	if c := r.check(t, "standby"); c.Status != "fail" || !strings.Contains(c.Message, "not the --database-url server") ||
+		!strings.Contains(c.Fix, "--database-url") {
+		t.Errorf("promoted standby: %s %q (fix %q), want a failure that names --database-url", c.Status, c.Message, c.Fix)
+	}
+	r = w.doctor(append(env, "WALBOX_DATABASE_URL="+replURL))
+	if c := r.check(t, "standby"); c.Status != "warn" {
+		t.Errorf("promoted standby as --database-url too: %s %q, want a warning", c.Status, c.Message)
+	}
 }

@@ -70,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.steady, "steady", 0, "how long each steady producer runs (default 60s; -quick 3s)")
 	fs.StringVar(&o.rates, "rates", "", "steady rates in rows/s, comma-separated (default 500,2000)")
 	fs.StringVar(&o.scenarios, "scenarios", "", "run only the scenarios whose name matches this regular expression")
-	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, no confirms, walbox, polling 100ms, polling 1s "+
+	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, no confirms, walbox, polling 100ms, polling 1s, walbox stream (drains only) "+
 		"(and walbox baseline, with -baseline-bin); "+
 		"with -cluster: ceiling, ceiling 3 publishers, walbox, walbox 3 lanes")
 	fs.BoolVar(&o.cluster, "cluster", false, "instead of the standard scenarios, drain and steady runs against a three-node RabbitMQ cluster "+
@@ -208,7 +208,7 @@ func (o options) set() (func(bench.Sizes) []bench.Scenario, []bench.Contender) {
 	if o.cluster {
 		return bench.ClusterScenarios, bench.ClusterContenders
 	}
-	return bench.Scenarios, bench.AllContenders
+	return bench.Scenarios, append(bench.AllContenders[:len(bench.AllContenders):len(bench.AllContenders)], bench.WalboxStream)
 }
 
 func (o options) svgPath() string {

@@ -1,9 +1,9 @@
-package replication_test
+package slots_test
 
 import (
 	"testing"
 
-	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 )
 
 func TestFailoverSlotWanted(t *testing.T) {
@@ -17,7 +17,7 @@ func TestFailoverSlotWanted(t *testing.T) {
 		{"on", 17, true, false}, {"on", 16, false, true},
 		{"off", 17, false, false}, {"off", 15, false, false},
 	} {
-		f, err := replication.ParseFailoverSlot(c.mode)
+		f, err := slots.ParseFailoverSlot(c.mode)
 		if err != nil {
 			t.Fatalf("ParseFailoverSlot(%q): %v", c.mode, err)
 		}
@@ -26,11 +26,11 @@ func TestFailoverSlotWanted(t *testing.T) {
 			t.Errorf("%q on PostgreSQL %d: got %t, %v; want %t, error %t", c.mode, c.major, got, err, c.want, c.wantErr)
 		}
 	}
-	if _, err := replication.ParseFailoverSlot("yes"); err == nil {
+	if _, err := slots.ParseFailoverSlot("yes"); err == nil {
 		t.Error("ParseFailoverSlot(\"yes\"): no error")
 	}
 	for in, want := range map[string]int{"17.12 (Debian 17.12-1.pgdg+1)": 17, "15.20": 15, "18beta1": 18, "": 0} {
-		if got := replication.MajorVersion(in); got != want {
+		if got := slots.MajorVersion(in); got != want {
 			t.Errorf("MajorVersion(%q) = %d, want %d", in, got, want)
 		}
 	}

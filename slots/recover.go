@@ -1,4 +1,4 @@
-package replication
+package slots
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 
 // RecoverConfig configures a Recovery.
 type RecoverConfig struct {
-	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in Config. The role needs
-	// REPLICATION, SELECT on the outbox tables and write on the registry (the table owner's).
+	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in replication.Config, with
+	// the same defaults. The role needs REPLICATION, SELECT on the outbox tables and write on the
+	// registry (the table owner's).
 	DatabaseURL string
 	Slot        string
 	Publication string
@@ -39,20 +40,42 @@ type RecoverConfig struct {
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)
-	// FailoverSlot is as in Config.
+	// FailoverSlot is as in replication.Config.
 	FailoverSlot FailoverSlot
-	// ReplicationURL is as in Config: the slot is the standby's, and so is the new one. The rows
+	// ReplicationURL is as in replication.Config: the slot is the standby's, and so is the new one. The rows
 	// are read on the standby too, in the new slot's snapshot; the record stays on DatabaseURL.
 	ReplicationURL string
 }
 
 func (c *RecoverConfig) validate() error {
-	probe := Config{DatabaseURL: c.DatabaseURL, ReplicationURL: c.ReplicationURL, Slot: c.Slot, Publication: c.Publication, Table: c.Table,
-		Mappings: c.Mappings, FailoverSlot: c.FailoverSlot, Dial: func(context.Context) (Publisher, error) { return nil, errors.New("unused") }}
-	if err := probe.Validate(); err != nil {
+	if c.DatabaseURL == "" {
+		return errors.New("database url: required")
+	}
+	if c.Slot == "" {
+		c.Slot = "walbox"
+	}
+	if err := CheckName(c.Slot); err != nil {
 		return err
 	}
-	c.Slot, c.Publication, c.Mappings, c.FailoverSlot = probe.Slot, probe.Publication, probe.Mappings, probe.FailoverSlot
+	if c.Publication == "" {
+		c.Publication = "walbox"
+	}
+	if c.Table == (wire.Table{}) {
+		c.Table = wire.DefaultTable
+	}
+	if len(c.Mappings) == 0 {
+		c.Mappings = []wire.Mapping{{Table: c.Table}}
+	}
+	for _, m := range c.Mappings {
+		if err := m.Validate(); err != nil {
+			return err
+		}
+	}
+	f, err := ParseFailoverSlot(string(c.FailoverSlot))
+	if err != nil {
+		return fmt.Errorf("failover slot %w", err)
+	}
+	c.FailoverSlot = f
 	return nil
 }
 
@@ -85,6 +108,25 @@ func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced && !g.Reco
 func (g Gap) LowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
+
+// Publisher is the publishing session Recover republishes on, with replication.Publisher's methods,
+// which package publisher's Session implements. Recover flushes one that is a Flusher before it
+// waits for the last confirms.
+type Publisher interface {
+	Publish(ctx context.Context, m *wire.Message) (uint64, error)
+	Park(ctx context.Context, p *wire.Parked) (uint64, error)
+	Confirms() <-chan wire.Confirm
+	Close() error
+}
+
+// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, as
+// replication.Flusher.
+type Flusher interface {
+	Flush() error
+}
+
+// Dialer opens a publishing session.
+type Dialer func(ctx context.Context) (Publisher, error)
 
 // Recovery recovers one lost slot: Inspect, then Count or Recover. Close releases it.
 type Recovery struct {
@@ -121,7 +163,7 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 	}
 	if cfg.ReplicationURL == "" && inRecovery(repl) {
 		r.Close()
-		return nil, checkReplicationServer(&Config{}, repl)
+		return nil, errStandbyAsPrimary()
 	}
 	if cfg.ReplicationURL != "" {
 		if r.src, err = connectRows(ctx, cfg.ReplicationURL); err != nil {
@@ -142,6 +184,16 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		return nil, fmt.Errorf("identify system: %w", err)
 	}
 	return r, nil
+}
+
+// findRegistry returns the registry that records slot, among those in the schemas of the outbox
+// tables of maps (see registry.Find).
+func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []wire.Mapping) (*registry.Store, error) {
+	schemas := make([]string, len(maps))
+	for i, m := range maps {
+		schemas[i] = m.Table.Schema
+	}
+	return registry.Find(ctx, db, slot, schemas)
 }
 
 // currentRegistry migrates a registry from an older walbox, so that Recover can clear a recorded
@@ -213,8 +265,8 @@ func (r *Recovery) Inspect(ctx context.Context) (Gap, error) {
 	if err != nil {
 		return Gap{}, err
 	}
-	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, ErrSlotLost) {
-		return Gap{}, fatal(err)
+	if err := info.Usable(r.sys.DBName); err != nil && !errors.Is(err, inspect.ErrSlotLost) {
+		return Gap{}, err
 	}
 	g := Gap{Record: rec, SystemID: r.sys.SystemID, SlotLSN: info.ConfirmedFlush, exists: info.Exists, forced: r.cfg.Force}
 	if info.ActivePID != nil {
@@ -288,8 +340,8 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		return Result{}, err
 	}
 	if g.exists {
-		if _, err := r.source().Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot); err != nil {
-			return Result{}, fmt.Errorf("drop slot %s: %w", r.cfg.Slot, classify(err, r.cfg.Slot))
+		if err := Drop(ctx, r.source(), r.cfg.Slot); err != nil {
+			return Result{}, err
 		}
 	}
 	_, horizon, err := r.reg.Horizon(ctx)
@@ -363,5 +415,5 @@ func (r *Recovery) checkRowsThere(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+
 		"(outbox.DeleteAfterInsert), the rows committed in the gap exist nowhere any more and cannot be republished. "+
-		"To recreate the slot and accept that loss, run again with --accept-loss", ErrRowsGone)
+		"To recreate the slot and accept that loss, run again with --accept-loss", errRowsGone)
 }

@@ -1,4 +1,4 @@
-package replication
+package slots
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -49,7 +50,7 @@ func (r *Recovery) prepare(ctx context.Context, g Gap) error {
 		if m.MessageID == wire.IDFromPosition {
 			return fmt.Errorf("%w: table %s takes its message ids from commit positions (message-id: position), and a row read "+
 				"from the table has none, so it cannot be republished with the id the relay would have given it. "+
-				"Consumers could not deduplicate it; recover refuses rather than publish it under a new id", ErrPositionIDs, m.Table)
+				"Consumers could not deduplicate it; recover refuses rather than publish it under a new id", errPositionIDs, m.Table)
 		}
 		t, err := r.table(ctx, dec, m, cond)
 		if err != nil {
@@ -75,7 +76,7 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 		}
 		return "", fmt.Errorf("%w: the record of slot %s holds no transaction horizon to tell the rows of the gap by: %s. "+
 			"Run again with --all-rows to republish every row of the outbox tables (consumers deduplicate by id)",
-			ErrNoLowerBound, r.cfg.Slot, why)
+			errNoLowerBound, r.cfg.Slot, why)
 	}
 	var next string
 	if err := r.db.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&next); err != nil {
@@ -87,7 +88,7 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 	}
 	if bound > n || n-bound >= 1<<31 {
 		return "", fmt.Errorf("%w: the recorded horizon, transaction %d, is too far from the next one, %d, to compare row ids "+
-			"with it. Run again with --all-rows to republish every row of the outbox tables", ErrNoLowerBound, bound, n)
+			"with it. Run again with --all-rows to republish every row of the outbox tables", errNoLowerBound, bound, n)
 	}
 	return fmt.Sprintf(gapCondition, bound%(1<<32)), nil
 }
@@ -107,12 +108,12 @@ func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m wire.Mappi
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("%w: publication %q does not contain table %s; the new slot would stream nothing of it. "+
-			"Fix the publication first (walbox migrate, or ALTER PUBLICATION ... ADD TABLE)", ErrNotCovered, r.cfg.Publication, m.Table)
+			"Fix the publication first (walbox migrate, or ALTER PUBLICATION ... ADD TABLE)", inspect.ErrNotCovered, r.cfg.Publication, m.Table)
 	case err != nil:
 		return nil, fmt.Errorf("read publication %s: %w", r.cfg.Publication, err)
 	case !inserts:
 		return nil, fmt.Errorf("%w: publication %q does not publish inserts; fix it first (ALTER PUBLICATION %s SET (publish = 'insert'))",
-			ErrNotCovered, r.cfg.Publication, quoteIdent(r.cfg.Publication))
+			inspect.ErrNotCovered, r.cfg.Publication, quoteIdent(r.cfg.Publication))
 	}
 	name := pgx.Identifier{m.Table.Schema, m.Table.Name}.Sanitize()
 	cols, err := r.columns(ctx, name, published)

@@ -1,4 +1,4 @@
-package replication
+package slots
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 // published alone: the confirms of the rows before it are awaited first, and its own after it.
 // If the broker refuses it for its size, the republisher opens a new session and parks the row
 // without its payload, with the broker's reason, as walbox run does.
+// It keeps at most republishWindow messages in flight: the publisher does not bound them.
 type republisher struct {
 	pub       Publisher
 	dial      Dialer // opens a new session after a refusal for size; nil: none is opened
@@ -41,6 +42,9 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	}
 	if len(m.Payload) >= aloneFrom && p.dial != nil {
 		return p.alone(ctx, t, &m)
+	}
+	if err := p.room(ctx); err != nil {
+		return err
 	}
 	_, err = p.pub.Publish(ctx, &m)
 	if errors.Is(err, wire.ErrUnpublishable) {
@@ -104,6 +108,9 @@ func (p *republisher) reopen(ctx context.Context) error {
 // x-walbox-lsn header is empty.
 func (p *republisher) park(ctx context.Context, m *wire.Message, table string, why error) error {
 	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table}
+	if err := p.room(ctx); err != nil {
+		return err
+	}
 	if _, err := p.pub.Park(ctx, parked); err != nil {
 		return fmt.Errorf("park %s: %w", m.AMQPMessageID(), err)
 	}
@@ -129,14 +136,28 @@ func (p *republisher) drain() error {
 	}
 }
 
+// republishWindow bounds the messages recover has in flight, as Config.Window's default does the relay's.
+const republishWindow = 1024
+
+// room waits until fewer than republishWindow messages are in flight.
+func (p *republisher) room(ctx context.Context) error {
+	if p.sent-p.confirmed < republishWindow {
+		return nil
+	}
+	return p.waitFor(ctx, p.sent-republishWindow+1)
+}
+
 // wait blocks until the broker confirmed every message sent.
-func (p *republisher) wait(ctx context.Context) error {
+func (p *republisher) wait(ctx context.Context) error { return p.waitFor(ctx, p.sent) }
+
+// waitFor writes what the publisher holds and blocks until n messages are confirmed.
+func (p *republisher) waitFor(ctx context.Context, n int64) error {
 	if f, ok := p.pub.(Flusher); ok {
 		if err := f.Flush(); err != nil {
 			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, err)
 		}
 	}
-	for p.confirmed < p.sent {
+	for p.confirmed < n {
 		select {
 		case c, ok := <-p.confirms:
 			if err := p.apply(c, ok); err != nil {

@@ -1,10 +1,10 @@
-package replication
+package slots
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,29 +15,13 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// connect opens a logical replication connection (replication=database).
-func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
-	conn, _, err := connectWatched(ctx, dsn)
-	return conn, err
-}
-
-// connectWatched is connect, and also returns a clock of the last time the connection's socket
-// read any bytes: a server sending one long message is not silent, though no whole message has
-// arrived for a while.
-func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardClock, error) {
+// ConnConfig parses dsn into the configuration of a logical replication connection
+// (replication=database), as walbox run, migrate and recover open it.
+func ConnConfig(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		// The parser's message may quote the connection string, password included.
-		return nil, nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
-	}
-	lastRead := newHeardClock()
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return readClock{Conn: c, last: lastRead}, nil
+		return nil, errors.New("parse database url: not a valid connection string or URL")
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	// The decoder parses timestamps in ISO format, whatever the server's default style.
@@ -45,25 +29,44 @@ func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardCloc
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "walbox"
 	}
+	return cfg, nil
+}
+
+// connect opens a logical replication connection.
+func connect(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	cfg, err := ConnConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return conn, lastRead, nil
+	return conn, nil
 }
 
-// readClock records when its connection last read any bytes.
-type readClock struct {
-	net.Conn
-	last *heardClock
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// CheckName reports whether slot is a name walbox gives slots: PostgreSQL's rule, 1 to 63
+// lowercase letters, digits or underscores.
+func CheckName(slot string) error {
+	if !slotName.MatchString(slot) {
+		return fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
+	}
+	return nil
 }
 
-func (c readClock) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.last.mark()
-	}
-	return n, err
+// Create creates the pgoutput slot on conn, a logical replication connection, as a failover
+// slot if failover says so for the server, and returns its consistent point. On a standby it has
+// primary log standby snapshots meanwhile. It neither checks nor records anything: EnsureSlot
+// does. An error of IsSettingError is one of failover for this server.
+func Create(ctx context.Context, conn *pgconn.PgConn, primary Execer, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
+	var lsn pglogrepl.LSN
+	err := whileCreating(ctx, conn, primary, func() (err error) {
+		lsn, err = createSlot(ctx, conn, slot, failover)
+		return err
+	})
+	return lsn, err
 }
 
 // createSlot creates the pgoutput slot, a failover slot if failover says so, and returns its
@@ -82,7 +85,7 @@ type slotOptions struct {
 }
 
 // WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
-// as Config.ReplicationURL streams from it; the record stays on dsn's server.
+// as replication.Config.ReplicationURL streams from it; the record stays on dsn's server.
 func WithReplicationURL(u string) SlotOption {
 	return func(o *slotOptions) { o.replicationURL = u }
 }
@@ -99,14 +102,14 @@ func WithFailoverSlot(f FailoverSlot) SlotOption {
 //
 // The record holds what publication covers of tables, read before the slot is created: a relay
 // that starts much later, after the publication or a table was changed and put right again, finds
-// the coverage it reads now short of the one recorded, and stops (watch.pinCoverage).
+// the coverage it reads now short of the one recorded, and stops (see package replication).
 func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store, opts ...SlotOption) (bool, error) {
 	o := slotOptions{failover: FailoverAuto}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !slotName.MatchString(slot) {
-		return false, fmt.Errorf("slot %q: use 1 to 63 lowercase letters, digits or underscores", slot)
+	if err := CheckName(slot); err != nil {
+		return false, err
 	}
 	replURL, slotDB := dsn, inspect.Querier(reg.DB())
 	if o.replicationURL != "" {
@@ -151,11 +154,7 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	var lsn pglogrepl.LSN
-	err = whileCreating(ctx, conn, reg.DB(), func() (err error) {
-		lsn, err = createSlot(ctx, conn, slot, o.failover)
-		return err
-	})
+	lsn, err := Create(ctx, conn, reg.DB(), slot, o.failover)
 	if err != nil {
 		return false, err
 	}
@@ -186,25 +185,6 @@ func coveredIdentity(ctx context.Context, db inspect.Querier, publication string
 	}
 	c, err := inspect.ReadCoverage(ctx, db, publication, covered)
 	return c.Identity, err
-}
-
-// start sends START_REPLICATION for pgoutput protocol 1, without streaming of in-progress
-// transactions, and with logical decoding messages if messages is set.
-func start(ctx context.Context, conn *pgconn.PgConn, slot, publication string, messages bool, from pglogrepl.LSN) error {
-	args := []string{
-		"proto_version '1'",
-		"publication_names " + quoteLiteral(quoteIdent(publication)),
-	}
-	if messages {
-		args = append(args, "messages 'true'")
-	}
-	err := pglogrepl.StartReplication(ctx, conn, slot, from, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication, PluginArgs: args,
-	})
-	if err != nil {
-		return fmt.Errorf("start replication from %s: %w", from, classify(err, slot))
-	}
-	return nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -1,7 +1,8 @@
-package replication
+package slots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -35,8 +36,8 @@ func ParseFailoverSlot(s string) (FailoverSlot, error) {
 	return "", fmt.Errorf("%q: want auto, on or off", s)
 }
 
-// Wanted reports whether a slot created on a server of this major version is a failover slot.
-// On before PostgreSQL 17 is an error.
+// Wanted reports whether a slot created on a server of this major version is a failover slot:
+// FailoverOff never, FailoverAuto from PostgreSQL 17 on, FailoverOn always (an error before 17).
 func (f FailoverSlot) Wanted(major int) (bool, error) {
 	switch f {
 	case FailoverOff:
@@ -62,8 +63,11 @@ func MajorVersion(serverVersion string) int {
 	return n
 }
 
-// connMajor is the major version of the server conn is connected to.
-func connMajor(conn *pgconn.PgConn) int { return MajorVersion(conn.ParameterStatus("server_version")) }
+// ServerMajor is the major version of the server conn is connected to (MajorVersion of the
+// server_version it reported).
+func ServerMajor(conn *pgconn.PgConn) int {
+	return MajorVersion(conn.ParameterStatus("server_version"))
+}
 
 // createdSlot is what CREATE_REPLICATION_SLOT returns.
 type createdSlot struct {
@@ -74,15 +78,15 @@ type createdSlot struct {
 // createLogicalSlot creates a pgoutput slot over the replication connection conn, exporting a
 // snapshot if export is set, as a failover slot when failover says so for this server.
 func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, export bool) (createdSlot, error) {
-	on, err := failover.Wanted(connMajor(conn))
+	on, err := failover.Wanted(ServerMajor(conn))
 	if err != nil {
-		return createdSlot{}, fatal(err)
+		return createdSlot{}, settingError{err}
 	}
 	if on && inRecovery(conn) {
 		// A slot created on a standby cannot be a failover slot.
 		if failover == FailoverOn {
-			return createdSlot{}, fatal(fmt.Errorf("failover slot on: slot %s is created on a standby, where it cannot be a failover slot; "+
-				"set --failover-slot auto or off", slot))
+			return createdSlot{}, settingError{fmt.Errorf("failover slot on: slot %s is created on a standby, where it cannot be a failover slot; "+
+				"set --failover-slot auto or off", slot)}
 		}
 		on = false
 	}
@@ -95,7 +99,7 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 		opts += ", FAILOVER true"
 	}
 	var res []*pgconn.Result
-	if connMajor(conn) >= 15 {
+	if ServerMajor(conn) >= 15 {
 		// The option list exists since PostgreSQL 15; FAILOVER since 17.
 		res, err = conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (%s)", quoteIdent(slot), opts)).ReadAll()
 	} else {
@@ -116,10 +120,10 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 	return createdSlot{lsn: lsn, snapshot: string(row[2])}, nil
 }
 
-// makeFailover turns an existing inactive slot into a failover slot when failover says so (a
+// MakeFailover turns an existing inactive slot into a failover slot when failover says so (a
 // slot made by an older walbox or by hand). It reports whether it changed the slot.
-func makeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
-	on, err := failover.Wanted(connMajor(conn))
+func MakeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
+	on, err := failover.Wanted(ServerMajor(conn))
 	if err != nil || !on || isFailover || inRecovery(conn) {
 		return false, err
 	}
@@ -127,4 +131,16 @@ func makeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failove
 		return false, fmt.Errorf("make slot %s a failover slot: %w", slot, classify(err, slot))
 	}
 	return true, nil
+}
+
+// settingError is an error of the failover setting on this server: retrying cannot fix it.
+type settingError struct{ error }
+
+func (s settingError) Unwrap() error { return s.error }
+
+// IsSettingError reports whether err comes from a setting that does not fit the server (see
+// FailoverSlot), which retrying cannot fix.
+func IsSettingError(err error) bool {
+	var s settingError
+	return errors.As(err, &s)
 }

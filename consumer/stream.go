@@ -1,0 +1,288 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// DefaultOffsetTable is the table where a StreamConsumer keeps its next offset.
+const DefaultOffsetTable = "walbox_stream_offsets"
+
+// StreamConfig configures a StreamConsumer.
+type StreamConfig struct {
+	// URIs are the nodes' rabbitmq-stream:// URIs; the client connects to the first that
+	// answers. Required.
+	URIs []string
+	// Stream is the stream to read. Required.
+	Stream string
+	// ConsumerName names the consumer: its row in OffsetTable. Required.
+	ConsumerName string
+	// OffsetTable keeps the next offset of each consumer and stream (default
+	// DefaultOffsetTable). Run creates it if it is missing.
+	OffsetTable string
+	// MaxAttempts is how often a message is tried before it is dead-lettered (default 5).
+	MaxAttempts int
+	// RetryBackoff and RetryBackoffMax bound the pause before each retry: it starts at
+	// RetryBackoff and doubles (defaults 1s and 1m).
+	RetryBackoff, RetryBackoffMax time.Duration
+	// DeadLetterStream keeps the messages that failed MaxAttempts times (default
+	// "<Stream>.dead"), declared if missing.
+	DeadLetterStream string
+	// ReconnectBackoff is the pause before reading again after a connection or database error
+	// (default 500ms).
+	ReconnectBackoff time.Duration
+	// OnError receives the errors Run recovers from (default: none).
+	OnError func(error)
+}
+
+func (c *StreamConfig) validate() error {
+	if len(c.URIs) == 0 || c.Stream == "" || c.ConsumerName == "" {
+		return errors.New("stream consumer: uris, stream and consumer name are required")
+	}
+	setDefault(&c.OffsetTable, DefaultOffsetTable)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
+	setDefault(&c.RetryBackoffMax, max(DefaultRetryBackoffMax, c.RetryBackoff))
+	setDefault(&c.DeadLetterStream, c.Stream+".dead")
+	setDefault(&c.ReconnectBackoff, DefaultReconnectBackoff)
+	if c.OnError == nil {
+		c.OnError = func(error) {}
+	}
+	if _, err := wire.ParseTable(c.OffsetTable); err != nil {
+		return fmt.Errorf("offset table: %w", err)
+	}
+	return nil
+}
+
+// StreamConsumer reads a RabbitMQ stream and runs a handler for each message, exactly once: the
+// handler's transaction also stores the offset of the next message, so a message is handled
+// again only if its transaction did not commit. It needs no row per message. Messages are
+// handled one at a time, in stream order; a failing message is retried in place (the messages
+// behind it wait), then dead-lettered.
+type StreamConsumer struct {
+	pool    *pgxpool.Pool
+	cfg     StreamConfig
+	handler Handler
+	table   string // OffsetTable, quoted
+}
+
+// NewStream returns a StreamConsumer that handles the messages of cfg.Stream with h.
+func NewStream(pool *pgxpool.Pool, cfg StreamConfig, h Handler) (*StreamConsumer, error) {
+	if pool == nil || h == nil {
+		return nil, errors.New("new stream consumer: nil pool or handler")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t, _ := wire.ParseTable(cfg.OffsetTable)
+	return &StreamConsumer{pool: pool, cfg: cfg, handler: h, table: t.Quoted()}, nil
+}
+
+// Run reads and handles messages until ctx ends, and then returns nil once the message in hand
+// is handled or abandoned (its transaction rolled back: it is handled again next time). It
+// reconnects after connection and database errors; it returns early only if the offset table
+// cannot be created or read (see Fatal).
+func (c *StreamConsumer) Run(ctx context.Context) error {
+	if _, err := c.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+c.table+
+		" (consumer text NOT NULL, stream text NOT NULL, next_offset bigint NOT NULL, PRIMARY KEY (consumer, stream))"); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return classifyDB(fmt.Errorf("create offset table: %w", err))
+	}
+	for {
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if Fatal(err) {
+			return err
+		}
+		c.cfg.OnError(err)
+		if !sleep(ctx, c.cfg.ReconnectBackoff) {
+			return nil
+		}
+	}
+}
+
+// record is one message read from the stream, with its offset.
+type record struct {
+	offset int64
+	msg    *amqp.Message
+}
+
+// session reads from the stored offset on one connection until an error or the end of ctx.
+func (c *StreamConsumer) session(ctx context.Context) error {
+	next, err := c.storedOffset(ctx)
+	if err != nil {
+		return err
+	}
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUris(c.cfg.URIs))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer env.Close()
+	records := make(chan record, 64)
+	closed := make(chan struct{})
+	sc, err := env.NewConsumer(c.cfg.Stream, func(cc stream.ConsumerContext, m *amqp.Message) {
+		select {
+		case records <- record{cc.Consumer.GetOffset(), m}:
+		case <-closed:
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Offset(next)).SetClientProvidedName(c.cfg.ConsumerName))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.Stream, err)
+	}
+	defer close(closed)
+	defer sc.Close()
+	dead := newDeadLetters(env, &c.cfg)
+	defer dead.close()
+	ended := sc.NotifyClose()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-ended:
+			return fmt.Errorf("stream consumer closed: %v", ev.Reason)
+		case r := <-records:
+			if r.offset < next {
+				continue // delivered again with its chunk
+			}
+			if err := c.handle(ctx, dead, r); err != nil {
+				return err
+			}
+			next = r.offset + 1
+		}
+	}
+}
+
+// storedOffset returns the offset of the next message to handle: 0 for a new consumer.
+func (c *StreamConsumer) storedOffset(ctx context.Context) (int64, error) {
+	var next int64
+	err := c.pool.QueryRow(ctx, "SELECT next_offset FROM "+c.table+" WHERE consumer = $1 AND stream = $2",
+		c.cfg.ConsumerName, c.cfg.Stream).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, classifyDB(fmt.Errorf("read offset: %w", err))
+	}
+	return next, nil
+}
+
+// handle handles r, retrying a failing handler and dead-lettering the message after the last
+// attempt. An error is a database or broker error: the session starts again from the stored
+// offset.
+func (c *StreamConsumer) handle(ctx context.Context, dead *deadLetters, r record) error {
+	d := streamDelivery(r.msg)
+	var herr error
+	for d.Attempt = 1; d.Attempt <= c.cfg.MaxAttempts; d.Attempt++ {
+		if d.Attempt > 1 && !sleep(ctx, c.retryDelay(d.Attempt-1)) {
+			return ctx.Err()
+		}
+		if d.MessageID == "" {
+			herr = ErrMissingMessageID
+			break
+		}
+		var err error
+		if herr, err = c.process(ctx, r.offset, d, c.call); err != nil || herr == nil {
+			return err
+		}
+		c.cfg.OnError(&MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: herr})
+	}
+	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), herr); err != nil {
+		return err
+	}
+	_, err := c.process(ctx, r.offset, d, nil) // only the offset moves
+	return err
+}
+
+func (c *StreamConsumer) retryDelay(attempt int) time.Duration {
+	d := c.cfg.RetryBackoff << min(attempt-1, 30)
+	return min(d, c.cfg.RetryBackoffMax)
+}
+
+// process runs h (if any) in a transaction that stores offset+1 as the next offset, provided
+// the stored offset is not past it: a message another instance of the consumer handled is
+// skipped. A stored offset below it means the messages between are gone (retention). handlerErr is the handler's error (the transaction rolled back); err a database error.
+func (c *StreamConsumer) process(ctx context.Context, offset int64, d Delivery,
+	h func(context.Context, pgx.Tx, Delivery) error) (handlerErr, err error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var stored int64
+	err = tx.QueryRow(ctx, "INSERT INTO "+c.table+" AS o (consumer, stream, next_offset) VALUES ($1, $2, $3)"+
+		" ON CONFLICT (consumer, stream) DO UPDATE SET next_offset = o.next_offset RETURNING next_offset",
+		c.cfg.ConsumerName, c.cfg.Stream, offset).Scan(&stored)
+	if err != nil {
+		return nil, classifyDB(fmt.Errorf("lock offset: %w", err))
+	}
+	if stored > offset {
+		return nil, nil // handled by another instance of this consumer
+	}
+	if h != nil {
+		if err := h(ctx, tx, d); err != nil {
+			return err, nil
+		}
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $3 WHERE consumer = $1 AND stream = $2",
+		c.cfg.ConsumerName, c.cfg.Stream, offset+1); err != nil {
+		return nil, classifyDB(fmt.Errorf("store offset: %w", err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+			return fmt.Errorf("handler left the transaction unusable: %w", err), nil
+		}
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return nil, nil
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *StreamConsumer) call(ctx context.Context, tx pgx.Tx, d Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return c.handler(ctx, tx, d)
+}
+
+// streamDelivery is the handler's view of a stream message: the application properties are
+// the headers; event_type is also Type and RoutingKey.
+func streamDelivery(m *amqp.Message) Delivery {
+	d := Delivery{Headers: map[string]any{}}
+	for k, v := range m.ApplicationProperties {
+		d.Headers[k] = v
+	}
+	if p := m.Properties; p != nil {
+		if p.MessageID != nil {
+			d.MessageID = fmt.Sprint(p.MessageID)
+		}
+		d.Timestamp = p.CreationTime
+	}
+	d.Type, _ = d.Headers["event_type"].(string)
+	d.RoutingKey = d.Type
+	d.Body = []byte(strings.Join(dataSections(m), ""))
+	return d
+}
+
+func dataSections(m *amqp.Message) []string {
+	out := make([]string, len(m.Data))
+	for i, b := range m.Data {
+		out[i] = string(b)
+	}
+	return out
+}

@@ -1,0 +1,230 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/streampub"
+	"github.com/walbox/walbox/wire"
+)
+
+// streamEnv is a database with an effects table and a stream of n messages written by walbox's
+// stream publisher; ids[i] is the message id at offset i.
+type streamEnv struct {
+	*env
+	dbURL, uri, stream string
+	ids                []string
+}
+
+func newStreamEnv(t *testing.T, n int) *streamEnv {
+	t.Helper()
+	skipShort(t)
+	r := testenv.StartRabbitStream(t)
+	pg := testenv.SharedPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	conn := pg.Conn(t, dbURL)
+	if _, err := conn.Exec(context.Background(), "CREATE TABLE effects (message_id text NOT NULL, attempt int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	se := &streamEnv{env: &env{pool: pool}, dbURL: dbURL, uri: r.StreamURL(), stream: testenv.UniqueName("events")}
+	s, err := streampub.Dial(context.Background(), streampub.Config{URIs: []string{se.uri}, Stream: se.stream,
+		Producer: "test", Window: n + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range n {
+		m := &wire.Message{ID: uuid.New(), EventType: "order.created", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+		se.ids = append(se.ids, m.ID.String())
+		s.At(1, uint64(i+1), 0)
+		if _, err := s.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if c := <-s.Confirms(); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+	}
+	return se
+}
+
+func (se *streamEnv) config() consumer.StreamConfig {
+	return consumer.StreamConfig{URIs: []string{se.uri}, Stream: se.stream, ConsumerName: "billing",
+		MaxAttempts: 3, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
+		ReconnectBackoff: 100 * time.Millisecond}
+}
+
+// waitOffset waits until the consumer's stored next offset is n.
+func (se *streamEnv) waitOffset(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var next int
+		err := se.pool.QueryRow(context.Background(), "SELECT next_offset FROM walbox_stream_offsets WHERE consumer = 'billing'").Scan(&next)
+		if err == nil && next == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stored offset %d (%v) after %v, want %d", next, err, timeout, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A message whose handler fails is retried in place, then dead-lettered; every other message
+// is handled once, with no row per message besides the handler's own.
+func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
+	se := newStreamEnv(t, 40)
+	flaky, poison := se.ids[10], se.ids[20]
+	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if err := recordEffect(ctx, tx, d); err != nil {
+			return err
+		}
+		switch {
+		case d.MessageID == flaky && d.Attempt < 3:
+			return errors.New("flaky")
+		case d.MessageID == poison:
+			return errors.New("poison")
+		}
+		return nil
+	}
+	c, err := consumer.NewStream(se.pool, se.config(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	se.waitOffset(t, 40, time.Minute)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for i, id := range se.ids {
+		want := 1
+		if id == poison {
+			want = 0
+		}
+		if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1", id); got != want {
+			t.Errorf("message %d: handled %d times, want %d", i, got, want)
+		}
+	}
+	if got := se.count(t, "SELECT attempt FROM effects WHERE message_id = $1", flaky); got != 3 {
+		t.Errorf("flaky message committed at attempt %d, want 3", got)
+	}
+	dead := readAll(t, se.uri, se.stream+".dead", 1)
+	if got := fmt.Sprint(dead[0].Properties.MessageID); got != poison {
+		t.Errorf("dead letter %s, want %s", got, poison)
+	}
+	if got := dead[0].ApplicationProperties[consumer.HeaderError]; !strings.Contains(fmt.Sprint(got), "poison") {
+		t.Errorf("dead letter's %s: %v", consumer.HeaderError, got)
+	}
+}
+
+// The consumer process is SIGKILLed again and again while it handles a stream: every message
+// is handled exactly once, by the offset stored with the handler's writes.
+func TestStreamConsumerKilledRepeatedly(t *testing.T) {
+	const n, kills = 3000, 8
+	se := newStreamEnv(t, n)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	start := func() *testenv.Program {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), streamChildEnv+"=1", "CHILD_DB="+se.dbURL, "CHILD_URI="+se.uri, "CHILD_STREAM="+se.stream)
+		return testenv.Start(t, cmd)
+	}
+	for i := range kills {
+		p := start()
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		p.Kill()
+		t.Logf("kill %d: %d handled", i+1, se.count(t, "SELECT count(*) FROM effects"))
+	}
+	p := start()
+	se.waitOffset(t, n, 2*time.Minute)
+	p.Kill()
+	if got := se.count(t, "SELECT count(DISTINCT message_id) FROM effects"); got != n {
+		t.Errorf("%d messages handled, want %d", got, n)
+	}
+	if got := se.count(t, "SELECT count(*) FROM (SELECT message_id FROM effects GROUP BY 1 HAVING count(*) > 1) d"); got != 0 {
+		t.Errorf("%d messages handled more than once", got)
+	}
+	if got := se.count(t, "SELECT count(*) FROM effects"); got != n {
+		t.Errorf("%d handler commits, want %d", got, n)
+	}
+}
+
+// streamChildEnv makes the test binary a stream consumer (TestMain), for the kill test.
+const streamChildEnv = "WALBOX_TEST_STREAM_CONSUMER_CHILD"
+
+func runStreamChild() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("CHILD_DB"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := consumer.NewStream(pool, consumer.StreamConfig{URIs: []string{os.Getenv("CHILD_URI")},
+		Stream: os.Getenv("CHILD_STREAM"), ConsumerName: "billing", ReconnectBackoff: 100 * time.Millisecond,
+		OnError: func(err error) { fmt.Fprintln(os.Stderr, err) }}, slowEffect)
+	if err == nil {
+		err = c.Run(ctx)
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// slowEffect records the effect a little slowly, so that kills land in mid-stream.
+func slowEffect(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+	time.Sleep(time.Millisecond)
+	return recordEffect(ctx, tx, d)
+}
+
+// readAll reads n messages of a stream from its first offset.
+func readAll(t *testing.T, uri, name string, n int) []*amqp.Message {
+	t.Helper()
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	got := make(chan *amqp.Message, n)
+	c, err := env.NewConsumer(name, func(_ stream.ConsumerContext, m *amqp.Message) { got <- m },
+		stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out []*amqp.Message
+	for len(out) < n {
+		select {
+		case m := <-got:
+			out = append(out, m)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d messages in %s", len(out), n, name)
+		}
+	}
+	return out
+}

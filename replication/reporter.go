@@ -1,0 +1,314 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// reporter is the goroutine that checks, records and reports the session's position. It owns the
+// watch connection (coverage checks and the registry) and every standby status update on the
+// replication connection, for the length of the stream. The stream's goroutine only publishes
+// the watermark to it (offer) and runs no SQL; nothing it does waits on the database.
+//
+// Each report takes the latest watermark offered, caps it at the last verified coverage position,
+// records it, and only then sends it: the slot is never ahead of its record. Reports go out when
+// the status interval has passed, soon after the watermark moved (reportDelay), at once when a
+// keepalive asks for a reply, and at the end of the stream (final). On its timer the reporter
+// also judges the server's silence, whatever the stream's goroutine is doing (a long publish
+// call, say), and ends the session when the server stayed silent beyond the silence bound.
+//
+// The reader goroutine reads the replication connection while the reporter writes to it. pgconn
+// allows one reader and one writer at a time: ReceiveMessage reads through the frontend's
+// chunk reader, and pglogrepl.SendStandbyStatusUpdate writes through
+// Frontend.SendUnbufferedEncodedCopyData, which touches only the write buffer (empty while
+// streaming) and the socket. No other goroutine writes to the connection while the reporter runs.
+type reporter struct {
+	interval time.Duration
+	silence  time.Duration // how long the server may stay silent, having been asked to reply
+	slot     string
+	log      *slog.Logger
+	stats    *Stats
+	pos      positions
+	send     func(pglogrepl.StandbyStatusUpdate) error // writes a status update to the connection
+	heard    *heardClock
+	reader   *reader     // read only through its locked methods; nil in tests
+	onFail   func(error) // called on the reporter's goroutine when it ends in an error
+
+	mu     sync.Mutex
+	latest mark // the watermark the stream offered last
+
+	wake   chan struct{}   // holds a token when a new mark was offered
+	reply  chan struct{}   // holds a token when a keepalive asked for a reply
+	finals chan chan error // a final report, and where its result goes
+	stop   chan struct{}   // closed by close
+	done   chan struct{}   // closed when the goroutine has returned
+	err    error           // why the reporter ended, once done is closed; nil after close
+
+	// The goroutine's own.
+	reported pglogrepl.LSN // the position last sent
+	due      time.Time     // when the next status update is due
+	sent     time.Time     // when the last status update was sent
+	timer    *time.Timer
+}
+
+// mark is a watermark offered by the stream: where it is, and where outbox transactions (not
+// keepalives) last moved it.
+type mark struct {
+	w, moved pglogrepl.LSN
+}
+
+// positions is where the reporter checks and records positions: the session's watch.
+type positions interface {
+	// capAt checks the publication when the check is due or when the cap holds w back, and
+	// returns w capped at the last verified coverage position.
+	capAt(ctx context.Context, w pglogrepl.LSN) (pglogrepl.LSN, error)
+	// record writes lsn to the registry unless it is recorded already.
+	record(ctx context.Context, lsn pglogrepl.LSN) error
+	// lastRecorded returns the position last recorded.
+	lastRecorded() pglogrepl.LSN
+	// replayedCap returns a recorded position lsn capped at what the slot may pass once recorded:
+	// on a standby (--replication-url), the positions whose record the standby replayed.
+	replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error)
+}
+
+// newReporter returns a reporter whose first status update is due at once; start runs it.
+func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *reporter {
+	r := &reporter{interval: cfg.StatusInterval, slot: cfg.Slot, log: cfg.Logger, pos: pos, latest: start,
+		reported: start.w, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
+		finals: make(chan chan error), stop: make(chan struct{}), done: make(chan struct{})}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if conn != nil {
+		r.send = func(u pglogrepl.StandbyStatusUpdate) error {
+			return pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u)
+		}
+	}
+	return r
+}
+
+func (r *reporter) start() {
+	r.timer = time.NewTimer(time.Until(r.due))
+	go r.run()
+}
+
+func (r *reporter) run() {
+	defer close(r.done)
+	defer r.timer.Stop()
+	for {
+		var err error
+		select {
+		case <-r.wake:
+			r.soon()
+		case <-r.reply:
+			err = r.report()
+		case <-r.timer.C:
+			err = r.tick()
+		case res := <-r.finals:
+			err = r.report()
+			res <- err
+		case <-r.stop:
+			return
+		}
+		if err != nil {
+			r.err = err
+			if r.onFail != nil {
+				r.onFail(err)
+			}
+			return
+		}
+	}
+}
+
+// offer publishes the stream's watermark to the reporter; it never blocks.
+func (r *reporter) offer(m mark) {
+	r.mu.Lock()
+	r.latest = m
+	r.mu.Unlock()
+	signal(r.wake)
+}
+
+// replyNow asks for a status update at once, as a keepalive that requests a reply needs.
+func (r *reporter) replyNow() { signal(r.reply) }
+
+// final sends a status update with the latest watermark and returns its error, or the error
+// that ended the reporter.
+func (r *reporter) final() error {
+	res := make(chan error, 1)
+	select {
+	case r.finals <- res:
+		return <-res
+	case <-r.done:
+		if r.err == nil {
+			return errors.New("status reporter stopped")
+		}
+		return r.err
+	}
+}
+
+// failed is closed when the reporter has ended; failure says why.
+func (r *reporter) failed() <-chan struct{} { return r.done }
+
+// failure returns the error that ended the reporter, once failed is closed.
+func (r *reporter) failure() error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// close stops the reporter and waits for it: the watch connection is the relay's again.
+func (r *reporter) close() {
+	close(r.stop)
+	<-r.done
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reporter) mark() mark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.latest
+}
+
+// tick runs when the status timer fires: it judges the server's silence and sends the status
+// update that is due.
+func (r *reporter) tick() error {
+	if silent := r.silent(); silent > r.silence {
+		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
+			ErrServerSilent, silent.Round(time.Millisecond))
+	}
+	if time.Now().Before(r.due) {
+		r.setDue(r.due)
+		return nil
+	}
+	return r.report()
+}
+
+// report caps the latest watermark at the last verified coverage position, records it in the
+// registry and then sends it as written, flushed and applied: the slot is never ahead of the
+// record by walbox's doing. All three positions are set explicitly: pglogrepl would otherwise
+// copy the write position into a zero flush position.
+//
+// This is the only place that sends a position to the server.
+func (r *reporter) report() error {
+	ctx := context.Background()
+	m := r.mark()
+	w, err := r.pos.capAt(ctx, m.w)
+	if err != nil {
+		return err
+	}
+	if rec := r.pos.lastRecorded(); idleStep(rec, w, m.moved) {
+		w = rec
+	}
+	if err := r.pos.record(ctx, w); err != nil {
+		return err
+	}
+	if w, err = r.pos.replayedCap(ctx, w); err != nil {
+		return err
+	}
+	if err := r.connectionLost(); err != nil {
+		// pgconn closes a connection whose read failed from a goroutine of its own, writing to
+		// it as it goes: a status update now would race with that, and is lost anyway.
+		return err
+	}
+	err = r.send(pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: w,
+		WALFlushPosition: w,
+		WALApplyPosition: w,
+		ClientTime:       time.Now(),
+		ReplyRequested:   r.silent() >= r.interval/2,
+	})
+	if err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	if w != r.reported {
+		r.log.Debug("confirmed position", "slot", r.slot, "lsn", w.String())
+	}
+	r.reported = w
+	if r.stats != nil {
+		r.stats.confirmedLSN(w)
+	}
+	r.sent = time.Now()
+	r.setDue(r.sent.Add(r.interval))
+	r.soon()
+	return nil
+}
+
+// setDue makes the next status update due at t.
+func (r *reporter) setDue(t time.Time) {
+	r.due = t
+	if r.timer != nil {
+		if !r.timer.Stop() {
+			select {
+			case <-r.timer.C:
+			default:
+			}
+		}
+		r.timer.Reset(time.Until(t))
+	}
+}
+
+// idleRecordStep is how far keepalives alone must move the watermark past the recorded position
+// before it is recorded and reported: more than the WAL of one record (a full page image after a
+// checkpoint included), little next to the WAL a slot retains.
+const idleRecordStep = 64 << 10
+
+// idleStep reports whether only keepalives moved the watermark from from to to (outbox
+// transactions last moved it to moved), and by less than idleRecordStep: most likely past the
+// WAL of the relay's own last record. Recording that would be WAL for the next keepalive to
+// carry, a write every status interval on an idle database for ever, so such a step is neither
+// recorded nor reported.
+func idleStep(from, to, moved pglogrepl.LSN) bool {
+	return to > from && moved <= from && to-from < idleRecordStep
+}
+
+// reportDelay is how soon a watermark that moved is reported: a relay killed then sends again
+// little more than its window.
+const reportDelay = 100 * time.Millisecond
+
+// soon brings the next status update forward to reportDelay after the last one when the
+// watermark has moved past what was reported.
+func (r *reporter) soon() {
+	m := r.mark()
+	if m.w <= r.reported || idleStep(r.reported, m.w, m.moved) {
+		return
+	}
+	if soon := r.sent.Add(min(reportDelay, r.interval)); soon.Before(r.due) {
+		r.setDue(soon)
+	}
+}
+
+// silent returns how long the server has sent nothing, while the reader was reading it.
+func (r *reporter) silent() time.Duration {
+	if r.heard == nil || (r.reader != nil && !r.reader.listening()) {
+		return 0
+	}
+	return r.heard.silent()
+}
+
+// connectionLost returns the error that ended the reader, if reading ended because the
+// connection failed (not because the stream stopped the reader).
+func (r *reporter) connectionLost() error {
+	if r.reader == nil {
+		return nil
+	}
+	if err := r.reader.failure(); err != nil && !errors.Is(err, errReaderStopped) {
+		return err
+	}
+	return nil
+}

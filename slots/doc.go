@@ -1,0 +1,19 @@
+// Package slots administers walbox's replication slots, as the commands other than `walbox run`
+// do: it creates a slot and records it (EnsureSlot), recovers a lost one (Recovery), drops one
+// (Drop), and retires the old set of shards once a reshard passed its cut (Retire). The relay in package replication streams from a slot; it creates one only where
+// none was ever recorded, with Create.
+//
+// The record itself is package registry's: the table walbox_slots and the functions that move
+// it. This package decides when a record starts (EnsureSlot, with the slot's consistent point
+// and what the publication covers) and when it is reset (Recover, once every row of the gap was
+// confirmed by the broker). A slot that is missing though recorded is never recreated here
+// without walbox recover: that would skip the rows committed since it vanished.
+//
+// # Recover
+//
+// Recovery replaces a slot that was lost, dropped, recreated behind walbox's back, or that walbox
+// run stopped on. It creates the new slot first, with an exported snapshot, and republishes from
+// the outbox tables, in that snapshot, every row whose inserting transaction may have committed
+// after the recorded position (the record's xmin horizon tells them). Only once the broker
+// confirmed each one does it reset the record. Rows can go out twice, never zero times.
+package slots

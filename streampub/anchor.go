@@ -1,0 +1,172 @@
+package streampub
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+)
+
+// anchor is the producer's last stored message: its publishing id and position.
+type anchor struct {
+	id    int64    // the last stored publishing id for the producer; 0 for none
+	pos   Position // the position of that message
+	found bool     // pos is known: the message was found in the stream
+}
+
+// findAnchor asks the broker for the producer's last publishing id and reads the stream back
+// from its end until it finds the producer's last message.
+func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
+	id, err := env.QuerySequence(cfg.Producer, cfg.Stream)
+	if err != nil {
+		return anchor{}, fmt.Errorf("query sequence of producer %s: %w", cfg.Producer, err)
+	}
+	a := anchor{id: id}
+	if id <= 0 {
+		return a, nil // the producer never stored a message
+	}
+	last, err := readLastChunk(env, cfg)
+	if err != nil {
+		return a, err
+	}
+	from := int64(-1)
+	for {
+		if last.found {
+			return a.at(last), nil
+		}
+		if last.start <= 0 || last.start > from && from >= 0 {
+			// Read back to the first offset (retention may have removed the ones before):
+			// nothing of this producer is left.
+			return a, nil
+		}
+		// Read back twice as far as the last step, up to where the last step started.
+		step := max(2*(last.end-last.start), 1024)
+		from = max(last.start-step, 0)
+		if last, err = readRange(env, cfg, from, last.start); err != nil {
+			return a, err
+		}
+	}
+}
+
+// at returns the anchor at the producer's last message found, s. Its id and position come from
+// the message itself, a consistent pair: another session may store more messages between the
+// query of the last id and the read. A message found below the last id (the ones above it were
+// removed, or written without walbox's properties) is no anchor: numbering on from its id would
+// give rows ids the broker already stored, and it would drop them.
+func (a anchor) at(s span) anchor {
+	if s.id < a.id {
+		return a
+	}
+	return anchor{id: s.id, pos: s.pos, found: true}
+}
+
+// span is what a read of part of the stream found: offsets start (inclusive) to end
+// (exclusive), and the position of the producer's last message in them.
+type span struct {
+	start, end int64
+	pos        Position // of the producer's last message in the span
+	id         int64    // that message's publishing id
+	found      bool
+}
+
+// take notes one message of the stream.
+func (s *span) take(offset int64, m *amqp.Message, producer string) error {
+	if s.end == 0 && s.start == 0 || offset < s.start {
+		s.start = offset
+	}
+	s.end = max(s.end, offset+1)
+	if p, _ := m.ApplicationProperties[PropProducer].(string); p != producer {
+		return nil
+	}
+	raw, _ := m.ApplicationProperties[PropPosition].(string)
+	pos, err := ParsePosition(raw)
+	if err != nil {
+		return fmt.Errorf("message at offset %d of producer %s: %w", offset, producer, err)
+	}
+	id, ok := m.ApplicationProperties[PropPublishingID].(int64)
+	if !ok {
+		return fmt.Errorf("message at offset %d of producer %s: no %s", offset, producer, PropPublishingID)
+	}
+	if !s.found || s.pos.Less(pos) {
+		s.pos, s.id, s.found = pos, id, true
+	}
+	return nil
+}
+
+// readLastChunk reads the stream's last chunk whole.
+func readLastChunk(env *stream.Environment, cfg *Config) (span, error) {
+	var n int // the chunk's entries; 0 until its first message arrived
+	return scan(env, cfg, stream.OffsetSpecification{}.Last(), func(ctx stream.ConsumerContext, s *span, count int) bool {
+		if n == 0 {
+			n = int(ctx.GetEntriesCount())
+		}
+		return count >= n
+	}, true)
+}
+
+// readRange reads offsets from to end (exclusive).
+func readRange(env *stream.Environment, cfg *Config, from, end int64) (span, error) {
+	return scan(env, cfg, stream.OffsetSpecification{}.Offset(from), func(_ stream.ConsumerContext, s *span, _ int) bool {
+		return s.end >= end
+	}, false)
+}
+
+// scan consumes the stream from spec until done says the read is complete. A stream that
+// delivers nothing for the scan timeout is empty when emptyOK, else an error.
+func scan(env *stream.Environment, cfg *Config, spec stream.OffsetSpecification,
+	done func(stream.ConsumerContext, *span, int) bool, emptyOK bool) (span, error) {
+	var (
+		mu       sync.Mutex
+		s        span
+		count    int
+		heard    = time.Now()
+		complete = make(chan struct{})
+		closed   bool
+		failure  error
+	)
+	handle := func(ctx stream.ConsumerContext, m *amqp.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		count++
+		heard = time.Now()
+		if err := s.take(ctx.Consumer.GetOffset(), m, cfg.Producer); err != nil {
+			failure = err
+		}
+		if failure != nil || done(ctx, &s, count) {
+			closed = true
+			close(complete)
+		}
+	}
+	c, err := env.NewConsumer(cfg.Stream, handle, stream.NewConsumerOptions().SetOffset(spec).
+		SetClientProvidedName("walbox-anchor"))
+	if err != nil {
+		return s, fmt.Errorf("read stream %s: %w", cfg.Stream, err)
+	}
+	defer c.Close()
+	tick := time.NewTicker(cfg.ScanTimeout / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-complete:
+			mu.Lock()
+			defer mu.Unlock()
+			return s, failure
+		case <-tick.C:
+		}
+		mu.Lock()
+		if time.Since(heard) > cfg.ScanTimeout {
+			defer mu.Unlock()
+			closed = true
+			if count == 0 && emptyOK {
+				return span{}, nil
+			}
+			return s, fmt.Errorf("read stream %s: nothing new for %v after offset %d", cfg.Stream, cfg.ScanTimeout, s.end-1)
+		}
+		mu.Unlock()
+	}
+}

@@ -1,0 +1,105 @@
+package streampub
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures publishing sessions into a stream.
+type Config struct {
+	// URIs are the nodes' rabbitmq-stream:// (or rabbitmq-stream+tls://) URIs; the client
+	// connects to the first that answers. Required.
+	URIs []string
+	// Stream is the stream's name. Dial declares it if it is missing. Required.
+	Stream string
+	// Producer is the producer's name, the key of the broker's deduplication; see ProducerName.
+	// Required.
+	Producer string
+	// MaxAge and MaxBytes are the retention of a stream Dial declares; zero means none.
+	MaxAge   time.Duration
+	MaxBytes int64
+	// Window is the most messages in flight, as the relay's window (default 1024).
+	Window int
+	// ConfirmTimeout is how long a message may wait for its confirm before the session is taken
+	// for dead (default 30s).
+	ConfirmTimeout time.Duration
+	// ScanTimeout bounds each wait for messages while Dial reads the stream back to the anchor
+	// (default 10s).
+	ScanTimeout time.Duration
+}
+
+// ProducerName is the producer's name for a relay streaming from slot: one per slot, so each
+// shard has its own.
+func ProducerName(slot string) string { return "walbox-" + slot }
+
+// ParkStream is the stream that keeps the messages that can never be published into stream.
+func ParkStream(stream string) string { return stream + ".parked" }
+
+// Validate fills in defaults and reports the first bad setting.
+func (c *Config) Validate() error {
+	if len(c.URIs) == 0 {
+		return errors.New("stream url: required")
+	}
+	for _, u := range c.URIs {
+		if err := checkURI(u); err != nil {
+			return err
+		}
+	}
+	if c.Stream == "" {
+		return errors.New("stream: required")
+	}
+	if c.Producer == "" {
+		return errors.New("stream producer: required")
+	}
+	if c.MaxAge < 0 || c.MaxBytes < 0 {
+		return errors.New("stream retention: must not be negative")
+	}
+	if c.Window == 0 {
+		c.Window = 1024
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("window %d: must be at least 1", c.Window)
+	}
+	if c.ConfirmTimeout <= 0 {
+		c.ConfirmTimeout = 30 * time.Second
+	}
+	if c.ScanTimeout <= 0 {
+		c.ScanTimeout = 10 * time.Second
+	}
+	return nil
+}
+
+// ParseURIs splits a comma-separated list of stream URIs and checks each.
+func ParseURIs(list string) ([]string, error) {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if err := checkURI(u); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no URI")
+	}
+	return out, nil
+}
+
+func checkURI(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("stream url: not a URL") // url's error would print the password
+	}
+	if u.Scheme != "rabbitmq-stream" && u.Scheme != "rabbitmq-stream+tls" {
+		return fmt.Errorf("stream url %s: want rabbitmq-stream:// or rabbitmq-stream+tls://", u.Redacted())
+	}
+	if u.Host == "" {
+		return fmt.Errorf("stream url %s: no host", u.Redacted())
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package streampub
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/walbox/walbox/wire"
+)
+
+// The application properties of every message, besides the row's headers.
+const (
+	PropEventType     = "event_type"
+	PropAggregateType = "aggregate_type"
+	PropAggregateID   = "aggregate_id"
+)
+
+// The application properties of a parked message, as the exchange's park headers.
+const (
+	PropParkReason = "x-walbox-reason"
+	PropParkTable  = "x-walbox-table"
+	PropParkLSN    = "x-walbox-lsn"
+)
+
+// message builds the stream message of m: properties.message-id the message id, content type
+// application/json, creation time the row's created_at; the event type, aggregate type, aggregate
+// id and the row's headers as application properties, with the producer and the position.
+func (s *Session) message(m *wire.Message) (*amqp.AMQP10, error) {
+	msg := baseMessage(m)
+	msg.ApplicationProperties[PropProducer] = s.cfg.Producer
+	msg.ApplicationProperties[PropPosition] = s.pos.String()
+	return msg, nil
+}
+
+func baseMessage(m *wire.Message) *amqp.AMQP10 {
+	msg := amqp.NewMessage(m.Payload)
+	msg.Properties = &amqp.MessageProperties{
+		MessageID:    m.AMQPMessageID(),
+		ContentType:  "application/json",
+		CreationTime: m.CreatedAt,
+	}
+	props := make(map[string]any, len(m.Headers)+5)
+	for k, v := range m.Headers {
+		props[k] = propertyValue(v)
+	}
+	props[PropEventType] = m.EventType
+	props[PropAggregateType] = m.AggregateType
+	props[PropAggregateID] = m.AggregateID
+	msg.ApplicationProperties = props
+	return msg
+}
+
+// propertyValue turns a header's JSON value into one an application property can carry: simple
+// values as they are, lists and objects as their JSON text.
+func propertyValue(v any) any {
+	switch v := v.(type) {
+	case nil, string, bool, float64:
+		return v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	}
+}
+
+func parkedMessage(p *wire.Parked) *amqp.AMQP10 {
+	msg := baseMessage(&p.Message)
+	msg.ApplicationProperties[PropParkReason] = p.Reason
+	msg.ApplicationProperties[PropParkTable] = p.Table
+	msg.ApplicationProperties[PropParkLSN] = p.LSN
+	return msg
+}

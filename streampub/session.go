@@ -1,0 +1,208 @@
+package streampub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/walbox/walbox/wire"
+)
+
+// Session is one publishing session into the stream: one connection, the named producer and the
+// park stream's producer. Publish, Park, At and Close are called from one goroutine.
+type Session struct {
+	cfg    Config
+	env    *stream.Environment
+	main   *lane // the named producer: exactly once
+	park   *lane // the park stream's producer: at least once
+	anchor anchor
+
+	pos    Position // the next message's position, set by At
+	posSet bool
+	nextID int64  // the next message's publishing id
+	seq    uint64 // the last sequence number handed out
+
+	mu       sync.Mutex
+	confirms chan wire.Confirm
+	ended    bool // confirms is closed
+	lanes    sync.WaitGroup
+}
+
+// Dial opens a session: it connects, declares the stream (and the park stream) if missing,
+// finds the anchor and declares the producer.
+func Dial(ctx context.Context, cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUris(cfg.URIs).SetMaxProducersPerClient(2))
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
+	}
+	s := &Session{cfg: cfg, env: env, confirms: make(chan wire.Confirm, cfg.Window+16)}
+	if err := s.open(ctx); err != nil {
+		_ = env.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Session) open(ctx context.Context) error {
+	for _, name := range []string{s.cfg.Stream, ParkStream(s.cfg.Stream)} {
+		if err := declare(s.env, name, &s.cfg); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var err error
+	if s.anchor, err = findAnchor(s.env, &s.cfg); err != nil {
+		return err
+	}
+	s.nextID = s.anchor.id + 1
+	if s.main, err = s.newLane(s.cfg.Stream, s.cfg.Producer); err != nil {
+		return err
+	}
+	if s.park, err = s.newLane(ParkStream(s.cfg.Stream), ""); err != nil {
+		return err
+	}
+	return nil
+}
+
+// declare creates the stream with the configured retention unless it exists.
+func declare(env *stream.Environment, name string, cfg *Config) error {
+	opts := stream.NewStreamOptions()
+	if cfg.MaxAge > 0 {
+		opts.SetMaxAge(cfg.MaxAge)
+	}
+	if cfg.MaxBytes > 0 {
+		opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(cfg.MaxBytes))
+	}
+	err := env.DeclareStream(name, opts)
+	if err != nil && !errors.Is(err, stream.StreamAlreadyExists) {
+		return fmt.Errorf("declare stream %s: %w", name, err)
+	}
+	return nil
+}
+
+// Anchor returns the producer's last stored publishing id and, if the stream still holds that
+// message, its position: what this session skips.
+func (s *Session) Anchor() (id int64, pos Position, found bool) {
+	return s.anchor.id, s.anchor.pos, s.anchor.found
+}
+
+// At sets the position of the message the next Publish sends (replication.Positioner).
+func (s *Session) At(timeline int32, lsn uint64, index int) {
+	s.pos, s.posSet = Position{Timeline: timeline, LSN: lsn, Index: index}, true
+}
+
+// Publish sends m into the stream with the next publishing id, or confirms it at once if the
+// stream has it already (its position is at or before the anchor). It returns the message's
+// sequence number. A message too large for a frame wraps wire.ErrUnpublishable.
+func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
+	if !s.posSet {
+		return 0, errors.New("publish: no position given (call At first)")
+	}
+	s.posSet = false
+	if s.anchor.found && !s.anchor.pos.Less(s.pos) {
+		seq := s.nextSeq()
+		s.send(wire.Confirm{Seq: seq, At: time.Now()})
+		return seq, nil
+	}
+	msg, err := s.message(m)
+	if err != nil {
+		return 0, err
+	}
+	msg.SetPublishingId(s.nextID)
+	msg.ApplicationProperties[PropPublishingID] = s.nextID
+	seq := s.nextSeq()
+	if err := s.main.send(msg, s.nextID, seq); err != nil {
+		s.seq--
+		return 0, err
+	}
+	s.nextID++
+	return seq, nil
+}
+
+// Flush writes the messages Publish holds, in one frame (replication.Flusher). The relay calls
+// it whenever it goes back to waiting.
+func (s *Session) Flush() error { return s.main.flush() }
+
+// Park sends p into the park stream, at least once.
+func (s *Session) Park(_ context.Context, p *wire.Parked) (uint64, error) {
+	msg := parkedMessage(p)
+	seq := s.nextSeq()
+	id := int64(seq) // the park lane is unnamed: its ids are only to match confirms
+	msg.SetPublishingId(id)
+	if err := s.park.send(msg, id, seq); err != nil {
+		s.seq--
+		return 0, err
+	}
+	return seq, nil
+}
+
+func (s *Session) nextSeq() uint64 {
+	s.seq++
+	return s.seq
+}
+
+// Confirms yields one verdict per message accepted (see the package doc).
+func (s *Session) Confirms() <-chan wire.Confirm { return s.confirms }
+
+// send hands c to the relay unless the session ended. The channel holds a window of confirms
+// and one more for the end, so it never blocks.
+func (s *Session) send(c wire.Confirm) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.confirms <- c
+	}
+}
+
+// fail ends the session: the relay reads err, then a closed channel.
+func (s *Session) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.confirms <- wire.Confirm{Err: fmt.Errorf("%w: %w", wire.ErrSessionClosed, err), At: time.Now()}
+	s.ended = true
+	close(s.confirms)
+}
+
+// closeTimeout bounds Close: on a dead connection the client waits for in-flight messages and
+// for replies that never come, and the relay must get back to its replication connection.
+const closeTimeout = time.Second
+
+// Close ends the session and releases the connection, within closeTimeout; what is left of the
+// client's teardown then finishes in the background.
+func (s *Session) Close() error {
+	done := make(chan error, 1)
+	go func() {
+		for _, l := range []*lane{s.main, s.park} {
+			if l != nil {
+				_ = l.producer.Close()
+			}
+		}
+		s.lanes.Wait()
+		done <- s.env.Close()
+	}()
+	defer s.fail(errors.New("closed"))
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(closeTimeout):
+		return fmt.Errorf("close: %w: the client's teardown goes on in the background", wire.ErrSessionClosed)
+	}
+}
+
+// Ended reports whether the session is over: closed, or failed.
+func (s *Session) Ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}

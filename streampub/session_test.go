@@ -1,0 +1,145 @@
+package streampub_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/streampub"
+	"github.com/walbox/walbox/wire"
+)
+
+// rows returns n messages: transactions of three rows, commit LSNs from first on.
+func rows(first uint64, n int) ([]streampub.Position, []*wire.Message) {
+	var pos []streampub.Position
+	var msgs []*wire.Message
+	for i := range n {
+		p, m := row(first+uint64(i/3)*0x100, i%3)
+		pos, msgs = append(pos, p), append(msgs, m)
+	}
+	return pos, msgs
+}
+
+func wantPositions(pos []streampub.Position) []string {
+	out := make([]string, len(pos))
+	for i, p := range pos {
+		out[i] = p.String()
+	}
+	return out
+}
+
+func TestConfirmedMessagesAreStoredWithTheirProperties(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	s := dial(t, cfg)
+	pos, msgs := rows(0x16B374D848, 7)
+	msgs[0].Headers = map[string]any{"traceparent": "00-abc-def-01", "attempt": float64(2), "tags": []any{"a"}}
+	publishAll(t, s, pos, msgs)
+
+	got := readStream(t, r.StreamURL(), cfg.Stream)
+	if g, w := positions(got), wantPositions(pos); !slices.Equal(g, w) {
+		t.Fatalf("positions in the stream:\n got %v\nwant %v", g, w)
+	}
+	m, want := got[0], msgs[0]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"message-id", m.Properties.MessageID, want.ID.String()},
+		{"content type", m.Properties.ContentType, "application/json"},
+		{"creation time", m.Properties.CreationTime.UTC(), want.CreatedAt},
+		{"body", string(m.GetData()), string(want.Payload)},
+		{"event_type", m.ApplicationProperties["event_type"], "order.created"},
+		{"aggregate_type", m.ApplicationProperties["aggregate_type"], "order"},
+		{"aggregate_id", m.ApplicationProperties["aggregate_id"], want.AggregateID},
+		{"header traceparent", m.ApplicationProperties["traceparent"], "00-abc-def-01"},
+		{"header attempt", m.ApplicationProperties["attempt"], float64(2)},
+		{"header tags", m.ApplicationProperties["tags"], `["a"]`},
+		{"producer", m.ApplicationProperties[streampub.PropProducer], cfg.Producer},
+	}
+	for _, c := range checks {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// A new session after a crash replays from the slot: what the stream has is confirmed without
+// being sent, the rest is numbered on from the producer's last id.
+func TestReplayAfterRestartIsStoredOnce(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	pos, msgs := rows(0x1000000, 30)
+
+	first := dial(t, cfg)
+	publishAll(t, first, pos[:20], msgs[:20])
+	_ = first.Close()
+
+	second := dial(t, cfg)
+	id, anchor, found := second.Anchor()
+	if id != 20 || !found || anchor != pos[19] {
+		t.Fatalf("anchor: id %d, position %v (found %v); want 20, %v", id, anchor, found, pos[19])
+	}
+	publishAll(t, second, pos[5:], msgs[5:]) // the slot was behind: 15 rows sent again
+
+	if g, w := positions(readStream(t, r.StreamURL(), cfg.Stream)), wantPositions(pos); !slices.Equal(g, w) {
+		t.Fatalf("positions in the stream:\n got %v\nwant %v", g, w)
+	}
+}
+
+// A relay stopped (SIGSTOP) with messages unsent, and a new one that took over from the same
+// anchor, send the same rows with the same ids: the broker keeps each once, whichever comes first.
+func TestTwoSessionsFromOneAnchorStoreEachRowOnce(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	pos, msgs := rows(0x2000000, 40)
+	publishAll(t, dial(t, cfg), pos[:10], msgs[:10])
+
+	old, taker := dial(t, cfg), dial(t, cfg)
+	publishAll(t, taker, pos[:30], msgs[:30])
+	publishAll(t, old, pos[:25], msgs[:25]) // the stopped one resumes, behind
+	publishAll(t, taker, pos[30:], msgs[30:])
+	publishAll(t, old, pos[25:], msgs[25:])
+
+	if g, w := positions(readStream(t, r.StreamURL(), cfg.Stream)), wantPositions(pos); !slices.Equal(g, w) {
+		t.Fatalf("positions in the stream:\n got %v\nwant %v", g, w)
+	}
+}
+
+// Another producer's messages after this one's last (another shard's) do not hide the anchor.
+func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	other := cfg
+	other.Producer = streampub.ProducerName(testenv.UniqueName("shard"))
+	other.Window = 4000 // all 3000 in flight at once
+	pos, msgs := rows(0x3000000, 12)
+	publishAll(t, dial(t, cfg), pos[:6], msgs[:6])
+	opos, omsgs := rows(0x3000000, 3000)
+	publishAll(t, dial(t, other), opos, omsgs)
+
+	s := dial(t, cfg)
+	if id, anchor, found := s.Anchor(); id != 6 || !found || anchor != pos[5] {
+		t.Fatalf("anchor: id %d, position %v (found %v); want 6, %v", id, anchor, found, pos[5])
+	}
+}
+
+func TestTooLargeMessageIsUnpublishable(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	s := dial(t, config(r))
+	pos, m := row(0x4000000, 0)
+	m.Payload = []byte(`"` + strings.Repeat("x", 2<<20) + `"`)
+	s.At(pos.Timeline, pos.LSN, pos.Index)
+	if _, err := s.Publish(context.Background(), m); !errors.Is(err, wire.ErrUnpublishable) {
+		t.Fatalf("Publish of 2 MiB: %v, want ErrUnpublishable", err)
+	}
+	seq, err := s.Park(context.Background(), &wire.Parked{Message: wire.Message{ID: m.ID, EventType: "x", Payload: []byte(`{}`)}, Reason: "too large"})
+	if err != nil || seq != 1 {
+		t.Fatalf("Park: seq %d, %v", seq, err)
+	}
+	waitConfirms(t, s, 1)
+}

@@ -1,0 +1,206 @@
+package faults_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// Publishing into a stream, walbox is SIGKILLed again and again while transactions commit (some
+// rolled back, some rows emitted without a table), the broker is killed once, a relay is stopped
+// with SIGSTOP until a standby takes over and then resumes, and a standby takes over from a
+// killed relay. Read from its first offset, the stream then holds every committed row exactly
+// once, in commit order, and nothing rolled back.
+func TestStreamExactlyOnceAcrossKills(t *testing.T) {
+	heavy(t)
+	const kills = 8
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "3s"))
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name, "WALBOX_STREAM_MAX_AGE=24h"}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.startWriter(checker.WriterConfig{Seed: seed, MaxTx: 40, Pause: 10 * time.Millisecond, Rollback: 0.1, Emit: 0.2})
+
+	// 1. SIGKILL at random moments.
+	for i := range kills {
+		r := w.startRelay(env...)
+		time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
+		r.Kill()
+		t.Logf("kill %d: %d rows committed, %d in the stream", i+1, wr.Stats().Rows, sr.count())
+	}
+
+	// 2. The broker killed under a streaming relay, and started again.
+	active := w.startRelay(env...)
+	active.waitState("streaming", time.Minute)
+	sr.progress(t, 200, time.Minute)
+	t.Logf("%s: broker killed with %d messages in the stream", time.Now().Format(time.StampMilli), sr.count())
+	rabbit.Kill(t)
+	time.Sleep(2 * time.Second)
+	rabbit.Start(t)
+	t.Logf("%s: broker started", time.Now().Format(time.StampMilli))
+	sr.restart(t)
+	active.waitState("streaming", time.Minute)
+	sr.progress(t, 200, 2*time.Minute)
+
+	// 3. The active relay stopped: a standby takes over once the server drops the stopped one's
+	// connection; the stopped one then resumes with whatever it had not sent.
+	standby := w.startRelay(env...)
+	standby.waitState("standby", time.Minute)
+	active.Signal(syscall.SIGSTOP)
+	standby.waitState("streaming", time.Minute)
+	sr.progress(t, 200, time.Minute)
+	active.Signal(syscall.SIGCONT)
+	time.Sleep(2 * time.Second)
+
+	// 4. A standby takes over from a killed relay.
+	backup := w.startRelay(env...)
+	standby.Kill()
+	sr.progress(t, 200, 2*time.Minute)
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_ = backup
+	committed := wr.Committed()
+	sr.wait(t, len(committed), 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	checkStream(t, committed, sr.messages(), wr.Stats())
+}
+
+// checkStream holds the stream against the committed rows: each once, in commit order.
+func checkStream(t *testing.T, committed []checker.Row, msgs []*amqp.Message, st checker.WriterStats) {
+	t.Helper()
+	var deliveries []checker.Delivery
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = fmt.Sprint(m.Properties.MessageID)
+		deliveries = append(deliveries, checker.Parse(ids[i], m.GetData()))
+	}
+	rep := checker.Check(committed, deliveries)
+	rep.Unresolved = st.Unresolved
+	t.Logf("SUMMARY %s %s rolled_back=%d emitted_share=0.2", t.Name(), rep, st.RolledBack)
+	if err := rep.Err(); err != nil {
+		t.Errorf("%v\n%s", err, rep)
+	}
+	if rep.Duplicated != 0 {
+		t.Errorf("%d messages stored more than once", rep.Duplicated)
+	}
+	want := make([]string, len(committed))
+	for i, r := range committed {
+		want[i] = r.ID
+	}
+	if st.Unknown == 0 && !slices.Equal(ids, want) {
+		i := 0
+		for i < min(len(ids), len(want)) && ids[i] == want[i] {
+			i++
+		}
+		t.Errorf("the stream is not in commit order: first difference at message %d of %d (%d committed)", i, len(ids), len(want))
+	}
+	if len(committed) == 0 || st.RolledBack == 0 {
+		t.Errorf("the writer committed %d rows and rolled back %d transactions: the test proved little", len(committed), st.RolledBack)
+	}
+}
+
+// streamReader consumes a stream from its first offset, for the whole test.
+type streamReader struct {
+	uri, name string
+	env       *stream.Environment
+	mu        sync.Mutex
+	msgs      []*amqp.Message
+}
+
+// readStream starts reading the stream name, waiting for the stream to be declared.
+func readStream(t *testing.T, uri, name string) *streamReader {
+	sr := &streamReader{uri: uri, name: name}
+	t.Cleanup(sr.close)
+	go func() {
+		// The relay declares the stream; the reader starts once it exists.
+		for range 600 {
+			if err := sr.start(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return sr
+}
+
+func (sr *streamReader) start() error {
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(sr.uri))
+	if err != nil {
+		return err
+	}
+	sr.mu.Lock()
+	from := int64(len(sr.msgs))
+	sr.mu.Unlock()
+	_, err = env.NewConsumer(sr.name, func(ctx stream.ConsumerContext, m *amqp.Message) {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		if ctx.Consumer.GetOffset() == int64(len(sr.msgs)) {
+			sr.msgs = append(sr.msgs, m)
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Offset(from)))
+	if err != nil {
+		_ = env.Close()
+		return err
+	}
+	sr.mu.Lock()
+	sr.env = env
+	sr.mu.Unlock()
+	return nil
+}
+
+// restart reads on after the broker was restarted.
+func (sr *streamReader) restart(t *testing.T) {
+	t.Helper()
+	sr.close()
+	waitFor(t, time.Minute, "the stream reader to reconnect", func() bool { return sr.start() == nil })
+}
+
+func (sr *streamReader) close() {
+	sr.mu.Lock()
+	env := sr.env
+	sr.env = nil
+	sr.mu.Unlock()
+	if env != nil {
+		_ = env.Close()
+	}
+}
+
+func (sr *streamReader) count() int {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return len(sr.msgs)
+}
+
+func (sr *streamReader) messages() []*amqp.Message {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return slices.Clone(sr.msgs)
+}
+
+// progress waits until n more messages than now are in the stream.
+func (sr *streamReader) progress(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	sr.wait(t, sr.count()+n, timeout)
+}
+
+func (sr *streamReader) wait(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("%d messages in the stream", n), func() bool { return sr.count() >= n })
+}
