@@ -12,13 +12,18 @@ import (
 // deadLetters publishes the messages a StreamConsumer gives up on into the dead-letter stream,
 // exactly once: the producer is named after the consumer and the stream, and a message's
 // publishing id is its offset plus one, so a dead letter published again after a crash (before
-// the offset moved) is dropped by the broker.
+// the offset moved) is dropped by the broker. That needs ids above the producer's last: a dead
+// letter whose id is below it (the consumer's offsets were reset, or the stream recreated) is a
+// fatal error, not a message the broker silently drops.
 type deadLetters struct {
 	env *stream.Environment
 	cfg *StreamConfig
 	p   *stream.Producer
 	// confirms is p's confirmation channel: there is one per producer.
 	confirms stream.ChannelPublishConfirm
+	// last is the producer's last stored publishing id, as the broker said when p was declared,
+	// then the id of each dead letter stored since.
+	last int64
 }
 
 func newDeadLetters(env *stream.Environment, cfg *StreamConfig) *deadLetters {
@@ -32,6 +37,14 @@ func (d *deadLetters) publish(r record, attempts int, reason error) error {
 		if err := d.open(); err != nil {
 			return err
 		}
+	}
+	id := r.offset + 1
+	if id < d.last {
+		// The broker would drop it, and the offset would move on: the message lost. The ids
+		// are from an earlier read of the stream (its offsets reset, or the stream recreated).
+		return &fatalError{fmt.Errorf("dead-letter offset %d: producer %s already stored publishing id %d in %s, "+
+			"from an earlier read of %s (offsets reset, or the stream recreated); delete %s or set another DeadLetterStream",
+			r.offset, d.name(), d.last, d.cfg.DeadLetterStream, d.cfg.Stream, d.cfg.DeadLetterStream)}
 	}
 	m := amqp.NewMessage(r.msg.GetData())
 	m.Properties = r.msg.Properties
@@ -57,6 +70,7 @@ func (d *deadLetters) publish(r record, attempts int, reason error) error {
 				return fmt.Errorf("dead-letter: not confirmed: %w", cs.GetError())
 			}
 		}
+		d.last = max(d.last, id)
 		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("dead-letter: no confirm in 30s")
@@ -68,14 +82,20 @@ func (d *deadLetters) open() error {
 	if err != nil && err != stream.StreamAlreadyExists {
 		return fmt.Errorf("declare dead-letter stream: %w", err)
 	}
+	if d.last, err = d.env.QuerySequence(d.name(), d.cfg.DeadLetterStream); err != nil {
+		return fmt.Errorf("dead-letter producer's last id: %w", err)
+	}
 	d.p, err = d.env.NewProducer(d.cfg.DeadLetterStream, stream.NewProducerOptions().
-		SetProducerName("walbox-dead-"+d.cfg.ConsumerName+"-"+d.cfg.Stream).SetClientProvidedName(d.cfg.ConsumerName))
+		SetProducerName(d.name()).SetClientProvidedName(d.cfg.ConsumerName))
 	if err != nil {
 		return fmt.Errorf("dead-letter producer: %w", err)
 	}
 	d.confirms = d.p.NotifyPublishConfirmation()
 	return nil
 }
+
+// name is the dead-letter producer's name: one per consumer and stream.
+func (d *deadLetters) name() string { return "walbox-dead-" + d.cfg.ConsumerName + "-" + d.cfg.Stream }
 
 func (d *deadLetters) close() {
 	if d.p != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/walbox/walbox/consumer"
@@ -227,4 +228,79 @@ func readAll(t *testing.T, uri, name string, n int) []*amqp.Message {
 		}
 	}
 	return out
+}
+
+// The dead-letter producer already stored higher ids (the consumer's offsets were reset, or the
+// stream recreated): the broker would drop the dead letter and the offset move past the message.
+// Run stops instead, naming the dead-letter stream, with the offset still at the message.
+func TestStreamConsumerDeadLetterBelowTheProducersLastIDStops(t *testing.T) {
+	se := newStreamEnv(t, 30)
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(se.uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	dead := se.stream + ".dead"
+	if err := env.DeclareStream(dead, stream.NewStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.NewProducer(dead, stream.NewProducerOptions().SetProducerName("walbox-dead-billing-"+se.stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := amqp.NewMessage([]byte("a dead letter of an earlier read"))
+	old.SetPublishingId(1000)
+	confirms := p.NotifyPublishConfirmation()
+	if err := p.BatchSend([]message.StreamMessage{old}); err != nil {
+		t.Fatal(err)
+	}
+	<-confirms
+	_ = p.Close()
+
+	poison := se.ids[20]
+	c, err := consumer.NewStream(se.pool, se.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if d.MessageID == poison {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	if !consumer.Fatal(err) || !strings.Contains(fmt.Sprint(err), dead) {
+		t.Fatalf("Run: %v; want a fatal error naming %s", err, dead)
+	}
+	se.waitOffset(t, 20, time.Second)
+}
+
+// Two instances of one consumer read the stream at once: the offset row's lock lets one of them
+// handle each message, the other skips it.
+func TestStreamConsumerTwoInstancesHandleEachMessageOnce(t *testing.T) {
+	const n = 500
+	se := newStreamEnv(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for range 2 {
+		c, err := consumer.NewStream(se.pool, se.config(), slowEffect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- c.Run(ctx) }()
+	}
+	se.waitOffset(t, n, 2*time.Minute)
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	if got := se.count(t, "SELECT count(DISTINCT message_id) FROM effects"); got != n {
+		t.Errorf("%d messages handled, want %d", got, n)
+	}
+	if got := se.count(t, "SELECT count(*) FROM effects"); got != n {
+		t.Errorf("%d handler commits, want %d: a message handled by both", got, n)
+	}
 }

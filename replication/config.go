@@ -57,6 +57,13 @@ type Positioner interface {
 	At(timeline int32, commitLSN uint64, index int)
 }
 
+// SystemBound is implemented by a Publisher whose positions hold within one database system
+// (package streampub): positions of another system's timelines and LSNs do not compare. The
+// relay calls System with the server's system identifier before it streams.
+type SystemBound interface {
+	System(id uint64)
+}
+
 // Dialer opens a new publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

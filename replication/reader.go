@@ -13,13 +13,13 @@ import (
 
 // reader is the goroutine that reads the replication connection. It queues a copy of the data of
 // every CopyData message the server sends, in order, for the stream's goroutine to take, and
-// touches nothing else: it never writes to the connection (the stream's goroutine sends every
-// status update) and never sees the stream's state. Reading on while the stream waits (for a
-// confirm, for the broker) is what lets the stream select on WAL, confirms, its status timer and
-// its context at once, and see at once a connection that ends.
+// touches nothing else: it never writes to the connection (the reporter sends every status
+// update) and never sees the stream's state. Reading on while the stream waits (for a confirm,
+// for the broker) is what lets the stream select on WAL, confirms and its context at once, and
+// see at once a connection that ends.
 //
 // Reading from a pgconn in one goroutine while another sends status updates is safe: a status
-// update writes straight to the socket and shares no state with a receive.
+// update writes straight to the socket and shares no state with a receive (sendStatus).
 //
 // The queue is bounded (maxQueued messages, maxQueuedBytes); when it is full the reader stops
 // reading until the stream takes from it, and the server's silence is not judged meanwhile

@@ -172,6 +172,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
 	}
 	r.brokerReached = true
+	if b, ok := pub.(SystemBound); ok {
+		b.System(origin.SystemID)
+	}
 	var clock *stopClock // the stream's, once it has run
 	defer func() { r.closePublisher(ctx, pub, clock) }()
 

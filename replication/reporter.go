@@ -2,9 +2,11 @@ package replication
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -26,9 +28,9 @@ import (
 //
 // The reader goroutine reads the replication connection while the reporter writes to it. pgconn
 // allows one reader and one writer at a time: ReceiveMessage reads through the frontend's
-// chunk reader, and pglogrepl.SendStandbyStatusUpdate writes through
-// Frontend.SendUnbufferedEncodedCopyData, which touches only the write buffer (empty while
-// streaming) and the socket. No other goroutine writes to the connection while the reporter runs.
+// chunk reader, and sendStatus writes straight to the socket, touching no state of pgconn's.
+// The only other writer while the reporter runs is pgconn's own close of a connection whose
+// read failed; a net.Conn takes both writes whole.
 type reporter struct {
 	interval time.Duration
 	silence  time.Duration // how long the server may stay silent, having been asked to reply
@@ -87,11 +89,34 @@ func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *r
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if conn != nil {
-		r.send = func(u pglogrepl.StandbyStatusUpdate) error {
-			return pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, u)
-		}
+		r.send = func(u pglogrepl.StandbyStatusUpdate) error { return sendStatus(conn.Conn(), u) }
 	}
 	return r
+}
+
+// sendStatus writes a standby status update straight to the connection's socket, as one write.
+// pglogrepl.SendStandbyStatusUpdate would go through pgconn's write buffer, which pgconn's own
+// close of a connection whose read failed writes to from a goroutine of its own: the two would
+// race, and could send its Terminate twice. A net.Conn takes writes from several goroutines.
+func sendStatus(c net.Conn, u pglogrepl.StandbyStatusUpdate) error {
+	const pgEpoch = 946684800 // 2000-01-01 in Unix seconds
+	t := u.ClientTime
+	if t.IsZero() {
+		t = time.Now()
+	}
+	usec := (t.Unix()-pgEpoch)*1_000_000 + int64(t.Nanosecond()/1000)
+	msg := make([]byte, 0, 39)
+	msg = append(msg, 'd', 0, 0, 0, 38, pglogrepl.StandbyStatusUpdateByteID)
+	msg = binary.BigEndian.AppendUint64(msg, uint64(u.WALWritePosition))
+	msg = binary.BigEndian.AppendUint64(msg, uint64(u.WALFlushPosition))
+	msg = binary.BigEndian.AppendUint64(msg, uint64(u.WALApplyPosition))
+	msg = binary.BigEndian.AppendUint64(msg, uint64(usec))
+	reply := byte(0)
+	if u.ReplyRequested {
+		reply = 1
+	}
+	_, err := c.Write(append(msg, reply))
+	return err
 }
 
 func (r *reporter) start() {

@@ -14,6 +14,8 @@ type anchor struct {
 	id    int64    // the last stored publishing id for the producer; 0 for none
 	pos   Position // the position of that message
 	found bool     // pos is known: the message was found in the stream
+	// system is the message's database system identifier; "" if it has none
+	system string
 }
 
 // findAnchor asks the broker for the producer's last publishing id and reads the stream back
@@ -59,7 +61,7 @@ func (a anchor) at(s span) anchor {
 	if s.id < a.id {
 		return a
 	}
-	return anchor{id: s.id, pos: s.pos, found: true}
+	return anchor{id: s.id, pos: s.pos, found: true, system: s.system}
 }
 
 // span is what a read of part of the stream found: offsets start (inclusive) to end
@@ -68,6 +70,7 @@ type span struct {
 	start, end int64
 	pos        Position // of the producer's last message in the span
 	id         int64    // that message's publishing id
+	system     string   // and its database system identifier, "" for none
 	found      bool
 }
 
@@ -89,8 +92,11 @@ func (s *span) take(offset int64, m *amqp.Message, producer string) error {
 	if !ok {
 		return fmt.Errorf("message at offset %d of producer %s: no %s", offset, producer, PropPublishingID)
 	}
-	if !s.found || s.pos.Less(pos) {
+	// The producer's last message has its highest id: the broker stores its ids only growing.
+	// (Its position is the highest too, unless an earlier database system's are in the stream.)
+	if !s.found || id > s.id {
 		s.pos, s.id, s.found = pos, id, true
+		s.system, _ = m.ApplicationProperties[PropSystem].(string)
 	}
 	return nil
 }

@@ -60,13 +60,9 @@ func (s *Session) newLane(streamName, name string) (*lane, error) {
 // send writes msg with publishing id, to be confirmed as seq. A batching lane holds it until
 // flush (or until the next message would not fit in the frame); another writes it at once.
 func (l *lane) send(msg message.StreamMessage, id int64, seq uint64) error {
-	body, err := msg.MarshalBinary()
+	size, err := l.encode(msg)
 	if err != nil {
-		return fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
-	}
-	size := len(body) + maxFrameOverhead
-	if size > l.maxFrame {
-		return fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+		return err
 	}
 	if l.batch && (l.pendingBytes+size > l.maxFrame-maxFrameOverhead || len(l.pending) >= maxBatch) {
 		if err := l.flush(); err != nil {
@@ -85,6 +81,20 @@ func (l *lane) send(msg message.StreamMessage, id int64, seq uint64) error {
 		return fmt.Errorf("send: %w: %v", wire.ErrSessionClosed, err)
 	}
 	return nil
+}
+
+// encode returns msg's size in a publish frame; a message that cannot be encoded or is too large
+// for the frame wraps wire.ErrUnpublishable.
+func (l *lane) encode(msg message.StreamMessage) (int, error) {
+	body, err := msg.MarshalBinary()
+	if err != nil {
+		return 0, fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
+	}
+	size := len(body) + maxFrameOverhead
+	if size > l.maxFrame {
+		return 0, fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+	}
+	return size, nil
 }
 
 // flush writes the messages held, in one frame: the broker stores them as one chunk, which

@@ -29,6 +29,9 @@ func (s *Session) message(m *wire.Message) (*amqp.AMQP10, error) {
 	msg := baseMessage(m)
 	msg.ApplicationProperties[PropProducer] = s.cfg.Producer
 	msg.ApplicationProperties[PropPosition] = s.pos.String()
+	if s.system != "" {
+		msg.ApplicationProperties[PropSystem] = s.system
+	}
 	return msg, nil
 }
 

@@ -14,6 +14,8 @@ const (
 	PropPosition = "walbox-position"
 	// PropPublishingID is the message's publishing id (an int64).
 	PropPublishingID = "walbox-publishing-id"
+	// PropSystem is the database system identifier of the message's position, as text.
+	PropSystem = "walbox-system"
 )
 
 // Position is where a message comes from: the timeline and LSN of its transaction's commit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type Session struct {
 	park   *lane // the park stream's producer: at least once
 	anchor anchor
 
+	system string   // the database system identifier, set by System; "" until then
 	pos    Position // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
@@ -94,6 +96,17 @@ func (s *Session) Anchor() (id int64, pos Position, found bool) {
 	return s.anchor.id, s.anchor.pos, s.anchor.found
 }
 
+// System sets the database system the positions are of (replication.SystemBound). An anchor of
+// another system is no anchor: its timeline and LSNs say nothing of this system's, which may
+// sort before them (a restore into a new cluster under the same slot name). The session then
+// skips nothing and numbers on from the producer's last id.
+func (s *Session) System(id uint64) {
+	s.system = strconv.FormatUint(id, 10)
+	if s.anchor.found && s.anchor.system != "" && s.anchor.system != s.system {
+		s.anchor.found = false
+	}
+}
+
 // At sets the position of the message the next Publish sends (replication.Positioner).
 func (s *Session) At(timeline int32, lsn uint64, index int) {
 	s.pos, s.posSet = Position{Timeline: timeline, LSN: lsn, Index: index}, true
@@ -107,14 +120,21 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		return 0, errors.New("publish: no position given (call At first)")
 	}
 	s.posSet = false
-	if s.anchor.found && !s.anchor.pos.Less(s.pos) {
-		seq := s.nextSeq()
-		s.send(wire.Confirm{Seq: seq, At: time.Now()})
-		return seq, nil
-	}
 	msg, err := s.message(m)
 	if err != nil {
 		return 0, err
+	}
+	if s.anchor.found && !s.anchor.pos.Less(s.pos) {
+		// Only a message the stream could hold is in it: one too large was parked, or its
+		// session died before the park stream had it, and it must be parked again.
+		msg.SetPublishingId(s.anchor.id)
+		msg.ApplicationProperties[PropPublishingID] = s.anchor.id
+		if _, err := s.main.encode(msg); err != nil {
+			return 0, err
+		}
+		seq := s.nextSeq()
+		s.send(wire.Confirm{Seq: seq, At: time.Now()})
+		return seq, nil
 	}
 	msg.SetPublishingId(s.nextID)
 	msg.ApplicationProperties[PropPublishingID] = s.nextID

@@ -143,3 +143,52 @@ func TestTooLargeMessageIsUnpublishable(t *testing.T) {
 	}
 	waitConfirms(t, s, 1)
 }
+
+// A row too large for a frame, before the anchor, was parked by the session that met it, unless
+// that session died first while a later row was stored. Its replay must be parked again, not
+// confirmed as stored: the main stream never had it.
+func TestTooLargeRowBeforeTheAnchorIsUnpublishable(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	pos, msgs := rows(0x5000000, 6)
+	publishAll(t, dial(t, cfg), pos[3:], msgs[3:]) // the row at pos[1] was sent to be parked; then a crash
+
+	s := dial(t, cfg)
+	if _, anchor, found := s.Anchor(); !found || anchor != pos[5] {
+		t.Fatalf("anchor: position %v (found %v); want %v", anchor, found, pos[5])
+	}
+	msgs[1].Payload = []byte(`"` + strings.Repeat("x", 2<<20) + `"`)
+	s.At(pos[1].Timeline, pos[1].LSN, pos[1].Index)
+	if _, err := s.Publish(context.Background(), msgs[1]); !errors.Is(err, wire.ErrUnpublishable) {
+		t.Fatalf("Publish of 2 MiB before the anchor: %v, want ErrUnpublishable (to be parked)", err)
+	}
+}
+
+// Another database system under the same producer name (a restore into a new cluster) starts
+// its timelines and LSNs again, below the anchor's: its rows are not the stream's, and are sent.
+func TestAnchorOfAnotherDatabaseSystemSkipsNothing(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	old := dial(t, cfg)
+	old.System(7000000000000000001)
+	pos, msgs := rows(0x90000000, 3)
+	publishAll(t, old, pos, msgs)
+	_ = old.Close()
+
+	s := dial(t, cfg)
+	s.System(7000000000000000002)
+	npos, nmsgs := rows(0x1000, 3)
+	publishAll(t, s, npos, nmsgs)
+	_ = s.Close()
+	want := append(wantPositions(pos), wantPositions(npos)...)
+	if g := positions(readStream(t, r.StreamURL(), cfg.Stream)); !slices.Equal(g, want) {
+		t.Fatalf("positions in the stream:\n got %v\nwant %v", g, want)
+	}
+
+	// The new system's own replay is skipped: its anchor is its last message.
+	again := dial(t, cfg)
+	again.System(7000000000000000002)
+	if id, anchor, found := again.Anchor(); id != 6 || !found || anchor != npos[2] {
+		t.Fatalf("anchor: id %d, position %v (found %v); want 6, %v", id, anchor, found, npos[2])
+	}
+}

@@ -84,3 +84,43 @@ func TestRunRejectsBadLanes(t *testing.T) {
 		}
 	}
 }
+
+// A stream setting without --stream-url, or several lanes with it, would be ignored: the relay
+// would publish to the exchange, or on one producer. run refuses them at start, naming the setting.
+func TestRunRejectsStreamSettingsItWouldIgnore(t *testing.T) {
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
+	t.Setenv("WALBOX_AMQP_URL", "amqp://mq1/")
+	cases := []struct {
+		args []string
+		env  string // a WALBOX_STREAM value, "" for none
+		want string
+	}{
+		{[]string{"--stream", "orders"}, "", "--stream "},
+		{nil, "orders", "--stream "},
+		{[]string{"--stream-max-age", "168h"}, "", "--stream-max-age"},
+		{[]string{"--stream-max-bytes", "1000"}, "", "--stream-max-bytes"},
+		{[]string{"--stream-url", "rabbitmq-stream://mq1:5552/", "--lanes", "4"}, "", "--lanes"},
+	}
+	for _, c := range cases {
+		t.Setenv("WALBOX_STREAM", c.env)
+		var out bytes.Buffer
+		args := append([]string{"run", "--listen", "off"}, c.args...)
+		code := mainWithExit(context.Background(), args, &out, &out)
+		if code != 2 || !strings.Contains(out.String(), c.want) || strings.Count(out.String(), "\n") != 1 {
+			t.Errorf("%v (WALBOX_STREAM=%q): exit %d, output %q; want 2 and one line naming %s", c.args, c.env, code, out.String(), c.want)
+		}
+	}
+}
+
+// doctor takes run's stream mode: with --stream-url it needs no --amqp-url, checks the stream's
+// node, and keeps the URL's password out of its report.
+func TestDoctorInStreamModeNeedsNoAMQPURL(t *testing.T) {
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@127.0.0.1:1/app")
+	t.Setenv("WALBOX_AMQP_URL", "")
+	t.Setenv("WALBOX_STREAM_URL", "rabbitmq-stream://walbox:s3cret@127.0.0.1:1/")
+	var out bytes.Buffer
+	code := mainWithExit(context.Background(), []string{"doctor"}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "RabbitMQ stream at 127.0.0.1:1") || strings.Contains(out.String(), "s3cret") {
+		t.Errorf("doctor: exit %d, output %q; want 1 (checks failed), the stream's node checked, no password", code, out.String())
+	}
+}

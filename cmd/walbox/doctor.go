@@ -9,6 +9,7 @@ import (
 
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/streampub"
 )
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -36,8 +37,13 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Table, err = c.outboxTable(); err != nil {
 		return err
 	}
-	if cfg.Brokers, err = b.configs(c, "walbox-doctor"); err != nil {
+	if cfg.Stream, err = doctorStream(c); err != nil {
 		return err
+	}
+	if cfg.Stream == nil {
+		if cfg.Brokers, err = b.configs(c, "walbox-doctor"); err != nil {
+			return err
+		}
 	}
 	wantJSON, err := asJSON.bool()
 	if err != nil {
@@ -76,4 +82,21 @@ func printChecks(w io.Writer, checks []doctor.Check, ok, asJSON bool) error {
 		}
 	}
 	return nil
+}
+
+// doctorStream returns the stream mode's nodes and stream when --stream-url is set, as run takes
+// them; nil otherwise.
+func doctorStream(c *common) (*doctor.StreamConfig, error) {
+	u, name := c.s.get("stream-url"), c.s.get("stream")
+	if u.value == "" {
+		return nil, nil
+	}
+	uris, err := streampub.ParseURIs(u.value)
+	if err != nil {
+		return nil, badSetting(u, "%v", err)
+	}
+	if name.value == "" {
+		return nil, badSetting(name, "required with --stream-url")
+	}
+	return &doctor.StreamConfig{URIs: uris, Stream: name.value}, nil
 }

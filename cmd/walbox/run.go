@@ -76,7 +76,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Config, string, error) {
 	var cfg relayd.Config
 	var err error
-	if cfg.Stream, err = r.stream.config(); err != nil {
+	if cfg.Stream, err = r.stream.config(r.lanes); err != nil {
 		return cfg, "", err
 	}
 	rc, pcfg, err := relayConfig(r.c, r.b, r.status, r.shutdown, r.createSlot, cfg.Stream != nil)

@@ -110,10 +110,10 @@ var settingTable = []group{
 			help: "the number of shards `walbox migrate --shards` created", see: "scaling.md"},
 		{flag: "shard", env: "WALBOX_SHARD", unset: "the single slot", cmds: runOnly,
 			help: "stream this shard (0 to N-1) of the sharded outbox table, from its own slot", see: "scaling.md"},
-		{flag: "stream-url", env: "WALBOX_STREAM_URL", unset: "publish to the exchange", cmds: runOnly,
+		{flag: "stream-url", env: "WALBOX_STREAM_URL", unset: "publish to the exchange", cmds: streamCmds,
 			help: "RabbitMQ stream URL, `rabbitmq-stream://`; several, comma-separated, for the nodes of a cluster. " +
 				"With it walbox publishes into `--stream`, exactly once, instead of to the exchange", see: "streams.md"},
-		{flag: "stream", env: "WALBOX_STREAM", def: "outbox", cmds: runOnly,
+		{flag: "stream", env: "WALBOX_STREAM", def: "outbox", cmds: streamCmds,
 			help: "the stream to publish into (declared if missing)", see: "streams.md"},
 		{flag: "stream-max-age", env: "WALBOX_STREAM_MAX_AGE", unset: "no limit", cmds: runOnly,
 			help: "retention of a stream walbox declares: drop messages older than this, such as `168h`"},
@@ -171,6 +171,9 @@ var settingTable = []group{
 }
 
 var runOnly = []string{"run"}
+
+// streamCmds take the stream mode's connection: run publishes into the stream, doctor checks it.
+var streamCmds = []string{"run", "doctor"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.
 func specsOf(cmd string) []spec {

@@ -17,10 +17,21 @@ func addStreamSettings(s *settings) *streamSettings {
 		maxBytes: s.get("stream-max-bytes")}
 }
 
-// config returns the stream publisher's configuration, or nil when --stream-url is not set.
-func (s *streamSettings) config() (*streampub.Config, error) {
+// config returns the stream publisher's configuration, or nil when --stream-url is not set. A
+// stream setting other than its default without --stream-url is refused: the relay would publish
+// to the exchange.
+// So are several lanes: a stream takes one producer.
+func (s *streamSettings) config(lanes *setting) (*streampub.Config, error) {
 	if s.url.value == "" {
+		for _, st := range []*setting{s.name, s.maxAge, s.maxBytes} {
+			if st.value != "" && st.value != st.def {
+				return nil, badSetting(st, "only with --stream-url; without it walbox publishes to the exchange")
+			}
+		}
 		return nil, nil
+	}
+	if n, err := lanes.int(); err == nil && n > 1 {
+		return nil, badSetting(lanes, "%d; a stream takes one producer, in commit order: leave it at 1 with --stream-url", n)
 	}
 	uris, err := streampub.ParseURIs(s.url.value)
 	if err != nil {

@@ -58,6 +58,9 @@ type Config struct {
 	FailoverSlot string
 	// ReplicationURL is walbox's --replication-url: the hot standby it decodes on, "" for none.
 	ReplicationURL string
+	// Stream is walbox's stream mode (--stream-url), nil for none: the stream nodes are checked
+	// instead of Brokers.
+	Stream *StreamConfig
 }
 
 // doctor holds what the checks need.
@@ -72,6 +75,7 @@ type doctor struct {
 	relayRole   string             // the role walbox run logs in as, "" for doctor's own
 	failover    string             // --failover-slot
 	standby     string             // --replication-url
+	stream      *StreamConfig      // --stream-url and --stream, nil for none
 }
 
 // Run performs every check, PostgreSQL's then RabbitMQ's, each server's within Timeout, and
@@ -80,7 +84,7 @@ type doctor struct {
 func Run(ctx context.Context, cfg Config) []Check {
 	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
 		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
-		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL}
+		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL, stream: cfg.Stream}
 	if len(cfg.Mappings) > 0 {
 		d.mappings = cfg.Mappings
 		d.table = d.mappings[0].WithDefaults().Table
@@ -89,6 +93,9 @@ func Run(ctx context.Context, cfg Config) []Check {
 	checks := d.postgres(pgCtx)
 	cancel()
 	checks = append(checks, d.postgresTLS())
+	if d.stream != nil {
+		return append(checks, d.streamChecks(ctx)...)
+	}
 	checks = append(checks, d.brokerChecks(ctx)...)
 	return append(checks, d.amqpTLS())
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/internal/testenv"
@@ -311,5 +312,42 @@ func TestRecordRightsOfAnotherRelayRole(t *testing.T) {
 	cfg.RelayRole = relay + "_absent"
 	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "fail" || !strings.Contains(c.Fix, "--relay-role") {
 		t.Errorf("record_rights with a RelayRole that does not exist: %s %q (fix %q), want a failure", c.Status, c.Message, c.Fix)
+	}
+}
+
+// In stream mode (--stream-url) doctor checks the stream nodes instead of the exchange: a node
+// that answers passes, a stream not declared yet warns, an unreachable node fails.
+func TestStreamModeChecksTheStreamNode(t *testing.T) {
+	e := setup(t)
+	rabbit := testenv.StartRabbitStream(t)
+	cfg := e.cfg
+	cfg.Brokers = nil
+	name := testenv.UniqueName("events")
+	cfg.Stream = &doctor.StreamConfig{URIs: []string{rabbit.StreamURL()}, Stream: name}
+	checks := doctor.Run(t.Context(), cfg)
+	noFailures(t, checks)
+	if c := find(t, checks, "stream_broker"); c.Status != "pass" {
+		t.Errorf("stream_broker: %s %q, want pass", c.Status, c.Message)
+	}
+	if c := find(t, checks, "stream"); c.Status != "warn" {
+		t.Errorf("stream before it is declared: %s %q, want warn", c.Status, c.Message)
+	}
+
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(rabbit.StreamURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if err := env.DeclareStream(name, stream.NewStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if c := find(t, doctor.Run(t.Context(), cfg), "stream"); c.Status != "pass" {
+		t.Errorf("stream once declared: %s %q, want pass", c.Status, c.Message)
+	}
+
+	cfg.Stream.URIs = []string{"rabbitmq-stream://guest:secret@127.0.0.1:1/"}
+	c := find(t, doctor.Run(t.Context(), cfg), "stream_broker")
+	if c.Status != "fail" || strings.Contains(c.Message, "secret") {
+		t.Errorf("unreachable stream node: %s %q, want fail, without the password", c.Status, c.Message)
 	}
 }

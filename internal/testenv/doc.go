@@ -136,7 +136,8 @@
 //     TestEmittedMessageIsTheRowOnTheWire
 //   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
-//   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills
+//   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills,
+//     TestStreamExactlyOnceAcrossATimelineSwitch
 //     (relay killed, broker killed, relay stopped, standby taking over)
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
