@@ -19,6 +19,7 @@ type Metrics struct {
 	retried                                    prometheus.Counter
 	reconnects                                 *prometheus.CounterVec
 	confirmLat, commitLat, publishLag, readLag prometheus.Histogram
+	writeLag, heldLag                          prometheus.Histogram
 	retained                                   prometheus.Gauge
 	walStatus                                  *prometheus.GaugeVec
 	pollErrors                                 prometheus.Counter
@@ -54,6 +55,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Time from the transaction's commit to walbox reading the message from the replication connection: "+
 				"the server decoding and sending it, and, while walbox's window is full, the wait to be read. "+
 				"The first part of walbox_commit_to_publish_seconds."),
+		writeLag: f.histogram("walbox_commit_to_write_seconds",
+			"Time from the transaction's commit to walbox writing the message's last frame to the broker's socket: "+
+				"walbox_commit_to_publish_seconds and then any time the publisher held the frames back to write several together. "+
+				"The rest of commit to confirm is the broker's."),
+		heldLag: f.histogram("walbox_publish_to_write_seconds",
+			"Time from walbox's publish of the message to the write of its last frame to the broker's socket: "+
+				"how long the publisher held it back to write several messages together."),
 		retained: f.gauge("walbox_slot_retained_wal_bytes",
 			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
 		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),
@@ -79,6 +87,10 @@ func (m *Metrics) Observe(e replication.Event) {
 			m.commitLat.Observe(e.CommitLatency.Seconds())
 			m.publishLag.Observe(max(e.PublishDelay, 0).Seconds()) // below 0 only if the clocks disagree
 			m.readLag.Observe(max(e.ReadDelay, 0).Seconds())
+			if e.WriteDelay > 0 {
+				m.writeLag.Observe(e.WriteDelay.Seconds())
+				m.heldLag.Observe(max(e.WriteDelay-e.PublishDelay, 0).Seconds()) // below 0: written during the call
+			}
 		}
 	case replication.ConfirmFailed:
 		switch {
@@ -174,7 +186,7 @@ func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.Gauge
 
 func (f factory) histogram(name, help string) prometheus.Histogram {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help,
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}) // 0.5 ms to 16 s
+		Buckets: prometheus.ExponentialBuckets(0.0000625, 2, 19)}) // 62.5 µs to 16 s: sub-millisecond medians need the low ones
 	f.reg.MustRegister(h)
 	return h
 }

@@ -27,7 +27,7 @@ func TestObserveCountsEachEvent(t *testing.T) {
 	}
 	m.Observe(replication.Event{Kind: replication.Confirmed, EventType: "order.created",
 		ConfirmLatency: 3 * time.Millisecond, CommitLatency: 5 * time.Millisecond, PublishDelay: 2 * time.Millisecond,
-		ReadDelay: time.Millisecond})
+		ReadDelay: time.Millisecond, WriteDelay: 2500 * time.Microsecond})
 	m.Observe(replication.Event{Kind: replication.ConfirmFailed, Err: fmt.Errorf("x: %w", publisher.ErrNacked)})
 	m.Observe(replication.Event{Kind: replication.Parked, EventType: "", Reason: "bad_row"})
 	m.Observe(replication.Event{Kind: replication.SessionEnded, Retried: 7,
@@ -85,12 +85,14 @@ walbox_slot_wal_status{wal_status="reserved"} 1
 			t.Fatalf("%s: %d series", h, n)
 		}
 	}
-	// Commit to publish and commit to read are the event's PublishDelay and ReadDelay.
+	// Commit to publish, to read and to write are the event's PublishDelay, ReadDelay and WriteDelay;
+	// publish to write is the difference.
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums := map[string]float64{"walbox_commit_to_publish_seconds": 0.002, "walbox_commit_to_read_seconds": 0.001}
+	sums := map[string]float64{"walbox_commit_to_publish_seconds": 0.002, "walbox_commit_to_read_seconds": 0.001,
+		"walbox_commit_to_write_seconds": 0.0025, "walbox_publish_to_write_seconds": 0.0005}
 	for _, mf := range mfs {
 		if sum, ok := sums[mf.GetName()]; ok {
 			h := mf.GetMetric()[0].GetHistogram()

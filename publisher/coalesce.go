@@ -8,18 +8,22 @@ import (
 )
 
 // Bounds of what a coalescing connection holds back: it writes once coalesceBytes are held, or
-// coalesceDelay after the first of them was held, whichever comes first.
+// coalesceDelay after the first of them was held, whichever comes first. A Session.Flush waits
+// for more only while the next message is expected soon after the first held (expectMore).
 const coalesceBytes = 64 << 10
 
-var coalesceDelay = time.Millisecond // a variable for tests
+var coalesceDelay = 2500 * time.Microsecond // a variable for tests
 
 // coalescer is the net.Conn under amqp091. amqp091 flushes its buffer to the socket after every
 // publish, so each message would be a TCP write of its own and wake the broker on its own. While
 // the session publishes (hold), the coalescer keeps those writes and sends them together: when
-// the caller has nothing more to publish for now (Session.Flush), when coalesceBytes are held, or
-// coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
+// the caller has nothing more to publish for now (Session.Flush) and no more is expected soon, when
+// coalesceBytes are held, or coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
 // declarations, close) goes out at once, after what is held, so nothing waits behind a publish
 // burst and the byte order of the stream is kept.
+//
+// The coalescer also notes when each publish's frames reached the socket (holdFor, writtenAt): the
+// end of the socket write that carried the last of them. A Confirm carries it as Written.
 //
 // A held write reports success to amqp091 before it reaches the socket; if a write that Flush
 // (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
@@ -34,17 +38,34 @@ type coalescer struct {
 	writing atomic.Bool // a socket write is in progress; read without mu
 
 	mu     sync.Mutex
-	writes int       // socket writes made
-	wrote  time.Time // when the last socket write started
+	writes int // socket writes made
 	hold   bool
 	buf    []byte
-	armed  bool // the timer is set to write what is held
+	first  time.Time     // when the first byte in buf was held
+	idle   time.Time     // when flushSoon was last called
+	gap    time.Duration // the time between flushSoon calls, a moving average
+	calls  int           // flushSoon calls that found buf as it is held now
+	lone   bool          // the last write of held bytes carried those of one flushSoon call
+	armed  bool          // the timer is set to write what is held
 	timer  *time.Timer
 	err    error // the first failed write; sticky
+
+	// When publishes reached the socket: tag is the publish whose frames are being written (0
+	// between publishes), last the latest publish whose frames are all written or held, and carried the socket
+	// writes since that completed publishes, oldest first, not yet taken by writtenAt.
+	tag, last uint64
+	stamped   uint64 // the latest publish in carried
+	carried   []carriedUpTo
+}
+
+// carriedUpTo is a socket write that ended at at and completed the publishes up to upTo.
+type carriedUpTo struct {
+	upTo uint64
+	at   time.Time
 }
 
 func newCoalescer(c net.Conn, failed func(error) error) *coalescer {
-	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay}
+	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay, gap: coalesceDelay}
 	w.timer = time.AfterFunc(time.Hour, func() { _ = w.Flush() })
 	w.timer.Stop()
 	return w
@@ -66,6 +87,9 @@ func (w *coalescer) Write(p []byte) (int, error) {
 		}
 		return len(p), nil
 	}
+	if len(w.buf) == 0 {
+		w.first, w.calls = time.Now(), 0
+	}
 	w.buf = append(w.buf, p...)
 	if len(w.buf) >= coalesceBytes {
 		if _, err := w.flush(); err != nil {
@@ -82,24 +106,73 @@ func (w *coalescer) Write(p []byte) (int, error) {
 func (w *coalescer) holding(on bool) {
 	w.mu.Lock()
 	w.hold = on
+	if !on && w.tag != 0 {
+		w.done()
+	}
 	w.mu.Unlock()
+}
+
+// holdFor holds the writes of publish tag (a delivery tag, above those before it) until holding(false).
+func (w *coalescer) holdFor(tag uint64) {
+	w.mu.Lock()
+	w.hold, w.tag = true, tag
+	w.mu.Unlock()
+}
+
+// done ends the publish of w.tag, whose frames are all written or held; w.mu is held.
+func (w *coalescer) done() {
+	w.last, w.tag = w.tag, 0
+	if len(w.buf) == 0 && w.last > w.stamped {
+		w.stamp(w.last, time.Now()) // its last frames went out during the publish
+	}
+}
+
+// stamp records that a socket write ending at at completed the publishes up to upTo; w.mu is held.
+func (w *coalescer) stamp(upTo uint64, at time.Time) {
+	if upTo <= w.stamped {
+		return
+	}
+	w.stamped = upTo
+	w.carried = append(w.carried, carriedUpTo{upTo: upTo, at: at})
+}
+
+// writtenAt returns when the last frame of publish tag was written to the socket, zero if it was
+// not. Call it for each publish in order: it forgets the writes before tag.
+func (w *coalescer) writtenAt(tag uint64) time.Time {
+	if w == nil {
+		return time.Time{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := 0
+	for i < len(w.carried) && w.carried[i].upTo < tag {
+		i++
+	}
+	if i > 0 {
+		n := copy(w.carried, w.carried[i:])
+		clear(w.carried[n:])
+		w.carried = w.carried[:n]
+	}
+	if len(w.carried) == 0 {
+		return time.Time{}
+	}
+	return w.carried[0].at
 }
 
 // Flush writes what is held.
 func (w *coalescer) Flush() error { return w.flushSoon(false) }
 
-// flushSoon writes what is held, now; or, if soon and the last socket write was less than the
-// delay ago, when the delay has passed. Under a steady flow of messages that one at a time would
-// each be a write of its own, that turns them into a write per delay.
+// flushSoon writes what is held, now; or, if soon and the next call is expected in time
+// (expectMore), leaves it to that call or to the timer. The caller calls it soon
+// each time it has published what there was (Session.Flush), so the time between calls, averaged,
+// tells when the next message is likely. Under a steady flow of messages that one at a time would
+// each be a write of its own, that groups those that come close together; a message that would
+// wait for nothing goes out at once.
 func (w *coalescer) flushSoon(soon bool) error {
 	w.mu.Lock()
-	if soon && len(w.buf) > 0 && w.err == nil && time.Since(w.wrote) < w.delay {
-		if !w.armed {
-			w.armed = true
-			w.timer.Reset(w.delay)
-		}
+	if soon && w.expectMore() && w.err == nil {
 		w.mu.Unlock()
-		return nil
+		return nil // the timer is armed since the first byte was held
 	}
 	if err := w.err; err != nil {
 		w.mu.Unlock()
@@ -113,6 +186,30 @@ func (w *coalescer) flushSoon(soon bool) error {
 	return err
 }
 
+// expectMore records a call of flushSoon and reports whether what is held should wait for the
+// next call, expected at the average time between calls. A group that the next call would join
+// within 2/5 of the delay of its first byte keeps waiting. A message held alone waits for a
+// partner expected within half the delay only every other time (after a write that went alone),
+// unless a group of three is expected within 2/5 of the delay. So at a pace where pairs are all
+// that could form, at most a third of the messages wait, for as many writes as two messages
+// in three. w.mu is held.
+func (w *coalescer) expectMore() bool {
+	now := time.Now()
+	if !w.idle.IsZero() {
+		w.gap += (min(now.Sub(w.idle), w.delay) - w.gap) / 8
+	}
+	w.idle = now
+	if len(w.buf) == 0 {
+		return false
+	}
+	w.calls++
+	due := now.Add(w.gap).Sub(w.first)
+	if w.calls > 1 {
+		return due <= w.delay*2/5
+	}
+	return due <= w.delay/2 && (w.lone || 2*w.gap <= w.delay*2/5)
+}
+
 // flush writes the held bytes; w.mu is held.
 func (w *coalescer) flush() (int, error) {
 	if w.armed {
@@ -122,7 +219,11 @@ func (w *coalescer) flush() (int, error) {
 	if len(w.buf) == 0 {
 		return 0, nil
 	}
+	w.lone = w.calls <= 1
 	n, err := w.write(w.buf)
+	if err == nil {
+		w.stamp(w.last, time.Now()) // not w.tag: a publish in progress has frames still to come
+	}
 	if cap(w.buf) > 4*coalesceBytes {
 		w.buf = nil // one large message; do not keep its buffer
 	} else {
@@ -134,7 +235,6 @@ func (w *coalescer) flush() (int, error) {
 // write writes p to the socket; a failure is sticky. w.mu is held.
 func (w *coalescer) write(p []byte) (int, error) {
 	w.writes++
-	w.wrote = time.Now()
 	w.writing.Store(true)
 	n, err := w.Conn.Write(p)
 	w.writing.Store(false)

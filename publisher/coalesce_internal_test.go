@@ -115,35 +115,84 @@ func TestCoalescerStuckFlushFails(t *testing.T) {
 	}
 }
 
-// Flush asked soon after a socket write leaves what is held to the timer, so that a steady flow
-// of single messages becomes a write per delay; long after one, it writes at once.
-func TestCoalescerFlushSoonAfterAWrite(t *testing.T) {
+// Flush asked soon writes at once when the next call is not expected within half the delay of
+// the first byte held; when it is, what is held waits for that call, which writes both once the
+// half delay has passed.
+func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
-	go w.Write([]byte("beat")) // a write, just now
-	readExactly(t, r, "beat")
-	w.holding(true)
-	w.Write([]byte("pub1"))
-	w.holding(false)
-	start := time.Now()
-	if err := w.flushSoon(true); err != nil {
-		t.Fatal(err)
+	pub := func(p string) {
+		w.holding(true)
+		w.Write([]byte(p))
+		w.holding(false)
 	}
-	nothingToRead(t, r, 30*time.Millisecond)
-	readExactly(t, r, "pub1") // by the timer
-	if d := time.Since(start); d < 90*time.Millisecond {
-		t.Errorf("written after %v, want after the 100ms delay", d)
+	pub("pub1") // a fresh connection expects nothing
+	go w.flushSoon(true)
+	readExactly(t, r, "pub1")
+
+	w.mu.Lock()
+	w.gap = 10 * time.Millisecond // calls come every 10 ms
+	w.mu.Unlock()
+	pub("pub2")
+	w.flushSoon(true)
+	time.Sleep(10 * time.Millisecond)
+	pub("pub3")
+	w.flushSoon(true)
+	nothingToRead(t, r, 40*time.Millisecond) // pub4 is expected before pub2 waited 50 ms
+	pub("pub4")
+	start := time.Now()
+	go w.flushSoon(true) // 60 ms after pub2: no call is expected within 50 ms of it any more
+	readExactly(t, r, "pub2pub3pub4")
+	if d := time.Since(start); d > 30*time.Millisecond {
+		t.Errorf("written %v after the flush, want at once", d)
 	}
 
-	time.Sleep(150 * time.Millisecond) // the last write is now older than the delay
-	w.holding(true)
-	w.Write([]byte("pub2"))
-	w.holding(false)
+	w.mu.Lock()
+	w.gap = 80 * time.Millisecond // calls come every 80 ms: nothing would join
+	w.mu.Unlock()
+	pub("pub5")
 	start = time.Now()
 	go w.flushSoon(true)
-	readExactly(t, r, "pub2")
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Errorf("written after %v, want at once", d)
+	readExactly(t, r, "pub5")
+	if d := time.Since(start); d > 30*time.Millisecond {
+		t.Errorf("written %v after the flush, want at once", d)
 	}
+}
+
+// At a pace where only pairs could form, a message held alone waits for a partner only after a
+// write that went alone: every other time. A third of the messages wait, not half.
+func TestCoalescerPairsEveryOtherTime(t *testing.T) {
+	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
+	pub := func(p string) {
+		w.holding(true)
+		w.Write([]byte(p))
+		w.holding(false)
+		w.mu.Lock()
+		w.gap = 45 * time.Millisecond // a partner within half the delay; no group of three within 2/5
+		w.mu.Unlock()
+	}
+	pub("pub1") // a fresh connection expects nothing: a write alone
+	go w.flushSoon(true)
+	readExactly(t, r, "pub1")
+
+	pub("pub2") // after a lone write: waits for a partner
+	w.flushSoon(true)
+	nothingToRead(t, r, 30*time.Millisecond)
+	pub("pub3")
+	go w.flushSoon(true)
+	readExactly(t, r, "pub2pub3")
+
+	pub("pub4") // after a pair: at once
+	start := time.Now()
+	go w.flushSoon(true)
+	readExactly(t, r, "pub4")
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("pub4 written %v after the flush, want at once (the timer would take 100ms)", d)
+	}
+	pub("pub5") // after a lone write again: waits
+	w.flushSoon(true)
+	nothingToRead(t, r, 30*time.Millisecond)
+	go w.Flush()
+	readExactly(t, r, "pub5")
 }
 
 // A Flush that fails ends the session, and says why once: the error is the session's failure,
@@ -215,5 +264,34 @@ func TestCoalescerKeepsOrderUnderConcurrency(t *testing.T) {
 	b := <-got
 	if !bytes.Equal(b, want.Bytes()) {
 		t.Fatalf("socket got %d bytes, want %d, in write order", len(b), want.Len())
+	}
+}
+
+// writtenAt tells when a publish's last frame went out: a large publish that the size bound
+// wrote in part is written only when its tail is.
+func TestCoalescerStampsLastFrame(t *testing.T) {
+	w, r := pipeCoalescer(t, time.Hour, nil)
+	go io.Copy(io.Discard, r)
+	w.holdFor(1)
+	w.Write([]byte("pub1"))
+	w.holding(false)
+	w.holdFor(2)
+	w.Write(make([]byte, coalesceBytes)) // writes pub1 and the head of pub2
+	afterHead := time.Now()
+	w.Write([]byte("tail"))
+	w.holding(false)
+	time.Sleep(10 * time.Millisecond)
+	beforeTail := time.Now()
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.writtenAt(1); got.IsZero() || got.After(afterHead) {
+		t.Errorf("publish 1 written at %v, want by %v", got, afterHead)
+	}
+	if got := w.writtenAt(2); got.Before(beforeTail) {
+		t.Errorf("publish 2 written at %v, want at the Flush of its tail, after %v", got, beforeTail)
+	}
+	if got := w.writtenAt(3); !got.IsZero() {
+		t.Errorf("publish 3, never made, written at %v", got)
 	}
 }

@@ -92,3 +92,76 @@ func TestHeartbeatAndMethodsAreNotHeld(t *testing.T) {
 		t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, first)
 	}
 }
+
+// A Confirm says when its message's last frame was written to the socket: for messages held
+// back, by the write that the delay made, all three in one; always before the broker's verdict.
+func TestConfirmSaysWhenWritten(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(200 * time.Millisecond)()
+	s, _ := dial(t, r.URL(), publisher.Config{})
+
+	published := time.Now()
+	for range 3 {
+		publish(t, s, newMessage("order.created"))
+	}
+	var written time.Time
+	for i := uint64(1); i <= 3; i++ {
+		c := next(t, s)
+		if c.Seq != i || c.Err != nil {
+			t.Fatalf("Confirm: got %+v, want seq %d, nil error", c, i)
+		}
+		if held := c.Written.Sub(published); held < 150*time.Millisecond || c.At.Before(c.Written) {
+			t.Errorf("seq %d: written %v after the publish, confirmed %v after; want the 200ms hold, before the confirm",
+				i, held, c.At.Sub(published))
+		}
+		if i > 1 && !c.Written.Equal(written) {
+			t.Errorf("seq %d: written at %v, seq 1 at %v; want one write", i, c.Written, written)
+		}
+		written = c.Written
+	}
+}
+
+// Messages published at a pace slower than half the hold bound, each followed by a Flush, go out
+// at once: none waits for a next one that would not join it. At a quick pace they share writes.
+func TestFlushHoldsOnlyWhatOthersWillJoin(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	defer publisher.SetCoalesceDelay(100 * time.Millisecond)()
+	s, _ := dial(t, r.URL(), publisher.Config{})
+
+	published := map[uint64]time.Time{}
+	for range 4 {
+		seq := publish(t, s, newMessage("order.created"))
+		published[seq] = time.Now()
+		if err := s.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		time.Sleep(80 * time.Millisecond)
+	}
+	for range 4 {
+		c := next(t, s)
+		if c.Err != nil {
+			t.Fatalf("Confirm: %+v", c)
+		}
+		if held := c.Written.Sub(published[c.Seq]); held > 30*time.Millisecond {
+			t.Errorf("seq %d held %v at a pace of 80 ms, want written at the Flush", c.Seq, held)
+		}
+	}
+
+	const n = 30
+	before := publisher.SocketWrites(s)
+	for range n {
+		publish(t, s, newMessage("order.created"))
+		if err := s.Flush(); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range n {
+		if c := next(t, s); c.Err != nil {
+			t.Fatalf("Confirm: %+v", c)
+		}
+	}
+	if w := publisher.SocketWrites(s) - before; w > n*2/3 {
+		t.Errorf("%d messages 5 ms apart took %d socket writes, want them grouped", n, w)
+	}
+}

@@ -109,7 +109,7 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 	} else if !c.Ack {
 		err = fmt.Errorf("message %s: %w", o.id, ErrNacked)
 	}
-	s.emit(wire.Confirm{Seq: o.seq, Err: err, At: at})
+	s.emit(wire.Confirm{Seq: o.seq, Err: err, At: at, Written: s.out.writtenAt(tag)})
 	return nil
 }
 

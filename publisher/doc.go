@@ -33,10 +33,10 @@
 //
 // Publish returning means the message is handed over, not yet written: the session holds the
 // frames of a burst of publishes and writes them together, when the caller calls Flush (it has
-// nothing more to publish for now; if the session wrote less than 1 ms before, the write waits
-// for the rest of that millisecond), when 64 KiB are held, or 1 ms after
-// the first was held. The broker then takes a burst, or a steady flow of single messages, in one
-// read per write instead of one per message.
+// nothing more to publish for now) and no more is expected soon (see Session.Flush), when 64 KiB
+// are held, or 2.5 ms after the first was held. The broker then takes a burst, or messages that
+// come close together, in one read per write instead of one per message; a message that nothing
+// follows closely goes out at once.
 // Heartbeats and every other method are written at once, behind what is held. A held write that
 // fails ends the session like any failed write: its messages never get a positive Confirm.
 //

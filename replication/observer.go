@@ -48,9 +48,13 @@ type Event struct {
 	// row's frame from the replication connection (the server decoding and sending it; while the
 	// window is full, rows also wait here, unread).
 	ReadDelay time.Duration
-	Reason    string
-	Retried   int
-	Err       error
+	// WriteDelay is from the commit to the publisher writing the message's last frame to the
+	// broker's socket (Confirmed, when CommitLatency is known and the publisher says; else 0): it
+	// ends after PublishDelay by any time the publisher held the frames back.
+	WriteDelay time.Duration
+	Reason     string
+	Retried    int
+	Err        error
 }
 
 type noObserver struct{}

@@ -463,6 +463,9 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 		ev.CommitLatency = now.Sub(f.commit)
 		ev.PublishDelay = f.at.Sub(f.commit)
 		ev.ReadDelay = f.read.Sub(f.commit)
+		if !c.Written.IsZero() {
+			ev.WriteDelay = c.Written.Sub(f.commit)
+		}
 	}
 	s.obs.Observe(ev)
 	s.passed(f.key)

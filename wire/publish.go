@@ -19,6 +19,9 @@ type Confirm struct {
 	// At is when the verdict arrived from the broker; zero if the publisher does not say. The
 	// reader may take it later, so latencies are measured to At, not to when it is read.
 	At time.Time
+	// Written is when the message's last frame was written to the broker's socket (publishers
+	// may hold frames back, to write several together); zero if the publisher does not say.
+	Written time.Time
 }
 
 // ErrUnpublishable marks a message the broker can never accept as it stands (too large, or a

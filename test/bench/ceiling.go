@@ -46,11 +46,12 @@ func runCeiling(ctx context.Context, spec childSpec) error {
 	}
 	fmt.Printf("published %d messages on %d connections in %v (confirms: %v)\n", spec.Count, n, time.Since(start), !spec.NoConfirms)
 	<-ctx.Done()
-	var latencies []time.Duration
+	var latencies, calls []time.Duration
 	for _, p := range pipes {
 		latencies = append(latencies, p.latencies...)
+		calls = append(calls, p.calls...)
 	}
-	return writeResult(spec.ResultFile, latencies)
+	return writeResult(spec.ResultFile, latencies, calls)
 }
 
 // publishShare publishes publisher i's share of n: the seqs i, i+n, i+2n, ... below spec.Count,
@@ -85,6 +86,7 @@ type pipeline struct {
 	acks      <-chan amqp.Confirmation
 	starts    []int64 // Unix nanoseconds of each message in flight, in publish order; 0: not measured
 	latencies []time.Duration
+	calls     []time.Duration // of each measured publish call, to its return: amqp091 writes within it
 }
 
 // dialPipeline opens a connection to url and a channel on it, in confirm mode if confirm. The
@@ -109,13 +111,15 @@ func dialPipeline(url string, window int, confirm bool) (*pipeline, error) {
 	return &pipeline{conn: conn, ch: ch, window: window, acks: ch.NotifyPublish(make(chan amqp.Confirmation, window+64))}, nil
 }
 
-// publish publishes msg; start is the time its confirm latency counts from, or 0.
+// publish publishes msg; start is the time its confirm latency (and its publish call's
+// duration) counts from, or 0.
 func (p *pipeline) publish(ctx context.Context, exchange, key string, msg amqp.Publishing, start int64) error {
 	if p.acks == nil {
 		msg.DeliveryMode = amqp.Transient
 		if err := p.ch.PublishWithContext(ctx, exchange, key, false, false, msg); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
+		p.called(start)
 		return nil
 	}
 	for len(p.starts) >= p.window {
@@ -126,8 +130,16 @@ func (p *pipeline) publish(ctx context.Context, exchange, key string, msg amqp.P
 	if err := p.ch.PublishWithContext(ctx, exchange, key, true, false, msg); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
+	p.called(start)
 	p.starts = append(p.starts, start)
 	return nil
+}
+
+// called records how long the publish call that began at start took, if start is set.
+func (p *pipeline) called(start int64) {
+	if start != 0 {
+		p.calls = append(p.calls, time.Duration(time.Now().UnixNano()-start))
+	}
 }
 
 func (p *pipeline) waitOne(ctx context.Context) error {
@@ -184,15 +196,17 @@ func (p *pipeline) waitAll(ctx context.Context) error {
 
 // childResult is what a child reports when it stops.
 type childResult struct {
-	Confirm *Percentiles `json:"confirm"` // start to broker confirm
+	Confirm *Percentiles `json:"confirm"`         // start to broker confirm
+	Write   *Percentiles `json:"write,omitempty"` // ceiling: start to the publish call's return
 }
 
-// writeResult writes the confirm latencies to path, if set.
-func writeResult(path string, latencies []time.Duration) error {
+// writeResult writes the confirm latencies, and the publish calls' durations if any, to path,
+// if set.
+func writeResult(path string, latencies, calls []time.Duration) error {
 	if path == "" {
 		return nil
 	}
-	data, err := json.Marshal(childResult{Confirm: percentilesOf(latencies)})
+	data, err := json.Marshal(childResult{Confirm: percentilesOf(latencies), Write: percentilesOf(calls)})
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}

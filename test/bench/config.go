@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -20,6 +21,9 @@ const (
 	Walbox     Contender = "walbox"
 	Poll100ms  Contender = "polling 100ms"
 	Poll1s     Contender = "polling 1s"
+	// WalboxBaseline is `walbox run` of another build (Config.BaselineBin), for a build against
+	// build comparison in one run; WithBaseline adds it.
+	WalboxBaseline Contender = "walbox baseline"
 )
 
 // The contenders that publish on several connections, for a cluster (see ClusterScenarios).
@@ -38,6 +42,23 @@ func withStream(cs []Contender) []Contender { return append(cs[:len(cs):len(cs)]
 
 // AllContenders lists every contender of the standard scenarios.
 var AllContenders = []Contender{Ceiling, NoConfirms, Walbox, Poll100ms, Poll1s}
+
+// WithBaseline returns the scenarios with the baseline build run before walbox wherever walbox runs.
+func WithBaseline(ss []Scenario) []Scenario {
+	out := make([]Scenario, 0, len(ss))
+	for _, sc := range ss {
+		var cs []Contender
+		for _, c := range sc.Contenders {
+			if c == Walbox {
+				cs = append(cs, WalboxBaseline)
+			}
+			cs = append(cs, c)
+		}
+		sc.Contenders = cs
+		out = append(out, sc)
+	}
+	return out
+}
 
 // dbContenders are the contenders that relay from PostgreSQL: the only ones a load outside the
 // benchmark, pgbench, can feed.
@@ -230,6 +251,8 @@ type Config struct {
 	Scenarios []Scenario
 	// WalboxBin is the walbox binary to run (see BuildWalbox). Required.
 	WalboxBin string
+	// BaselineBin is the walbox binary the WalboxBaseline contender runs; required for it.
+	BaselineBin string
 	// WorkDir receives the relays' logs and profiles. Required.
 	WorkDir string
 	// PollBatch is the polling relay's batch size (default 100).
@@ -275,6 +298,9 @@ func (c *Config) validate() error {
 	for _, s := range c.Scenarios {
 		if err := s.validate(); err != nil {
 			return err
+		}
+		if slices.Contains(s.Contenders, WalboxBaseline) && c.BaselineBin == "" {
+			return fmt.Errorf("scenario %s: the walbox baseline contender needs a baseline binary", s.Name)
 		}
 		if s.Load == Pgbench && s.messages()%c.Producers != 0 {
 			return fmt.Errorf("scenario %s: %d rows do not split evenly over %d producers (pgbench counts transactions per client)",

@@ -32,6 +32,11 @@
 // which bounds commit-to-confirm from above within the broker's delivery time. walbox's confirm
 // time cannot be observed from outside its process.
 //
+// For walbox a steady scenario also splits the median into legs, from walbox's histograms (commit to
+// read, to publish, to the socket write that carried the message, to confirm) and the consumer:
+// the report's "Where the median goes". Config.BaselineBin runs a second walbox build beside the
+// first in the same run (WithBaseline), for build against build figures.
+//
 // A steady scenario's Load may instead be Pgbench: PostgreSQL's pgbench, a process of its own,
 // commits the window's rows at the rate (-R, with -t rows per producer connection for an exact
 // count), each row stamped with clock_timestamp() as it is inserted, and latency runs from that

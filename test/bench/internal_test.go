@@ -104,6 +104,19 @@ func TestProcReadings(t *testing.T) {
 	if rss := peakRSS(1 << 30); rss != -1 {
 		t.Errorf("RSS of a process that does not exist: got %v, want -1", rss)
 	}
+	before := writeCalls(os.Getpid())
+	f, err := os.CreateTemp(t.TempDir(), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	f.Close()
+	if after := writeCalls(os.Getpid()); before < 0 || after <= before {
+		t.Errorf("write calls of this process: %d, then %d after a write; want them counted", before, after)
+	}
+	if n := writeCalls(1 << 30); n != -1 {
+		t.Errorf("write calls of a process that does not exist: got %v, want -1", n)
+	}
 }
 
 func TestHotPathFramesDecode(t *testing.T) {

@@ -27,6 +27,12 @@ type Result struct {
 	// Read (steady, walbox) is the part of Publish before walbox: commit to walbox's reader
 	// reading the row, the server's decoding and sending (approximate); nil as Publish.
 	Read *Percentiles
+	// Write (steady) runs to the socket write that carried the message: for walbox from the commit
+	// to its last frame's write (approximate; nil for builds without the histogram), for the
+	// ceiling from the publish call to its return (amqp091 writes the frames within the call).
+	Write *Percentiles
+	// Held (steady, walbox) is from the publish call to that write: the publisher's hold (approximate).
+	Held *Percentiles
 	// ProducerRate is the rate at which a steady producer's commits actually went (rows/s).
 	ProducerRate float64
 	// LoadLag (pgbench load) is how late pgbench started each transaction against its schedule.
@@ -36,6 +42,10 @@ type Result struct {
 	PGCPU     float64 // of every PostgreSQL process
 	BrokerCPU float64 // of the broker's Erlang VM
 	RelayRSS  int64   // the relay's peak RSS (VmHWM), bytes
+	// RelayWrites (steady) is the relay's write system calls in the measured window, -1 if
+	// unknown: mostly its socket writes to the broker, so per message it shows how many messages
+	// share a write (each write wakes the broker).
+	RelayWrites int64
 
 	WALInsert float64 // WAL bytes per message written by the producer's inserts
 	WALRelay  float64 // WAL bytes per message the relay added
@@ -48,7 +58,7 @@ type Result struct {
 
 func newResult(sc Scenario, who Contender) Result {
 	return Result{Scenario: sc, Contender: who, Messages: sc.messages(), RelayCPU: -1, PGCPU: -1, BrokerCPU: -1,
-		RelayRSS: -1, WALInsert: math.NaN(), WALRelay: math.NaN(), WALVacuum: math.NaN()}
+		RelayRSS: -1, RelayWrites: -1, WALInsert: math.NaN(), WALRelay: math.NaN(), WALVacuum: math.NaN()}
 }
 
 // CPUPerMessage returns the relay's CPU microseconds per message, or -1.
@@ -57,6 +67,14 @@ func (r Result) CPUPerMessage() float64 {
 		return -1
 	}
 	return r.RelayCPU / float64(r.Messages) * 1e6
+}
+
+// WritesPerMessage returns the relay's write system calls per message, or -1.
+func (r Result) WritesPerMessage() float64 {
+	if r.RelayWrites < 0 || r.Messages == 0 {
+		return -1
+	}
+	return float64(r.RelayWrites) / float64(r.Messages)
 }
 
 // BrokerCPUPerMessage returns the broker's CPU microseconds per message, or -1 if unknown.
@@ -227,13 +245,15 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	}
 	waitErr := cons.wait(ctx, warm+n, stallTimeout, relay.alive)
 	t.finish(r, relay, before)
+	if w0, w1 := before.writes, writeCalls(relay.pid()); w0 >= 0 && w1 >= 0 {
+		r.RelayWrites = w1 - w0
+	}
 	if hist1, err := t.histograms(ctx); err == nil && histErr == nil && hist1[0] != nil {
 		r.Confirm = hist1[0].minus(hist0[0]).percentiles()
-		if len(hist1[1]) > 0 && len(hist0[1]) > 0 {
-			r.Publish = hist1[1].minus(hist0[1]).percentiles()
-		}
-		if len(hist1[2]) > 0 && len(hist0[2]) > 0 {
-			r.Read = hist1[2].minus(hist0[2]).percentiles()
+		for i, dst := range []**Percentiles{&r.Publish, &r.Read, &r.Write, &r.Held} {
+			if h0, h1 := hist0[i+1], hist1[i+1]; len(h0) > 0 && len(h1) > 0 {
+				*dst = h1.minus(h0).percentiles()
+			}
 		}
 	}
 	if err := errors.Join(waitErr, relay.stop(stopTimeout)); err != nil {
@@ -241,7 +261,7 @@ func (t *trial) window(ctx context.Context, r *Result, prod *producer, cons *con
 	}
 	if t.resultFile != "" {
 		if res, err := readResult(t.resultFile); err == nil {
-			r.Confirm = res.Confirm
+			r.Confirm, r.Write = res.Confirm, res.Write
 		}
 	}
 	cons.stop()
@@ -274,20 +294,20 @@ func (t *trial) load(ctx context.Context, r *Result, prod *producer, warm, n int
 	return commits, nil
 }
 
-// histograms scrapes walbox's commit-to-confirm, commit-to-publish and commit-to-read histograms
-// once nothing is in flight; nil for other contenders. A build without the last two gives them
-// empty.
-func (t *trial) histograms(ctx context.Context) ([3]histogram, error) {
-	var hs [3]histogram
+// histograms scrapes walbox's commit-to-confirm, commit-to-publish, commit-to-read,
+// commit-to-write and publish-to-write histograms once nothing is in flight; nil for other
+// contenders. A build without any but the first gives them empty.
+func (t *trial) histograms(ctx context.Context) ([5]histogram, error) {
+	var hs [5]histogram
 	if t.metricsURL == "" {
 		return hs, nil
 	}
 	settle(ctx, strings.TrimSuffix(t.metricsURL, "/metrics")+"/status")
-	got, err := scrape(ctx, t.metricsURL, commitHistogram, publishHistogram, readHistogram)
+	got, err := scrape(ctx, t.metricsURL, commitHistogram, publishHistogram, readHistogram, writeHistogram, heldHistogram)
 	if err != nil {
 		return hs, err
 	}
-	copy(hs[:], got) // the last two nil when an older build lacks them
+	copy(hs[:], got) // nil where an older build lacks them
 	return hs, nil
 }
 

@@ -56,7 +56,7 @@ func runPoll(ctx context.Context, spec childSpec) error {
 			_ = sleepUntil(ctx, time.Now().Add(p.interval))
 		}
 	}
-	return writeResult(spec.ResultFile, p.pub.latencies)
+	return writeResult(spec.ResultFile, p.pub.latencies, nil)
 }
 
 // polled is a claimed row.

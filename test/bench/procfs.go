@@ -170,3 +170,25 @@ func cpuModel() string {
 	}
 	return "unknown"
 }
+
+// writeCalls returns how many write system calls pid has made (syscw in /proc/<pid>/io), or -1
+// when it cannot be read.
+func writeCalls(pid int) int64 {
+	if pid <= 0 {
+		return -1
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}

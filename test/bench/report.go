@@ -33,6 +33,7 @@ func (rep *Report) Markdown(w io.Writer) {
 	rep.clusterTable(w)
 	rep.drainTable(w)
 	rep.steadyTable(w)
+	rep.splitTable(w)
 	rep.hotPathTable(w)
 	if rep.Nodes <= 1 {
 		rep.targetTable(w)
@@ -109,6 +110,75 @@ func (rep *Report) steadyTable(w io.Writer) {
 			us(r.BrokerCPUPerMessage()), mib(r.RelayRSS), walBytes(r.WALInsert), walBytes(r.WALRelay), walBytes(r.WALVacuum))
 	}
 	fmt.Fprintln(w)
+}
+
+// splitTable splits each steady median of walbox and the bare publishers into the legs of a
+// message's way, as differences of medians: the server to walbox's read, the read to the publish
+// call, the call to the socket write that carried the message, that write to the broker's confirm,
+// and that write to the consumer.
+func (rep *Report) splitTable(w io.Writer) {
+	var rows []Result
+	for _, r := range rep.results(Steady) {
+		if r.Err == "" && r.Latency != nil && !r.Contender.polls() {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## Where the median goes\n\n"+
+		"Each leg is the difference of two medians (p50). Server → read, read → publish call, publish call → "+
+		"socket write and socket write → consumer add up to the commit → consumer p50; socket write → confirm "+
+		"runs beside the last (the broker may deliver before it confirms). "+
+		"walbox's come from its histograms (≈, interpolated; the clock starts at the commit timestamp of the "+
+		"transaction's Begin message): `walbox_commit_to_read_seconds`, `…_to_publish_seconds`, `…_to_write_seconds` "+
+		"(the socket write that carried the message's last frame) and `…_to_confirm_seconds`. For the bare "+
+		"publishers the clock starts at the publish call, which writes the frames before it returns. *Held* is "+
+		"walbox's `walbox_publish_to_write_seconds` p50: the publisher's hold, measured directly. *Writes/msg* is the "+
+		"relay's write system calls per message (/proc/<pid>/io syscw): mostly socket writes to the broker, each of which "+
+		"wakes it. – : not measured (no database, no confirms, or a build without the histogram).\n\n")
+	fmt.Fprintln(w, "| scenario | contender | server → read | read → publish call | publish call → socket write | socket write → confirm | socket write → consumer | commit → consumer p50 | held p50 | writes/msg | broker µs/msg |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, r := range rows {
+		read, pub, write, conf := p50Of(r.Read), p50Of(r.Publish), p50Of(r.Write), p50Of(r.Confirm)
+		if r.Contender.isCeiling() {
+			read, pub = 0, 0
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario.Name, r.Contender,
+			leg(r.Contender.usesDB(), 0, read), leg(r.Contender.usesDB(), read, pub), leg(true, pub, write),
+			leg(true, write, conf), leg(true, write, r.Latency.P50), ms(r.Latency.P50), approx(orNone(r.Held), p50Of(r.Held)),
+			perMsg(r.WritesPerMessage()), us(r.BrokerCPUPerMessage()))
+	}
+	fmt.Fprintln(w)
+}
+
+// perMsg prints a count per message, or "–".
+func perMsg(v float64) string {
+	if v < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// p50Of returns p's median, or -1.
+func p50Of(p *Percentiles) time.Duration {
+	if p == nil {
+		return -1
+	}
+	return p.P50
+}
+
+// leg prints to - from, signed (a difference of interpolated medians can be negative), or "–"
+// when either is unknown or the leg does not apply.
+func leg(applies bool, from, to time.Duration) string {
+	if !applies || from < 0 || to < 0 {
+		return "–"
+	}
+	d := to - from
+	if d < 0 {
+		return "−" + ms(-d)
+	}
+	return ms(d)
 }
 
 // loadLag prints the load's schedule lag, or "–" for a load that does not report it.

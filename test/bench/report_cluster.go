@@ -55,7 +55,7 @@ func (rep *Report) contenders() []Contender {
 		ran[r.Contender] = true
 	}
 	var out []Contender
-	for _, who := range append(append([]Contender(nil), AllContenders...), ClusterContenders...) {
+	for _, who := range append(append([]Contender{WalboxBaseline}, AllContenders...), ClusterContenders...) {
 		if ran[who] {
 			out = append(out, who)
 			ran[who] = false

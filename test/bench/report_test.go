@@ -141,3 +141,34 @@ func TestClusterReportSetsEachBesideTheOnePublisherCeiling(t *testing.T) {
 		t.Error("the chart's legend lacks walbox 3 lanes")
 	}
 }
+
+// The split turns walbox's cumulative medians into legs, and the bare publisher's call and confirm
+// into its own; issue 25's targets set walbox beside no confirms and the baseline build.
+func TestSplitAndMedianTargets(t *testing.T) {
+	steady := bench.Scenario{Name: "steady 1000/s", Kind: bench.Steady, Rate: 1000, Duration: time.Second, Payload: 300, Queue: bench.Classic}
+	p := func(p50 time.Duration) *bench.Percentiles {
+		return &bench.Percentiles{P50: p50, P99: 4 * p50, Approx: true}
+	}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	walbox := bench.Result{Scenario: steady, Contender: bench.Walbox, Messages: 1000, BrokerCPU: 0.2, Latency: p(ms(1.5)),
+		Read: p(ms(0.2)), Publish: p(ms(0.3)), Write: p(ms(0.9)), Confirm: p(ms(2)), Held: p(ms(0.55)), RelayWrites: 700}
+	baseline := bench.Result{Scenario: steady, Contender: bench.WalboxBaseline, Messages: 1000, BrokerCPU: 0.3, Latency: p(ms(2)),
+		Read: p(ms(0.2)), Publish: p(ms(0.3)), Confirm: p(ms(2.5)), RelayWrites: -1}
+	noConfirms := bench.Result{Scenario: steady, Contender: bench.NoConfirms, Messages: 1000, BrokerCPU: 0.1, RelayWrites: 1000,
+		Latency: &bench.Percentiles{P50: ms(0.6), P99: ms(2)}, Write: &bench.Percentiles{P50: ms(0.05)}}
+	rep := &bench.Report{Results: []bench.Result{noConfirms, baseline, walbox}}
+	var md strings.Builder
+	rep.Markdown(&md)
+	for _, row := range []string{
+		"| steady 1000/s | walbox | 0.20 ms | 0.10 ms | 0.60 ms | 1.10 ms | 0.60 ms | 1.50 ms | ≈0.55 ms | 0.70 | 200.0 |",
+		"| steady 1000/s | walbox baseline | 0.20 ms | 0.10 ms | – | – | – | 2.00 ms | – | – | 300.0 |",
+		"| steady 1000/s | no confirms | – | – | 0.05 ms | – | 0.55 ms | 0.60 ms | – | 1.00 | 100.0 |",
+		"| p50 ≤ no confirms + 1 ms: steady 1000/s | 1.50 ms vs 0.60 ms | yes |",
+		"| broker CPU per message ≤ baseline: steady 1000/s | 200.0 vs 300.0 µs/msg | yes |",
+		"| p99 ≤ baseline: steady 1000/s | 6.00 ms vs 8.00 ms | yes |",
+	} {
+		if !strings.Contains(md.String(), row) {
+			t.Errorf("no row %q in\n%s", row, md.String())
+		}
+	}
+}

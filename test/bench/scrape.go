@@ -27,6 +27,14 @@ const publishHistogram = "walbox_commit_to_publish_seconds"
 // from the replication connection (the server decoding and sending it). Older builds lack it.
 const readHistogram = "walbox_commit_to_read_seconds"
 
+// writeHistogram runs from the commit to walbox writing the message's last frame to the broker's
+// socket; heldHistogram is its part after the publish call: how long the publisher held the frames
+// back. Older builds lack them.
+const (
+	writeHistogram = "walbox_commit_to_write_seconds"
+	heldHistogram  = "walbox_publish_to_write_seconds"
+)
+
 // bucket is one cumulative histogram bucket.
 type bucket struct {
 	le    float64 // upper bound, seconds (+Inf for the last)

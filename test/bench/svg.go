@@ -21,13 +21,14 @@ const (
 )
 
 var contenderColor = map[Contender]string{
-	Ceiling:      "#7f7f7f",
-	Walbox:       "#1f77b4",
-	Poll100ms:    "#ff7f0e",
-	Poll1s:       "#d62728",
-	Ceiling3:     "#c7c7c7",
-	Walbox3:      "#17becf",
-	WalboxStream: "#2ca02c",
+	Ceiling:        "#7f7f7f",
+	Walbox:         "#1f77b4",
+	WalboxBaseline: "#aec7e8",
+	Poll100ms:      "#ff7f0e",
+	Poll1s:         "#d62728",
+	Ceiling3:       "#c7c7c7",
+	Walbox3:        "#17becf",
+	WalboxStream:   "#2ca02c",
 }
 
 // percentile shades: p50, p99, p99.9.

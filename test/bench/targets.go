@@ -67,10 +67,40 @@ func (rep *Report) Targets() []Target {
 				ratio, ms(w.Latency.P50), ms(p.Latency.P50), p.Contender)
 		}
 	}
+	ts = append(ts, rep.medianTargets()...)
 	for _, h := range rep.HotPath {
 		if h.Name == "decode insert" {
 			add(h.MsgsPerSec >= 500_000, "decode ≥ 500,000 inserts/s on one core", "%.0f msgs/s", h.MsgsPerSec)
 		}
+	}
+	return ts
+}
+
+// medianTargets are issue 25's, for every steady scenario on the in-process load: walbox's p50 at
+// most 1 ms above the no confirms contender's; and, when the baseline build ran beside it, broker
+// CPU per message no higher and p99 no worse than the baseline's.
+func (rep *Report) medianTargets() []Target {
+	var ts []Target
+	add := func(met bool, name, format string, args ...any) {
+		ts = append(ts, Target{Name: name, Figure: fmt.Sprintf(format, args...), Met: met})
+	}
+	for _, sc := range rep.scenarios(Steady) {
+		w, ok := rep.find(sc.Name, Walbox)
+		if !ok || w.Latency == nil || sc.Load != InProcess {
+			continue
+		}
+		if n, ok := rep.find(sc.Name, NoConfirms); ok && n.Latency != nil {
+			add(w.Latency.P50 <= n.Latency.P50+time.Millisecond, "p50 ≤ no confirms + 1 ms: "+sc.Name,
+				"%s vs %s", ms(w.Latency.P50), ms(n.Latency.P50))
+		}
+		b, ok := rep.find(sc.Name, WalboxBaseline)
+		if !ok || b.Latency == nil {
+			continue
+		}
+		if wu, bu := w.BrokerCPUPerMessage(), b.BrokerCPUPerMessage(); wu >= 0 && bu >= 0 {
+			add(wu <= bu, "broker CPU per message ≤ baseline: "+sc.Name, "%.1f vs %.1f µs/msg", wu, bu)
+		}
+		add(w.Latency.P99 <= b.Latency.P99, "p99 ≤ baseline: "+sc.Name, "%s vs %s", ms(w.Latency.P99), ms(b.Latency.P99))
 	}
 	return ts
 }
@@ -121,7 +151,7 @@ func (rep *Report) targetTable(w io.Writer) {
 	if len(ts) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "## Targets (issue 5)\n\n| target | this run | met |\n|---|---|---|\n")
+	fmt.Fprintf(w, "## Targets (issues 5 and 25)\n\n| target | this run | met |\n|---|---|---|\n")
 	for _, t := range ts {
 		met := "yes"
 		if !t.Met {

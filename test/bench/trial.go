@@ -81,7 +81,7 @@ func (t *trial) createTable(ctx context.Context) error {
 		return execSQL(ctx, t.dbURL, pollTableDDL)
 	}
 	t.table = "outbox"
-	p, err := start(t.b.cfg.WorkDir, t.label+"-migrate", t.b.cfg.WalboxBin, t.walboxEnv(), "migrate")
+	p, err := start(t.b.cfg.WorkDir, t.label+"-migrate", t.walboxBin(), t.walboxEnv(), "migrate")
 	if err != nil {
 		return err
 	}
@@ -109,6 +109,14 @@ func (t *trial) walboxEnv(extra ...string) []string {
 		env = append(env, "WALBOX_STREAM_URL="+t.b.srv.StreamURL, "WALBOX_STREAM="+t.streamName())
 	}
 	return append(env, extra...)
+}
+
+// walboxBin is the walbox binary the contender runs.
+func (t *trial) walboxBin() string {
+	if t.who == WalboxBaseline {
+		return t.b.cfg.BaselineBin
+	}
+	return t.b.cfg.WalboxBin
 }
 
 // streamName is the stream contender's stream: not the queue's name, which the broker holds.
@@ -150,7 +158,7 @@ func (t *trial) startRelay(count, rate, measureFrom int) (*process, error) {
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		t.metricsURL = "http://" + addr + "/metrics"
-		return start(dir, t.label, cfg.WalboxBin, t.walboxEnv("WALBOX_LISTEN="+addr), t.walboxRun()...)
+		return start(dir, t.label, t.walboxBin(), t.walboxEnv("WALBOX_LISTEN="+addr), t.walboxRun()...)
 	}
 	return startChild(dir, t.label, spec)
 }
@@ -173,13 +181,16 @@ func (t *trial) vacuum(ctx context.Context) error {
 	return execSQL(ctx, t.dbURL, "VACUUM ANALYZE "+t.table)
 }
 
-// usage is a reading of the CPU counters.
-type usage struct{ relay, pg, broker float64 }
+// usage is a reading of the CPU counters, and of the relay's write system calls.
+type usage struct {
+	relay, pg, broker float64
+	writes            int64
+}
 
 func (b *bencher) usage(relayPID int) usage {
 	u := usage{relay: 0, pg: treeCPU(b.srv.PostgresPID), broker: b.srv.brokerCPU()}
 	if relayPID > 0 {
-		u.relay = processCPU(relayPID)
+		u.relay, u.writes = processCPU(relayPID), writeCalls(relayPID)
 	}
 	return u
 }

@@ -63,6 +63,8 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 		`walbox_messages_published_total{event_type="order.created"}`: func(v float64) bool { return v == 25 },
 		`walbox_confirm_latency_seconds_count`:                        func(v float64) bool { return v == 25 },
 		`walbox_commit_to_confirm_seconds_count`:                      func(v float64) bool { return v == 25 },
+		`walbox_commit_to_write_seconds_count`:                        func(v float64) bool { return v == 25 },
+		`walbox_publish_to_write_seconds_count`:                       func(v float64) bool { return v == 25 },
 		`walbox_active`:                                               func(v float64) bool { return v == 1 },
 		`walbox_confirmed_lsn_bytes`:                                  func(v float64) bool { return v > 0 },
 		`walbox_last_confirm_timestamp_seconds`:                       func(v float64) bool { return v > 0 },

@@ -49,6 +49,7 @@ type options struct {
 	scenarios, contenders      string
 	out, svg                   string
 	walboxBin, workDir         string
+	baselineBin                string
 	pollBatch, window, produce int
 	profile, hotPath, keep     bool
 	cluster                    bool
@@ -69,13 +70,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.steady, "steady", 0, "how long each steady producer runs (default 60s; -quick 3s)")
 	fs.StringVar(&o.rates, "rates", "", "steady rates in rows/s, comma-separated (default 500,2000)")
 	fs.StringVar(&o.scenarios, "scenarios", "", "run only the scenarios whose name matches this regular expression")
-	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, no confirms, walbox, polling 100ms, polling 1s, walbox stream (drains only); "+
+	fs.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated: ceiling, no confirms, walbox, polling 100ms, polling 1s, walbox stream (drains only) "+
+		"(and walbox baseline, with -baseline-bin); "+
 		"with -cluster: ceiling, ceiling 3 publishers, walbox, walbox 3 lanes")
 	fs.BoolVar(&o.cluster, "cluster", false, "instead of the standard scenarios, drain and steady runs against a three-node RabbitMQ cluster "+
 		"with a quorum queue: the ceiling with 1 and 3 publishers, walbox with 1 and 3 lanes")
 	fs.StringVar(&o.out, "out", "", "markdown file to write the results to (default docs/bench/results.md; -cluster: docs/bench/cluster.md)")
 	fs.StringVar(&o.svg, "svg", "", "SVG chart to write (default: the -out file with .svg)")
 	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary to measure (default: build ./cmd/walbox)")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "another walbox build to measure beside it, as the contender \"walbox baseline\" "+
+		"(run before walbox wherever walbox runs): build against build in one run")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for the relays' logs and profiles (default: a temporary one, removed unless -keep)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	fs.IntVar(&o.pollBatch, "poll-batch", 100, "the polling relay's batch size")
@@ -150,8 +154,12 @@ func (o options) scenarioList() ([]bench.Scenario, error) {
 		return nil, fmt.Errorf("-scenarios: %w", err)
 	}
 	all, _ := o.set()
+	scenarios := all(z)
+	if o.baselineBin != "" {
+		scenarios = bench.WithBaseline(scenarios)
+	}
 	var out []bench.Scenario
-	for _, sc := range all(z) {
+	for _, sc := range scenarios {
 		if !re.MatchString(sc.Name) {
 			continue
 		}
@@ -177,6 +185,9 @@ func (o options) contenderSet() (map[bench.Contender]bool, error) {
 		return nil, nil
 	}
 	_, known := o.set()
+	if o.baselineBin != "" {
+		known = append(known, bench.WalboxBaseline)
+	}
 	set := map[bench.Contender]bool{}
 	for _, s := range strings.Split(o.contenders, ",") {
 		c := bench.Contender(strings.TrimSpace(s))
@@ -271,16 +282,17 @@ func measure(ctx context.Context, o options, scenarios []bench.Scenario, args []
 		return nil, err
 	}
 	return bench.Run(ctx, bench.Config{
-		Scenarios: scenarios,
-		WalboxBin: bin,
-		WorkDir:   dir,
-		PollBatch: o.pollBatch,
-		Window:    o.window,
-		Producers: o.produce,
-		Profile:   o.profile,
-		HotPath:   o.hotPath && !o.cluster,
-		Log:       log,
-		Command:   strings.TrimSpace("bin/walbox-bench " + strings.Join(args, " ")),
+		Scenarios:   scenarios,
+		WalboxBin:   bin,
+		BaselineBin: o.baselineBin,
+		WorkDir:     dir,
+		PollBatch:   o.pollBatch,
+		Window:      o.window,
+		Producers:   o.produce,
+		Profile:     o.profile,
+		HotPath:     o.hotPath && !o.cluster,
+		Log:         log,
+		Command:     strings.TrimSpace("bin/walbox-bench " + strings.Join(args, " ")),
 	}, srv)
 }
 

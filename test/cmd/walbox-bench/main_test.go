@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -123,5 +124,21 @@ func TestClusterRun(t *testing.T) {
 		t.Errorf("without -cluster writes to %s", o.out)
 	} else if _, err := o.scenarioList(); err == nil {
 		t.Error("walbox 3 lanes without -cluster: want an error")
+	}
+}
+
+// -baseline-bin runs the other build before walbox wherever walbox runs, and only then is the
+// contender known.
+func TestBaselineRunsBeforeWalbox(t *testing.T) {
+	scs := scenariosOf(t, "-baseline-bin", "/tmp/walbox-main", "-scenarios", "^steady 2000/s$", "-contenders", "no confirms,walbox,walbox baseline")
+	if len(scs) != 1 || fmt.Sprint(scs[0].Contenders) != "[no confirms walbox baseline walbox]" {
+		t.Fatalf("selected %v", scs)
+	}
+	o, err := parseFlags([]string{"-contenders", "walbox baseline"}, io.Discard)
+	if err == nil {
+		_, err = o.scenarioList()
+	}
+	if err == nil {
+		t.Error("walbox baseline without -baseline-bin: want an error")
 	}
 }
