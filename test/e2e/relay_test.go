@@ -156,6 +156,9 @@ func TestSIGTERMWithMessagesInFlight(t *testing.T) {
 	if code := r.Stop(30 * time.Second); code != 0 {
 		t.Fatalf("walbox run exited %d after SIGTERM, want 0:\n%s", code, r.Output())
 	}
+	// The final status is in the walsender's socket when walbox exits; the slot shows it once the
+	// walsender has read it, which it does before it lets go of the slot.
+	w.waitSlotReleased(w.slot)
 	slot := w.slotLSN()
 	// Exactly the transactions the slot has passed were delivered: the final status came after
 	// their confirms, and nothing past the slot counted as delivered.
@@ -247,6 +250,7 @@ func sigtermWhileBlocked(t *testing.T, env ...string) {
 		t.Errorf("the shutdown did not log the confirms it waits for and those it gave up on:\n%s", testenv.Tail(out, 20))
 	}
 
+	w.waitSlotReleased(w.slot) // the walsender has read the final status
 	slot := w.slotLSN()
 	rabbit.MemoryAlarm(t, false)
 	alarmed = false
