@@ -56,10 +56,8 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 
 	x := w.insertTx(w.conn, 25, "order.created")
 	w.drain([]txn{x}, nil, time.Minute)
-	body := waitHTTP(t, addr, "/metrics", "confirms counted", func(_ int, b string) bool {
-		return metric(b, `walbox_messages_confirmed_total{event_type="order.created"}`) == 25
-	})
 	checks := map[string]func(float64) bool{
+		`walbox_messages_confirmed_total{event_type="order.created"}`: func(v float64) bool { return v == 25 },
 		`walbox_messages_published_total{event_type="order.created"}`: func(v float64) bool { return v == 25 },
 		`walbox_confirm_latency_seconds_count`:                        func(v float64) bool { return v == 25 },
 		`walbox_commit_to_confirm_seconds_count`:                      func(v float64) bool { return v == 25 },
@@ -69,6 +67,15 @@ func TestMetricsHealthAndStatusFollowTheRelay(t *testing.T) {
 		`walbox_confirmed_lsn_bytes`:                                  func(v float64) bool { return v > 0 },
 		`walbox_last_confirm_timestamp_seconds`:                       func(v float64) bool { return v > 0 },
 	}
+	// A confirm is counted before its latencies and the time of the last confirm are: wait for all.
+	body := waitHTTP(t, addr, "/metrics", "confirms counted", func(_ int, b string) bool {
+		for series, ok := range checks {
+			if !ok(metric(b, series)) {
+				return false
+			}
+		}
+		return true
+	})
 	for series, ok := range checks {
 		if v := metric(body, series); !ok(v) {
 			t.Errorf("%s = %v", series, v)
