@@ -136,10 +136,15 @@ func defaultSettings() []setting {
 // WALBOX_TEST_DATABASE_URL set it starts nothing and returns that server.
 func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
 	tb.Helper()
+	cfg := pgConfigOf(opts)
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		if cfg.version != 0 || len(cfg.settings) > 0 || cfg.tls != nil {
+			// A server of a given version or configuration is one the harness starts: the
+			// external one is shared, and a test must not reconfigure it for the others.
+			tb.Skipf("testenv: test needs a server the harness starts itself, but %s selects an external one", EnvDatabaseURL)
+		}
 		return &Postgres{url: u, external: true}
 	}
-	cfg := pgConfigOf(opts)
 	root, binDir := pgRoot(tb, cfg)
 	p, err := startPostgres(cfg, root, binDir)
 	if err != nil {

@@ -121,10 +121,13 @@ func rabbitRoot(tb testing.TB, cfg rabbitConfig) string {
 // nothing and returns that broker.
 func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
 	tb.Helper()
+	cfg := rabbitConfigOf(opts)
 	if u := os.Getenv(EnvAMQPURL); u != "" {
+		if cfg.version != "" || cfg.stream {
+			tb.Skipf("testenv: test needs a node the harness starts itself, but %s selects an external one", EnvAMQPURL)
+		}
 		return &Rabbit{url: u, external: true}
 	}
-	cfg := rabbitConfigOf(opts)
 	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg), cfg.binDir)
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
