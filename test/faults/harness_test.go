@@ -228,7 +228,7 @@ func (w *world) verdict(cw *checker.Writer, v *checker.Verifier, timeout time.Du
 		// A stall is not a loss as long as the slot did not pass the missing rows: a fresh walbox
 		// starts from the slot and must deliver them. The stall still fails the test. A fresh
 		// relay may stall again; it is restarted while each one makes progress.
-		w.t.Errorf("RELAY STALLED: nothing delivered for 45 s with %d rows missing\n%s", rep.Lost, w.relayStates())
+		w.t.Errorf("RELAY STALLED: nothing delivered for 45 s with %d rows missing\n%s%s", rep.Lost, w.relayStates(), w.queueState())
 		for restarts := 1; rep.Stalled && restarts <= 3; restarts++ {
 			lost := rep.Lost
 			last := w.relays[len(w.relays)-1]
@@ -246,7 +246,7 @@ func (w *world) verdict(cw *checker.Writer, v *checker.Verifier, timeout time.Du
 	}
 	w.t.Log(line)
 	if err := rep.Err(); err != nil {
-		w.t.Errorf("%v\n%s\n%s", err, rep, w.relayStates())
+		w.t.Errorf("%v\n%s\n%s%s", err, rep, w.relayStates(), w.queueState())
 	}
 	if rep.Committed == 0 {
 		w.t.Error("the writer committed nothing: the test proved nothing")
@@ -270,6 +270,25 @@ func (w *world) relayStates() string {
 		}
 	}
 	return b.String()
+}
+
+// queueState describes the world's queue as the broker sees it, for failure messages: rows
+// missing while messages wait in the queue are a stuck consumer, not a loss.
+func (w *world) queueState() string {
+	conn, err := amqp.Dial(w.rabbit.URL())
+	if err != nil {
+		return fmt.Sprintf("queue %s: dial: %v\n", w.queue, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Sprintf("queue %s: channel: %v\n", w.queue, err)
+	}
+	q, err := ch.QueueDeclarePassive(w.queue, true, false, false, false, w.queueArgs)
+	if err != nil {
+		return fmt.Sprintf("queue %s: %v\n", w.queue, err)
+	}
+	return fmt.Sprintf("queue %s: %d messages ready, %d consumers\n", q.Name, q.Messages, q.Consumers)
 }
 
 // progress waits until n more messages than now were delivered; on timeout it shows the relays.
