@@ -128,7 +128,7 @@ func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
 		}
 		return &Rabbit{url: u, external: true}
 	}
-	r, err := startRabbitNode(nil, UniqueName("cookie"), rabbitRoot(tb, cfg), cfg.binDir)
+	r, err := startNode(&Rabbit{cookie: UniqueName("cookie"), root: rabbitRoot(tb, cfg), binDir: cfg.binDir, stream: cfg.stream})
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}

@@ -37,9 +37,11 @@ func TestSmoke(t *testing.T) {
 			Contenders: db, Load: bench.Pgbench},
 		{Name: "one tx, 10 KB, quorum", Kind: bench.Drain, Rows: 200, TxSize: 200, Payload: 10 << 10, Queue: bench.Quorum,
 			Contenders: db, Memory: true},
+		{Name: "drain into a stream", Kind: bench.Drain, Rows: 300, TxSize: 1, Payload: 300, Queue: bench.Classic,
+			Contenders: []bench.Contender{bench.WalboxStream}},
 	}
 	rep, _ := runBench(t, bench.Config{Scenarios: scenarios})
-	if got, want := len(rep.Results), 2*len(all)+2*len(db); got != want {
+	if got, want := len(rep.Results), 2*len(all)+2*len(db)+1; got != want {
 		t.Fatalf("got %d results, want %d", got, want)
 	}
 	for _, r := range rep.Results {
@@ -214,7 +216,7 @@ func TestProducerCost(t *testing.T) {
 func benchSetup(ctx context.Context, t *testing.T) (dir, bin string, pg *testenv.Postgres, rabbit *testenv.Rabbit) {
 	t.Helper()
 	dir, bin = buildWalbox(ctx, t)
-	return dir, bin, testenv.StartPostgres(t, bench.PostgresOptions()...), testenv.StartRabbit(t)
+	return dir, bin, testenv.StartPostgres(t, bench.PostgresOptions()...), testenv.StartRabbit(t, testenv.StreamPlugin())
 }
 
 // buildWalbox builds walbox into a temporary directory, which it returns with the binary.
