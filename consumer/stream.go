@@ -12,6 +12,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -139,7 +140,7 @@ func (c *StreamConsumer) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUris(c.cfg.URIs))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUris(c.cfg.URIs))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
@@ -33,6 +34,12 @@ type streamEnv struct {
 }
 
 func newStreamEnv(t *testing.T, n int) *streamEnv {
+	t.Helper()
+	return newStreamEnvPadded(t, n, 0)
+}
+
+// newStreamEnvPadded is newStreamEnv with pad more bytes in each message's payload.
+func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 	t.Helper()
 	skipShort(t)
 	r := testenv.StartRabbitStream(t)
@@ -55,7 +62,11 @@ func newStreamEnv(t *testing.T, n int) *streamEnv {
 	}
 	defer s.Close()
 	for i := range n {
-		m := &wire.Message{ID: uuid.New(), EventType: "order.created", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		if pad > 0 {
+			body = fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("x", pad))
+		}
+		m := &wire.Message{ID: uuid.New(), EventType: "order.created", Payload: []byte(body)}
 		se.ids = append(se.ids, m.ID.String())
 		s.At(1, uint64(i+1), 0)
 		if _, err := s.Publish(context.Background(), m); err != nil {
@@ -146,6 +157,25 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 	}
 }
 
+// The consumer reads a stream of 4 MB in seconds (half a second here). With the client's default socket
+// buffers it read about 16 KB per 200 ms, and took about a minute.
+func TestStreamConsumerReadsAtSpeed(t *testing.T) {
+	const n = 2000
+	se := newStreamEnvPadded(t, n, 2000)
+	c, err := consumer.NewStream(se.pool, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	se.waitOffset(t, n, 15*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // The consumer process is SIGKILLed again and again while it handles a stream: every message
 // is handled exactly once, by the offset stored with the handler's writes.
 func TestStreamConsumerKilledRepeatedly(t *testing.T) {
@@ -206,7 +236,7 @@ func slowEffect(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 // readAll reads n messages of a stream from its first offset.
 func readAll(t *testing.T, uri, name string, n int) []*amqp.Message {
 	t.Helper()
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(uri))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(uri))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +265,7 @@ func readAll(t *testing.T, uri, name string, n int) []*amqp.Message {
 // Run stops instead, naming the dead-letter stream, with the offset still at the message.
 func TestStreamConsumerDeadLetterBelowTheProducersLastIDStops(t *testing.T) {
 	se := newStreamEnv(t, 30)
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(se.uri))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(se.uri))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
@@ -80,7 +81,7 @@ func waitConfirms(tb testing.TB, s *streampub.Session, n int) {
 // second, and returns its messages in order.
 func readStream(tb testing.TB, uri, name string) []*amqp.Message {
 	tb.Helper()
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(uri))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(uri))
 	if err != nil {
 		tb.Fatalf("connect: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -39,7 +40,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUris(cfg.URIs).SetMaxProducersPerClient(2))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs).SetMaxProducersPerClient(2))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
 	}

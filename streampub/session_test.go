@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/streampub"
@@ -110,7 +111,9 @@ func TestTwoSessionsFromOneAnchorStoreEachRowOnce(t *testing.T) {
 	}
 }
 
-// Another producer's messages after this one's last (another shard's) do not hide the anchor.
+// Another producer's messages after this one's last (another shard's) do not hide the anchor,
+// and reading back through them takes a moment: with the client's default socket buffers it took
+// over ten seconds.
 func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
 	r := testenv.StartRabbitStream(t)
 	cfg := config(r)
@@ -122,9 +125,13 @@ func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
 	opos, omsgs := rows(0x3000000, 3000)
 	publishAll(t, dial(t, other), opos, omsgs)
 
+	start := time.Now()
 	s := dial(t, cfg)
 	if id, anchor, found := s.Anchor(); id != 6 || !found || anchor != pos[5] {
 		t.Fatalf("anchor: id %d, position %v (found %v); want 6, %v", id, anchor, found, pos[5])
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Dial took %v to read back through 3,000 messages, want under 3s", took)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
@@ -333,7 +334,7 @@ func TestStreamModeChecksTheStreamNode(t *testing.T) {
 		t.Errorf("stream before it is declared: %s %q, want warn", c.Status, c.Message)
 	}
 
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(rabbit.StreamURL()))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(rabbit.StreamURL()))
 	if err != nil {
 		t.Fatal(err)
 	}

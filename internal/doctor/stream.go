@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
 )
 
 // StreamConfig is `walbox run`'s stream mode (--stream-url): the nodes and the stream.
@@ -26,7 +28,7 @@ func (d doctor) streamChecks(ctx context.Context) []Check {
 	}
 	done := make(chan result, 1)
 	go func() {
-		env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUris(cfg.URIs))
+		env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs))
 		if err != nil {
 			done <- result{err: err}
 			return

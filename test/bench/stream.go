@@ -7,6 +7,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	samqp "github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
 )
 
 // consume starts consuming what the trial's contender publishes: its queue, or for the stream
@@ -24,7 +26,7 @@ func (t *trial) consume(capacity int) (*consumer, error) {
 // consumeStream reads the stream name from its first offset, declaring it first (walbox finds
 // it then), and records arrivals as consume does.
 func consumeStream(uri, name string, capacity int) (*consumer, error) {
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(uri))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(uri))
 	if err != nil {
 		return nil, fmt.Errorf("stream consumer: connect: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/test/checker"
 )
@@ -141,7 +142,7 @@ func readStream(t *testing.T, uri, name string) *streamReader {
 }
 
 func (sr *streamReader) start() error {
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(sr.uri))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(sr.uri))
 	if err != nil {
 		return err
 	}
