@@ -47,7 +47,7 @@ func (rep *Report) drainTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "## Drain a committed backlog\n\n"+
-		"Throughput is messages over the time from the first to the last delivery to the consumer (walbox stream: from the first to the last confirm walbox received, as the Go stream client reads slowly). Restarts are "+
+		"Throughput is messages over the time from the first to the last delivery to the consumer (walbox stream: from the first to the last confirm walbox received, when the stream holds every message). Restarts are "+
 		"walbox sessions that ended in an error and started again from the slot; dups are messages the consumer "+
 		"received twice as a result. CPU is "+
 		"seconds in that run (relay process; all PostgreSQL processes; the broker's VM). WAL is bytes per message: "+
