@@ -242,6 +242,9 @@ func TestRabbitKillStartStop(t *testing.T) {
 		testenv.RequireOwn(t, r)
 		queue := testenv.UniqueName("durable")
 		publish(t, r.URL(), queue, "survives")
+		// The queue's declaration goes to Mnesia's log asynchronously: a SIGKILL right after it
+		// may lose the queue (seen under CI load). Sync the log, as a node that ran a while has.
+		r.Ctl(t, "eval", "mnesia:sync_log().")
 
 		beam := r.PID()
 		pids = append([]int{beam}, testenv.Descendants(beam)...)
