@@ -127,15 +127,13 @@ func (t *trial) drain(ctx context.Context, r *Result) error {
 	if t.who == WalboxStream {
 		// Into a stream, the drain is timed at walbox's confirms: a confirmed message is stored
 		// in the stream, and how fast a reader then reads it is the reader's own matter.
-		first, last, err := t.confirmSpan(ctx, sc.Rows, relay.alive)
+		started := time.Now()
+		secs, rate, err := t.confirmSpan(ctx, sc.Rows, started, relay.alive)
 		t.finish(r, relay, before)
 		if err := errors.Join(err, relay.stop(stopTimeout)); err != nil {
 			return err
 		}
-		r.Seconds, r.Throughput = span([]int64{first, last})
-		if r.Seconds > 0 {
-			r.Throughput = float64(sc.Rows-1) / r.Seconds
-		}
+		r.Seconds, r.Throughput = secs, rate
 		return t.relayWAL(ctx, r, relayStart, sc.Rows, sc.Rows)
 	}
 	waitErr := cons.wait(ctx, sc.Rows, stallTimeout, relay.alive)
@@ -149,24 +147,33 @@ func (t *trial) drain(ctx context.Context, r *Result) error {
 	return t.relayWAL(ctx, r, relayStart, sc.Rows, sc.Rows)
 }
 
-// confirmSpan polls walbox's /status until it has confirmed n messages and returns when the
-// first and the n-th confirm were seen (Unix nanoseconds, to the polling interval of 2 ms). It
-// gives up as consumer.wait does.
-func (t *trial) confirmSpan(ctx context.Context, n int, alive func() error) (first, last int64, err error) {
+// confirmSpan polls walbox's /status, every 2 ms, until it has confirmed n messages. It returns
+// the seconds from the first poll that saw a confirm to the poll that saw the n-th, and the rate
+// of the confirms between those two polls. Should one poll see them all, it counts from started
+// instead. It gives up as consumer.wait does.
+func (t *trial) confirmSpan(ctx context.Context, n int, started time.Time, alive func() error) (seconds, rate float64, err error) {
 	statusURL := strings.TrimSuffix(t.metricsURL, "/metrics") + "/status"
-	var seen uint64
-	lastChange := time.Now()
+	var (
+		first      time.Time // the first poll that saw a confirm
+		atFirst    uint64    // the confirms it saw
+		seen       uint64
+		lastChange = time.Now()
+	)
 	for {
 		var st struct {
 			Confirmed uint64 `json:"confirmed"`
 		}
 		if err := getJSON(ctx, statusURL, &st); err == nil {
 			now := time.Now()
-			if st.Confirmed > 0 && first == 0 {
-				first = now.UnixNano()
+			if st.Confirmed > 0 && first.IsZero() {
+				first, atFirst = now, st.Confirmed
 			}
 			if st.Confirmed >= uint64(n) {
-				return first, now.UnixNano(), nil
+				if atFirst >= uint64(n) {
+					first, atFirst = started, 0
+				}
+				seconds = now.Sub(first).Seconds()
+				return seconds, float64(uint64(n)-atFirst) / seconds, nil
 			}
 			if st.Confirmed != seen {
 				seen, lastChange = st.Confirmed, now
