@@ -11,33 +11,14 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Publisher is what the relay needs from the broker side: one session of publishing with confirms.
-// Publish is called from one goroutine, in stream order; it returns the message's sequence number
-// (1, 2, 3, ... within the session). The message is valid only during the call: the relay reuses
-// it for the next. Confirms yields one verdict per published message; a nil Err
-// means the broker confirmed and routed it. After a failure the channel yields an error and closes.
-//
-// Park sets aside a message that can never be delivered as written, with the reason; it is
-// confirmed like any other message. Publish reports such a message with an error wrapping
-// wire.ErrUnpublishable, having written nothing.
-//
-// The values it speaks in (wire.Confirm, wire.Parked, wire.ErrUnpublishable, wire.ErrSessionClosed)
-// live in package wire, not here: the implementation (package publisher) must name them without
-// importing this package, which links the PostgreSQL driver. An error wrapping
-// wire.ErrSessionClosed says the session is gone, whatever else it wraps.
-type Publisher interface {
-	Publish(ctx context.Context, m *wire.Message) (uint64, error)
-	Park(ctx context.Context, p *wire.Parked) (uint64, error)
-	Confirms() <-chan wire.Confirm
-	Close() error
-}
+// Publisher is what the relay needs from the broker side: one session of publishing with
+// confirms (wire.Publisher has the contract). Its values (wire.Confirm, wire.Parked,
+// wire.ErrUnpublishable, wire.ErrSessionClosed) live in package wire, so that package publisher
+// implements it without importing this package, which links the PostgreSQL driver.
+type Publisher = wire.Publisher
 
-// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, to write
-// several messages at once. The stream calls Flush whenever it goes back to waiting: for WAL,
-// for confirms or for the broker. An error says the session is gone, like a failed Publish.
-type Flusher interface {
-	Flush() error
-}
+// Flusher is implemented by a Publisher that holds back what it is handed (wire.Flusher).
+type Flusher = wire.Flusher
 
 // Blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
 // disk alarm); the shutdown's log names the block. At the shutdown deadline the stream closes the

@@ -109,21 +109,13 @@ func (g Gap) LowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
 
-// Publisher is the publishing session Recover republishes on, with replication.Publisher's methods,
-// which package publisher's Session implements. Recover flushes one that is a Flusher before it
-// waits for the last confirms.
-type Publisher interface {
-	Publish(ctx context.Context, m *wire.Message) (uint64, error)
-	Park(ctx context.Context, p *wire.Parked) (uint64, error)
-	Confirms() <-chan wire.Confirm
-	Close() error
-}
+// Publisher is the publishing session Recover republishes on (wire.Publisher), which package
+// publisher's Session implements. Recover flushes one that is a Flusher before it waits for the
+// last confirms.
+type Publisher = wire.Publisher
 
-// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, as
-// replication.Flusher.
-type Flusher interface {
-	Flush() error
-}
+// Flusher is implemented by a Publisher that holds back what it is handed (wire.Flusher).
+type Flusher = wire.Flusher
 
 // Dialer opens a publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)

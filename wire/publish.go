@@ -1,15 +1,40 @@
 package wire
 
 import (
+	"context"
 	"errors"
 	"time"
 )
 
-// The vocabulary of publishing: what replication.Publisher (the interface the relay declares for
-// the broker side) takes and gives back. The interface stays with its user, in replication; the
-// values it speaks in live here, beside Message, because both sides must name them and neither
-// may import the other: publisher implements the interface without importing replication (which
-// links the PostgreSQL driver), and replication never imports publisher.
+// The vocabulary of publishing: the contract between the relay and a publishing session, and
+// the values it speaks in. Both sides must name them and neither may import the other: publisher
+// and streampub implement Publisher without importing replication (which links the PostgreSQL
+// driver), and replication never imports them. replication.Publisher, slots.Publisher and
+// publishertest.Publisher are this one interface under the names their users know.
+
+// Publisher is one session of publishing with confirms. Publish is called from one goroutine, in
+// stream order; it returns the message's sequence number (1, 2, 3, ... within the session). The
+// message is valid only during the call: the caller reuses it for the next. Confirms yields one
+// verdict per published message; a nil Err means the broker confirmed and routed it. After a
+// failure the channel yields an error and closes.
+//
+// Park sets aside a message that can never be delivered as written, with the reason; it is
+// confirmed like any other message. Publish reports such a message with an error wrapping
+// ErrUnpublishable, having written nothing. An error wrapping ErrSessionClosed says the session
+// is gone, whatever else it wraps.
+type Publisher interface {
+	Publish(ctx context.Context, m *Message) (uint64, error)
+	Park(ctx context.Context, p *Parked) (uint64, error)
+	Confirms() <-chan Confirm
+	Close() error
+}
+
+// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, to write
+// several messages at once. The relay calls Flush whenever it goes back to waiting: for WAL, for
+// confirms or for the broker. An error says the session is gone, like a failed Publish.
+type Flusher interface {
+	Flush() error
+}
 
 // Confirm is the broker's verdict on one published message: Publisher.Confirms yields one per
 // message that Publish or Park accepted.

@@ -26,18 +26,11 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Publisher is the contract under test, as package replication declares it.
-type Publisher interface {
-	Publish(ctx context.Context, m *wire.Message) (uint64, error)
-	Park(ctx context.Context, p *wire.Parked) (uint64, error)
-	Confirms() <-chan wire.Confirm
-	Close() error
-}
+// Publisher is the contract under test (wire.Publisher), as package replication uses it.
+type Publisher = wire.Publisher
 
 // Flusher is implemented by a publisher that holds what it is handed, to write it at once.
-type Flusher interface {
-	Flush() error
-}
+type Flusher = wire.Flusher
 
 // Kind is the kind of message a Harness makes: what the broker does with it.
 type Kind int
