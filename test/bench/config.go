@@ -43,7 +43,8 @@ func withStream(cs []Contender) []Contender { return append(cs[:len(cs):len(cs)]
 // AllContenders lists every contender of the standard scenarios.
 var AllContenders = []Contender{Ceiling, NoConfirms, Walbox, Poll100ms, Poll1s}
 
-// WithBaseline returns the scenarios with the baseline build run before walbox wherever walbox runs.
+// WithBaseline returns the scenarios with the baseline build run before walbox wherever walbox
+// runs (AlternateBaseline then sets the order).
 func WithBaseline(ss []Scenario) []Scenario {
 	out := make([]Scenario, 0, len(ss))
 	for _, sc := range ss {
@@ -55,6 +56,32 @@ func WithBaseline(ss []Scenario) []Scenario {
 			cs = append(cs, c)
 		}
 		sc.Contenders = cs
+		out = append(out, sc)
+	}
+	return out
+}
+
+// AlternateBaseline swaps walbox and walbox baseline in every other scenario that runs both,
+// counting from the first: baselineFirst says which of them runs first there. A trial's broker CPU
+// depends on its place in the run: two builds run one after the other, in both orders, had the
+// second cost the broker 13% more per message either way. One run with each setting puts each
+// build in each place.
+func AlternateBaseline(ss []Scenario, baselineFirst bool) []Scenario {
+	out := make([]Scenario, 0, len(ss))
+	first := baselineFirst
+	for _, sc := range ss {
+		b, w := slices.Index(sc.Contenders, WalboxBaseline), slices.Index(sc.Contenders, Walbox)
+		if b >= 0 && w >= 0 {
+			cs := slices.Clone(sc.Contenders)
+			lo, hi := min(b, w), max(b, w)
+			if first {
+				cs[lo], cs[hi] = WalboxBaseline, Walbox
+			} else {
+				cs[lo], cs[hi] = Walbox, WalboxBaseline
+			}
+			sc.Contenders = cs
+			first = !first
+		}
 		out = append(out, sc)
 	}
 	return out

@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -170,5 +171,37 @@ func TestSplitAndMedianTargets(t *testing.T) {
 		if !strings.Contains(md.String(), row) {
 			t.Errorf("no row %q in\n%s", row, md.String())
 		}
+	}
+}
+
+func TestAlternateBaselinePutsEachBuildFirstInTurn(t *testing.T) {
+	sc := func(name string, cs ...bench.Contender) bench.Scenario {
+		return bench.Scenario{Name: name, Contenders: cs}
+	}
+	in := bench.WithBaseline([]bench.Scenario{
+		sc("a", bench.Ceiling, bench.Walbox),
+		sc("b", bench.Ceiling),
+		sc("c", bench.Walbox, bench.Poll1s),
+		sc("d", bench.NoConfirms, bench.Walbox),
+	})
+	order := func(ss []bench.Scenario) string {
+		var b strings.Builder
+		for _, s := range ss {
+			fmt.Fprintf(&b, "%s:%v ", s.Name, s.Contenders)
+		}
+		return b.String()
+	}
+	got := order(bench.AlternateBaseline(in, true))
+	want := "a:[ceiling walbox baseline walbox] b:[ceiling] c:[walbox walbox baseline polling 1s] d:[no confirms walbox baseline walbox] "
+	if got != want {
+		t.Errorf("baseline first:\n got %s\nwant %s", got, want)
+	}
+	got = order(bench.AlternateBaseline(in, false))
+	want = "a:[ceiling walbox walbox baseline] b:[ceiling] c:[walbox baseline walbox polling 1s] d:[no confirms walbox walbox baseline] "
+	if got != want {
+		t.Errorf("walbox first:\n got %s\nwant %s", got, want)
+	}
+	if order(in) != "a:[ceiling walbox baseline walbox] b:[ceiling] c:[walbox baseline walbox polling 1s] d:[no confirms walbox baseline walbox] " {
+		t.Errorf("the input changed: %s", order(in))
 	}
 }

@@ -50,6 +50,7 @@ type options struct {
 	out, svg                   string
 	walboxBin, workDir         string
 	baselineBin                string
+	baselineAfter              bool
 	pollBatch, window, produce int
 	profile, hotPath, keep     bool
 	cluster                    bool
@@ -79,7 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.svg, "svg", "", "SVG chart to write (default: the -out file with .svg)")
 	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary to measure (default: build ./cmd/walbox)")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "another walbox build to measure beside it, as the contender \"walbox baseline\" "+
-		"(run before walbox wherever walbox runs): build against build in one run")
+		"(before walbox in the first scenario that runs both, after it in the next, and so on): build against build in one run")
+	fs.BoolVar(&o.baselineAfter, "baseline-after", false, "with -baseline-bin: run walbox before the baseline in the first scenario "+
+		"(a trial's place in the run moves its broker CPU; a second run with this flag puts each build in each place)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for the relays' logs and profiles (default: a temporary one, removed unless -keep)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	fs.IntVar(&o.pollBatch, "poll-batch", 100, "the polling relay's batch size")
@@ -177,7 +180,7 @@ func (o options) scenarioList() ([]bench.Scenario, error) {
 	if len(out) == 0 {
 		return nil, errors.New("-scenarios and -contenders select nothing")
 	}
-	return out, nil
+	return bench.AlternateBaseline(out, !o.baselineAfter), nil
 }
 
 func (o options) contenderSet() (map[bench.Contender]bool, error) {
