@@ -46,6 +46,7 @@ type stream struct {
 	gone       context.Context
 	goneCause  context.CancelCauseFunc
 	publishing atomic.Bool // a publish call is in progress
+	clock      *callClock  // the context of publish calls
 
 	commit time.Time      // commit time of the transaction being read
 	origin decoder.Origin // the server's timeline history, for positions (Positioner)
@@ -199,6 +200,7 @@ func (s *stream) windowFull() bool { return s.led.Full() }
 func (s *stream) begin(ctx context.Context) {
 	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout, s.stopping, s.expiring)
 	s.gone, s.goneCause = context.WithCancelCause(s.stop.publishing)
+	s.clock = newCallClock(s.gone, s.cfg.StatusInterval)
 	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.connFailed)
 	s.rep = newReporter(s.cfg, s.watch, s.conn, mark{w: s.start})
 	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence = s.stats, s.heard, s.reader, s.silence
@@ -210,6 +212,7 @@ func (s *stream) end() {
 	s.reader.stop()
 	s.rep.close()
 	s.goneCause(nil)
+	s.clock.close()
 	s.stop.release()
 }
 
@@ -355,11 +358,11 @@ var errStatusDue = errors.New("publish held up for a status interval")
 // nothing written. If the session was found over meanwhile, that is the error, whatever send
 // returned: a relay that lost its replication connection must not publish any more.
 func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, waited bool, err error) {
-	ctx, cancel := context.WithTimeoutCause(s.gone, s.cfg.StatusInterval, errStatusDue)
+	ctx := s.clock.start()
 	s.publishing.Store(true)
 	seq, err = send(ctx)
 	s.publishing.Store(false)
-	cancel()
+	s.clock.done()
 	var g connGone
 	if errors.As(context.Cause(s.gone), &g) {
 		return 0, false, g
