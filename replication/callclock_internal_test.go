@@ -10,33 +10,36 @@ import (
 func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	parent, end := context.WithCancelCause(context.Background())
 	defer end(nil)
-	c := newCallClock(parent, 50*time.Millisecond)
+	c := newCallClock(parent, time.Second)
 	defer c.close()
 
 	// Short calls, one after another for longer than the interval, share one live context.
 	first := c.start()
 	c.done()
-	for range 10 {
+	for range 15 {
 		ctx := c.start()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		if ctx != first {
 			t.Fatal("a short call got a new context: one is made for every call")
 		}
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("a call of 10 ms ended: %v (cause %v)", err, context.Cause(ctx))
+			t.Fatalf("a call of 100 ms ended: %v (cause %v)", err, context.Cause(ctx))
 		}
 		c.done()
 	}
 
-	// A call that lasts the interval has its context ended, with errStatusDue.
+	// A call that lasts the interval has its context ended as by a deadline, with errStatusDue.
 	ctx := c.start()
 	select {
 	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("a call held up past the interval was not ended")
 	}
 	if cause := context.Cause(ctx); !errors.Is(cause, errStatusDue) {
 		t.Fatalf("cause %v, want errStatusDue", cause)
+	}
+	if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err %v, want context.DeadlineExceeded: a publisher's error would read as a stop", err)
 	}
 	c.done()
 
@@ -47,7 +50,7 @@ func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	}
 	c.done()
 
-	// The session's end ends the call's context, with the session's cause.
+	// The session's end ends the call's context, with the session's cause, as a cancel.
 	gone := errors.New("connection gone")
 	ctx = c.start()
 	end(gone)
@@ -55,21 +58,29 @@ func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, gone) {
 		t.Fatalf("cause %v, want the session's", cause)
 	}
+	if err := ctx.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err %v, want context.Canceled", err)
+	}
 	c.done()
 }
 
-// A timer firing for an earlier call, late, must not end a call that just started.
+// A timer firing for an earlier call, late, must not end a call that just started, even one that
+// shares the earlier call's context.
 func TestCallClockIgnoresAFiringForAnEarlierCall(t *testing.T) {
 	c := newCallClock(context.Background(), time.Hour)
 	defer c.close()
 	ctx := c.start()
-	c.done()
+	c.started = time.Now().Add(-2 * time.Hour) // the first call lasted the interval...
+	c.done()                                   // ...and ended just before its timer fired
 	ctx2 := c.start()
-	c.due() // as if the first call's timer fired now
-	if ctx2.Err() != nil || ctx.Err() != nil {
+	if ctx2 != ctx {
+		t.Fatal("the second call did not share the first one's live context")
+	}
+	c.due() // the first call's firing, late
+	if ctx2.Err() != nil {
 		t.Fatal("a firing meant for an earlier call ended a call that had just started")
 	}
-	c.started = time.Now().Add(-2 * time.Hour) // the call has now lasted the interval
+	c.started = time.Now().Add(-2 * time.Hour) // the call in progress has now lasted the interval
 	c.due()
 	if !errors.Is(context.Cause(ctx2), errStatusDue) {
 		t.Fatal("the firing for the call in progress did not end it")
