@@ -35,7 +35,8 @@
 // For walbox a steady scenario also splits the median into legs, from walbox's histograms (commit to
 // read, to publish, to the socket write that carried the message, to confirm) and the consumer:
 // the report's "Where the median goes". Config.BaselineBin runs a second walbox build beside the
-// first in the same run (WithBaseline), for build against build figures.
+// first in the same run (WithBaseline), for build against build figures; AlternateBaseline swaps
+// their places scenario by scenario, since the one that runs second pays more broker CPU.
 //
 // A steady scenario's Load may instead be Pgbench: PostgreSQL's pgbench, a process of its own,
 // commits the window's rows at the rate (-R, with -t rows per producer connection for an exact
