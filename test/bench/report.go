@@ -243,6 +243,16 @@ func (rep *Report) find(name string, who Contender) (Result, bool) {
 	return Result{}, false
 }
 
+// ranBefore reports whether contender a ran before contender b in the scenario name.
+func (rep *Report) ranBefore(name string, a, b Contender) bool {
+	for _, r := range rep.Results {
+		if r.Scenario.Name == name && (r.Contender == a || r.Contender == b) {
+			return r.Contender == a
+		}
+	}
+	return false
+}
+
 func (rep *Report) vsCeiling(r Result) string {
 	c, ok := rep.find(r.Scenario.Name, Ceiling)
 	if !ok || r.Err != "" || c.Throughput == 0 {

@@ -165,12 +165,19 @@ func TestSplitAndMedianTargets(t *testing.T) {
 		"| steady 1000/s | walbox baseline | 0.20 ms | 0.10 ms | – | – | – | 2.00 ms | – | – | 300.0 |",
 		"| steady 1000/s | no confirms | – | – | 0.05 ms | – | 0.55 ms | 0.60 ms | – | 1.00 | 100.0 |",
 		"| p50 ≤ no confirms + 1 ms: steady 1000/s | 1.50 ms vs 0.60 ms | yes |",
-		"| broker CPU per message ≤ baseline: steady 1000/s | 200.0 vs 300.0 µs/msg | yes |",
-		"| p99 ≤ baseline: steady 1000/s | 6.00 ms vs 8.00 ms | yes |",
+		"| broker CPU per message ≤ baseline: steady 1000/s | 200.0 vs 300.0 µs/msg (the baseline ran first) | yes |",
+		"| p99 ≤ baseline: steady 1000/s | 6.00 ms vs 8.00 ms (the baseline ran first) | yes |",
 	} {
 		if !strings.Contains(md.String(), row) {
 			t.Errorf("no row %q in\n%s", row, md.String())
 		}
+	}
+	// The target says which build ran first: its place moves the broker's CPU.
+	rep = &bench.Report{Results: []bench.Result{noConfirms, walbox, baseline}}
+	md.Reset()
+	rep.Markdown(&md)
+	if row := "| broker CPU per message ≤ baseline: steady 1000/s | 200.0 vs 300.0 µs/msg (walbox ran first) | yes |"; !strings.Contains(md.String(), row) {
+		t.Errorf("no row %q in\n%s", row, md.String())
 	}
 }
 
@@ -184,6 +191,8 @@ func TestAlternateBaselinePutsEachBuildFirstInTurn(t *testing.T) {
 		sc("c", bench.Walbox, bench.Poll1s),
 		sc("d", bench.NoConfirms, bench.Walbox),
 	})
+	// walbox alone (-contenders dropped the baseline there) neither changes nor counts.
+	in = append(in[:2:2], append([]bench.Scenario{sc("w", bench.Walbox)}, in[2:]...)...)
 	order := func(ss []bench.Scenario) string {
 		var b strings.Builder
 		for _, s := range ss {
@@ -192,16 +201,16 @@ func TestAlternateBaselinePutsEachBuildFirstInTurn(t *testing.T) {
 		return b.String()
 	}
 	got := order(bench.AlternateBaseline(in, true))
-	want := "a:[ceiling walbox baseline walbox] b:[ceiling] c:[walbox walbox baseline polling 1s] d:[no confirms walbox baseline walbox] "
+	want := "a:[ceiling walbox baseline walbox] b:[ceiling] w:[walbox] c:[walbox walbox baseline polling 1s] d:[no confirms walbox baseline walbox] "
 	if got != want {
 		t.Errorf("baseline first:\n got %s\nwant %s", got, want)
 	}
 	got = order(bench.AlternateBaseline(in, false))
-	want = "a:[ceiling walbox walbox baseline] b:[ceiling] c:[walbox baseline walbox polling 1s] d:[no confirms walbox walbox baseline] "
+	want = "a:[ceiling walbox walbox baseline] b:[ceiling] w:[walbox] c:[walbox baseline walbox polling 1s] d:[no confirms walbox walbox baseline] "
 	if got != want {
 		t.Errorf("walbox first:\n got %s\nwant %s", got, want)
 	}
-	if order(in) != "a:[ceiling walbox baseline walbox] b:[ceiling] c:[walbox baseline walbox polling 1s] d:[no confirms walbox baseline walbox] " {
+	if order(in) != "a:[ceiling walbox baseline walbox] b:[ceiling] w:[walbox] c:[walbox baseline walbox polling 1s] d:[no confirms walbox baseline walbox] " {
 		t.Errorf("the input changed: %s", order(in))
 	}
 }

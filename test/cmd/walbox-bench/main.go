@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "another walbox build to measure beside it, as the contender \"walbox baseline\" "+
 		"(before walbox in the first scenario that runs both, after it in the next, and so on): build against build in one run")
 	fs.BoolVar(&o.baselineAfter, "baseline-after", false, "with -baseline-bin: run walbox before the baseline in the first scenario "+
-		"(a trial's place in the run moves its broker CPU; a second run with this flag puts each build in each place)")
+		"(a trial's place in the run moves its broker CPU; a second run with this flag and the same -scenarios and -contenders puts each build in each place)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for the relays' logs and profiles (default: a temporary one, removed unless -keep)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	fs.IntVar(&o.pollBatch, "poll-batch", 100, "the polling relay's batch size")
@@ -99,6 +99,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.baselineAfter && o.baselineBin == "" {
+		return o, errors.New("-baseline-after orders walbox and the baseline: it needs -baseline-bin")
 	}
 	if o.out == "" {
 		o.out = "docs/bench/results.md"

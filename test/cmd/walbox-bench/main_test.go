@@ -127,9 +127,9 @@ func TestClusterRun(t *testing.T) {
 	}
 }
 
-// -baseline-bin runs the other build before walbox wherever walbox runs, and only then is the
-// contender known.
-func TestBaselineRunsBeforeWalbox(t *testing.T) {
+// -baseline-bin runs the other build beside walbox wherever walbox runs, and only then is the
+// contender known. The two swap places scenario by scenario; -baseline-after swaps the start.
+func TestBaselineRunsBesideWalbox(t *testing.T) {
 	scs := scenariosOf(t, "-baseline-bin", "/tmp/walbox-main", "-scenarios", "^steady 2000/s$", "-contenders", "no confirms,walbox,walbox baseline")
 	if len(scs) != 1 || fmt.Sprint(scs[0].Contenders) != "[no confirms walbox baseline walbox]" {
 		t.Fatalf("selected %v", scs)
@@ -140,5 +140,23 @@ func TestBaselineRunsBeforeWalbox(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("walbox baseline without -baseline-bin: want an error")
+	}
+	if _, err := parseFlags([]string{"-baseline-after"}, io.Discard); err == nil {
+		t.Error("-baseline-after without -baseline-bin: want an error")
+	}
+
+	order := func(args ...string) string {
+		var b strings.Builder
+		for _, sc := range scenariosOf(t, args...) {
+			fmt.Fprintf(&b, "%s: %v; ", sc.Name, sc.Contenders)
+		}
+		return b.String()
+	}
+	args := []string{"-baseline-bin", "/tmp/walbox-main", "-scenarios", "^steady (500|2000)/s$", "-contenders", "walbox,walbox baseline"}
+	if got, want := order(args...), "steady 500/s: [walbox baseline walbox]; steady 2000/s: [walbox walbox baseline]; "; got != want {
+		t.Errorf("order %q, want %q", got, want)
+	}
+	if got, want := order(append(args, "-baseline-after")...), "steady 500/s: [walbox walbox baseline]; steady 2000/s: [walbox baseline walbox]; "; got != want {
+		t.Errorf("with -baseline-after: order %q, want %q", got, want)
 	}
 }
