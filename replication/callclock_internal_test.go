@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+func newCallClock(parent context.Context, interval time.Duration) *callClock {
+	c := &callClock{}
+	c.begin(parent, interval)
+	return c
+}
+
 func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	parent, end := context.WithCancelCause(context.Background())
 	defer end(nil)

@@ -62,7 +62,7 @@ func (s *stream) stopping() {
 // or answers nothing), and would hold the stop up to the publisher's write timeout. Its Close
 // must then cut the connection at once. It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
-	if !s.publishing.Load() {
+	if !s.clock.inCall() {
 		return
 	}
 	msg := "shutdown: a publish is still in progress at the shutdown deadline; cutting the connection"

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -43,10 +42,9 @@ type stream struct {
 
 	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter
 	// fails; every publish call's context derives from it.
-	gone       context.Context
-	goneCause  context.CancelCauseFunc
-	publishing atomic.Bool // a publish call is in progress
-	clock      *callClock  // the context of publish calls
+	gone      context.Context
+	goneCause context.CancelCauseFunc
+	clock     callClock // the context of publish calls, and whether one is in progress
 
 	commit time.Time      // commit time of the transaction being read
 	origin decoder.Origin // the server's timeline history, for positions (Positioner)
@@ -200,7 +198,7 @@ func (s *stream) windowFull() bool { return s.led.Full() }
 func (s *stream) begin(ctx context.Context) {
 	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout, s.stopping, s.expiring)
 	s.gone, s.goneCause = context.WithCancelCause(s.stop.publishing)
-	s.clock = newCallClock(s.gone, s.cfg.StatusInterval)
+	s.clock.begin(s.gone, s.cfg.StatusInterval)
 	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.connFailed)
 	s.rep = newReporter(s.cfg, s.watch, s.conn, mark{w: s.start})
 	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence = s.stats, s.heard, s.reader, s.silence
@@ -359,9 +357,7 @@ var errStatusDue = errors.New("publish held up for a status interval")
 // returned: a relay that lost its replication connection must not publish any more.
 func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, waited bool, err error) {
 	ctx := s.clock.start()
-	s.publishing.Store(true)
 	seq, err = send(ctx)
-	s.publishing.Store(false)
 	s.clock.done()
 	var g connGone
 	if errors.As(context.Cause(s.gone), &g) {
