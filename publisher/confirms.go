@@ -106,11 +106,25 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 	if re := s.tr.returned[tag]; re != nil {
 		delete(s.tr.returned, tag)
 		err = re
-	} else if !c.Ack {
+	} else if !c.Ack || nackedBefore(o.dc) {
 		err = fmt.Errorf("message %s: %w", o.id, ErrNacked)
 	}
 	s.emit(wire.Confirm{Seq: o.seq, Err: err, At: at, Written: s.out.writtenAt(tag)})
 	return nil
+}
+
+// nackedBefore reports whether amqp091 recorded a nack for dc's message. By the time its
+// confirmation stream yields the tag, dc has its verdict.
+func nackedBefore(dc *amqp.DeferredConfirmation) bool {
+	if dc == nil {
+		return false
+	}
+	select {
+	case <-dc.Done():
+		return !dc.Acked()
+	default:
+		return false
+	}
 }
 
 // popUnacked takes the oldest message without a verdict, the one of delivery tag tr.acked+1.

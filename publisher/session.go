@@ -299,6 +299,10 @@ func (s *Session) publish(ctx context.Context, label uint64, exchange, key strin
 type outgoing struct {
 	id  string
 	seq uint64
+	// dc is amqp091's own record of the verdict. Its confirmation stream can report a nacked tag
+	// as acked: a nack that arrives before the acks of earlier tags waits to be re-sequenced,
+	// and a multiple ack then passes over it. dc keeps the nack. Nil until the publish returns.
+	dc *amqp.DeferredConfirmation
 }
 
 func (s *Session) waitUnblocked(ctx context.Context) error {
@@ -337,10 +341,16 @@ func (s *Session) send(ctx context.Context, label uint64, exchange, key string, 
 	s.mu.Unlock()
 
 	s.out.holdFor(seq)
-	err := s.ch.Publish(exchange, key, true, false, msg)
+	dc, err := s.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
 	s.out.holding(false)
 	if err == nil {
-		// Written in full: the Confirm tells what became of it.
+		// Written in full: the Confirm tells what became of it. Publishes come from one
+		// goroutine, so this one's entry is the last, unless its verdict emptied the list.
+		s.mu.Lock()
+		if n := len(s.unacked); n > 0 {
+			s.unacked[n-1].dc = dc
+		}
+		s.mu.Unlock()
 		return seq, nil
 	}
 	s.mu.Lock()
