@@ -1,19 +1,17 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
-
-// module is the import path of this module, prefixed to the packages Build builds.
-const module = "github.com/walbox/walbox/"
 
 const buildTimeout = 10 * time.Minute
 
@@ -29,22 +27,17 @@ type build struct {
 	err  error
 }
 
-// submodules are the repository's modules besides walbox's own, by folder: the harness and the
-// examples. Build builds their packages from their own folder.
-var submodules = []string{"test", "examples"}
-
 // repoRoot is the repository's top folder, two above this file's.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Build returns the path of a binary built from the repository's package pkg (e.g. "cmd/walbox",
-// "examples/cmd/demo")
-// with the go build flags (e.g. "-race"). Each package and set of flags is built once per test
-// binary, on first use, into a directory Main removes; a failed build fails every test that asks
-// for it.
-func Build(tb testing.TB, pkg string, flags ...string) string {
+// Build returns the path of a binary built by BuildIn from the repository's package pkg (e.g.
+// "cmd/walbox", "examples/cmd/demo") with the go build flags (e.g. "-race"). Each package and
+// set of flags is built once per test binary, on first use, into a directory Main removes; a
+// failed build fails every test that asks for it.
+func Build(tb TB, pkg string, flags ...string) string {
 	tb.Helper()
 	key := pkg + " " + strings.Join(flags, " ")
 	buildsMu.Lock()
@@ -66,17 +59,44 @@ func goBuild(pkg string, flags []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, path.Base(pkg))
-	args := append(append([]string{"build"}, flags...), "-o", bin, module+pkg)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = repoRoot()
-	for _, m := range submodules {
-		if strings.HasPrefix(pkg, m+"/") {
-			cmd.Dir = filepath.Join(cmd.Dir, m)
-		}
-	}
-	if out, err := run("go build", cmd, scaled(buildTimeout)); err != nil {
-		return "", fmt.Errorf("testenv: go %s: %w\n%s", strings.Join(args, " "), err, out)
+	bin, err := BuildIn(context.Background(), dir, pkg, flags...)
+	if err != nil {
+		return "", fmt.Errorf("testenv: %w", err)
 	}
 	return bin, nil
+}
+
+// BuildIn builds the repository's package pkg (e.g. "cmd/walbox", "examples/cmd/orders") with
+// the go build flags into dir and returns the binary's path, dir/<pkg's last element>. The go
+// command runs in the folder of pkg's module (the nearest one above pkg with a go.mod), started
+// by Exec; a build that outlives ctx or the build timeout is killed.
+func BuildIn(ctx context.Context, dir, pkg string, flags ...string) (string, error) {
+	modDir := moduleDir(pkg)
+	rel, err := filepath.Rel(modDir, filepath.Join(repoRoot(), filepath.FromSlash(pkg)))
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, path.Base(pkg))
+	args := append(append([]string{"build"}, flags...), "-o", bin, "./"+filepath.ToSlash(rel))
+	cmd := exec.Command("go", args...)
+	cmd.Dir = modDir
+	timeout := scaled(buildTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %v", timeout))
+	defer cancel()
+	if out, err := Exec(ctx, "go", cmd); err != nil {
+		return "", fmt.Errorf("go %s (in %s): %w\n%s", strings.Join(args, " "), modDir, err, out)
+	}
+	return bin, nil
+}
+
+// moduleDir returns the folder of the repository's module that holds package pkg: the nearest
+// folder above it, up to the repository's top, with a go.mod.
+func moduleDir(pkg string) string {
+	root := repoRoot()
+	for dir := filepath.Join(root, filepath.FromSlash(pkg)); strings.HasPrefix(dir, root+string(filepath.Separator)); dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+	}
+	return root
 }

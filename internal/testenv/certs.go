@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
 
@@ -23,7 +22,7 @@ type Certs struct {
 }
 
 // NewCerts creates a CA and a server certificate for localhost / 127.0.0.1.
-func NewCerts(tb testing.TB) *Certs {
+func NewCerts(tb TB) *Certs {
 	tb.Helper()
 	caKey, caDER := mustCert(tb, nil, nil, true)
 	caCert, err := x509.ParseCertificate(caDER)
@@ -50,7 +49,7 @@ func NewCerts(tb testing.TB) *Certs {
 	return c
 }
 
-func mustCert(tb testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*ecdsa.PrivateKey, []byte) {
+func mustCert(tb TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, isCA bool) (*ecdsa.PrivateKey, []byte) {
 	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

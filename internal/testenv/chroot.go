@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -68,7 +67,7 @@ func chrootCache() (string, error) {
 // requireChroot returns the root of rel's chroot, building it on first use. Outside CI a machine
 // that cannot build one (not root, no debootstrap) skips the test; under CI=true that, and any
 // failed build, fails it.
-func requireChroot(tb testing.TB, rel release) string {
+func requireChroot(tb TB, rel release) string {
 	tb.Helper()
 	why := ""
 	if os.Geteuid() != 0 {

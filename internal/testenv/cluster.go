@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -29,7 +28,7 @@ type Cluster struct {
 // end (StartAll), and should use UniqueName for their exchanges and queues. It needs TestMain to
 // call Main, which stops it. An external broker (WALBOX_TEST_AMQP_URL) is a single node: the
 // test skips.
-func SharedCluster(tb testing.TB) *Cluster {
+func SharedCluster(tb TB) *Cluster {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
@@ -50,7 +49,7 @@ func SharedCluster(tb testing.TB) *Cluster {
 // StartCluster forms a cluster of the caller's own, like SharedCluster, and registers its
 // shutdown with tb.Cleanup: for a program that needs a cluster outside a test binary (the
 // benchmark) or a test that must own every node. With WALBOX_TEST_AMQP_URL set it skips.
-func StartCluster(tb testing.TB) *Cluster {
+func StartCluster(tb TB) *Cluster {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
@@ -162,7 +161,7 @@ func (c *Cluster) NodeAt(port int) int {
 
 // StartAll starts every node that is down and waits until the cluster has all of them running
 // again; tests call it before they end, so the next test finds the cluster whole.
-func (c *Cluster) StartAll(tb testing.TB) {
+func (c *Cluster) StartAll(tb TB) {
 	tb.Helper()
 	for _, n := range c.nodes {
 		if n.PID() == 0 {

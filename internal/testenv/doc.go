@@ -46,12 +46,17 @@
 //
 // # Programs rather than tests
 //
-// NewPostgres, NewRabbit and NewCluster start the machine's servers as the
-// Start functions do, but return an error instead of failing a test, and
-// Close stops them. WithBinDir and RabbitBinDir name the folder of the
-// servers' programs. Spawn starts any child process, in a process group of
-// its own with the parent-death signal; SpawnLogged sends its output to a log
-// file, and Process.Stop stops it with SIGTERM, then SIGKILL to its group.
+// The package does not import testing: functions that fail a test take a TB,
+// the part of testing.TB they use, so the demo and the benchmark link no
+// testing package through it. NewPostgres, NewRabbit and NewCluster start the
+// machine's servers as the Start functions do, but return an error instead of
+// failing a test, and Close stops them. WithBinDir and RabbitBinDir name the
+// folder of the servers' programs. Spawn starts any child process, in a
+// process group of its own with the parent-death signal; SpawnLogged sends its
+// output to a log file, and Process.Stop stops it with SIGTERM, then SIGKILL
+// to its group. Exec runs a command to completion that way and returns its
+// output, killing it when its context ends; BuildIn builds a command of the
+// repository into a folder, in the folder of its module.
 //
 // SharedPostgres and SharedRabbit return one server per test binary, started
 // on first use and stopped by Main; tests must not stop them and isolate
@@ -59,8 +64,8 @@
 //
 // # Programs under test
 //
-// Build builds a command of the repository (Build(t, "cmd/walbox", "-race"),
-// Build(t, "examples/cmd/demo")), in the folder of its module, once per test
+// Build builds a command of the repository with BuildIn (Build(t,
+// "cmd/walbox", "-race"), Build(t, "examples/cmd/demo")), once per test
 // binary and set of flags; a failed build fails every test
 // that asks for it. Start runs a program such as `walbox run` and returns a
 // Program: its stdout and stderr in a Log that can be read while it runs,
@@ -68,8 +73,8 @@
 // (SIGTERM, then a deadline), Kill (SIGKILL to its process group, as in a
 // crash), Wait and ExitCode. At cleanup the program is killed; the test
 // fails if the race detector reported a data race in it, and a failed test
-// logs the tail of its output. Run runs a command to completion under a
-// deadline and returns its output and exit code.
+// logs the tail of its output. Run runs a command to completion with Exec
+// under a deadline and returns its output and exit code.
 //
 // # Cleanup
 //

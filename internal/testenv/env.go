@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,9 +16,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// TB is the part of testing.TB the harness uses: a test or benchmark (*testing.T, *testing.B)
+// is one. The package does not import testing, so that programs (the demo, the benchmark) can
+// start servers and processes with it without linking the testing package.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Failed() bool
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Skipf(format string, args ...any)
+	TempDir() string
+}
 
 // Environment variables that switch the harness to external servers.
 const (
@@ -53,7 +68,7 @@ func UniqueName(prefix string) string {
 
 // RequireOwn skips the test when s is an external server: the test needs a
 // server that the harness started itself (to stop, kill or restart it).
-func RequireOwn(tb testing.TB, s interface{ External() bool }) {
+func RequireOwn(tb TB, s interface{ External() bool }) {
 	tb.Helper()
 	if !s.External() {
 		return
@@ -78,8 +93,12 @@ func scaled(d time.Duration) time.Duration {
 }
 
 // Short reports whether integration tests should skip: with -short, except under CI=true, where
-// every integration test runs whatever the flags say.
-func Short() bool { return testing.Short() && !inCI() }
+// every integration test runs whatever the flags say. It reads the test binary's -test.short
+// flag; outside a test binary it reports false.
+func Short() bool {
+	f := flag.Lookup("test.short")
+	return f != nil && f.Value.String() == "true" && !inCI()
+}
 
 // inCI reports whether the tests run under CI, where missing servers are failures.
 func inCI() bool {
@@ -89,7 +108,7 @@ func inCI() bool {
 
 // requireBinary finds a server binary; outside CI a missing one skips the
 // test. urlEnv names the variable that selects an external server instead.
-func requireBinary(tb testing.TB, path, urlEnv string) {
+func requireBinary(tb TB, path, urlEnv string) {
 	tb.Helper()
 	if _, err := exec.LookPath(path); err != nil {
 		if inCI() {
@@ -111,7 +130,7 @@ func freePort() (int, error) {
 }
 
 // FreeAddr returns a host:port on 127.0.0.1 that was free a moment ago, for a server under test.
-func FreeAddr(tb testing.TB) string {
+func FreeAddr(tb TB) string {
 	tb.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -183,7 +202,7 @@ var (
 // exits. If the binary dies any other way (panic, timeout, SIGKILL), the
 // kernel kills the servers (parent-death signal) and the next run removes
 // their directories.
-func Main(m *testing.M) int {
+func Main(m interface{ Run() int }) int {
 	removeDirs()
 	mainRunning.Store(true)
 	stop := handleSignals()
@@ -237,7 +256,7 @@ func stopShared() {
 	sharedCLMu.Unlock()
 }
 
-func requireMain(tb testing.TB, fn string) {
+func requireMain(tb TB, fn string) {
 	tb.Helper()
 	if !mainRunning.Load() {
 		tb.Fatalf("testenv: %s needs TestMain to call testenv.Main so the shared server is stopped", fn)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +23,7 @@ func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 
 // Exec runs sql on the database at dbURL (URL() or a NewDatabase URL) and
 // fails the test on error.
-func (p *Postgres) Exec(tb testing.TB, dbURL, sql string, args ...any) {
+func (p *Postgres) Exec(tb TB, dbURL, sql string, args ...any) {
 	tb.Helper()
 	if err := execSQL(dbURL, sql, args...); err != nil {
 		tb.Fatalf("testenv: %v", err)
@@ -33,7 +32,7 @@ func (p *Postgres) Exec(tb testing.TB, dbURL, sql string, args ...any) {
 
 // MigratedDatabase creates a database of the test's own (NewDatabase) with the outbox migrations
 // of cfg applied, and returns its URL and a connection to it (closed at cleanup).
-func (p *Postgres) MigratedDatabase(tb testing.TB, cfg migrations.Config) (string, *pgx.Conn) {
+func (p *Postgres) MigratedDatabase(tb TB, cfg migrations.Config) (string, *pgx.Conn) {
 	tb.Helper()
 	db := p.NewDatabase(tb)
 	conn := p.Conn(tb, db)
@@ -46,7 +45,7 @@ func (p *Postgres) MigratedDatabase(tb testing.TB, cfg migrations.Config) (strin
 }
 
 // Conn opens a connection to dbURL that is closed at cleanup.
-func (p *Postgres) Conn(tb testing.TB, dbURL string) *pgx.Conn {
+func (p *Postgres) Conn(tb TB, dbURL string) *pgx.Conn {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
 	defer cancel()
@@ -82,7 +81,7 @@ func truncate(s string, n int) string {
 // NewDatabase creates a database with a unique name and returns its URL.
 // At cleanup it drops the replication slots in it (terminating their
 // walsenders) and then the database itself, WITH (FORCE).
-func (p *Postgres) NewDatabase(tb testing.TB) string {
+func (p *Postgres) NewDatabase(tb TB) string {
 	tb.Helper()
 	name := UniqueName("walbox_test")
 	if err := execSQL(p.url, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {

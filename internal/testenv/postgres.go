@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -91,7 +90,7 @@ var pgReleases = map[int]release{17: trixie, 18: forky}
 
 // pgRoot finds or builds the chroot of cfg's version, and returns it with the directory of its
 // programs; "" for the machine's own version.
-func pgRoot(tb testing.TB, cfg pgConfig) (root, binDir string) {
+func pgRoot(tb TB, cfg pgConfig) (root, binDir string) {
 	tb.Helper()
 	if cfg.version == 0 || cfg.version == 15 {
 		requireBinary(tb, cfg.bin("postgres"), EnvDatabaseURL)
@@ -134,7 +133,7 @@ func defaultSettings() []setting {
 // 127.0.0.1 and waits until it accepts connections. tb.Cleanup stops it
 // (immediate shutdown) and removes its directory. With
 // WALBOX_TEST_DATABASE_URL set it starts nothing and returns that server.
-func StartPostgres(tb testing.TB, opts ...PGOption) *Postgres {
+func StartPostgres(tb TB, opts ...PGOption) *Postgres {
 	tb.Helper()
 	cfg := pgConfigOf(opts)
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
@@ -175,7 +174,7 @@ func (p *Postgres) Close() { p.shutdown() }
 // SharedPostgres returns the test binary's shared server, starting it on
 // first use. Tests must not stop it; use StartPostgres for that. It needs
 // TestMain to call Main.
-func SharedPostgres(tb testing.TB) *Postgres {
+func SharedPostgres(tb TB) *Postgres {
 	tb.Helper()
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		return &Postgres{url: u, external: true}
@@ -437,7 +436,7 @@ var stopSignals = map[string]syscall.Signal{
 
 // Stop shuts the server down like pg_ctl stop -m mode (smart, fast or
 // immediate) and waits for the postmaster to exit.
-func (p *Postgres) Stop(tb testing.TB, mode string) {
+func (p *Postgres) Stop(tb TB, mode string) {
 	tb.Helper()
 	p.mustOwn(tb, "Stop")
 	sig, ok := stopSignals[mode]
@@ -460,7 +459,7 @@ func (p *Postgres) Stop(tb testing.TB, mode string) {
 
 // Start starts a stopped server again on the same port and data directory,
 // running crash recovery if it was stopped in immediate mode.
-func (p *Postgres) Start(tb testing.TB) {
+func (p *Postgres) Start(tb TB) {
 	tb.Helper()
 	p.mustOwn(tb, "Start")
 	if p.running() {
@@ -479,7 +478,7 @@ func (p *Postgres) Start(tb testing.TB) {
 	}
 }
 
-func (p *Postgres) mustOwn(tb testing.TB, op string) {
+func (p *Postgres) mustOwn(tb TB, op string) {
 	tb.Helper()
 	switch {
 	case p.external:

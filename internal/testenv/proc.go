@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,10 +15,11 @@ import (
 	"time"
 )
 
-// Process is a server or a program started by the harness, the demo or the benchmark: the one
-// way this repository starts a child process. It runs in its own process group and receives
-// SIGKILL if the parent dies (Pdeathsig), so a crashed or killed parent does not leave it
-// behind.
+// Process is a server or a program started by Spawn: the one way the harness, the demo and the
+// benchmark start the servers, walbox, its migrate and the example services, whether they run
+// to completion (Exec, Run) or until stopped (SpawnLogged, Start). It runs in its own process
+// group and receives SIGKILL if the parent dies (Pdeathsig), so a crashed or killed parent does
+// not leave it behind.
 type Process struct {
 	name string
 	log  string // the file its output goes to; "" if the caller set Stdout and Stderr
@@ -301,22 +303,35 @@ func parentPid(pid int) int {
 	return ppid
 }
 
-// run runs a short-lived command like Spawn and returns its combined
-// output; after timeout it kills the command's process group.
-func run(name string, cmd *exec.Cmd, timeout time.Duration) (string, error) {
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+// Exec runs cmd to completion, started as Spawn starts it, and returns its combined output. A
+// command still running when ctx ends is killed with its process group and Exec returns ctx's
+// cause; one that exits unsuccessfully returns an error naming its exit status. Unless the
+// command failed to start, cmd.ProcessState then holds its exit code.
+func Exec(ctx context.Context, name string, cmd *exec.Cmd) (string, error) {
+	out := &Log{}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = time.Second // don't wait for a daemon (epmd) holding the pipe
 	proc, err := Spawn(name, cmd)
 	if err != nil {
 		return "", err
 	}
-	if !proc.Wait(timeout) {
-		proc.Kill()
-		return out.String(), fmt.Errorf("%s: timed out after %v", name, timeout)
+	select {
+	case <-proc.done:
+	case <-ctx.Done():
+		if !proc.Exited() {
+			proc.Kill()
+			return out.String(), fmt.Errorf("%s: %w", name, context.Cause(ctx))
+		}
 	}
-	if !proc.cmd.ProcessState.Success() {
-		return out.String(), fmt.Errorf("%s: %v", name, proc.cmd.ProcessState)
+	if !cmd.ProcessState.Success() {
+		return out.String(), fmt.Errorf("%s: %v", name, cmd.ProcessState)
 	}
 	return out.String(), nil
+}
+
+// run runs a short-lived command with Exec; after timeout it kills the command's process group.
+func run(name string, cmd *exec.Cmd, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), timeout, fmt.Errorf("timed out after %v", timeout))
+	defer cancel()
+	return Exec(ctx, name, cmd)
 }

@@ -1,11 +1,11 @@
 package testenv
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -13,7 +13,7 @@ import (
 // servers, it runs in a process group of its own and gets SIGKILL from the kernel should the
 // test binary die.
 type Program struct {
-	tb   testing.TB
+	tb   TB
 	name string // the binary's name and arguments, for messages
 	proc *Process
 	log  *Log
@@ -22,7 +22,7 @@ type Program struct {
 // Start starts cmd with its output going to the program's log. At cleanup it kills the program;
 // the test fails if the race detector reported a data race in it, and a failed test logs the
 // tail of the program's output.
-func Start(tb testing.TB, cmd *exec.Cmd) *Program {
+func Start(tb TB, cmd *exec.Cmd) *Program {
 	tb.Helper()
 	p := &Program{tb: tb, name: strings.Join(append([]string{filepath.Base(cmd.Path)}, cmd.Args[1:]...), " "), log: &Log{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
@@ -109,19 +109,15 @@ func (p *Program) WaitFor(what string, timeout time.Duration, ready func() bool)
 	return time.Since(start)
 }
 
-// Run runs cmd to completion and returns its combined output and exit code. A command still
-// running after timeout is killed and reports -1, as exec.CommandContext would.
-func Run(tb testing.TB, cmd *exec.Cmd, timeout time.Duration) (string, int) {
+// Run runs cmd to completion with Exec and returns its combined output and exit code. A command
+// still running after timeout is killed and reports -1, as exec.CommandContext would.
+func Run(tb TB, cmd *exec.Cmd, timeout time.Duration) (string, int) {
 	tb.Helper()
-	log := &Log{}
-	cmd.Stdout, cmd.Stderr = log, log
-	proc, err := Spawn(filepath.Base(cmd.Path), cmd)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := Exec(ctx, filepath.Base(cmd.Path), cmd)
+	if cmd.ProcessState == nil {
 		tb.Fatal(err)
 	}
-	if !proc.Wait(timeout) {
-		proc.Kill()
-	}
-	<-proc.done
-	return log.String(), proc.cmd.ProcessState.ExitCode()
+	return out, cmd.ProcessState.ExitCode()
 }

@@ -1,8 +1,11 @@
 package testenv_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,6 +62,46 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Exec returns a command's output, names a failed exit, and kills the command's process group
+// when its context ends.
+func TestExec(t *testing.T) {
+	t.Parallel()
+	out, err := testenv.Exec(context.Background(), "sh", exec.Command("sh", "-c", "echo out; echo err >&2; exit 4"))
+	if err == nil || !strings.Contains(err.Error(), "exit status 4") || !strings.Contains(out, "out") || !strings.Contains(out, "err") {
+		t.Errorf("got output %q, error %v; want both lines and exit status 4", out, err)
+	}
+	cause := errors.New("enough")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cmd := exec.Command("sh", "-c", `sleep 60 & echo $!; wait`)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, err = testenv.Exec(ctx, "sh", cmd)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel(cause)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return within 10 s of its context ending")
+	}
+	if !errors.Is(err, cause) || cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != -1 {
+		t.Errorf("after the context ended: error %v, state %v; want the cause and a killed command", err, cmd.ProcessState)
+	}
+	if child, err := strconv.Atoi(strings.TrimSpace(out)); err == nil {
+		assertGone(t, []int{child})
+	} else {
+		t.Errorf("no child pid in %q", out)
+	}
+}
+
+// Short follows -test.short when not under CI.
+func TestShort(t *testing.T) {
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); !ci && testenv.Short() != testing.Short() {
+		t.Errorf("Short() = %t, testing.Short() = %t", testenv.Short(), testing.Short())
+	}
+}
+
 func TestTail(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"a\nb\n", "a\nb"},
@@ -84,5 +127,20 @@ func TestBuildOnce(t *testing.T) {
 	}
 	if other := testenv.Build(t, "cmd/walbox", "-tags", "otel"); other == first {
 		t.Errorf("the build with other flags is the same file %s", other)
+	}
+}
+
+// BuildIn builds a package of another module in that module's folder, into the folder it is given.
+func TestBuildInAnotherModule(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("builds examples/cmd/notifier; skipped with -short")
+	}
+	dir := t.TempDir()
+	bin, err := testenv.BuildIn(context.Background(), dir, "examples/cmd/notifier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 || filepath.Dir(bin) != dir || filepath.Base(bin) != "notifier" {
+		t.Fatalf("no executable notifier in %s at %s: %v", dir, bin, err)
 	}
 }

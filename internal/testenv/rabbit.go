@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -102,7 +101,7 @@ func RabbitVersion(v string) RabbitOption {
 }
 
 // rabbitRoot finds or builds the chroot of cfg's version; "" for the machine's own version.
-func rabbitRoot(tb testing.TB, cfg rabbitConfig) string {
+func rabbitRoot(tb TB, cfg rabbitConfig) string {
 	tb.Helper()
 	switch cfg.version {
 	case "", "3.10":
@@ -119,7 +118,7 @@ func rabbitRoot(tb testing.TB, cfg rabbitConfig) string {
 // directories, and waits until it accepts AMQP connections. tb.Cleanup kills
 // it and removes its directory. With WALBOX_TEST_AMQP_URL set it starts
 // nothing and returns that broker.
-func StartRabbit(tb testing.TB, opts ...RabbitOption) *Rabbit {
+func StartRabbit(tb TB, opts ...RabbitOption) *Rabbit {
 	tb.Helper()
 	cfg := rabbitConfigOf(opts)
 	if u := os.Getenv(EnvAMQPURL); u != "" {
@@ -157,7 +156,7 @@ func (r *Rabbit) Close() { r.shutdown() }
 // StartRabbitConf starts a node like StartRabbit with conf, lines of rabbitmq.conf such as
 // "max_message_size = 1048576", added to its configuration. It needs a node of its own, so in
 // external mode it skips.
-func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
+func StartRabbitConf(tb TB, conf string) *Rabbit {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a node the harness configures itself; %s is set", EnvAMQPURL)
@@ -174,7 +173,7 @@ func StartRabbitConf(tb testing.TB, conf string) *Rabbit {
 // StartRabbitTLS starts a node like StartRabbit with, besides its plain listener, a TLS listener
 // on 127.0.0.1 serving the certificate of certs; TLSURL addresses it. It needs its own node, so
 // in external mode it skips.
-func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
+func StartRabbitTLS(tb TB, certs *Certs) *Rabbit {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a TLS node the harness starts itself; %s is set", EnvAMQPURL)
@@ -191,7 +190,7 @@ func StartRabbitTLS(tb testing.TB, certs *Certs) *Rabbit {
 // StartRabbitStream starts a node like StartRabbit with the stream plugin enabled and its stream
 // listener on a free port of 127.0.0.1, which StreamURL addresses. It needs its own node, so in
 // external mode it skips.
-func StartRabbitStream(tb testing.TB) *Rabbit {
+func StartRabbitStream(tb TB) *Rabbit {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("test needs a stream node the harness starts itself; %s is set", EnvAMQPURL)
@@ -222,7 +221,7 @@ func (r *Rabbit) TLSURL() string {
 // SharedRabbit returns the test binary's shared node, starting it on first
 // use (a node takes seconds to boot). Tests must not stop it and should use
 // UniqueName for their exchanges and queues. It needs TestMain to call Main.
-func SharedRabbit(tb testing.TB) *Rabbit {
+func SharedRabbit(tb TB) *Rabbit {
 	tb.Helper()
 	if u := os.Getenv(EnvAMQPURL); u != "" {
 		return &Rabbit{url: u, external: true}
@@ -527,7 +526,7 @@ func (r *Rabbit) PID() int {
 
 // Stop shuts the node down gracefully with rabbitmqctl stop and waits until
 // its processes are gone.
-func (r *Rabbit) Stop(tb testing.TB) {
+func (r *Rabbit) Stop(tb TB) {
 	tb.Helper()
 	r.mustOwn(tb, "Stop")
 	proc := r.takeProc(tb)
@@ -541,7 +540,7 @@ func (r *Rabbit) Stop(tb testing.TB) {
 
 // Kill SIGKILLs the node's VM and its children, as in a crash. The shared
 // epmd is left alone.
-func (r *Rabbit) Kill(tb testing.TB) {
+func (r *Rabbit) Kill(tb TB) {
 	tb.Helper()
 	r.mustOwn(tb, "Kill")
 	r.killProc(r.takeProc(tb))
@@ -549,7 +548,7 @@ func (r *Rabbit) Kill(tb testing.TB) {
 
 // Start boots a stopped or killed node again on the same ports and mnesia
 // directory.
-func (r *Rabbit) Start(tb testing.TB) {
+func (r *Rabbit) Start(tb TB) {
 	tb.Helper()
 	r.mustOwn(tb, "Start")
 	if r.PID() != 0 {
@@ -568,7 +567,7 @@ func (r *Rabbit) Start(tb testing.TB) {
 	}
 }
 
-func (r *Rabbit) takeProc(tb testing.TB) *Process {
+func (r *Rabbit) takeProc(tb TB) *Process {
 	tb.Helper()
 	r.mu.Lock()
 	proc := r.proc
@@ -580,7 +579,7 @@ func (r *Rabbit) takeProc(tb testing.TB) *Process {
 	return proc
 }
 
-func (r *Rabbit) mustOwn(tb testing.TB, op string) {
+func (r *Rabbit) mustOwn(tb TB, op string) {
 	tb.Helper()
 	switch {
 	case r.external:
@@ -592,7 +591,7 @@ func (r *Rabbit) mustOwn(tb testing.TB, op string) {
 
 // Ctl runs rabbitmqctl against this node and returns its output; it fails
 // the test on error.
-func (r *Rabbit) Ctl(tb testing.TB, args ...string) string {
+func (r *Rabbit) Ctl(tb TB, args ...string) string {
 	tb.Helper()
 	if r.external {
 		tb.Fatalf("testenv: Ctl on an external rabbitmq (%s); call RequireOwn first", EnvAMQPURL)
@@ -607,7 +606,7 @@ func (r *Rabbit) Ctl(tb testing.TB, args ...string) string {
 // MemoryAlarm raises (on) or clears the node's memory alarm, as RabbitMQ does when it runs
 // short of memory: every publishing connection is blocked until it clears. The node must be
 // the test's own.
-func (r *Rabbit) MemoryAlarm(tb testing.TB, on bool) {
+func (r *Rabbit) MemoryAlarm(tb TB, on bool) {
 	tb.Helper()
 	r.mustOwn(tb, "MemoryAlarm")
 	expr := "rabbit_alarm:clear_alarm({resource_limit, memory, node()})."

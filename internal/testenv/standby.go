@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"testing"
 )
 
 // StartStandby makes a hot standby of primary: pg_basebackup -R -C -S slot (which creates the
@@ -15,7 +14,7 @@ import (
 // settings and opts'. It runs the same version as primary, in the same chroot. tb.Cleanup stops
 // it and removes its directory. For slot synchronisation (PostgreSQL 17+), pass
 // WithSetting("sync_replication_slots", "on") and WithSetting("hot_standby_feedback", "on").
-func StartStandby(tb testing.TB, primary *Postgres, slot string, opts ...PGOption) *Postgres {
+func StartStandby(tb TB, primary *Postgres, slot string, opts ...PGOption) *Postgres {
 	tb.Helper()
 	primary.mustOwn(tb, "StartStandby")
 	var cfg pgConfig
@@ -71,7 +70,7 @@ func (s *Postgres) baseBackup(primary *Postgres, slot string) error {
 }
 
 // Promote promotes a standby to primary (pg_promote) and waits until it is one.
-func (p *Postgres) Promote(tb testing.TB) {
+func (p *Postgres) Promote(tb TB) {
 	tb.Helper()
 	p.mustOwn(tb, "Promote")
 	ctx, cancel := context.WithTimeout(context.Background(), scaled(pgStartTimeout)+sqlTimeout)

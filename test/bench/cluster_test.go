@@ -60,9 +60,9 @@ func TestCluster(t *testing.T) {
 // hasLanes reports whether the walbox binary knows `run --lanes`.
 func hasLanes(t *testing.T, bin string) bool {
 	t.Helper()
-	out, _ := exec.Command(bin, "run", "-help").CombinedOutput()
-	if !strings.Contains(string(out), "Usage: walbox run") {
+	out, _ := testenv.Run(t, exec.Command(bin, "run", "-help"), time.Minute)
+	if !strings.Contains(out, "Usage: walbox run") {
 		t.Fatalf("walbox run -help printed no usage:\n%s", out)
 	}
-	return strings.Contains(string(out), "\n  -lanes ")
+	return strings.Contains(out, "\n  -lanes ")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
 )
 
@@ -130,8 +131,8 @@ func producerTrial(ctx context.Context, cfg ProducerConfig, srv Servers, mode Pr
 	defer dropDatabase(context.WithoutCancel(ctx), srv.DatabaseURL, name) //nolint:errcheck // best effort
 	env := []string{"WALBOX_DATABASE_URL=" + dbURL, "WALBOX_AMQP_URL=" + srv.AMQPURL, "WALBOX_SLOT=" + name,
 		"WALBOX_EXCHANGE=" + name, "WALBOX_LISTEN=off", "WALBOX_LOG_FORMAT=text"}
-	if out, err := walboxCmd(ctx, cfg.WalboxBin, env, "migrate").CombinedOutput(); err != nil {
-		return r, fmt.Errorf("walbox migrate: %w\n%s", err, out)
+	if out, err := testenv.Exec(ctx, "walbox migrate", walboxCmd(cfg.WalboxBin, env, "migrate")); err != nil {
+		return r, fmt.Errorf("%w\n%s", err, out)
 	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -262,11 +263,11 @@ func drainBacklog(ctx context.Context, bin string, env []string, amqpURL, exchan
 	if err != nil {
 		return 0, 0, err
 	}
-	cmd := walboxCmd(context.WithoutCancel(ctx), bin, env, "run")
-	if err := cmd.Start(); err != nil {
+	relay, err := testenv.Spawn("walbox run", walboxCmd(bin, env, "run"))
+	if err != nil {
 		return 0, 0, err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer relay.Kill()
 	var first, last time.Time
 	n := 0
 	timeout := time.NewTimer(2 * time.Minute)
@@ -291,8 +292,9 @@ func drainBacklog(ctx context.Context, bin string, env []string, amqpURL, exchan
 	return n, float64(n-1) / max(last.Sub(first).Seconds(), 1e-9), nil
 }
 
-func walboxCmd(ctx context.Context, bin string, env []string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, bin, args...)
+// walboxCmd is a walbox command with env as its whole environment.
+func walboxCmd(bin string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	return cmd
 }

@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 
 	"github.com/walbox/walbox/internal/testenv"
 )
@@ -111,13 +109,11 @@ func startServers(what string, broker func(*testenv.Postgres) (Servers, func(), 
 	return srv, stop, nil
 }
 
-// BuildWalbox builds cmd/walbox into dir and returns the binary's path.
+// BuildWalbox builds cmd/walbox into dir, with version "bench", and returns the binary's path.
 func BuildWalbox(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "walbox")
-	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.version=bench", "-o", bin,
-		"github.com/walbox/walbox/cmd/walbox")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build walbox: %w\n%s", err, out)
+	bin, err := testenv.BuildIn(ctx, dir, "cmd/walbox", "-ldflags", "-X main.version=bench")
+	if err != nil {
+		return "", fmt.Errorf("build walbox: %w", err)
 	}
 	return bin, nil
 }

@@ -12,25 +12,12 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-// buildBinaries builds the relay and the two services into dir: walbox in its own module, the
-// services in the examples module, the one the demo runs in.
+// buildBinaries builds the relay and the two services into dir, each in its own module, with the
+// harness's build.
 func buildBinaries(ctx context.Context, dir string) error {
-	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/walbox/walbox").Output()
-	if err != nil {
-		return fmt.Errorf("find the walbox module (run the demo inside the examples module): %w", err)
-	}
-	builds := []struct {
-		dir  string
-		pkgs []string
-	}{
-		{strings.TrimSpace(string(root)), []string{"github.com/walbox/walbox/cmd/walbox"}},
-		{"", []string{"github.com/walbox/walbox/examples/cmd/orders", "github.com/walbox/walbox/examples/cmd/notifier"}},
-	}
-	for _, b := range builds {
-		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + string(filepath.Separator)}, b.pkgs...)...)
-		cmd.Dir = b.dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %w\n%s", err, out)
+	for _, pkg := range []string{"cmd/walbox", "examples/cmd/orders", "examples/cmd/notifier"} {
+		if _, err := testenv.BuildIn(ctx, dir, pkg); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -51,12 +38,14 @@ func stopChild(c *testenv.Process, timeout time.Duration) {
 	}
 }
 
-// runOnce runs bin to completion and returns an error with its output if it fails.
+// runOnce runs bin to completion, as startChild starts it, and returns an error with its output
+// if it fails.
 func runOnce(ctx context.Context, bin string, env []string, args ...string) error {
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	name := strings.Join(append([]string{filepath.Base(bin)}, args...), " ")
+	if out, err := testenv.Exec(ctx, name, cmd); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
 	}
 	return nil
 }
