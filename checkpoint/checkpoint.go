@@ -7,9 +7,6 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// ErrFailed is returned once a message was nacked: the ledger's watermark is frozen.
-var ErrFailed = errors.New("checkpoint: a message was not confirmed")
-
 // ErrFull is returned by Dispatch when the window holds as many messages as it may.
 var ErrFull = errors.New("checkpoint: the window is full")
 
@@ -20,8 +17,8 @@ type commit struct {
 	end     pglogrepl.LSN
 }
 
-// Ledger is the one record of the messages in flight. It bounds them (a window of at most Limit
-// messages, counted from the oldest unconfirmed one), keeps a value of the caller's for each
+// Ledger is the one record of the messages in flight. It bounds them (a window of at most the
+// SetLimit messages, counted from the oldest unconfirmed one), keeps a value of the caller's for each
 // until its verdict, and turns the verdicts into the watermark. The zero value is not usable;
 // call NewLedger.
 type Ledger[T any] struct {
@@ -50,9 +47,6 @@ func NewLedger[T any](start pglogrepl.LSN, size int) *Ledger[T] {
 
 // SetLimit narrows the window to n messages (at least one), or widens it back up to its size.
 func (l *Ledger[T]) SetLimit(n int) { l.limit = min(max(n, 1), len(l.entries)-1) }
-
-// Limit returns how many messages the window may hold.
-func (l *Ledger[T]) Limit() int { return l.limit }
 
 // Full reports whether the window holds as many messages as it may: Dispatch would fail.
 func (l *Ledger[T]) Full() bool { return l.Span() >= l.limit }
@@ -97,7 +91,7 @@ func (l *Ledger[T]) Ack(seq uint64) (T, error) {
 	if seq <= l.acked || seq > l.lastSeq || l.early[seq] {
 		return zero, fmt.Errorf("checkpoint: ack %d is unknown or repeated", seq)
 	}
-	v := l.Get(seq)
+	v := l.get(seq)
 	l.dispatched--
 	if seq != l.acked+1 {
 		l.early[seq] = true
@@ -120,12 +114,12 @@ func (l *Ledger[T]) Nack(seq uint64) T {
 		var zero T
 		return zero
 	}
-	return l.Get(seq)
+	return l.get(seq)
 }
 
-// Get returns the value dispatched with seq, which must be in the window: from the oldest
+// get returns the value dispatched with seq, which must be in the window: from the oldest
 // unacked message to the newest dispatched.
-func (l *Ledger[T]) Get(seq uint64) T { return l.entries[seq%uint64(len(l.entries))] }
+func (l *Ledger[T]) get(seq uint64) T { return l.entries[seq%uint64(len(l.entries))] }
 
 // Oldest returns the value of the oldest message not yet acked, if any is in flight.
 func (l *Ledger[T]) Oldest() (T, bool) {
@@ -133,7 +127,7 @@ func (l *Ledger[T]) Oldest() (T, bool) {
 		var zero T
 		return zero, false
 	}
-	return l.Get(l.acked + 1), true
+	return l.get(l.acked + 1), true
 }
 
 // Newest returns the sequence and value of the newest message dispatched, if the window holds any.
@@ -142,7 +136,7 @@ func (l *Ledger[T]) Newest() (uint64, T, bool) {
 		var zero T
 		return 0, zero, false
 	}
-	return l.lastSeq, l.Get(l.lastSeq), true
+	return l.lastSeq, l.get(l.lastSeq), true
 }
 
 // AdvanceIdle moves the watermark to lsn, a position up to which the server has sent everything, but only

@@ -106,7 +106,7 @@ func (m *Metrics) Observe(e replication.Event) {
 			return
 		}
 		m.retried.Add(float64(e.Retried))
-		m.reconnects.WithLabelValues(Reason(e.Err)).Inc()
+		m.reconnects.WithLabelValues(reason(e.Err)).Inc()
 	}
 }
 
@@ -119,10 +119,10 @@ func (m *Metrics) counters(eventType string) typeCounters {
 	return c
 }
 
-// Reason classifies the error that ended a session: slot_active, slot_gap (the slot is missing,
+// reason classifies the error that ended a session: slot_active, slot_gap (the slot is missing,
 // lost, or not the one walbox recorded), not_covered (the publication no longer covers an outbox
 // table), schema_drift, nack, returned, broker, decode or database.
-func Reason(err error) string {
+func reason(err error) string {
 	var de *decoder.Error
 	switch {
 	case errors.Is(err, replication.ErrSlotActive):
@@ -145,8 +145,8 @@ func Reason(err error) string {
 	return "database"
 }
 
-// SetSlot records the slot's retained WAL and wal_status.
-func (m *Metrics) SetSlot(retained int64, walStatus string) {
+// setSlot records the slot's retained WAL and wal_status.
+func (m *Metrics) setSlot(retained int64, walStatus string) {
 	m.retained.Set(float64(retained))
 	m.walStatus.Reset()
 	if walStatus != "" {
@@ -154,8 +154,8 @@ func (m *Metrics) SetSlot(retained int64, walStatus string) {
 	}
 }
 
-// PollError counts a failed read of the slot's state.
-func (m *Metrics) PollError() { m.pollErrors.Inc() }
+// pollError counts a failed read of the slot's state.
+func (m *Metrics) pollError() { m.pollErrors.Inc() }
 
 // factory creates and registers metrics.
 type factory struct{ reg prometheus.Registerer }

@@ -28,7 +28,7 @@ func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, interval time.
 			err = m.readSlot(ctx, conn, slot)
 		}
 		if err != nil && ctx.Err() == nil {
-			m.PollError()
+			m.pollError()
 			if conn != nil {
 				conn.Close(context.Background())
 				conn = nil
@@ -48,13 +48,13 @@ func (m *Metrics) readSlot(ctx context.Context, conn *pgx.Conn, slot string) err
 	case err != nil:
 		return err
 	case !s.Exists:
-		m.SetSlot(0, "missing")
+		m.setSlot(0, "missing")
 		return nil
 	}
 	var retained int64
 	if s.RetainedBytes != nil {
 		retained = *s.RetainedBytes
 	}
-	m.SetSlot(retained, s.WALStatus)
+	m.setSlot(retained, s.WALStatus)
 	return nil
 }

@@ -53,8 +53,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Migration is one embedded SQL file.
-type Migration struct {
+// migration is one embedded SQL file.
+type migration struct {
 	Version int
 	Name    string
 	sql     string
@@ -111,12 +111,12 @@ func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 
 // load reads the migrations in dir, ordered by the version their names start with, and expands
 // their template variables.
-func load(fsys fs.FS, dir string, vars map[string]string) ([]Migration, error) {
+func load(fsys fs.FS, dir string, vars map[string]string) ([]migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
 	}
-	var ms []Migration
+	var ms []migration
 	for _, e := range entries {
 		name := e.Name()
 		num, _, ok := strings.Cut(name, "_")
@@ -136,14 +136,14 @@ func load(fsys fs.FS, dir string, vars map[string]string) ([]Migration, error) {
 		if err := tmpl.Execute(&buf, vars); err != nil {
 			return nil, fmt.Errorf("expand migration %s: %w", name, err)
 		}
-		ms = append(ms, Migration{Version: v, Name: name, sql: buf.String()})
+		ms = append(ms, migration{Version: v, Name: name, sql: buf.String()})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
 }
 
 // run applies ms for target in one transaction, holding the advisory lock.
-func run(ctx context.Context, conn *pgx.Conn, target string, ms []Migration) ([]string, error) {
+func run(ctx context.Context, conn *pgx.Conn, target string, ms []migration) ([]string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin migration: %w", err)

@@ -23,3 +23,6 @@ func SocketWrites(s *Session) int {
 	defer s.out.mu.Unlock()
 	return s.out.writes
 }
+
+// LaneOf lets the tests pick aggregate ids by lane.
+var LaneOf = laneOf

@@ -84,10 +84,10 @@ func (l *Lanes) Blocked() bool {
 	return false
 }
 
-// LaneOf returns the lane, of n, that carries the messages of aggregate id: FNV-1a of the id,
+// laneOf returns the lane, of n, that carries the messages of aggregate id: FNV-1a of the id,
 // modulo n. It is not the hash of package shard, so that the lanes of one shard's relay are used
 // evenly.
-func LaneOf(aggregateID string, n int) int {
+func laneOf(aggregateID string, n int) int {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(aggregateID))
 	return int(h.Sum64() % uint64(n))
@@ -115,7 +115,7 @@ func (l *Lanes) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 // session gives the message's verdict.
 func (l *Lanes) send(aggregateID string, publish func(*Session, uint64) (uint64, error)) (uint64, error) {
 	seq := l.seq + 1
-	if _, err := publish(l.lanes[LaneOf(aggregateID, len(l.lanes))], seq); err != nil {
+	if _, err := publish(l.lanes[laneOf(aggregateID, len(l.lanes))], seq); err != nil {
 		return 0, err
 	}
 	l.seq = seq

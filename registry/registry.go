@@ -20,8 +20,8 @@ const (
 	OriginRecovered = "recovered" // walbox recover created it to replace a lost slot
 )
 
-// ErrNotRecorded means the slot has no record (Confirm), or the registry table is missing.
-var ErrNotRecorded = errors.New("slot is not recorded")
+// errNotRecorded means the slot has no record (Confirm), or the registry table is missing.
+var errNotRecorded = errors.New("slot is not recorded")
 
 // Record is what the database remembers of one slot.
 type Record struct {
@@ -204,7 +204,7 @@ func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pg
 		return 0, fmt.Errorf("record position %s of slot %s: %w", lsn, slot, err)
 	}
 	if got == nil {
-		return 0, fmt.Errorf("record position %s of slot %s: %w (its row in %s was deleted)", lsn, slot, ErrNotRecorded, s.Table())
+		return 0, fmt.Errorf("record position %s of slot %s: %w (its row in %s was deleted)", lsn, slot, errNotRecorded, s.Table())
 	}
 	return pglogrepl.ParseLSN(*got)
 }
@@ -229,7 +229,7 @@ func (s *Store) coverage(ctx context.Context, verb, slot, fn, params string, arg
 		return "", fmt.Errorf("%s the coverage of slot %s: %w", verb, slot, err)
 	}
 	if got == nil {
-		return "", fmt.Errorf("%s the coverage of slot %s: %w", verb, slot, ErrNotRecorded)
+		return "", fmt.Errorf("%s the coverage of slot %s: %w", verb, slot, errNotRecorded)
 	}
 	return *got, nil
 }
@@ -244,7 +244,7 @@ func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogre
 		return "", fmt.Errorf("record the stop of slot %s: %w", slot, err)
 	}
 	if got == nil {
-		return "", fmt.Errorf("record the stop of slot %s: %w", slot, ErrNotRecorded)
+		return "", fmt.Errorf("record the stop of slot %s: %w", slot, errNotRecorded)
 	}
 	return *got, nil
 }

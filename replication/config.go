@@ -20,11 +20,11 @@ type Publisher = wire.Publisher
 // Flusher is implemented by a Publisher that holds back what it is handed (wire.Flusher).
 type Flusher = wire.Flusher
 
-// Blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
+// blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
 // disk alarm); the shutdown's log names the block. At the shutdown deadline the stream closes the
 // publisher if a publish call is still in progress, since a socket write ignores every context;
 // its Close must then cut the connection at once.
-type Blockable interface {
+type blockable interface {
 	Blocked() bool
 }
 

@@ -11,8 +11,6 @@ import (
 )
 
 var (
-	// ErrWalLevel means the server's wal_level is not logical.
-	ErrWalLevel = inspect.ErrWalLevel
 	// ErrNoPublication means the configured publication does not exist.
 	ErrNoPublication = inspect.ErrNoPublication
 	// ErrSlotLost means the slot was invalidated (wal_status = lost): changes after its position
@@ -20,23 +18,18 @@ var (
 	ErrSlotLost = inspect.ErrSlotLost
 	// ErrSlotMissing means the slot disappeared while walbox was using it.
 	ErrSlotMissing = slots.ErrSlotMissing
-	// ErrSlotMismatch means the slot exists but cannot be used (other plugin, other database,
-	// physical slot).
-	ErrSlotMismatch = inspect.ErrSlotMismatch
 	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
 	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
 	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
 	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
 	ErrNotCovered = inspect.ErrNotCovered
-	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
-	ErrNoRegistry = slots.ErrNoRegistry
-	// ErrRecordDenied means the relay's role may not execute the functions that record positions.
-	ErrRecordDenied = errors.New("this role may not write walbox's record of its slots")
+	// errRecordDenied means the relay's role may not execute the functions that record positions.
+	errRecordDenied = errors.New("this role may not write walbox's record of its slots")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
 	ErrSlotActive = slots.ErrSlotActive
-	// ErrServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
+	// errServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
 	// connection is taken for dead and a new session starts.
-	ErrServerSilent = errors.New("no message from the server")
+	errServerSilent = errors.New("no message from the server")
 )
 
 // permanent marks an error that retrying cannot fix.

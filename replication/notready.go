@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 )
 
 // notReady classifies SQLSTATE 55000 (object_not_in_prerequisite_state) by its condition: the
@@ -18,9 +19,9 @@ func notReady(pgErr *pgconn.PgError, slot string) error {
 	case strings.Contains(text, "can no longer get changes"), strings.Contains(text, "has been invalidated"):
 		return fatal(fmt.Errorf("%w: slot %s: %s", ErrSlotLost, slot, describe(pgErr)))
 	case strings.Contains(text, "wal_level"):
-		return fatal(fmt.Errorf("%w: %s", ErrWalLevel, describe(pgErr)))
+		return fatal(fmt.Errorf("%w: %s", inspect.ErrWalLevel, describe(pgErr)))
 	case strings.Contains(text, "was not created in this database"), strings.Contains(text, "physical replication slot"):
-		return fatal(fmt.Errorf("%w: slot %s: %s", ErrSlotMismatch, slot, describe(pgErr)))
+		return fatal(fmt.Errorf("%w: slot %s: %s", inspect.ErrSlotMismatch, slot, describe(pgErr)))
 	}
 	return fmt.Errorf("slot %s: %w", slot, pgErr)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/inspect"
 )
 
 func TestObjectNotInPrerequisiteStateIsClassifiedByCondition(t *testing.T) {
@@ -17,9 +18,9 @@ func TestObjectNotInPrerequisiteStateIsClassifiedByCondition(t *testing.T) {
 			"This slot has been invalidated because it exceeded the maximum reserved size.", ErrSlotLost, false},
 		{"invalidated slot (PG 16)", `cannot read from logical replication slot "s"`,
 			"This slot has been invalidated because it exceeded the maximum reserved size.", ErrSlotLost, false},
-		{"slot of another database", `replication slot "s" was not created in this database`, "", ErrSlotMismatch, false},
-		{"physical slot", "cannot use physical replication slot for logical decoding", "", ErrSlotMismatch, false},
-		{"wal_level", "logical decoding requires wal_level >= logical", "", ErrWalLevel, false},
+		{"slot of another database", `replication slot "s" was not created in this database`, "", inspect.ErrSlotMismatch, false},
+		{"physical slot", "cannot use physical replication slot for logical decoding", "", inspect.ErrSlotMismatch, false},
+		{"wal_level", "logical decoding requires wal_level >= logical", "", inspect.ErrWalLevel, false},
 		{"server in recovery", "logical decoding cannot be used while in recovery", "", nil, true},
 	}
 	for _, tt := range tests {
@@ -28,7 +29,7 @@ func TestObjectNotInPrerequisiteStateIsClassifiedByCondition(t *testing.T) {
 			if got := Retryable(err); got != tt.retryable {
 				t.Fatalf("Retryable(%v) = %v, want %v", err, got, tt.retryable)
 			}
-			for _, sentinel := range []error{ErrSlotLost, ErrSlotMismatch, ErrWalLevel} {
+			for _, sentinel := range []error{ErrSlotLost, inspect.ErrSlotMismatch, inspect.ErrWalLevel} {
 				if got, want := errors.Is(err, sentinel), sentinel == tt.want; got != want {
 					t.Fatalf("errors.Is(%v, %v) = %v, want %v", err, sentinel, got, want)
 				}

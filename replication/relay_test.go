@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/wire"
@@ -305,7 +306,7 @@ func TestServerChecks(t *testing.T) {
 		e := &env{t: t, pg: pg, db: pg.NewDatabase(t), slot: "walbox", broker: newFakeBroker(true)}
 		e.start(nil)
 		err := e.wait(20 * time.Second)
-		if !errors.Is(err, replication.ErrWalLevel) {
+		if !errors.Is(err, inspect.ErrWalLevel) {
 			t.Fatalf("Run = %v, want ErrWalLevel", err)
 		}
 	})

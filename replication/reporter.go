@@ -215,7 +215,7 @@ func (r *reporter) mark() mark {
 func (r *reporter) tick() error {
 	if silent := r.silent(); silent > r.silence {
 		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
-			ErrServerSilent, silent.Round(time.Millisecond))
+			errServerSilent, silent.Round(time.Millisecond))
 	}
 	if time.Now().Before(r.due) {
 		r.setDue(r.due)

@@ -178,7 +178,7 @@ func TestMovedWatermarkIsReportedSoon(t *testing.T) {
 	}
 }
 
-// A server silent beyond the bound ends the reporter with ErrServerSilent, whatever the stream
+// A server silent beyond the bound ends the reporter with errServerSilent, whatever the stream
 // is doing, and the stream is told.
 func TestSilentServerEndsTheReporter(t *testing.T) {
 	pos := &fakePositions{limit: 1000, recorded: 100}
@@ -191,14 +191,14 @@ func TestSilentServerEndsTheReporter(t *testing.T) {
 	defer r.close()
 	select {
 	case err := <-told:
-		if !errors.Is(err, ErrServerSilent) {
-			t.Fatalf("reporter ended with %v, want ErrServerSilent", err)
+		if !errors.Is(err, errServerSilent) {
+			t.Fatalf("reporter ended with %v, want errServerSilent", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a silent server went unnoticed")
 	}
-	if err := r.final(); !errors.Is(err, ErrServerSilent) {
-		t.Fatalf("final after the failure = %v, want ErrServerSilent", err)
+	if err := r.final(); !errors.Is(err, errServerSilent) {
+		t.Fatalf("final after the failure = %v, want errServerSilent", err)
 	}
 }
 

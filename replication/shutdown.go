@@ -66,7 +66,7 @@ func (s *stream) expiring() {
 		return
 	}
 	msg := "shutdown: a publish is still in progress at the shutdown deadline; cutting the connection"
-	if b, ok := s.pub.(Blockable); ok && b.Blocked() {
+	if b, ok := s.pub.(blockable); ok && b.Blocked() {
 		msg = "shutdown: the broker still blocks publishing at the shutdown deadline; cutting the connection"
 	}
 	s.log.Warn(msg, "slot", s.cfg.Slot, "shutdown_timeout", s.cfg.ShutdownTimeout.String())

@@ -53,7 +53,7 @@ func setupExpired(ctx, setup context.Context, limit time.Duration, err error) er
 	if err == nil || ctx.Err() != nil || !errors.Is(setup.Err(), context.DeadlineExceeded) {
 		return err
 	}
-	return fmt.Errorf("session setup: %w within %v; taking the connection for dead: %w", ErrServerSilent, limit, err)
+	return fmt.Errorf("session setup: %w within %v; taking the connection for dead: %w", errServerSilent, limit, err)
 }
 
 // serverSilence reads wal_sender_timeout and returns the session's silence bound, warning when

@@ -13,12 +13,9 @@ import (
 	"github.com/walbox/walbox/slots"
 )
 
-// ErrStandby means a server walbox needs to be the primary is a standby.
-var ErrStandby = slots.ErrStandby
-
-// ErrPromoted means the standby walbox streams from (--replication-url) was promoted, while
+// errPromoted means the standby walbox streams from (--replication-url) was promoted, while
 // --database-url still names another server.
-var ErrPromoted = errors.New("replication server was promoted")
+var errPromoted = errors.New("replication server was promoted")
 
 // inRecovery reports whether conn's server is a hot standby (PostgreSQL 14+ reports it).
 func inRecovery(conn *pgconn.PgConn) bool { return conn.ParameterStatus("in_hot_standby") == "on" }
@@ -30,7 +27,7 @@ func checkReplicationServer(cfg *Config, conn *pgconn.PgConn) error {
 		return nil
 	}
 	return fatal(fmt.Errorf("%w: the database url points at a standby (in recovery). Point --database-url at the primary; "+
-		"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", ErrStandby))
+		"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", slots.ErrStandby))
 }
 
 // checkPrimary refuses a standby as the server of the record and the checks (--database-url).
@@ -39,7 +36,7 @@ func checkPrimary(conn *pgconn.PgConn) error {
 		return nil
 	}
 	return fatal(fmt.Errorf("%w: --database-url points at a standby (in recovery), which cannot hold walbox's record. "+
-		"Point it at the primary; --replication-url names the standby to stream from", ErrStandby))
+		"Point it at the primary; --replication-url names the standby to stream from", slots.ErrStandby))
 }
 
 // connectSQL opens an ordinary connection to dsn, named walbox.
@@ -90,7 +87,7 @@ func (w *watch) checkStandby(ctx context.Context) (pglogrepl.LSN, error) {
 		return 0, fatal(fmt.Errorf("%w: the --replication-url server is no longer a standby (promoted?) and is not the "+
 			"--database-url server, which walbox records on: rows committed there no longer reach the slot walbox streams from. "+
 			"Point --database-url at the promoted server if it is the primary now, or --replication-url at a standby of the primary",
-			ErrPromoted))
+			errPromoted))
 	}
 	if replay == nil {
 		return 0, nil

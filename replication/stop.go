@@ -27,9 +27,9 @@ func (r *Relay) wayOut() string {
 	return WayOut
 }
 
-// ErrStopped means walbox run stopped on the slot earlier, where only walbox recover gets past,
+// errStopped means walbox run stopped on the slot earlier, where only walbox recover gets past,
 // and recorded it: putting the cause right does not let the slot deliver what it skipped.
-var ErrStopped = errors.New("walbox stopped on this slot")
+var errStopped = errors.New("walbox stopped on this slot")
 
 // needsRecover reports whether err is a stop that the slot cannot get past by itself once the
 // cause is put right:
@@ -89,5 +89,5 @@ func (r *Relay) putRight(err error) string {
 func StopError(slot string, s registry.Stop, wayOut string) error {
 	return fmt.Errorf("%w: slot %s stopped at %s (%s): %s. Only walbox recover gets past it: put the cause right, "+
 		"then run `%s` (add --dry-run first to count the rows it republishes), then start walbox run",
-		ErrStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, wayOut)
+		errStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, wayOut)
 }

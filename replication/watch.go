@@ -13,6 +13,7 @@ import (
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -153,7 +154,7 @@ func (w *watch) ensureRegistry(ctx context.Context) error {
 	if !ok {
 		if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
 			return fatal(fmt.Errorf("%w: %s is missing or out of date and this role cannot migrate it (%v); "+
-				"run `walbox migrate` as the outbox table's owner", ErrNoRegistry, w.reg.Table(), err))
+				"run `walbox migrate` as the outbox table's owner", slots.ErrNoRegistry, w.reg.Table(), err))
 		}
 	}
 	return w.checkRecordRights(ctx)
@@ -174,7 +175,7 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 	if len(denied) > 0 {
 		return fatal(fmt.Errorf("%w: role %s may not execute %s, which record the slot's position; "+
 			"run `walbox migrate --relay-role %s` as the outbox table's owner",
-			ErrRecordDenied, role, strings.Join(denied, ", "), shellWord(role)))
+			errRecordDenied, role, strings.Join(denied, ", "), shellWord(role)))
 	}
 	return nil
 }

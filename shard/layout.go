@@ -45,7 +45,7 @@ func ReadLayout(ctx context.Context, q Querier, table wire.Table, base Set) (Lay
 			return l, fmt.Errorf("read the publications of %s: %w", table, err)
 		}
 		var ok bool
-		if c.K, c.N, ok = ParseName(base.Publication, c.Publication); ok {
+		if c.K, c.N, ok = parseName(base.Publication, c.Publication); ok {
 			l.Claims = append(l.Claims, c)
 		}
 	}
@@ -108,7 +108,7 @@ func (c Claim) checkAgainst(expected string) error {
 	case !ok:
 		return fmt.Errorf("%w: publication %s has the row filter %s, which walbox did not write; %s shard %d of %d",
 			ErrMismatch, c.Publication, c.Filter, expected, c.K, c.N)
-	case k != c.K || n != c.N || (n > 1 && col != Column):
+	case k != c.K || n != c.N || (n > 1 && col != column):
 		return fmt.Errorf("%w: publication %s selects %s, but %s %s",
 			ErrMismatch, c.Publication, describe(k, n, c.Filter), expected, describe(c.K, c.N, ""))
 	}

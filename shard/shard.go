@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Column is the outbox column the shards are split on.
-const Column = "aggregate_id"
+// column is the outbox column the shards are split on.
+const column = "aggregate_id"
 
 // MaxShards bounds a set: every shard's slot holds a walsender that decodes all of the WAL.
 const MaxShards = 64
@@ -33,9 +33,9 @@ func (s Set) Validate() error {
 	return nil
 }
 
-// Name derives the name of shard k of n from base: base itself for a single slot, else
+// shardName derives the name of shard k of n from base: base itself for a single slot, else
 // base_s<k>of<n> (walbox_s0of3).
-func Name(base string, k, n int) string {
+func shardName(base string, k, n int) string {
 	if n == 1 {
 		return base
 	}
@@ -43,10 +43,10 @@ func Name(base string, k, n int) string {
 }
 
 // SlotName is the slot of shard k.
-func (s Set) SlotName(k int) string { return Name(s.Slot, k, s.N) }
+func (s Set) SlotName(k int) string { return shardName(s.Slot, k, s.N) }
 
 // PublicationName is the publication of shard k.
-func (s Set) PublicationName(k int) string { return Name(s.Publication, k, s.N) }
+func (s Set) PublicationName(k int) string { return shardName(s.Publication, k, s.N) }
 
 // Filter is the row filter of shard k's publication, as written in CREATE PUBLICATION; empty for
 // a single slot.
@@ -54,7 +54,7 @@ func (s Set) Filter(k int) string {
 	if s.N == 1 {
 		return ""
 	}
-	return fmt.Sprintf("((hashtext(coalesce(%s, '')) & 2147483647) %% %d = %d)", Column, s.N, k)
+	return fmt.Sprintf("((hashtext(coalesce(%s, '')) & 2147483647) %% %d = %d)", column, s.N, k)
 }
 
 // String names the set for messages: "3 shards (walbox_s0of3 ... walbox_s2of3)" or "the single
@@ -100,9 +100,9 @@ func ParseFilter(filter string) (column string, k, n int, ok bool) {
 // namePattern matches a derived name, base_s<k>of<n>.
 var namePattern = regexp.MustCompile(`^(.+)_s(\d+)of(\d+)$`)
 
-// ParseName reads k and n from a name derived from base; ok is false for other names. The base
+// parseName reads k and n from a name derived from base; ok is false for other names. The base
 // name itself is shard 0 of 1.
-func ParseName(base, name string) (k, n int, ok bool) {
+func parseName(base, name string) (k, n int, ok bool) {
 	if name == base {
 		return 0, 1, true
 	}
@@ -112,7 +112,7 @@ func ParseName(base, name string) (k, n int, ok bool) {
 	}
 	k, err1 := strconv.Atoi(m[2])
 	n, err2 := strconv.Atoi(m[3])
-	if err1 != nil || err2 != nil || n < 2 || k >= n || Name(base, k, n) != name {
+	if err1 != nil || err2 != nil || n < 2 || k >= n || shardName(base, k, n) != name {
 		return 0, 0, false
 	}
 	return k, n, true

@@ -103,19 +103,16 @@ type Gap struct {
 // run recorded no stop on it, and no recovery was forced.
 func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced && !g.Record.Stop.Stopped() }
 
-// LowerBound returns the transaction id from which rows may belong to the gap, and false if the
+// lowerBound returns the transaction id from which rows may belong to the gap, and false if the
 // record holds none that applies here.
-func (g Gap) LowerBound() (uint64, bool) {
+func (g Gap) lowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
 
 // Publisher is the publishing session Recover republishes on (wire.Publisher), which package
-// publisher's Session implements. Recover flushes one that is a Flusher before it waits for the
+// publisher's Session implements. Recover flushes one that is a wire.Flusher before it waits for the
 // last confirms.
 type Publisher = wire.Publisher
-
-// Flusher is implemented by a Publisher that holds back what it is handed (wire.Flusher).
-type Flusher = wire.Flusher
 
 // Dialer opens a publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)

@@ -152,7 +152,7 @@ func (p *republisher) wait(ctx context.Context) error { return p.waitFor(ctx, p.
 
 // waitFor writes what the publisher holds and blocks until n messages are confirmed.
 func (p *republisher) waitFor(ctx context.Context, n int64) error {
-	if f, ok := p.pub.(Flusher); ok {
+	if f, ok := p.pub.(wire.Flusher); ok {
 		if err := f.Flush(); err != nil {
 			return fmt.Errorf("%d of %d messages not confirmed: %w", p.sent-p.confirmed, p.sent, err)
 		}

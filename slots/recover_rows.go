@@ -67,7 +67,7 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 	if r.cfg.AllRows {
 		return "true", nil
 	}
-	bound, ok := g.LowerBound()
+	bound, ok := g.lowerBound()
 	if !ok {
 		why := "the slot was adopted (found, not created, by walbox) and walbox never confirmed a position on it"
 		if g.State == SlotOtherSystem {

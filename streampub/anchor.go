@@ -84,7 +84,7 @@ func (s *span) take(offset int64, m *amqp.Message, producer string) error {
 		return nil
 	}
 	raw, _ := m.ApplicationProperties[PropPosition].(string)
-	pos, err := ParsePosition(raw)
+	pos, err := parsePosition(raw)
 	if err != nil {
 		return fmt.Errorf("message at offset %d of producer %s: %w", offset, producer, err)
 	}

@@ -28,8 +28,8 @@ type Position struct {
 	Index    int
 }
 
-// Less reports whether p comes before q.
-func (p Position) Less(q Position) bool {
+// less reports whether p comes before q.
+func (p Position) less(q Position) bool {
 	if p.Timeline != q.Timeline {
 		return p.Timeline < q.Timeline
 	}
@@ -45,8 +45,8 @@ func (p Position) String() string {
 	return fmt.Sprintf("%d/%X/%X/%d", p.Timeline, p.LSN>>32, uint32(p.LSN), p.Index)
 }
 
-// ParsePosition reads what String wrote.
-func ParsePosition(s string) (Position, error) {
+// parsePosition reads what String wrote.
+func parsePosition(s string) (Position, error) {
 	f := strings.Split(s, "/")
 	if len(f) != 4 {
 		return Position{}, fmt.Errorf("position %q: want timeline/LSN/index", s)

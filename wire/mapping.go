@@ -87,7 +87,7 @@ func (m Mapping) Columns() map[string][]string {
 	add("headers", m.Headers)
 	add("created_at", m.CreatedAt)
 	add("exchange", m.ExchangeColumn)
-	for _, p := range m.Placeholders() {
+	for _, p := range m.placeholders() {
 		add("routing_key", p)
 	}
 	return out
@@ -103,8 +103,8 @@ func allOf(roles []string, ok map[string]bool) bool {
 	return true
 }
 
-// Placeholders returns the column names the routing key template refers to.
-func (m Mapping) Placeholders() []string {
+// placeholders returns the column names the routing key template refers to.
+func (m Mapping) placeholders() []string {
 	var out []string
 	rest := m.RoutingKey
 	for {
@@ -134,7 +134,7 @@ func (m Mapping) Validate() error {
 	case strings.Count(m.RoutingKey, "{") != strings.Count(m.RoutingKey, "}"):
 		return fmt.Errorf("table %s: routing key template %q: unbalanced braces", m.Table, m.RoutingKey)
 	}
-	for _, p := range m.Placeholders() {
+	for _, p := range m.placeholders() {
 		if p == "" {
 			return fmt.Errorf("table %s: routing key template %q: empty placeholder", m.Table, m.RoutingKey)
 		}

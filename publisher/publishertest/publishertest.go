@@ -29,9 +29,6 @@ import (
 // Publisher is the contract under test (wire.Publisher), as package replication uses it.
 type Publisher = wire.Publisher
 
-// Flusher is implemented by a publisher that holds what it is handed, to write it at once.
-type Flusher = wire.Flusher
-
 // Kind is the kind of message a Harness makes: what the broker does with it.
 type Kind int
 
@@ -239,7 +236,7 @@ func testBlocked(t *testing.T, h Harness) {
 
 func testFlush(t *testing.T, h Harness) {
 	p := h.Dial(t)
-	f, ok := p.(Flusher)
+	f, ok := p.(wire.Flusher)
 	if !ok {
 		t.Fatalf("%T has no Flush", p)
 	}
@@ -297,7 +294,7 @@ func park(t *testing.T, p Publisher, m *wire.Message) uint64 {
 
 func flush(t *testing.T, p Publisher) {
 	t.Helper()
-	if f, ok := p.(Flusher); ok {
+	if f, ok := p.(wire.Flusher); ok {
 		if err := f.Flush(); err != nil {
 			t.Fatalf("Flush: %v", err)
 		}
