@@ -25,8 +25,8 @@ var coalesceDelay = 2500 * time.Microsecond // a variable for tests
 // The coalescer also notes when each publish's frames reached the socket (holdFor, writtenAt): the
 // end of the socket write that carried the last of them. A Confirm carries it as Written.
 //
-// A held write reports success to amqp091 before it reaches the socket; if a write that Flush
-// (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
+// A held write reports success to amqp091 before it reaches the socket; if a write that
+// flushSoon (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
 // saw fail) and every later write returns the error. Each socket write keeps its own deadline
 // (writeBound), so a broker that stops reading still has the connection cut.
 type coalescer struct {
@@ -66,7 +66,7 @@ type carriedUpTo struct {
 
 func newCoalescer(c net.Conn, failed func(error) error) *coalescer {
 	w := &coalescer{Conn: c, failed: failed, delay: coalesceDelay, gap: coalesceDelay}
-	w.timer = time.AfterFunc(time.Hour, func() { _ = w.Flush() })
+	w.timer = time.AfterFunc(time.Hour, func() { _ = w.writeNow() })
 	w.timer.Stop()
 	return w
 }
@@ -159,8 +159,9 @@ func (w *coalescer) writtenAt(tag uint64) time.Time {
 	return w.carried[0].at
 }
 
-// Flush writes what is held.
-func (w *coalescer) Flush() error { return w.flushSoon(false) }
+// writeNow writes what is held, at once. amqp091 never calls a Flush method of its net.Conn (it
+// flushes its own bufio.Writer), so the name says what the session means by it instead.
+func (w *coalescer) writeNow() error { return w.flushSoon(false) }
 
 // flushSoon writes what is held, now; or, if soon and the next call is expected in time
 // (expectMore), leaves it to that call or to the timer. The caller calls it soon

@@ -41,7 +41,7 @@ func nothingToRead(t *testing.T, r net.Conn, d time.Duration) {
 	}
 }
 
-// Writes made while holding wait for Flush, and go out in one write; any write made while not
+// Writes made while holding wait for writeNow, and go out in one write; any write made while not
 // holding (a heartbeat, a declaration) goes out at once, after what was held, in order.
 func TestCoalescerHoldsOnlyPublishes(t *testing.T) {
 	w, r := pipeCoalescer(t, time.Hour, nil)
@@ -60,7 +60,7 @@ func TestCoalescerHoldsOnlyPublishes(t *testing.T) {
 	w.holding(true)
 	w.Write([]byte("pub3"))
 	w.holding(false)
-	go w.Flush()
+	go w.writeNow()
 	readExactly(t, r, "pub3")
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -89,18 +89,18 @@ func TestCoalescerWritesByItself(t *testing.T) {
 
 // A held write that the broker never takes fails at the write timeout: the failure is reported
 // to the session (which cuts the connection) and every later write fails too.
-func TestCoalescerStuckFlushFails(t *testing.T) {
+func TestCoalescerStuckWriteNowFails(t *testing.T) {
 	failed := make(chan error, 1)
 	w, _ := pipeCoalescer(t, time.Hour, func(err error) error { failed <- err; return err })
 	w.holding(true)
 	w.Write([]byte("pub1")) // nobody reads the pipe
 	start := time.Now()
-	err := w.Flush()
+	err := w.writeNow()
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Flush into a stalled pipe: %v, want os.ErrDeadlineExceeded", err)
+		t.Fatalf("writeNow into a stalled pipe: %v, want os.ErrDeadlineExceeded", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Flush failed after %v, want about the 200ms write timeout", d)
+		t.Errorf("writeNow failed after %v, want about the 200ms write timeout", d)
 	}
 	select {
 	case got := <-failed:
@@ -115,7 +115,7 @@ func TestCoalescerStuckFlushFails(t *testing.T) {
 	}
 }
 
-// Flush asked soon writes at once when the next call is not expected within half the delay of
+// flushSoon(true) writes at once when the next call is not expected within half the delay of
 // the first byte held; when it is, what is held waits for that call, which writes both once the
 // half delay has passed.
 func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
@@ -191,7 +191,7 @@ func TestCoalescerPairsEveryOtherTime(t *testing.T) {
 	pub("pub5") // after a lone write again: waits
 	w.flushSoon(true)
 	nothingToRead(t, r, 30*time.Millisecond)
-	go w.Flush()
+	go w.writeNow()
 	readExactly(t, r, "pub5")
 }
 
@@ -216,7 +216,7 @@ func TestSessionFlushFailureIsReportedOnce(t *testing.T) {
 }
 
 // Writes from a publishing goroutine (holding around each) and from another goroutine (not
-// holding), with the timer, Flush and flushSoon all writing what is held, reach the socket
+// holding), with the timer, writeNow and flushSoon all writing what is held, reach the socket
 // complete and in the order the writes were made.
 func TestCoalescerKeepsOrderUnderConcurrency(t *testing.T) {
 	w, server := pipeCoalescer(t, 50*time.Microsecond, nil)
@@ -245,7 +245,7 @@ func TestCoalescerKeepsOrderUnderConcurrency(t *testing.T) {
 			w.holding(false)
 			switch i % 3 {
 			case 0:
-				_ = w.Flush()
+				_ = w.writeNow()
 			case 1:
 				_ = w.flushSoon(true)
 			}
@@ -282,14 +282,14 @@ func TestCoalescerStampsLastFrame(t *testing.T) {
 	w.holding(false)
 	time.Sleep(10 * time.Millisecond)
 	beforeTail := time.Now()
-	if err := w.Flush(); err != nil {
+	if err := w.writeNow(); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.writtenAt(1); got.IsZero() || got.After(afterHead) {
 		t.Errorf("publish 1 written at %v, want by %v", got, afterHead)
 	}
 	if got := w.writtenAt(2); got.Before(beforeTail) {
-		t.Errorf("publish 2 written at %v, want at the Flush of its tail, after %v", got, beforeTail)
+		t.Errorf("publish 2 written at %v, want at the writeNow of its tail, after %v", got, beforeTail)
 	}
 	if got := w.writtenAt(3); !got.IsZero() {
 		t.Errorf("publish 3, never made, written at %v", got)

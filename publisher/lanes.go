@@ -155,7 +155,8 @@ func (l *Lanes) closeSessions() {
 // closed once every lane has ended.
 func (l *Lanes) Confirms() <-chan wire.Confirm { return l.confirms }
 
-// Flush writes what every lane holds (Session.Flush) and returns the first error.
+// Flush flushes every lane (Session.Flush: at once, or within 2.5 ms) and returns the first
+// error.
 func (l *Lanes) Flush() error {
 	for _, ln := range l.lanes {
 		if err := ln.Flush(); err != nil {

@@ -148,7 +148,7 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 	return seq, nil
 }
 
-// Flush writes the messages Publish holds, in one frame (replication.Flusher). The relay calls
+// Flush writes the messages Publish holds at once, in one frame (wire.Flusher). The relay calls
 // it whenever it goes back to waiting.
 func (s *Session) Flush() error { return s.main.flush() }
 

@@ -30,8 +30,10 @@ type Publisher interface {
 }
 
 // Flusher is implemented by a Publisher that holds back what Publish and Park hand it, to write
-// several messages at once. The relay calls Flush whenever it goes back to waiting: for WAL, for
-// confirms or for the broker. An error says the session is gone, like a failed Publish.
+// several messages at once. Flush means: nothing more to publish for now. The publisher then
+// sends what it holds, at once or within a short bound that its Flush states. The relay calls
+// Flush whenever it goes back to waiting: for WAL, for confirms or for the broker. An error says
+// the session is gone, like a failed Publish.
 type Flusher interface {
 	Flush() error
 }

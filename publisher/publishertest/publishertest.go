@@ -10,8 +10,8 @@
 // wrapping wire.ErrSessionClosed, confirms nothing more, closes Confirms, and fails every later
 // Publish with such an error; a Publish the broker holds up (a memory or disk alarm) ends with
 // its context, having written nothing, and leaves the session usable; Flush, where the publisher
-// has it, writes what it holds, so that every message published before it gets its verdict
-// without another call.
+// has it (wire.Flusher), sends what it holds, at once or within the short bound the publisher
+// states, so that every message published before it gets its verdict without another call.
 package publishertest
 
 import (
@@ -61,8 +61,8 @@ type Harness interface {
 type Options struct {
 	// InOrder: verdicts arrive in sequence order, not only per aggregate (one channel).
 	InOrder bool
-	// Flushes: the publisher holds what it is handed until Flush (or a moment later), and is a
-	// Flusher.
+	// Flushes: the publisher holds what it is handed and is a wire.Flusher: after Flush it sends
+	// what it holds, at once or within its stated bound.
 	Flushes bool
 }
 
