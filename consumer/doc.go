@@ -1,5 +1,6 @@
 // Package consumer consumes messages from a RabbitMQ queue and runs a handler for each of them,
-// with its database writes applied exactly once per message id.
+// with its database writes applied exactly once per message id. New fills in a zero Config
+// field with its default and checks the rest (Config.Validate).
 //
 // # Contract
 //

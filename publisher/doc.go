@@ -1,5 +1,5 @@
-// Package publisher publishes outbox messages to RabbitMQ with publisher confirms. It is the only
-// package that speaks AMQP.
+// Package publisher publishes outbox messages to RabbitMQ with publisher confirms. It is the
+// relay's AMQP side; package consumer speaks AMQP too, on the receiving end.
 //
 // A Session is one connection with one channel in confirm mode. It never retries and never
 // reconnects: the relay replays from the database after any failure, so a failed session is
@@ -10,7 +10,10 @@
 // Publish sends one message to the configured exchange (a durable topic exchange, declared by
 // Dial), or to the exchange the message names, with its routing key (its event type unless the
 // table's mapping gives another), persistent, and mandatory, so that an unroutable message comes
-// back instead of vanishing. Publishing documents the exact AMQP properties and headers.
+// back instead of vanishing. Publishing documents the exact AMQP properties and headers: the
+// message's aggregate type and id (HeaderAggregateType), and on a parked message why and from
+// where (HeaderParkReason). Dial fills in a zero Config field with its default (DefaultWindow,
+// say).
 //
 // An exchange a message names is not declared: the session checks once that it exists, with a
 // passive declare on a short-lived channel of its own, before it publishes there. A missing one
@@ -23,12 +26,16 @@
 //
 // The session does not count the messages in flight: the caller bounds them (the relay's one
 // ledger, package checkpoint, holds at most Config.Window). The session remembers of each only
-// what the channel needs: its delivery tag, its message id to match a basic.return, and the
-// number its Confirm carries. While the broker blocks the connection (a memory or disk alarm),
-// Publish waits before writing; ctx ends the wait, and the session stays usable. A write that
-// blocks anyway ignores ctx
-// inside amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write
-// that makes no progress for that long fails and ends the session. Brief stalls of the broker's
+// what the channel needs: its delivery tag, its message id to match a basic.return, the number
+// its Confirm carries, and amqp091's DeferredConfirmation of it. amqp091's stream of
+// confirmations can report a nacked message as acked: when the nack came before the acks of
+// earlier tags, a multiple ack that passes over it counts it too. The deferred confirmation keeps
+// the nack, so the session judges a message nacked if either says so (judge).
+//
+// While the broker blocks the connection (a memory or disk alarm), Publish waits before writing;
+// ctx ends the wait, and the session stays usable. A write that blocks anyway ignores ctx inside
+// amqp091; each write to the socket is bounded by Config.WriteTimeout instead: a write that makes
+// no progress for that long fails and ends the session. Brief stalls of the broker's
 // flow control, and large messages that keep moving, pass unharmed.
 //
 // Publish returning means the message is handed over, not yet written: the session holds the

@@ -7,6 +7,10 @@
 // confirmed_flush_lsn and streams: every outbox insert is handed to the Publisher as it arrives,
 // and the broker's confirms feed the session's checkpoint.Ledger.
 //
+// A Publisher may do more than wire.Publisher asks. A Flusher is told when the stream has
+// nothing more to publish for now. A Positioner learns where each message comes from, and a
+// SystemBound the server's system identifier (package streampub is both).
+//
 // # States
 //
 // Run is a loop over sessions; Stats.State says where it is:
