@@ -95,11 +95,12 @@
 // verified. Nothing else moves it: not a row's LSN, not a commit's start LSN, not anything merely
 // received or queued by the reader. Write, flush and apply positions are always set together and
 // explicitly. Besides the stream, these places touch the slot, none of them moving an existing
-// one: creating it where none was ever recorded (slots.Create, called by Relay.prepareSlot for
-// `walbox run` and by slots.EnsureSlot for `walbox migrate` and `walbox reshard`); walbox
-// recover, which replaces it (slots.Recovery.Recover); and `walbox reshard --retire`, which
-// drops the old set's slots once each passed the cut (slots.Retire). Relay.prepareSlot may also
-// make an existing inactive slot a failover slot (slots.MakeFailover), which does not move it.
+// one: creating it where none was ever recorded (slots.Create, called by slots.Prepare, which
+// Relay.prepareSlot calls for `walbox run`, and by slots.EnsureSlot for `walbox migrate` and
+// `walbox reshard`); walbox recover, which replaces it (slots.Recovery.Recover); and `walbox
+// reshard --retire`, which drops the old set's slots once each passed the cut (slots.Retire).
+// slots.Prepare may also make an existing inactive slot a failover slot (slots.MakeFailover),
+// which does not move it.
 //
 // With Config.ReplicationURL the slot is a hot standby's: the replication connection and the
 // slot's reads go to the standby, while the record and watch.check stay on the primary. The

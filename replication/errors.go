@@ -20,7 +20,7 @@ var (
 	ErrSlotMissing = slots.ErrSlotMissing
 	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
 	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
-	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
+	ErrSlotGap = slots.ErrSlotGap
 	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
 	ErrNotCovered = inspect.ErrNotCovered
 	// errRecordDenied means the relay's role may not execute the functions that record positions.

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
-	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
@@ -247,106 +246,35 @@ func answeredByPostgres(err error) bool {
 	return errors.As(err, &pgErr)
 }
 
-// prepareSlot reads the slot and holds it against the registry, the database's record of the
-// slots walbox created or streamed from. It creates the slot only where nothing was ever recorded,
-// and refuses a slot that is missing though recorded, is ahead of the recorded position, or was
-// recorded on another system: each of those is a gap in which rows may have been skipped.
+// prepareSlot holds the slot against the registry and readies it to stream from (slots.Prepare):
+// it creates the slot only where nothing was ever recorded, and refuses a slot that is missing
+// though recorded, is ahead of the recorded position, was recorded on another system, or that
+// this relay stopped on.
 func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
-	info, err := inspect.ReadSlot(ctx, w.slotDB(), r.cfg.Slot)
-	if err != nil {
-		return info, err
-	}
-	if err := info.Usable(sys.DBName); err != nil {
-		return info, fatal(err)
-	}
-	rec, recorded, err := w.reg.Get(ctx, r.cfg.Slot)
-	if err != nil {
-		return info, err
-	}
-	switch {
-	case !info.Exists && recorded:
-		return info, fatal(fmt.Errorf("%w: slot %s was dropped or lost; walbox last confirmed %s on it at %s, and rows committed "+
-			"after that are in no slot. walbox will not recreate it: run `walbox recover` (see docs/operations.md, Slot lost)",
-			ErrSlotMissing, r.cfg.Slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
-	case !info.Exists:
-		return r.createSlot(ctx, conn, w, sys)
-	case !recorded:
-		rec = registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
-			Origin: registry.OriginAdopted, ConfirmedLSN: info.ConfirmedFlush}
-		if _, err := w.reg.Register(ctx, rec); err != nil {
-			return info, err
-		}
-		if rec, _, err = w.reg.Get(ctx, r.cfg.Slot); err != nil {
-			return info, err
-		}
+	p, err := slots.Prepare(ctx, slots.PrepareConfig{Slot: r.cfg.Slot, Conn: conn, Primary: w.conn, SlotDB: w.slotDB(),
+		Registry: w.reg, System: sys, Create: *r.cfg.CreateSlot, Failover: r.cfg.FailoverSlot, Xmin: w.xminAt})
+	if p.Adopted {
 		r.cfg.Logger.Info("recorded the replication slot in the registry", "slot", r.cfg.Slot,
-			"lsn", info.ConfirmedFlush.String(), "registry", w.reg.Table())
+			"lsn", p.Slot.ConfirmedFlush.String(), "registry", w.reg.Table())
 	}
-	if err := checkRecord(r.cfg.Slot, info, rec, sys); err != nil {
-		return info, err
+	var stop *slots.StopRecorded
+	switch {
+	case errors.As(err, &stop):
+		return p.Slot, fatal(StopError(r.cfg.Slot, stop.Stop, r.wayOut()))
+	case slots.Refused(err):
+		return p.Slot, fatal(err)
+	case err != nil:
+		return p.Slot, err
 	}
-	if rec.Stop.Stopped() {
-		// Putting the cause right does not make the slot deliver what it could not: the rows
-		// are in the outbox table, and only walbox recover republishes them.
-		return info, fatal(StopError(r.cfg.Slot, rec.Stop, r.wayOut()))
+	w.recorded = p.Recorded
+	if p.Created {
+		r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
+			"slot", r.cfg.Slot, "lsn", p.Recorded.String())
 	}
-	if info.Active {
-		pid := "?"
-		if info.ActivePID != nil {
-			pid = fmt.Sprint(*info.ActivePID)
-		}
-		return info, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, r.cfg.Slot, pid)
-	}
-	if changed, err := slots.MakeFailover(ctx, conn, r.cfg.Slot, r.cfg.FailoverSlot, info.Failover || info.Synced); err != nil {
-		return info, err
-	} else if changed {
+	if p.MadeFailover {
 		r.cfg.Logger.Info("made the replication slot a failover slot (--failover-slot)", "slot", r.cfg.Slot)
 	}
-	w.recorded = rec.ConfirmedLSN
-	return info, nil
-}
-
-// checkRecord holds an existing slot against its record.
-func checkRecord(slot string, info inspect.Slot, rec registry.Record, sys pglogrepl.IdentifySystemResult) error {
-	if rec.SystemID != sys.SystemID {
-		return fatal(fmt.Errorf("%w: slot %s was recorded on the server with system identifier %s, but this server is %s "+
-			"(a restore or a new cluster); rows committed on the old server after %s may never have been relayed. Run `walbox recover`",
-			ErrSlotGap, slot, rec.SystemID, sys.SystemID, rec.ConfirmedLSN))
-	}
-	if info.ConfirmedFlush > rec.ConfirmedLSN {
-		return fatal(fmt.Errorf("%w: slot %s is at %s, ahead of %s, the last position walbox recorded (at %s): it was recreated or "+
-			"advanced behind walbox's back, and rows committed in between may have been skipped. Run `walbox recover`",
-			ErrSlotGap, slot, info.ConfirmedFlush, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339)))
-	}
-	return nil
-}
-
-// createSlot creates the missing slot, which is allowed only because nothing was ever recorded
-// for it, and records it.
-func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
-	if !*r.cfg.CreateSlot {
-		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s; run `walbox migrate` to create it", ErrSlotMissing, r.cfg.Slot))
-	}
-	lsn, err := slots.Create(ctx, conn, w.conn, r.cfg.Slot, r.cfg.FailoverSlot)
-	if slots.IsSettingError(err) {
-		err = fatal(err)
-	}
-	if err != nil {
-		return inspect.Slot{}, err
-	}
-	rec := registry.Record{Slot: r.cfg.Slot, SystemID: sys.SystemID, Timeline: sys.Timeline, Origin: registry.OriginCreated,
-		CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: w.xminAt(lsn)}
-	added, err := w.reg.Register(ctx, rec)
-	if err != nil {
-		return inspect.Slot{}, err
-	}
-	if !added {
-		return inspect.Slot{}, fatal(fmt.Errorf("%w: slot %s was recorded by another process while this one created it", ErrSlotGap, r.cfg.Slot))
-	}
-	w.recorded = lsn
-	r.cfg.Logger.Warn("created the missing replication slot; rows committed before it are not covered (run `walbox migrate` ahead of time to avoid this)",
-		"slot", r.cfg.Slot, "lsn", lsn.String())
-	return inspect.Slot{Name: r.cfg.Slot, Exists: true, Plugin: "pgoutput", Type: "logical", Database: sys.DBName, ConfirmedFlush: lsn}, nil
+	return p.Slot, nil
 }
 
 // backoff grows exponentially with jitter up to max, and starts over after a session that moved

@@ -1,13 +1,16 @@
-// Package slots administers walbox's replication slots, as the commands other than `walbox run`
-// do: it creates a slot and records it (EnsureSlot), recovers a lost one (Recovery), drops one
-// (Drop), and retires the old set of shards once a reshard passed its cut (Retire). The relay in package replication streams from a slot; it creates one only where
-// none was ever recorded, with Create.
+// Package slots administers walbox's replication slots: it creates a slot and records it
+// (EnsureSlot), recovers a lost one (Recovery), drops one (Drop), and retires the old set of
+// shards once a reshard passed its cut (Retire). The relay in package replication streams from a
+// slot; before each session it holds the slot against its record with Prepare, which creates the
+// slot only where none was ever recorded, records (adopts) one that exists unrecorded, and makes
+// an existing one a failover slot when asked.
 //
 // The record itself is package registry's: the table walbox_slots and the functions that move
 // it. This package decides when a record starts (EnsureSlot, with the slot's consistent point
-// and what the publication covers) and when it is reset (Recover, once every row of the gap was
-// confirmed by the broker). A slot that is missing though recorded is never recreated here
-// without walbox recover: that would skip the rows committed since it vanished.
+// and what the publication covers; Prepare, for a slot the relay creates or adopts) and when it
+// is reset (Recover, once every row of the gap was confirmed by the broker). A slot that is
+// missing though recorded is never recreated here without walbox recover: that would skip the
+// rows committed since it vanished.
 //
 // # Recover
 //

@@ -5,11 +5,15 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/registry"
 )
 
 var (
 	// ErrSlotMissing means the slot does not exist though walbox recorded it.
 	ErrSlotMissing = errors.New("replication slot does not exist")
+	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
+	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
+	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
 	// ErrSlotActive means another process streams from the slot.
 	ErrSlotActive = errors.New("replication slot is active in another process")
 	// ErrNoRegistry means the registry of slots (walbox_slots) is missing and cannot be created.
@@ -40,4 +44,29 @@ func classify(err error, slot string) error {
 		return fmt.Errorf("%w: slot %s: %s", ErrSlotMissing, slot, pgErr.Message)
 	}
 	return err
+}
+
+// refused marks an error that retrying cannot fix: the slot does not fit, does not continue from
+// its record, or may not be created.
+type refused struct{ error }
+
+func (r refused) Unwrap() error { return r.error }
+
+// Refused reports whether err is one that retrying cannot fix (see Prepare), a recorded stop
+// included.
+func Refused(err error) bool {
+	var r refused
+	var s *StopRecorded
+	return errors.As(err, &r) || errors.As(err, &s)
+}
+
+// StopRecorded is Prepare's error for a slot whose record holds a stop: walbox run stopped on it
+// where only walbox recover gets past, and the slot is not streamed from again before that.
+type StopRecorded struct {
+	Slot string
+	Stop registry.Stop
+}
+
+func (e *StopRecorded) Error() string {
+	return fmt.Sprintf("slot %s: walbox stopped on it at %s: %s", e.Slot, e.Stop.LSN, e.Stop.Reason)
 }
