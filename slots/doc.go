@@ -1,6 +1,7 @@
 // Package slots administers walbox's replication slots: it creates a slot and records it
-// (EnsureSlot), recovers a lost one (Recovery), drops one (Drop), and retires the old set of
-// shards once a reshard passed its cut (Retire). The relay in package replication streams from a
+// (EnsureSlot), recovers a lost one (Recovery), drops one (Drop), changes the number of shards
+// (Reshard: the new set beside the old one, then the wait for the cut) and retires the old set
+// once a reshard passed its cut (Retire). The relay in package replication streams from a
 // slot; before each session it holds the slot against its record with Prepare, which creates the
 // slot only where none was ever recorded, records (adopts) one that exists unrecorded, and makes
 // an existing one a failover slot when asked.

@@ -142,12 +142,17 @@ func ensureSlot(ctx context.Context, stdout io.Writer, dsn, slot, publication st
 	if err != nil {
 		return err
 	}
-	if created {
-		fmt.Fprintf(stdout, "created replication slot %s\n", slot)
-	} else {
-		fmt.Fprintf(stdout, "replication slot %s exists\n", slot)
-	}
+	printSlot(stdout, slot, created)
 	return nil
+}
+
+// printSlot says whether the slot was created or existed.
+func printSlot(out io.Writer, slot string, created bool) {
+	if created {
+		fmt.Fprintf(out, "created replication slot %s\n", slot)
+	} else {
+		fmt.Fprintf(out, "replication slot %s exists\n", slot)
+	}
 }
 
 // checkRole makes a --relay-role that names no role a bad setting.

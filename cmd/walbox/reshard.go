@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
-	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
@@ -57,11 +55,17 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
-	r := resharder{c: c, conn: conn, dsn: dsn, out: stdout, n: n}
+	table, err := c.outboxTable()
+	if err != nil {
+		return fail(err)
+	}
+	r := resharder{out: stdout, cfg: slots.ReshardConfig{Conn: conn, DatabaseURL: dsn, Table: table,
+		Base: shard.Set{Slot: c.slot.value, Publication: c.publication.value}, Tables: relayTables(c, table),
+		Shards: n, Failover: failover(c), Wait: waitFor}}
 	if doRetire {
 		err = r.retire(ctx)
 	} else {
-		err = r.begin(ctx, waitFor)
+		err = r.begin(ctx)
 	}
 	if err != nil {
 		return fail(mismatch(shardsSetting, err))
@@ -70,128 +74,37 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 type resharder struct {
-	c    *common
-	conn *pgx.Conn
-	dsn  string
-	out  io.Writer
-	n    int
+	out io.Writer
+	cfg slots.ReshardConfig
 }
 
-// layout reads and checks what publishes the table, and returns the count being moved from.
-func (r resharder) layout(ctx context.Context) (shard.Layout, int, error) {
-	l, err := readLayout(ctx, r.conn, r.c)
-	if err != nil {
-		return l, 0, err
+// begin creates the new set beside the old one (slots.Reshard) and reports how far the old slots
+// are from the cut.
+func (r resharder) begin(ctx context.Context) error {
+	r.cfg.CreatedPublication = func(name string) { fmt.Fprintf(r.out, "created publication %s\n", name) }
+	r.cfg.EnsuredSlot = func(slot string, created bool) { printSlot(r.out, slot, created) }
+	res, err := slots.Reshard(ctx, r.cfg)
+	switch m := res.Move; {
+	case m == nil && err == nil:
+		fmt.Fprintf(r.out, "%s already; nothing to reshard\n", res.Layout)
+	case m == nil:
+	case len(res.Behind) == 0:
+		fmt.Fprintf(r.out, "every slot of %s passed the cut %s: start the relays of %s (if not yet), stop the old ones, "+
+			"then run walbox reshard --shards %d --retire\n", m.From.Set, m.Cut, m.To.Set, r.cfg.Shards)
+	default:
+		fmt.Fprintf(r.out, "cut %s: keep the relays of %s running until their slots pass it (walbox status shows them); "+
+			"not yet: %s\n", m.Cut, m.From.Set, strings.Join(res.Behind, ", "))
 	}
-	if err := l.Check(); err != nil {
-		return l, 0, err
-	}
-	var others []int
-	for _, n := range l.Counts() {
-		if n != r.n {
-			others = append(others, n)
-		}
-	}
-	switch len(others) {
-	case 0:
-		return l, 0, nil
-	case 1:
-		return l, others[0], nil
-	}
-	return l, 0, fmt.Errorf("%w: %s; finish the reshard in progress first (walbox reshard --shards N --retire)", shard.ErrMismatch, l)
-}
-
-// begin creates the new set (publications, then slots) beside the old one and reports how far
-// the old slots are from the cut, waiting for them to pass it if asked.
-func (r resharder) begin(ctx context.Context, wait time.Duration) error {
-	l, from, err := r.layout(ctx)
-	if err != nil {
-		return err
-	}
-	if from == 0 {
-		if slices.Contains(l.Counts(), r.n) {
-			fmt.Fprintf(r.out, "%s already; nothing to reshard\n", l)
-			return nil
-		}
-		return fmt.Errorf("%w: %s; create the first set with walbox migrate", shard.ErrMismatch, l)
-	}
-	to := l.Set(r.n)
-	if err := to.Validate(); err != nil {
-		return err
-	}
-	if _, err := migrations.ApplyRegistry(ctx, r.conn, l.Table.Schema); err != nil {
-		return err
-	}
-	created, err := shard.CreatePublications(ctx, r.conn, l.Table, to)
-	if err != nil {
-		return err
-	}
-	for _, name := range created {
-		fmt.Fprintf(r.out, "created publication %s\n", name)
-	}
-	for k := range to.N {
-		if err := ensureSlot(ctx, r.out, r.dsn, to.SlotName(k), to.PublicationName(k), relayTables(r.c, l.Table), registry.New(r.conn, l.Table.Schema), failover(r.c), ""); err != nil {
-			return err
-		}
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		m, err := r.move(ctx)
-		if err != nil {
-			return err
-		}
-		behind := m.Behind()
-		if len(behind) == 0 {
-			fmt.Fprintf(r.out, "every slot of %s passed the cut %s: start the relays of %s (if not yet), stop the old ones, "+
-				"then run walbox reshard --shards %d --retire\n", m.From.Set, m.Cut, m.To.Set, r.n)
-			return nil
-		}
-		if wait == 0 || time.Now().After(deadline) {
-			fmt.Fprintf(r.out, "cut %s: keep the relays of %s running until their slots pass it (walbox status shows them); "+
-				"not yet: %s\n", m.Cut, m.From.Set, strings.Join(behind, ", "))
-			if wait > 0 {
-				return fmt.Errorf("the old slots did not pass the cut %s within %v: %s", m.Cut, wait, strings.Join(behind, ", "))
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// move reads the reshard in progress.
-func (r resharder) move(ctx context.Context) (shard.Move, error) {
-	l, from, err := r.layout(ctx)
-	if err != nil {
-		return shard.Move{}, err
-	}
-	if from == 0 {
-		return shard.Move{}, fmt.Errorf("%w: %s; no reshard to %d shards is in progress", shard.ErrMismatch, l, r.n)
-	}
-	sets, err := shard.ReadStates(ctx, r.conn, l)
-	if err != nil {
-		return shard.Move{}, err
-	}
-	m, ok, err := shard.FindMove(sets)
-	if err != nil {
-		return shard.Move{}, err
-	}
-	if !ok || m.To.Set.N != r.n {
-		return shard.Move{}, fmt.Errorf("%w: %s, and the set of %d shards is not the newer one", shard.ErrMismatch, l, r.n)
-	}
-	return m, nil
+	return err
 }
 
 // retire drops the old set once each of its slots passed the cut and none is streaming.
 func (r resharder) retire(ctx context.Context) error {
-	m, err := r.move(ctx)
+	m, err := slots.ReadReshard(ctx, r.cfg)
 	if err != nil {
 		return err
 	}
-	err = slots.Retire(ctx, r.conn, registry.New(r.conn, r.schema()), m, func(sl inspect.Slot) {
+	err = slots.Retire(ctx, r.cfg.Conn, registry.New(r.cfg.Conn, r.cfg.Table.Schema), m, func(sl inspect.Slot) {
 		fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
 	})
 	if err != nil {
@@ -199,9 +112,4 @@ func (r resharder) retire(ctx context.Context) error {
 	}
 	fmt.Fprintf(r.out, "retired %s; %s relays the outbox table\n", m.From.Set, m.To.Set)
 	return nil
-}
-
-func (r resharder) schema() string {
-	t, _ := r.c.outboxTable()
-	return t.Schema
 }
