@@ -99,7 +99,7 @@
 // Relay.prepareSlot calls for `walbox run`, and by slots.EnsureSlot for `walbox migrate` and
 // `walbox reshard`); walbox recover, which replaces it (slots.Recovery.Recover); and `walbox
 // reshard --retire`, which drops the old set's slots once each passed the cut (slots.Retire).
-// slots.Prepare may also make an existing inactive slot a failover slot (slots.MakeFailover),
+// slots.Prepare may also make an existing inactive slot a failover slot,
 // which does not move it.
 //
 // With Config.ReplicationURL the slot is a hot standby's: the replication connection and the

@@ -120,9 +120,9 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 	return createdSlot{lsn: lsn, snapshot: string(row[2])}, nil
 }
 
-// MakeFailover turns an existing inactive slot into a failover slot when failover says so (a
+// makeFailover turns an existing inactive slot into a failover slot when failover says so (a
 // slot made by an older walbox or by hand). It reports whether it changed the slot.
-func MakeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
+func makeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
 	on, err := failover.Wanted(ServerMajor(conn))
 	if err != nil || !on || isFailover || inRecovery(conn) {
 		return false, err

@@ -97,7 +97,7 @@ func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 		}
 		return p, fmt.Errorf("%w: slot %s is streaming to pid %s", ErrSlotActive, c.Slot, pid)
 	}
-	if p.MadeFailover, err = MakeFailover(ctx, c.Conn, c.Slot, c.Failover, info.Failover || info.Synced); err != nil {
+	if p.MadeFailover, err = makeFailover(ctx, c.Conn, c.Slot, c.Failover, info.Failover || info.Synced); err != nil {
 		return p, err
 	}
 	p.Recorded = rec.ConfirmedLSN
