@@ -41,10 +41,23 @@ func sendWhileClosing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	written := make(chan []byte)
+	// The server's side reads everything, and says when a Terminate has arrived.
+	written, terminated := make(chan []byte), make(chan struct{})
 	go func() {
-		b, _ := io.ReadAll(server)
-		written <- b
+		var b []byte
+		buf := make([]byte, 512)
+		for seen := false; ; {
+			n, err := server.Read(buf)
+			b = append(b, buf[:n]...)
+			if !seen && bytes.Contains(b, []byte{'X', 0, 0, 0, 4}) {
+				seen = true
+				close(terminated)
+			}
+			if err != nil {
+				written <- b
+				return
+			}
+		}
 	}()
 	rd := startReader(conn, "s", newHeardClock(), func(error) {})
 	rep := newReporter(&Config{StatusInterval: time.Hour, Slot: "s"}, nil, conn, mark{})
@@ -58,7 +71,12 @@ func sendWhileClosing(t *testing.T) {
 	}
 	<-rd.failed
 	<-rd.done
-	time.Sleep(10 * time.Millisecond) // pgconn's close writes its Terminate
+	select { // pgconn's close writes its Terminate from a goroutine of its own
+	case <-terminated:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Terminate within 10 s of the read failing")
+	}
+	time.Sleep(10 * time.Millisecond) // room for a second Terminate, which must not come
 	server.Close()
 	terminates := 0
 	for b := <-written; len(b) > 0; {
