@@ -27,10 +27,35 @@ type build struct {
 	err  error
 }
 
-// repoRoot is the repository's top folder, two above this file's.
+// repoRoot is the repository's top folder: two above this file's, as compiled in. A binary
+// built with -trimpath, or run after the checkout moved, has no such folder; it then looks up
+// from the working directory for the product module's go.mod.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	wd, _ := os.Getwd()
+	return findRoot(filepath.Join(filepath.Dir(file), "..", ".."), wd)
+}
+
+// findRoot returns compiled if it is the product's top folder, else the nearest folder at or
+// above wd that is, else compiled.
+func findRoot(compiled, wd string) string {
+	if isProductRoot(compiled) || wd == "" {
+		return compiled
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if isProductRoot(dir) {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return compiled
+		}
+	}
+}
+
+// isProductRoot reports whether dir holds the go.mod of module github.com/walbox/walbox.
+func isProductRoot(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	return err == nil && strings.HasPrefix(string(b), "module github.com/walbox/walbox\n")
 }
 
 // Build returns the path of a binary built by BuildIn from the repository's package pkg (e.g.
