@@ -117,7 +117,11 @@ func (c *common) outboxTable() (outbox.Table, error) {
 // fail returns err as the command's final error: a refused login said plainly, and no password
 // of this command's settings in it.
 func (c *common) fail(err error) error {
-	return errors.New(redact.Text(explainAuth(err).Error(), c.secrets()...))
+	text := redact.Text(explainAuth(err).Error(), c.secrets()...)
+	if ce := (configError{}); errors.As(err, &ce) {
+		return configError{text} // a bad setting stays one: it exits 2
+	}
+	return errors.New(text)
 }
 
 // secrets are the passwords in this command's connection settings.

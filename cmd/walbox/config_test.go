@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
 )
 
 func writeFile(t *testing.T, name, data string) string {
@@ -135,5 +138,24 @@ func TestBoolForms(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("args %v, WALBOX_CREATE_SLOT=%q: got %v (%v), want %v", tt.args, tt.env, got, err, tt.want)
 		}
+	}
+}
+
+// A command's final error keeps a bad setting a bad setting (exit 2), with no password in it: a
+// mismatched --shards found by migrate's or reshard's database work is the user's setting.
+func TestFailKeepsABadSettingAndHidesThePassword(t *testing.T) {
+	c := newCommon("reshard")
+	c.databaseURL.value = "postgres://walbox:s3cret-pw@db/walbox"
+	shards := c.s.get("shards")
+	err := c.fail(mismatch(shards, fmt.Errorf("postgres://walbox:s3cret-pw@db/walbox: %w", shard.ErrMismatch)))
+	var ce configError
+	if !errors.As(err, &ce) {
+		t.Fatalf("fail(a shard mismatch) = %T %v, want a configError (exit 2)", err, err)
+	}
+	if !strings.Contains(err.Error(), "--shards") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("fail(a shard mismatch) = %q: want it to name --shards and hide the password", err)
+	}
+	if err := c.fail(errors.New("broker gone")); errors.As(err, &ce) {
+		t.Fatalf("fail(another error) = a configError %q, want exit 1", err)
 	}
 }
