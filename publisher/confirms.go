@@ -114,7 +114,9 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 }
 
 // nackedBefore reports whether amqp091 recorded a nack for dc's message. By the time its
-// confirmation stream yields the tag, dc has its verdict.
+// confirmation stream yields the tag, dc has its verdict. dc is nil only for the newest publish,
+// whose call has not yet returned; the stream misreports only tags below a multiple ack's, and
+// their publish calls have returned, so for a nil dc the stream's own verdict is right.
 func nackedBefore(dc *amqp.DeferredConfirmation) bool {
 	if dc == nil {
 		return false
