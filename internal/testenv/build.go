@@ -96,8 +96,9 @@ func goBuild(pkg string, flags []string) (string, error) {
 // command runs in the folder of pkg's module (the nearest one above pkg with a go.mod), started
 // by Exec; a build that outlives ctx or the build timeout is killed.
 func BuildIn(ctx context.Context, dir, pkg string, flags ...string) (string, error) {
-	modDir := moduleDir(pkg)
-	rel, err := filepath.Rel(modDir, filepath.Join(repoRoot(), filepath.FromSlash(pkg)))
+	root := repoRoot()
+	modDir := moduleDir(root, pkg)
+	rel, err := filepath.Rel(modDir, filepath.Join(root, filepath.FromSlash(pkg)))
 	if err != nil {
 		return "", err
 	}
@@ -115,9 +116,8 @@ func BuildIn(ctx context.Context, dir, pkg string, flags ...string) (string, err
 }
 
 // moduleDir returns the folder of the repository's module that holds package pkg: the nearest
-// folder above it, up to the repository's top, with a go.mod.
-func moduleDir(pkg string) string {
-	root := repoRoot()
+// folder above it, up to the repository's top root, with a go.mod.
+func moduleDir(root, pkg string) string {
 	for dir := filepath.Join(root, filepath.FromSlash(pkg)); strings.HasPrefix(dir, root+string(filepath.Separator)); dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir
