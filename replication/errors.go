@@ -40,9 +40,9 @@ func (p permanent) Unwrap() error { return p.err }
 
 func fatal(err error) error { return permanent{err} }
 
-// Retryable reports whether a new session may get past err. Errors about the server's setup, the
+// retryable reports whether a new session may get past err. Errors about the server's setup, the
 // slot's loss and rows that can never be published are not retryable.
-func Retryable(err error) bool {
+func retryable(err error) bool {
 	var p permanent
 	return err != nil && !errors.As(err, &p)
 }

@@ -26,8 +26,8 @@ func TestObjectNotInPrerequisiteStateIsClassifiedByCondition(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := classify(&pgconn.PgError{Code: "55000", Message: tt.message, Detail: tt.detail}, "s")
-			if got := Retryable(err); got != tt.retryable {
-				t.Fatalf("Retryable(%v) = %v, want %v", err, got, tt.retryable)
+			if got := retryable(err); got != tt.retryable {
+				t.Fatalf("retryable(%v) = %v, want %v", err, got, tt.retryable)
 			}
 			for _, sentinel := range []error{ErrSlotLost, inspect.ErrSlotMismatch, inspect.ErrWalLevel} {
 				if got, want := errors.Is(err, sentinel), sentinel == tt.want; got != want {

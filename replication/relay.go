@@ -65,7 +65,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		if r.noteStall(err) {
 			progressed = true // the next session parks a row, or looks for it: no reason to wait
 		}
-		if !Retryable(err) && !endedBy(ctx, err) {
+		if !retryable(err) && !endedBy(ctx, err) {
 			// Even when ctx ended too: a problem that retrying cannot fix must not pass for a
 			// graceful stop.
 			return err
@@ -232,7 +232,7 @@ func (r *Relay) noteServer(conn *pgconn.PgConn, sys pglogrepl.IdentifySystemResu
 // failure is permanent too, without the advice about its address.
 func (r *Relay) firstContact(err error, reached *bool) error {
 	switch {
-	case *reached || r.cfg.WaitForServers || !Retryable(err):
+	case *reached || r.cfg.WaitForServers || !retryable(err):
 		return err
 	case errors.Is(err, wire.ErrServerAnswered), answeredByPostgres(err):
 		return fatal(err)
@@ -260,7 +260,7 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	var stop *slots.StopRecorded
 	switch {
 	case errors.As(err, &stop):
-		return p.Slot, fatal(StopError(r.cfg.Slot, stop.Stop, r.wayOut()))
+		return p.Slot, fatal(stopError(r.cfg.Slot, stop.Stop, r.wayOut()))
 	case slots.Refused(err):
 		return p.Slot, fatal(err)
 	case err != nil:

@@ -41,7 +41,7 @@ var errStopped = errors.New("walbox stopped on this slot")
 //
 // Each needs the rows from the outbox table: walbox recover republishes them and replaces the slot.
 func needsRecover(err error) bool {
-	return !Retryable(err) && (errors.Is(err, decoder.ErrSchemaDrift) || errors.Is(err, ErrNotCovered) ||
+	return !retryable(err) && (errors.Is(err, decoder.ErrSchemaDrift) || errors.Is(err, ErrNotCovered) ||
 		errors.Is(err, ErrNoPublication))
 }
 
@@ -84,9 +84,9 @@ func (r *Relay) putRight(err error) string {
 	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
 }
 
-// StopError describes a recorded stop: where, when and why walbox stopped, and the way out (WayOut,
+// stopError describes a recorded stop: where, when and why walbox stopped, and the way out (WayOut,
 // or ShardWayOut for a shard's slot).
-func StopError(slot string, s registry.Stop, wayOut string) error {
+func stopError(slot string, s registry.Stop, wayOut string) error {
 	return fmt.Errorf("%w: slot %s stopped at %s (%s): %s. Only walbox recover gets past it: put the cause right, "+
 		"then run `%s` (add --dry-run first to count the rows it republishes), then start walbox run",
 		errStopped, slot, s.LSN, s.At.UTC().Format(time.RFC3339), s.Reason, wayOut)

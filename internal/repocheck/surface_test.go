@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,23 +28,12 @@ func TestLibraryNamesAreUsedOrDocumented(t *testing.T) {
 	root := repoRoot(t)
 	files := parseTree(t, root)
 	docs := userDocs(t, root)
-	stale := maps.Clone(pending)
 	for _, lib := range libraries(files) {
 		for _, n := range deadNames(files, docs, lib) {
-			if delete(stale, lib+"."+n); pending[lib+"."+n] {
-				continue
-			}
 			t.Errorf("%s.%s: not used outside its package, nor named in its doc.go, an Example, the README or docs/", lib, n)
 		}
 	}
-	for n := range stale {
-		t.Errorf("%s is no longer a dead exported name: take it out of pending", n)
-	}
 }
-
-// pending are dead exported names that wait for another change: replication/relay.go calls
-// them, and code is being moved out of it. Unexport each once that change has landed.
-var pending = map[string]bool{"replication.Retryable": true, "replication.StopError": true}
 
 // stdMethods implement the standard library's interfaces (error, fmt.Stringer, errors.Is).
 var stdMethods = map[string]bool{"Error": true, "Unwrap": true, "String": true, "Is": true, "As": true}
