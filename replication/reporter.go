@@ -45,8 +45,9 @@ type reporter struct {
 
 	mu     sync.Mutex
 	latest mark // the watermark the stream offered last
+	listen bool // the goroutine wants the next offer: no report is yet brought forward for it
 
-	wake   chan struct{}   // holds a token when a new mark was offered
+	wake   chan struct{}   // holds a token when a mark was offered that the goroutine listens for
 	reply  chan struct{}   // holds a token when a keepalive asked for a reply
 	finals chan chan error // a final report, and where its result goes
 	stop   chan struct{}   // closed by close
@@ -83,7 +84,7 @@ type positions interface {
 // newReporter returns a reporter whose first status update is due at once; start runs it.
 func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *reporter {
 	r := &reporter{interval: cfg.StatusInterval, slot: cfg.Slot, log: cfg.Logger, pos: pos, latest: start,
-		reported: start.w, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
+		reported: start.w, listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
 		finals: make(chan chan error), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -152,12 +153,18 @@ func (r *reporter) run() {
 	}
 }
 
-// offer publishes the stream's watermark to the reporter; it never blocks.
+// offer publishes the stream's watermark to the reporter; it never blocks. It wakes the
+// goroutine only when that listens: once the next report is brought forward, later offers
+// wait for it, so that a confirm does not cost a goroutine wake-up of its own.
 func (r *reporter) offer(m mark) {
 	r.mu.Lock()
 	r.latest = m
+	wake := r.listen
+	r.listen = false
 	r.mu.Unlock()
-	signal(r.wake)
+	if wake {
+		signal(r.wake)
+	}
 }
 
 // replyNow asks for a status update at once, as a keepalive that requests a reply needs.
@@ -307,10 +314,15 @@ func idleStep(from, to, moved pglogrepl.LSN) bool {
 const reportDelay = 100 * time.Millisecond
 
 // soon brings the next status update forward to reportDelay after the last one when the
-// watermark has moved past what was reported.
+// watermark has moved past what was reported. Until then it listens for the next offer: it
+// reads the watermark and starts listening under one lock, so no offer falls between.
 func (r *reporter) soon() {
-	m := r.mark()
-	if m.w <= r.reported || idleStep(r.reported, m.w, m.moved) {
+	r.mu.Lock()
+	m := r.latest
+	still := m.w <= r.reported || idleStep(r.reported, m.w, m.moved)
+	r.listen = still
+	r.mu.Unlock()
+	if still {
 		return
 	}
 	if soon := r.sent.Add(min(reportDelay, r.interval)); soon.Before(r.due) {

@@ -178,6 +178,55 @@ func TestMovedWatermarkIsReportedSoon(t *testing.T) {
 	}
 }
 
+// Confirms do not wake the reporter one by one: the first offer past what was reported wakes
+// it, later ones wait for the report it brought forward, and a report listens again. Watermarks
+// offered meanwhile are reported all the same, each report taking the latest, within
+// reportDelay of the one before.
+func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
+	pos := &fakePositions{limit: 10000, recorded: 100}
+	r := testReporter(t, pos, time.Hour)
+	woken := func() bool {
+		select {
+		case <-r.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	r.offer(mark{w: 200, moved: 200})
+	if !woken() {
+		t.Fatal("the first offer past the reported position did not wake the reporter")
+	}
+	r.soon()
+	for w := pglogrepl.LSN(300); w <= 900; w += 100 {
+		r.offer(mark{w: w, moved: w})
+		if woken() {
+			t.Fatalf("offer of %d woke the reporter, though a report is already due for the one before", w)
+		}
+	}
+	if err := r.report(); err != nil {
+		t.Fatal(err)
+	}
+	r.offer(mark{w: 1000, moved: 1000})
+	if !woken() {
+		t.Fatal("an offer after the report did not wake the reporter")
+	}
+
+	// Running, it reports each burst of offers once, the latest of them.
+	pos = &fakePositions{limit: 10000, recorded: 100}
+	r = testReporter(t, pos, time.Hour)
+	r.start()
+	defer r.close()
+	waitFor(t, 5*time.Second, "the first status update", func() bool { return len(pos.events()) == 1 })
+	for round := range 3 {
+		for w := range 50 {
+			r.offer(mark{w: pglogrepl.LSN(1000*(round+1) + w), moved: pglogrepl.LSN(1000*(round+1) + w)})
+		}
+		want := fmt.Sprintf("send %d", 1000*(round+1)+49)
+		waitFor(t, 5*time.Second, want, func() bool { ev := pos.events(); return ev[len(ev)-1] == want })
+	}
+}
+
 // A server silent beyond the bound ends the reporter with errServerSilent, whatever the stream
 // is doing, and the stream is told.
 func TestSilentServerEndsTheReporter(t *testing.T) {
