@@ -188,12 +188,13 @@ func (w *coalescer) flushSoon(soon bool) error {
 }
 
 // expectMore records a call of flushSoon and reports whether what is held should wait for the
-// next call, expected at the average time between calls. A group that the next call would join
-// within 2/5 of the delay of its first byte keeps waiting. A message held alone waits for a
-// partner expected within half the delay only every other time (after a write that went alone),
-// unless a group of three is expected within 2/5 of the delay. So at a pace where pairs are all
-// that could form, at most a third of the messages wait, for as many writes as two messages
-// in three. w.mu is held.
+// next call, expected at the average time between calls. A group waits while the next call
+// would join it within the group span (7/10 of the delay) of its first byte. A message held
+// alone waits only for a partner due within half the delay, and only every other time (after a
+// write that went alone), unless a group of three is expected within the span. So at a pace
+// where pairs are all that could form, at most a third of the messages wait, for as many writes
+// as two messages in three; at a pace where threes form, every write carries three calls or
+// more; and at a slower pace a message never waits for a partner that far off. w.mu is held.
 func (w *coalescer) expectMore() bool {
 	now := time.Now()
 	if !w.idle.IsZero() {
@@ -204,11 +205,11 @@ func (w *coalescer) expectMore() bool {
 		return false
 	}
 	w.calls++
-	due := now.Add(w.gap).Sub(w.first)
+	due, span := now.Add(w.gap).Sub(w.first), w.delay*7/10
 	if w.calls > 1 {
-		return due <= w.delay*2/5
+		return due <= span
 	}
-	return due <= w.delay/2 && (w.lone || 2*w.gap <= w.delay*2/5)
+	return due <= w.delay/2 && (w.lone || 2*w.gap <= span)
 }
 
 // flush writes the held bytes; w.mu is held.

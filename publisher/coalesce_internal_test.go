@@ -115,9 +115,9 @@ func TestCoalescerStuckWriteNowFails(t *testing.T) {
 	}
 }
 
-// flushSoon(true) writes at once when the next call is not expected within half the delay of
-// the first byte held; when it is, what is held waits for that call, which writes both once the
-// half delay has passed.
+// flushSoon(true) writes at once when the next call is not expected within the group span (7/10
+// of the delay) of the first byte held; when it is, what is held waits for that call, which
+// writes them all once the next is no longer expected within the span.
 func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
 	pub := func(p string) {
@@ -130,47 +130,56 @@ func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	readExactly(t, r, "pub1")
 
 	w.mu.Lock()
-	w.gap = 10 * time.Millisecond // calls come every 10 ms
+	w.gap = 20 * time.Millisecond // calls come every 20 ms
 	w.mu.Unlock()
 	pub("pub2")
 	w.flushSoon(true)
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
 	pub("pub3")
 	w.flushSoon(true)
-	nothingToRead(t, r, 40*time.Millisecond) // pub4 is expected before pub2 waited 50 ms
+	nothingToRead(t, r, 35*time.Millisecond) // pub4 is expected within 70 ms of pub2
 	pub("pub4")
 	start := time.Now()
-	go w.flushSoon(true) // 60 ms after pub2: no call is expected within 50 ms of it any more
+	go w.flushSoon(true) // 55 ms after pub2: the next is no longer expected within 70 ms of it
 	readExactly(t, r, "pub2pub3pub4")
 	if d := time.Since(start); d > 30*time.Millisecond {
 		t.Errorf("written %v after the flush, want at once", d)
 	}
 
-	w.mu.Lock()
-	w.gap = 80 * time.Millisecond // calls come every 80 ms: nothing would join
-	w.mu.Unlock()
-	pub("pub5")
-	start = time.Now()
-	go w.flushSoon(true)
-	readExactly(t, r, "pub5")
-	if d := time.Since(start); d > 30*time.Millisecond {
-		t.Errorf("written %v after the flush, want at once", d)
+	// Calls every 80 ms: nothing would join. Then, after that lone write, calls every 64 ms: a
+	// partner due within the span but beyond half the delay is not waited for either, or at a
+	// slow pace a message would wait most of the delay.
+	for i, gap := range []time.Duration{80 * time.Millisecond, 64 * time.Millisecond} {
+		w.mu.Lock()
+		w.gap = gap
+		w.mu.Unlock()
+		p := fmt.Sprintf("pub%d", 5+i)
+		pub(p)
+		start = time.Now()
+		go w.flushSoon(true)
+		readExactly(t, r, p)
+		if d := time.Since(start); d > 30*time.Millisecond {
+			t.Errorf("%s written %v after the flush, want at once", p, d)
+		}
 	}
+}
+
+// publishAtPace writes p as a publish, then sets the average time between flushSoon calls to gap.
+func publishAtPace(w *coalescer, p string, gap time.Duration) {
+	w.holding(true)
+	w.Write([]byte(p))
+	w.holding(false)
+	w.mu.Lock()
+	w.gap = gap
+	w.mu.Unlock()
 }
 
 // At a pace where only pairs could form, a message held alone waits for a partner only after a
 // write that went alone: every other time. A third of the messages wait, not half.
 func TestCoalescerPairsEveryOtherTime(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
-	pub := func(p string) {
-		w.holding(true)
-		w.Write([]byte(p))
-		w.holding(false)
-		w.mu.Lock()
-		w.gap = 45 * time.Millisecond // a partner within half the delay; no group of three within 2/5
-		w.mu.Unlock()
-	}
-	pub("pub1") // a fresh connection expects nothing: a write alone
+	pub := func(p string) { publishAtPace(w, p, 45*time.Millisecond) } // a partner within half the delay; no three in the span
+	pub("pub1")                                                        // a fresh connection expects nothing: a write alone
 	go w.flushSoon(true)
 	readExactly(t, r, "pub1")
 
@@ -191,6 +200,36 @@ func TestCoalescerPairsEveryOtherTime(t *testing.T) {
 	pub("pub5") // after a lone write again: waits
 	w.flushSoon(true)
 	nothingToRead(t, r, 30*time.Millisecond)
+	go w.writeNow()
+	readExactly(t, r, "pub5")
+}
+
+// At a pace where three calls fit in the group span, a message held alone waits even after a
+// write that carried a group, and a pair waits for its third: each write carries three calls.
+func TestCoalescerGroupsThreesAtAFastPace(t *testing.T) {
+	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
+	pub := func(p string) { publishAtPace(w, p, 25*time.Millisecond) } // three calls within the span (70 ms)
+	held := func(p string) {
+		t.Helper()
+		pub(p)
+		if err := w.flushSoon(true); err != nil { // holds: returns without writing
+			t.Fatal(err)
+		}
+	}
+	pub("pub1") // a fresh connection expects nothing
+	go w.flushSoon(true)
+	readExactly(t, r, "pub1")
+
+	held("pub2")
+	time.Sleep(25 * time.Millisecond)
+	held("pub3") // a pair: its third is due 50 ms after pub2
+	nothingToRead(t, r, 25*time.Millisecond)
+	pub("pub4")
+	go w.flushSoon(true) // the next is due 75 ms after pub2: past the span
+	readExactly(t, r, "pub2pub3pub4")
+
+	held("pub5") // after a write of three: waits all the same
+	nothingToRead(t, r, 25*time.Millisecond)
 	go w.writeNow()
 	readExactly(t, r, "pub5")
 }

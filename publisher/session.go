@@ -393,9 +393,9 @@ func (s *Session) writeFailed(err error) error {
 
 // Flush is wire.Flusher's: there is nothing more to publish for now. The session then sends the
 // messages that Publish and Park handed over but it still holds, to send several in one write.
-// It writes at once unless, at the pace of the past
-// calls, the next Flush is expected soon: within 1 ms of the first message held, for a group to
-// grow; within 1.25 ms, for a message held alone, and then only every other time. The session
+// It writes at once unless, at the pace of the past calls, the next Flush is expected soon:
+// within 1.75 ms of the first message held, for a group to grow; within 1.25 ms, for a message
+// held alone, and then only every other time or when three are expected within 1.75 ms. The session
 // writes what it holds by itself within 2.5 ms, so Flush is only to save that delay: call it
 // each time there is nothing more to publish for now. An error wraps ErrClosed: the session has
 // ended. Call it from the goroutine that publishes.
