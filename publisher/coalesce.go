@@ -193,8 +193,8 @@ func (w *coalescer) flushSoon(soon bool) error {
 // alone waits only for a partner due within half the delay, and only every other time (after a
 // write that went alone), unless a group of three is expected within the span. So at a pace
 // where pairs are all that could form, at most a third of the messages wait, for as many writes
-// as two messages in three; at a pace where threes form, every write carries three calls or
-// more; and at a slower pace a message never waits for a partner that far off. w.mu is held.
+// as two messages in three; at a steady pace where threes form, a write carries three calls
+// or more; and at a slower pace a message never waits for a partner that far off. w.mu is held.
 func (w *coalescer) expectMore() bool {
 	now := time.Now()
 	if !w.idle.IsZero() {

@@ -216,7 +216,7 @@ func TestCoalescerGroupsThreesAtAFastPace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub("pub1") // a fresh connection expects nothing
+	publishAtPace(w, "pub1", 80*time.Millisecond) // a slow pace: nothing would join
 	go w.flushSoon(true)
 	readExactly(t, r, "pub1")
 

@@ -178,10 +178,10 @@ func TestMovedWatermarkIsReportedSoon(t *testing.T) {
 	}
 }
 
-// Confirms do not wake the reporter one by one: the first offer past what was reported wakes
-// it, later ones wait for the report it brought forward, and a report listens again. Watermarks
-// offered meanwhile are reported all the same, each report taking the latest, within
-// reportDelay of the one before.
+// Confirms do not wake the reporter one by one: the first offer after a report (or while no
+// report is brought forward) wakes it, later ones wait for the report it brought forward, and a
+// report listens again. Watermarks offered meanwhile are reported all the same, each report
+// taking the latest.
 func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	pos := &fakePositions{limit: 10000, recorded: 100}
 	r := testReporter(t, pos, time.Hour)
