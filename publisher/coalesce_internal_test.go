@@ -120,18 +120,11 @@ func TestCoalescerStuckWriteNowFails(t *testing.T) {
 // writes them all once the next is no longer expected within the span.
 func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
-	pub := func(p string) {
-		w.holding(true)
-		w.Write([]byte(p))
-		w.holding(false)
-	}
-	pub("pub1") // a fresh connection expects nothing
+	publish(w, "pub1") // a fresh connection expects nothing
 	go w.flushSoon(true)
 	readExactly(t, r, "pub1")
 
-	w.mu.Lock()
-	w.gap = 20 * time.Millisecond // calls come every 20 ms
-	w.mu.Unlock()
+	pub := func(p string) { publishAtPace(w, p, 20*time.Millisecond) } // calls come every 20 ms
 	pub("pub2")
 	w.flushSoon(true)
 	time.Sleep(20 * time.Millisecond)
@@ -150,11 +143,8 @@ func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	// partner due within the span but beyond half the delay is not waited for either, or at a
 	// slow pace a message would wait most of the delay.
 	for i, gap := range []time.Duration{80 * time.Millisecond, 64 * time.Millisecond} {
-		w.mu.Lock()
-		w.gap = gap
-		w.mu.Unlock()
 		p := fmt.Sprintf("pub%d", 5+i)
-		pub(p)
+		publishAtPace(w, p, gap)
 		start = time.Now()
 		go w.flushSoon(true)
 		readExactly(t, r, p)
@@ -164,11 +154,16 @@ func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
 	}
 }
 
-// publishAtPace writes p as a publish, then sets the average time between flushSoon calls to gap.
-func publishAtPace(w *coalescer, p string, gap time.Duration) {
+// publish writes p as a publish: held, as Session.Publish writes its frames.
+func publish(w *coalescer, p string) {
 	w.holding(true)
 	w.Write([]byte(p))
 	w.holding(false)
+}
+
+// publishAtPace is publish, then sets the average time between flushSoon calls to gap.
+func publishAtPace(w *coalescer, p string, gap time.Duration) {
+	publish(w, p)
 	w.mu.Lock()
 	w.gap = gap
 	w.mu.Unlock()
@@ -178,8 +173,9 @@ func publishAtPace(w *coalescer, p string, gap time.Duration) {
 // write that went alone: every other time. A third of the messages wait, not half.
 func TestCoalescerPairsEveryOtherTime(t *testing.T) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
-	pub := func(p string) { publishAtPace(w, p, 45*time.Millisecond) } // a partner within half the delay; no three in the span
-	pub("pub1")                                                        // a fresh connection expects nothing: a write alone
+	// A partner within half the delay; no three in the span.
+	pub := func(p string) { publishAtPace(w, p, 45*time.Millisecond) }
+	pub("pub1") // a fresh connection expects nothing: a write alone
 	go w.flushSoon(true)
 	readExactly(t, r, "pub1")
 
