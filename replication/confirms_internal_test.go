@@ -84,7 +84,7 @@ func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	if got := s.stats.InFlight.Load(); got != 0 {
 		t.Fatalf("in-flight gauge %d, want 0", got)
 	}
-	if got, want := s.rep.mark(), (mark{w: end, moved: end}); got != want || len(s.rep.wake) != 1 {
+	if got, want := s.rep.mark(), (mark{w: end, moved: end, n: n}); got != want || len(s.rep.wake) != 1 {
 		t.Fatalf("offered the reporter %+v (woken: %v), want %+v", got, len(s.rep.wake) == 1, want)
 	}
 }

@@ -90,8 +90,8 @@ func TestPositionIsRecordedBeforeItIsReported(t *testing.T) {
 	}
 }
 
-// A position that moves is reported within about 100 ms, not at the next status interval: a
-// relay killed then sends again little more than its window.
+// A position that moves and then stays is reported within about 100 ms, not at the next status
+// interval: a relay killed after a burst sends again little more than its window.
 func TestMovingPositionIsReportedSoon(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = 10 * time.Second })

@@ -21,7 +21,7 @@ import (
 //
 // Each report takes the latest watermark offered, caps it at the last verified coverage position,
 // records it, and only then sends it: the slot is never ahead of its record. Reports go out when
-// the status interval has passed, soon after the watermark moved (reportDelay), at once when a
+// the status interval has passed, sooner when the watermark moved (see soon), at once when a
 // keepalive asks for a reply, and at the end of the stream (final). On its timer the reporter
 // also judges the server's silence, whatever the stream's goroutine is doing (a long publish
 // call, say), and ends the session when the server stayed silent beyond the silence bound.
@@ -43,9 +43,12 @@ type reporter struct {
 	reader   *reader     // read only through its locked methods; nil in tests
 	onFail   func(error) // called on the reporter's goroutine when it ends in an error
 
+	backlog uint64 // confirmed messages not yet reported that bring a report forward: half a window
+
 	mu     sync.Mutex
-	latest mark // the watermark the stream offered last
-	listen bool // the goroutine wants the next offer: no report is yet brought forward for it
+	latest mark   // the watermark the stream offered last
+	offers uint64 // how many marks the stream offered
+	listen bool   // the goroutine wants the next offer: it watches no moved watermark yet
 
 	wake   chan struct{}   // holds a token when a mark was offered that the goroutine listens for
 	reply  chan struct{}   // holds a token when a keepalive asked for a reply
@@ -55,16 +58,20 @@ type reporter struct {
 	err    error           // why the reporter ended, once done is closed; nil after close
 
 	// The goroutine's own.
-	reported pglogrepl.LSN // the position last sent
-	due      time.Time     // when the next status update is due
-	sent     time.Time     // when the last status update was sent
-	timer    *time.Timer
+	reported  pglogrepl.LSN // the position last sent
+	reportedN uint64        // the messages confirmed as of the mark last sent
+	due       time.Time     // when the next status update is due: a status interval after the last
+	check     time.Time     // when to look again at a watermark that moved; zero while none did
+	seen      uint64        // the offers counted at the last look
+	sent      time.Time     // when the last status update was sent
+	timer     *time.Timer
 }
 
-// mark is a watermark offered by the stream: where it is, and where outbox transactions (not
-// keepalives) last moved it.
+// mark is a watermark offered by the stream: where it is, where outbox transactions (not
+// keepalives) last moved it, and how many messages the session had confirmed then.
 type mark struct {
 	w, moved pglogrepl.LSN
+	n        uint64
 }
 
 // positions is where the reporter checks and records positions: the session's watch.
@@ -84,7 +91,7 @@ type positions interface {
 // newReporter returns a reporter whose first status update is due at once; start runs it.
 func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *reporter {
 	r := &reporter{interval: cfg.StatusInterval, slot: cfg.Slot, log: cfg.Logger, pos: pos, latest: start,
-		reported: start.w, listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
+		reported: start.w, reportedN: start.n, backlog: uint64(max(cfg.Window/2, 1)), listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
 		finals: make(chan chan error), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -154,11 +161,12 @@ func (r *reporter) run() {
 }
 
 // offer publishes the stream's watermark to the reporter; it never blocks. It wakes the
-// goroutine only when that listens: once the next report is brought forward, later offers
-// wait for it, so that a confirm does not cost a goroutine wake-up of its own.
+// goroutine only when that listens: once it watches a moved watermark, later offers wait for
+// its next look, so that a confirm does not cost a goroutine wake-up of its own.
 func (r *reporter) offer(m mark) {
 	r.mu.Lock()
 	r.latest = m
+	r.offers++
 	wake := r.listen
 	r.listen = false
 	r.mu.Unlock()
@@ -217,18 +225,37 @@ func (r *reporter) mark() mark {
 	return r.latest
 }
 
-// tick runs when the status timer fires: it judges the server's silence and sends the status
-// update that is due.
+// tick runs when the status timer fires: it judges the server's silence, sends the status
+// update that is due, and looks at a watermark that moved (see soon).
 func (r *reporter) tick() error {
 	if silent := r.silent(); silent > r.silence {
 		return fmt.Errorf("receive: %w for %v, though asked to reply; taking the connection for dead",
 			errServerSilent, silent.Round(time.Millisecond))
 	}
-	if time.Now().Before(r.due) {
-		r.setDue(r.due)
-		return nil
+	now := time.Now()
+	if !now.Before(r.due) {
+		return r.report()
 	}
-	return r.report()
+	if !r.check.IsZero() && !now.Before(r.check) {
+		if r.ready() {
+			return r.report()
+		}
+		r.check = now.Add(reportDelay)
+	}
+	r.arm()
+	return nil
+}
+
+// ready reports whether a watermark that moved is reported now, before the status interval:
+// the stream went quiet (no offer since the last look), or the messages confirmed since the
+// last report reached the backlog.
+func (r *reporter) ready() bool {
+	r.mu.Lock()
+	m, offers := r.latest, r.offers
+	r.mu.Unlock()
+	quiet := offers == r.seen
+	r.seen = offers
+	return quiet || m.n-r.reportedN >= r.backlog
 }
 
 // report caps the latest watermark at the last verified coverage position, records it in the
@@ -271,19 +298,23 @@ func (r *reporter) report() error {
 	if w != r.reported {
 		r.log.Debug("confirmed position", "slot", r.slot, "lsn", w.String())
 	}
-	r.reported = w
+	r.reported, r.reportedN = w, m.n
 	if r.stats != nil {
 		r.stats.confirmedLSN(w)
 	}
 	r.sent = time.Now()
-	r.setDue(r.sent.Add(r.interval))
+	r.due, r.check = r.sent.Add(r.interval), time.Time{}
+	r.arm()
 	r.soon()
 	return nil
 }
 
-// setDue makes the next status update due at t.
-func (r *reporter) setDue(t time.Time) {
-	r.due = t
+// arm sets the timer to the next status update due or the next look, whichever comes first.
+func (r *reporter) arm() {
+	t := r.due
+	if !r.check.IsZero() && r.check.Before(t) {
+		t = r.check
+	}
 	if r.timer != nil {
 		if !r.timer.Stop() {
 			select {
@@ -309,24 +340,33 @@ func idleStep(from, to, moved pglogrepl.LSN) bool {
 	return to > from && moved <= from && to-from < idleRecordStep
 }
 
-// reportDelay is how soon a watermark that moved is reported: a relay killed then sends again
-// little more than its window.
+// reportDelay is how often the reporter looks at a watermark that moved past what was reported.
 const reportDelay = 100 * time.Millisecond
 
-// soon brings the next status update forward to reportDelay after the last one when the
-// watermark has moved past what was reported. Until then it listens for the next offer: it
-// reads the watermark and starts listening under one lock, so no offer falls between.
+// soon starts watching a watermark that moved past what was reported. Every reportDelay the
+// reporter looks at it (tick): once the stream has gone quiet, or half a window of messages was
+// confirmed since the last report, it reports at once; otherwise at the status interval.
+//
+// A burst is thus reported about reportDelay after it ends, and a relay killed sends again at most
+// its window plus half a window, or reportDelay of traffic at a rate that confirms more. A steady
+// stream below that rate is reported once a status interval, not ten times a second: each report
+// costs a coverage check and a registry write, which delay the stream's next publish.
+//
+// While nothing moved it listens for the next offer: it reads the watermark and starts listening
+// under one lock, so no offer falls between.
 func (r *reporter) soon() {
 	r.mu.Lock()
-	m := r.latest
+	m, offers := r.latest, r.offers
 	still := m.w <= r.reported || idleStep(r.reported, m.w, m.moved)
 	r.listen = still
 	r.mu.Unlock()
-	if still {
+	if still || !r.check.IsZero() {
 		return
 	}
-	if soon := r.sent.Add(min(reportDelay, r.interval)); soon.Before(r.due) {
-		r.setDue(soon)
+	r.seen = offers
+	if check := time.Now().Add(min(reportDelay, r.interval)); check.Before(r.due) {
+		r.check = check
+		r.arm()
 	}
 }
 

@@ -164,17 +164,40 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 	}
 }
 
-// A watermark that moves is reported within reportDelay, not at the next status interval.
-func TestMovedWatermarkIsReportedSoon(t *testing.T) {
-	pos := &fakePositions{limit: 1000, recorded: 100}
-	r := testReporter(t, pos, time.Hour)
+// While the stream keeps confirming, a watermark that moves is reported at the status interval
+// until half a window of messages was confirmed since the last report; then within about
+// reportDelay. Once the stream goes quiet, what moved is reported within about reportDelay.
+func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
+	pos := &fakePositions{limit: 1 << 20, recorded: 100}
+	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100, n: 10})
+	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
+	r.silence = time.Hour
 	r.start()
 	defer r.close()
 	waitFor(t, 5*time.Second, "the first status update", func() bool { return len(pos.events()) == 1 })
-	r.offer(mark{w: 700, moved: 700})
-	waitFor(t, 5*time.Second, "the moved watermark", func() bool { return len(pos.events()) == 3 })
-	if got := pos.events()[2]; got != "send 700" {
-		t.Fatalf("last event %q, want send 700", got)
+	w := pglogrepl.LSN(100)
+	// confirm offers a mark every 10 ms for d, n messages confirmed in all, and returns the
+	// reporter's events.
+	confirm := func(d time.Duration, n uint64) []string {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			w++
+			r.offer(mark{w: w, moved: w, n: n})
+			time.Sleep(10 * time.Millisecond)
+		}
+		return pos.events()
+	}
+	if ev := confirm(10*reportDelay, 13); len(ev) != 1 { // three messages: under half the window
+		t.Fatalf("events %v: three confirmed messages were reported before the interval", ev)
+	}
+	if ev := confirm(5*reportDelay, 14); len(ev) != 3 { // the fourth: half the window
+		t.Fatalf("events %v: half a window of confirmed messages was not reported", ev)
+	}
+	if ev := confirm(10*reportDelay, 17); len(ev) != 3 { // three more since the report
+		t.Fatalf("events %v: three messages after a report brought the next one forward", ev)
+	}
+	waitFor(t, 5*time.Second, "the report once the stream went quiet", func() bool { return len(pos.events()) == 5 })
+	if got, want := pos.events()[4], fmt.Sprintf("send %d", w); got != want {
+		t.Fatalf("last event %q, want %q", got, want)
 	}
 }
 
@@ -193,13 +216,13 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 			return false
 		}
 	}
-	r.offer(mark{w: 200, moved: 200})
+	r.offer(mark{w: 200, moved: 200, n: 1})
 	if !woken() {
 		t.Fatal("the first offer past the reported position did not wake the reporter")
 	}
 	r.soon()
 	for w := pglogrepl.LSN(300); w <= 900; w += 100 {
-		r.offer(mark{w: w, moved: w})
+		r.offer(mark{w: w, moved: w, n: uint64(w)})
 		if woken() {
 			t.Fatalf("offer of %d woke the reporter, though a report is already due for the one before", w)
 		}
@@ -207,7 +230,7 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	if err := r.report(); err != nil {
 		t.Fatal(err)
 	}
-	r.offer(mark{w: 1000, moved: 1000})
+	r.offer(mark{w: 1000, moved: 1000, n: 1000})
 	if !woken() {
 		t.Fatal("an offer after the report did not wake the reporter")
 	}
@@ -220,7 +243,8 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	waitFor(t, 5*time.Second, "the first status update", func() bool { return len(pos.events()) == 1 })
 	for round := range 3 {
 		for w := range 50 {
-			r.offer(mark{w: pglogrepl.LSN(1000*(round+1) + w), moved: pglogrepl.LSN(1000*(round+1) + w)})
+			lsn := pglogrepl.LSN(1000*(round+1) + w)
+			r.offer(mark{w: lsn, moved: lsn, n: uint64(lsn)})
 		}
 		want := fmt.Sprintf("send %d", 1000*(round+1)+49)
 		waitFor(t, 5*time.Second, want, func() bool { ev := pos.events(); return ev[len(ev)-1] == want })
