@@ -45,10 +45,10 @@ type reporter struct {
 
 	backlog uint64 // confirmed messages not yet reported that bring a report forward: half a window
 
-	mu     sync.Mutex
-	latest mark   // the watermark the stream offered last
-	offers uint64 // how many marks the stream offered
-	listen bool   // the goroutine wants the next offer: it watches no moved watermark yet
+	mu        sync.Mutex
+	latest    mark   // the watermark the stream offered last
+	listen    bool   // the goroutine wants the next offer that carries messages: it watches none yet
+	reportedN uint64 // the messages confirmed as of the newest mark a report covered
 
 	wake   chan struct{}   // holds a token when a mark was offered that the goroutine listens for
 	reply  chan struct{}   // holds a token when a keepalive asked for a reply
@@ -58,13 +58,13 @@ type reporter struct {
 	err    error           // why the reporter ended, once done is closed; nil after close
 
 	// The goroutine's own.
-	reported  pglogrepl.LSN // the position last sent
-	reportedN uint64        // the messages confirmed as of the mark last sent
-	due       time.Time     // when the next status update is due: a status interval after the last
-	check     time.Time     // when to look again at a watermark that moved; zero while none did
-	seen      uint64        // the offers counted at the last look
-	sent      time.Time     // when the last status update was sent
-	timer     *time.Timer
+	reported pglogrepl.LSN // the position last sent
+	held     []mark        // marks reported but held back by a cap, oldest first (see covered)
+	due      time.Time     // when the next status update is due: a status interval after the last
+	check    time.Time     // when to look again at messages confirmed; zero while none are watched
+	seenN    uint64        // the messages confirmed as of the last look
+	sent     time.Time     // when the last status update was sent
+	timer    *time.Timer
 }
 
 // mark is a watermark offered by the stream: where it is, where outbox transactions (not
@@ -161,14 +161,17 @@ func (r *reporter) run() {
 }
 
 // offer publishes the stream's watermark to the reporter; it never blocks. It wakes the
-// goroutine only when that listens: once it watches a moved watermark, later offers wait for
-// its next look, so that a confirm does not cost a goroutine wake-up of its own.
+// goroutine only when that listens and the mark carries messages not yet reported: once it
+// watches them, later offers wait for its next look, so that a confirm does not cost a
+// goroutine wake-up of its own. A mark moved only by keepalives or by transactions without
+// messages waits for the status interval.
 func (r *reporter) offer(m mark) {
 	r.mu.Lock()
 	r.latest = m
-	r.offers++
-	wake := r.listen
-	r.listen = false
+	wake := r.listen && m.n != r.reportedN
+	if wake {
+		r.listen = false
+	}
 	r.mu.Unlock()
 	if wake {
 		signal(r.wake)
@@ -246,16 +249,16 @@ func (r *reporter) tick() error {
 	return nil
 }
 
-// ready reports whether a watermark that moved is reported now, before the status interval:
-// the stream went quiet (no offer since the last look), or the messages confirmed since the
-// last report reached the backlog.
+// ready reports whether messages confirmed are reported now, before the status interval: the
+// stream went quiet (no message confirmed since the last look), or the messages confirmed since
+// the last report reached the backlog.
 func (r *reporter) ready() bool {
 	r.mu.Lock()
-	m, offers := r.latest, r.offers
+	m, reportedN := r.latest, r.reportedN
 	r.mu.Unlock()
-	quiet := offers == r.seen
-	r.seen = offers
-	return quiet || m.n-r.reportedN >= r.backlog
+	quiet := m.n == r.seenN
+	r.seenN = m.n
+	return quiet || m.n-reportedN >= r.backlog
 }
 
 // report caps the latest watermark at the last verified coverage position, records it in the
@@ -298,7 +301,8 @@ func (r *reporter) report() error {
 	if w != r.reported {
 		r.log.Debug("confirmed position", "slot", r.slot, "lsn", w.String())
 	}
-	r.reported, r.reportedN = w, m.n
+	r.reported = w
+	r.covered(m, w)
 	if r.stats != nil {
 		r.stats.confirmedLSN(w)
 	}
@@ -307,6 +311,31 @@ func (r *reporter) report() error {
 	r.arm()
 	r.soon()
 	return nil
+}
+
+// maxHeld bounds the marks kept while a cap holds reports back; past it the newest is replaced.
+const maxHeld = 64
+
+// covered counts as reported the messages of the newest mark whose outbox transactions end at or
+// before w, the position sent: m was reported, but a coverage cap, an idle step or a standby's
+// replay may have held the position back, and messages not yet in the slot still count towards
+// the backlog.
+func (r *reporter) covered(m mark, w pglogrepl.LSN) {
+	if len(r.held) < maxHeld {
+		r.held = append(r.held, m)
+	} else {
+		r.held[len(r.held)-1] = m
+	}
+	i := 0
+	for i < len(r.held) && r.held[i].moved <= w {
+		i++
+	}
+	if i > 0 {
+		r.mu.Lock()
+		r.reportedN = r.held[i-1].n
+		r.mu.Unlock()
+		r.held = append(r.held[:0], r.held[i:]...)
+	}
 }
 
 // arm sets the timer to the next status update due or the next look, whichever comes first.
@@ -343,27 +372,29 @@ func idleStep(from, to, moved pglogrepl.LSN) bool {
 // reportDelay is how often the reporter looks at a watermark that moved past what was reported.
 const reportDelay = 100 * time.Millisecond
 
-// soon starts watching a watermark that moved past what was reported. Every reportDelay the
-// reporter looks at it (tick): once the stream has gone quiet, or half a window of messages was
-// confirmed since the last report, it reports at once; otherwise at the status interval.
+// soon starts watching messages confirmed but not yet reported, once the watermark moved past
+// what was reported. Every reportDelay the reporter looks at them (tick): once the stream has
+// gone quiet, or half a window of messages was confirmed since the last report, it reports at
+// once; otherwise at the status interval.
 //
-// A burst is thus reported about reportDelay after it ends, and a relay killed sends again at most
-// its window plus half a window, or reportDelay of traffic at a rate that confirms more. A steady
-// stream below that rate is reported once a status interval, not ten times a second: each report
-// costs a coverage check and a registry write, which delay the stream's next publish.
+// A burst is thus reported within two reportDelays after it ends, and a relay killed sends
+// again at most its window plus half a window, or two reportDelays of traffic at a rate that
+// confirms more. A steady stream below that rate is reported once a status interval, not ten
+// times a second: each report costs a coverage check and a registry write, which delay the
+// stream's next publish.
 //
-// While nothing moved it listens for the next offer: it reads the watermark and starts listening
-// under one lock, so no offer falls between.
+// While nothing is to watch it listens for the next offer: it reads the watermark and starts
+// listening under one lock, so no offer falls between.
 func (r *reporter) soon() {
 	r.mu.Lock()
-	m, offers := r.latest, r.offers
-	still := m.w <= r.reported || idleStep(r.reported, m.w, m.moved)
+	m := r.latest
+	still := m.w <= r.reported || idleStep(r.reported, m.w, m.moved) || m.n == r.reportedN
 	r.listen = still
 	r.mu.Unlock()
 	if still || !r.check.IsZero() {
 		return
 	}
-	r.seen = offers
+	r.seenN = m.n
 	if check := time.Now().Add(min(reportDelay, r.interval)); check.Before(r.due) {
 		r.check = check
 		r.arm()

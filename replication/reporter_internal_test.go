@@ -164,40 +164,89 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 	}
 }
 
-// While the stream keeps confirming, a watermark that moves is reported at the status interval
-// until half a window of messages was confirmed since the last report; then within about
-// reportDelay. Once the stream goes quiet, what moved is reported within about reportDelay.
+// look runs the reporter's next look at the messages it watches (tick at r.check), at once.
+func look(t *testing.T, r *reporter) {
+	t.Helper()
+	if r.check.IsZero() {
+		t.Fatal("the reporter watches no messages")
+	}
+	r.check = time.Now().Add(-time.Millisecond)
+	if err := r.tick(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// offerAndWatch offers m and runs what the wake-up it must cause runs.
+func offerAndWatch(t *testing.T, r *reporter, m mark) {
+	t.Helper()
+	r.offer(m)
+	select {
+	case <-r.wake:
+		r.soon()
+	default:
+		t.Fatalf("offer of %+v woke nothing", m)
+	}
+}
+
+// Messages confirmed are reported at the status interval while the stream keeps confirming,
+// until half a window was confirmed since the last report; and at the next look once no message
+// was confirmed since the one before, however many keepalives moved the watermark meanwhile.
 func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	pos := &fakePositions{limit: 1 << 20, recorded: 100}
-	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100, n: 10})
+	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
 	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
 	r.silence = time.Hour
-	r.start()
-	defer r.close()
-	waitFor(t, 5*time.Second, "the first status update", func() bool { return len(pos.events()) == 1 })
-	w := pglogrepl.LSN(100)
-	// confirm offers a mark every 10 ms for d, n messages confirmed in all, and returns the
-	// reporter's events.
-	confirm := func(d time.Duration, n uint64) []string {
-		for end := time.Now().Add(d); time.Now().Before(end); {
-			w++
-			r.offer(mark{w: w, moved: w, n: n})
-			time.Sleep(10 * time.Millisecond)
+	events := func(want ...string) {
+		t.Helper()
+		if got := fmt.Sprint(pos.events()); got != fmt.Sprint(want) {
+			t.Fatalf("events %s, want %s", got, fmt.Sprint(want))
 		}
-		return pos.events()
 	}
-	if ev := confirm(10*reportDelay, 13); len(ev) != 1 { // three messages: under half the window
-		t.Fatalf("events %v: three confirmed messages were reported before the interval", ev)
+	if err := r.report(); err != nil { // the session's first, due at once
+		t.Fatal(err)
 	}
-	if ev := confirm(5*reportDelay, 14); len(ev) != 3 { // the fourth: half the window
-		t.Fatalf("events %v: half a window of confirmed messages was not reported", ev)
+	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 1})
+	r.offer(mark{w: 300, moved: 300, n: 3})
+	look(t, r) // two more messages, three in all: under half the window of eight
+	events("send 100")
+	r.offer(mark{w: 350, moved: 300, n: 3}) // a keepalive
+	r.offer(mark{w: 360, moved: 300, n: 3}) // another
+	look(t, r)                              // no message since the last look: quiet
+	events("send 100", "record 360", "send 360")
+
+	offerAndWatch(t, r, mark{w: 400, moved: 400, n: 4})
+	r.offer(mark{w: 500, moved: 500, n: 6})
+	look(t, r) // three since the report: under half the window
+	r.offer(mark{w: 600, moved: 600, n: 7})
+	look(t, r) // four since the report: half the window
+	events("send 100", "record 360", "send 360", "record 600", "send 600")
+
+	r.offer(mark{w: 700, moved: 600, n: 7}) // a keepalive after the report
+	select {
+	case <-r.wake:
+		t.Fatal("a mark without messages woke the reporter")
+	default:
 	}
-	if ev := confirm(10*reportDelay, 17); len(ev) != 3 { // three more since the report
-		t.Fatalf("events %v: three messages after a report brought the next one forward", ev)
+}
+
+// Messages whose position a cap held back still count as not reported: once the cap lifts,
+// the next look reports them, though no more messages came.
+func TestMessagesHeldBackByACapAreReportedOnceItLifts(t *testing.T) {
+	pos := &fakePositions{limit: 150, recorded: 100}
+	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
+	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
+	r.silence = time.Hour
+	if err := r.report(); err != nil {
+		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the report once the stream went quiet", func() bool { return len(pos.events()) == 5 })
-	if got, want := pos.events()[4], fmt.Sprintf("send %d", w); got != want {
-		t.Fatalf("last event %q, want %q", got, want)
+	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 4})
+	look(t, r) // half the window: reported, but capped at 150
+	pos.mu.Lock()
+	pos.limit = 1 << 20
+	pos.mu.Unlock()
+	look(t, r) // quiet since: the messages past 150 are reported
+	if got, want := fmt.Sprint(pos.events()), "[send 100 record 150 send 150 record 200 send 200]"; got != want {
+		t.Fatalf("events %s, want %s", got, want)
 	}
 }
 
