@@ -91,7 +91,8 @@ var settingTable = []group{
 				"each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)",
 			see: "setup.md#publishing-lanes"},
 		{flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", def: "1s", cmds: runOnly,
-			help: "how often the confirmed position is reported to PostgreSQL; keep well under `wal_sender_timeout` (60 s)"},
+			help: "how often the confirmed position is reported to PostgreSQL; sooner once the stream goes quiet or " +
+				"half the window was confirmed since the last report; keep well under `wal_sender_timeout` (60 s)"},
 		{flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", def: "10s", cmds: runOnly,
 			help: "how long a shutdown waits for outstanding confirms"},
 		{flag: "create-slot", env: "WALBOX_CREATE_SLOT", def: "true", isBool: true, cmds: runOnly,
