@@ -23,6 +23,7 @@ type commit struct {
 // call NewLedger.
 type Ledger[T any] struct {
 	watermark  pglogrepl.LSN
+	passed     uint64          // every sequence <= passed lies below the watermark
 	lastSeq    uint64          // highest sequence dispatched
 	acked      uint64          // every sequence <= acked is acked
 	early      map[uint64]bool // acks above acked+1, waiting for the gap to close
@@ -152,6 +153,10 @@ func (l *Ledger[T]) AdvanceIdle(lsn pglogrepl.LSN) bool {
 // Watermark returns the highest position below which everything is confirmed.
 func (l *Ledger[T]) Watermark() pglogrepl.LSN { return l.watermark }
 
+// Passed returns how many messages the watermark has passed: those of the transactions whose end
+// it reached. Messages confirmed in a transaction not yet committed or passed do not count.
+func (l *Ledger[T]) Passed() uint64 { return l.passed }
+
 // InFlight returns how many dispatched messages await a confirm.
 func (l *Ledger[T]) InFlight() int { return l.dispatched }
 
@@ -169,9 +174,11 @@ func (l *Ledger[T]) advance() {
 		return
 	}
 	for l.head < len(l.commits) && l.commits[l.head].lastSeq <= l.acked {
-		if c := l.commits[l.head]; c.end > l.watermark {
+		c := l.commits[l.head]
+		if c.end > l.watermark {
 			l.watermark = c.end
 		}
+		l.passed = max(l.passed, c.lastSeq)
 		l.head++
 	}
 	if l.head == len(l.commits) {

@@ -143,3 +143,33 @@ func TestWindowNeverPassesItsLimit(t *testing.T) {
 		}
 	}
 }
+
+// Passed counts the messages below the watermark: those of transactions whose end it reached,
+// not those confirmed in a transaction still open or waiting on an older message.
+func TestPassedCountsOnlyMessagesBelowTheWatermark(t *testing.T) {
+	l := checkpoint.NewLedger[string](0, 8)
+	step := func(what string, do func(), watermark, passed uint64) {
+		t.Helper()
+		do()
+		if uint64(l.Watermark()) != watermark || l.Passed() != passed {
+			t.Fatalf("after %s: watermark %d, passed %d; want %d, %d", what, l.Watermark(), l.Passed(), watermark, passed)
+		}
+	}
+	dispatch := func(seq uint64) {
+		if err := l.Dispatch(seq, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack := func(seq uint64) {
+		if _, err := l.Ack(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step("T0's two messages", func() { l.Begin(); dispatch(1); dispatch(2); l.Commit(100) }, 0, 0)
+	step("T1's first message", func() { l.Begin(); dispatch(3) }, 0, 0)
+	step("an early ack of T1's message", func() { ack(3) }, 0, 0)
+	step("the acks of T0's", func() { ack(1); ack(2) }, 100, 2)
+	step("T1's commit", func() { l.Commit(200) }, 200, 3)
+	step("an empty transaction", func() { l.Begin(); l.Commit(300) }, 300, 3)
+	step("a keepalive", func() { l.AdvanceIdle(400) }, 400, 3)
+}

@@ -144,3 +144,36 @@ func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
 		t.Fatalf("watermark %s passed the transaction with unconfirmed messages (end %s)", w, end)
 	}
 }
+
+// The mark offered counts the messages below the watermark, not the confirms: a message
+// confirmed in a transaction whose commit is not yet read is counted once the commit moves the
+// watermark past it, so that the reporter watches it then.
+func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
+	const end = pglogrepl.LSN(5000)
+	s, pub, _ := burstStream(t, 2, end)
+	s.led = checkpoint.NewLedger[flight](1, 4) // room for a third message
+	for seq := uint64(1); seq <= 3; seq++ {
+		if seq == 3 {
+			s.led.Commit(end)
+			s.led.Begin() // a transaction whose commit is not read yet
+		}
+		if err := s.led.Dispatch(seq, flight{at: time.Now(), eventType: "e"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		pub.confirms <- wire.Confirm{Seq: seq, At: time.Now()}
+	}
+	if err := s.applyConfirms(<-pub.confirms, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.rep.mark(), (mark{w: end, moved: end, n: 2}); got != want {
+		t.Fatalf("offered %+v after the confirms, want %+v", got, want)
+	}
+	s.led.Commit(end + 100)
+	s.moved = s.led.Watermark()
+	s.offer()
+	if got, want := s.rep.mark(), (mark{w: end + 100, moved: end + 100, n: 3}); got != want {
+		t.Fatalf("offered %+v after the commit, want %+v", got, want)
+	}
+}

@@ -21,7 +21,7 @@ import (
 //
 // Each report takes the latest watermark offered, caps it at the last verified coverage position,
 // records it, and only then sends it: the slot is never ahead of its record. Reports go out when
-// the status interval has passed, sooner when the watermark moved (see soon), at once when a
+// the status interval has passed, sooner for messages below the watermark (see soon), at once when a
 // keepalive asks for a reply, and at the end of the stream (final). On its timer the reporter
 // also judges the server's silence, whatever the stream's goroutine is doing (a long publish
 // call, say), and ends the session when the server stayed silent beyond the silence bound.
@@ -48,7 +48,7 @@ type reporter struct {
 	mu        sync.Mutex
 	latest    mark   // the watermark the stream offered last
 	listen    bool   // the goroutine wants the next offer that carries messages: it watches none yet
-	reportedN uint64 // the messages confirmed as of the newest mark a report covered
+	reportedN uint64 // the messages below the newest mark whose messages a report's position covered
 
 	wake   chan struct{}   // holds a token when a mark was offered that the goroutine listens for
 	reply  chan struct{}   // holds a token when a keepalive asked for a reply
@@ -60,6 +60,7 @@ type reporter struct {
 	// The goroutine's own.
 	reported pglogrepl.LSN // the position last sent
 	held     []mark        // marks reported but held back by a cap, oldest first (see covered)
+	sentN    uint64        // the messages below the mark the last report took, covered or not
 	due      time.Time     // when the next status update is due: a status interval after the last
 	check    time.Time     // when to look again at messages confirmed; zero while none are watched
 	seenN    uint64        // the messages confirmed as of the last look
@@ -68,7 +69,8 @@ type reporter struct {
 }
 
 // mark is a watermark offered by the stream: where it is, where outbox transactions (not
-// keepalives) last moved it, and how many messages the session had confirmed then.
+// keepalives) last moved it, and how many of the session's messages lie below it
+// (checkpoint.Ledger.Passed): all of them at or below moved.
 type mark struct {
 	w, moved pglogrepl.LSN
 	n        uint64
@@ -91,7 +93,7 @@ type positions interface {
 // newReporter returns a reporter whose first status update is due at once; start runs it.
 func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *reporter {
 	r := &reporter{interval: cfg.StatusInterval, slot: cfg.Slot, log: cfg.Logger, pos: pos, latest: start,
-		reported: start.w, reportedN: start.n, backlog: uint64(max(cfg.Window/2, 1)), listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
+		reported: start.w, reportedN: start.n, sentN: start.n, backlog: uint64(max(cfg.Window/2, 1)), listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
 		finals: make(chan chan error), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -249,16 +251,17 @@ func (r *reporter) tick() error {
 	return nil
 }
 
-// ready reports whether messages confirmed are reported now, before the status interval: the
-// stream went quiet (no message confirmed since the last look), or the messages confirmed since
-// the last report reached the backlog.
+// ready reports whether the messages watched are reported now, before the status interval: the
+// stream went quiet (the watermark passed no message since the last look), or it passed the
+// backlog since the mark the last report took. That report may have been held back (on a
+// standby, each report sends the position the one before recorded); reporting sooner would not
+// move the slot past such a cap, so the backlog counts from what was taken, not from what was
+// covered.
 func (r *reporter) ready() bool {
-	r.mu.Lock()
-	m, reportedN := r.latest, r.reportedN
-	r.mu.Unlock()
+	m := r.mark()
 	quiet := m.n == r.seenN
 	r.seenN = m.n
-	return quiet || m.n-reportedN >= r.backlog
+	return quiet || m.n-r.sentN >= r.backlog
 }
 
 // report caps the latest watermark at the last verified coverage position, records it in the
@@ -301,7 +304,7 @@ func (r *reporter) report() error {
 	if w != r.reported {
 		r.log.Debug("confirmed position", "slot", r.slot, "lsn", w.String())
 	}
-	r.reported = w
+	r.reported, r.sentN = w, m.n
 	r.covered(m, w)
 	if r.stats != nil {
 		r.stats.confirmedLSN(w)
@@ -377,11 +380,11 @@ const reportDelay = 100 * time.Millisecond
 // gone quiet, or half a window of messages was confirmed since the last report, it reports at
 // once; otherwise at the status interval.
 //
-// A burst is thus reported within two reportDelays after it ends, and a relay killed sends
-// again at most its window plus half a window, or two reportDelays of traffic at a rate that
-// confirms more. A steady stream below that rate is reported once a status interval, not ten
-// times a second: each report costs a coverage check and a registry write, which delay the
-// stream's next publish.
+// A burst is thus reported within about two reportDelays after it ends. A relay killed sends
+// again at most its window, plus half a window and about two reportDelays of traffic. A steady
+// stream that passes a message in every look, but less than half a window a look, is reported
+// once a status interval, not ten times a second: each report costs a coverage check and a
+// registry write, which delay the stream's next publish.
 //
 // While nothing is to watch it listens for the next offer: it reads the watermark and starts
 // listening under one lock, so no offer falls between.

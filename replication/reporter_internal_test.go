@@ -164,6 +164,19 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 	}
 }
 
+// windowReporter returns a reporter with a window of eight (a backlog of four) and a status
+// interval of an hour, not started, that has sent the session's first report (send 100).
+func windowReporter(t *testing.T, pos *fakePositions) *reporter {
+	t.Helper()
+	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
+	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
+	r.silence = time.Hour
+	if err := r.report(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // look runs the reporter's next look at the messages it watches (tick at r.check), at once.
 func look(t *testing.T, r *reporter) {
 	t.Helper()
@@ -193,17 +206,12 @@ func offerAndWatch(t *testing.T, r *reporter, m mark) {
 // was confirmed since the one before, however many keepalives moved the watermark meanwhile.
 func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	pos := &fakePositions{limit: 1 << 20, recorded: 100}
-	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
-	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
-	r.silence = time.Hour
+	r := windowReporter(t, pos)
 	events := func(want ...string) {
 		t.Helper()
 		if got := fmt.Sprint(pos.events()); got != fmt.Sprint(want) {
 			t.Fatalf("events %s, want %s", got, fmt.Sprint(want))
 		}
-	}
-	if err := r.report(); err != nil { // the session's first, due at once
-		t.Fatal(err)
 	}
 	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 1})
 	r.offer(mark{w: 300, moved: 300, n: 3})
@@ -230,22 +238,24 @@ func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 }
 
 // Messages whose position a cap held back still count as not reported: once the cap lifts,
-// the next look reports them, though no more messages came.
+// the next quiet look reports them. But the held-back report restarts the backlog: reporting
+// sooner cannot pass the cap (on a standby, each report sends what the one before recorded), so
+// more messages do not bring the next report forward at every look.
 func TestMessagesHeldBackByACapAreReportedOnceItLifts(t *testing.T) {
 	pos := &fakePositions{limit: 150, recorded: 100}
-	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
-	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
-	r.silence = time.Hour
-	if err := r.report(); err != nil {
-		t.Fatal(err)
-	}
+	r := windowReporter(t, pos)
 	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 4})
 	look(t, r) // half the window: reported, but capped at 150
+	r.offer(mark{w: 300, moved: 300, n: 5})
+	look(t, r) // one more message since the report took four: not quiet, under the backlog
+	if got, want := fmt.Sprint(pos.events()), "[send 100 record 150 send 150]"; got != want {
+		t.Fatalf("events %s, want %s", got, want)
+	}
 	pos.mu.Lock()
 	pos.limit = 1 << 20
 	pos.mu.Unlock()
 	look(t, r) // quiet since: the messages past 150 are reported
-	if got, want := fmt.Sprint(pos.events()), "[send 100 record 150 send 150 record 200 send 200]"; got != want {
+	if got, want := fmt.Sprint(pos.events()), "[send 100 record 150 send 150 record 300 send 300]"; got != want {
 		t.Fatalf("events %s, want %s", got, want)
 	}
 }

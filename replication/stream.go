@@ -33,13 +33,12 @@ type stream struct {
 	obs   Observer
 
 	// The position and its reports (reporter.go).
-	start      pglogrepl.LSN // the slot's position when the session started
-	moved      pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
-	offered    mark          // the mark last offered to the reporter
-	confirmedN uint64        // the messages the broker confirmed in this session
-	rep        *reporter
-	heard      *heardClock   // when the connection last read bytes from the server
-	silence    time.Duration // how long the server may stay silent, having been asked to reply
+	start   pglogrepl.LSN // the slot's position when the session started
+	moved   pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
+	offered mark          // the mark last offered to the reporter
+	rep     *reporter
+	heard   *heardClock   // when the connection last read bytes from the server
+	silence time.Duration // how long the server may stay silent, having been asked to reply
 
 	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter
 	// fails; every publish call's context derives from it.
@@ -469,7 +468,6 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	}
 	s.obs.Observe(ev)
 	s.passed(f.key)
-	s.confirmedN++
 	s.stats.confirmed()
 	return now, nil
 }
@@ -487,7 +485,7 @@ func (s *stream) settle(at time.Time) {
 // offer hands the watermark to the reporter, if it moved.
 func (s *stream) offer() {
 	if w := s.led.Watermark(); w != s.offered.w || s.moved != s.offered.moved {
-		s.offered = mark{w: w, moved: s.moved, n: s.confirmedN}
+		s.offered = mark{w: w, moved: s.moved, n: s.led.Passed()}
 		s.rep.offer(s.offered)
 	}
 }
