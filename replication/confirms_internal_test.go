@@ -152,6 +152,8 @@ func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	const end = pglogrepl.LSN(5000)
 	s, pub, _ := burstStream(t, 2, end)
 	s.led = checkpoint.NewLedger[flight](1, 4) // room for a third message
+	s.rep.pos = &fakePositions{limit: 1 << 30}
+	s.rep.send = func(pglogrepl.StandbyStatusUpdate) error { return nil }
 	for seq := uint64(1); seq <= 3; seq++ {
 		if seq == 3 {
 			s.led.Commit(end)
@@ -170,10 +172,17 @@ func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	if got, want := s.rep.mark(), (mark{w: end, moved: end, n: 2}); got != want {
 		t.Fatalf("offered %+v after the confirms, want %+v", got, want)
 	}
+	if err := s.rep.report(); err != nil { // a report takes the mark; the reporter listens again
+		t.Fatal(err)
+	}
+	<-s.rep.wake // the confirms' wake-up
 	s.led.Commit(end + 100)
 	s.moved = s.led.Watermark()
 	s.offer()
 	if got, want := s.rep.mark(), (mark{w: end + 100, moved: end + 100, n: 3}); got != want {
 		t.Fatalf("offered %+v after the commit, want %+v", got, want)
+	}
+	if len(s.rep.wake) != 1 {
+		t.Fatal("the commit of a message confirmed before it was read did not wake the reporter")
 	}
 }

@@ -73,8 +73,8 @@
 // goroutine. It runs
 //
 //   - when the status timer fires (reporter.tick): every StatusInterval, and sooner for a
-//     watermark that moved once the stream went quiet or half a window of messages was
-//     confirmed since the last report (reporter.soon);
+//     watermark that moved once the stream went quiet or the watermark passed half a window of
+//     messages since the last report (reporter.soon);
 //   - when a keepalive asks for a reply (stream.handleCopyData calls reporter.replyNow);
 //   - for stream.finalReport at the end of a graceful stop (shutdown.go), and stream.finalStatus
 //     after a broker failure (stream.run), through reporter.final.

@@ -43,7 +43,7 @@ type reporter struct {
 	reader   *reader     // read only through its locked methods; nil in tests
 	onFail   func(error) // called on the reporter's goroutine when it ends in an error
 
-	backlog uint64 // confirmed messages not yet reported that bring a report forward: half a window
+	backlog uint64 // messages the watermark passed since the last report that bring the next forward: half a window
 
 	mu        sync.Mutex
 	latest    mark   // the watermark the stream offered last
@@ -62,8 +62,8 @@ type reporter struct {
 	held     []mark        // marks reported but held back by a cap, oldest first (see covered)
 	sentN    uint64        // the messages below the mark the last report took, covered or not
 	due      time.Time     // when the next status update is due: a status interval after the last
-	check    time.Time     // when to look again at messages confirmed; zero while none are watched
-	seenN    uint64        // the messages confirmed as of the last look
+	check    time.Time     // when to look again at the messages watched; zero while none are
+	seenN    uint64        // the messages below the watermark at the last look
 	sent     time.Time     // when the last status update was sent
 	timer    *time.Timer
 }
@@ -375,10 +375,10 @@ func idleStep(from, to, moved pglogrepl.LSN) bool {
 // reportDelay is how often the reporter looks at a watermark that moved past what was reported.
 const reportDelay = 100 * time.Millisecond
 
-// soon starts watching messages confirmed but not yet reported, once the watermark moved past
-// what was reported. Every reportDelay the reporter looks at them (tick): once the stream has
-// gone quiet, or half a window of messages was confirmed since the last report, it reports at
-// once; otherwise at the status interval.
+// soon starts watching the messages the watermark passed but no report covered. Every
+// reportDelay the reporter looks at them (tick): once the stream has gone quiet, or the watermark
+// passed half a window of messages since the last report, it reports at once; otherwise at the
+// status interval.
 //
 // A burst is thus reported within about two reportDelays after it ends. A relay killed sends
 // again at most its window, plus half a window and about two reportDelays of traffic. A steady

@@ -201,9 +201,9 @@ func offerAndWatch(t *testing.T, r *reporter, m mark) {
 	}
 }
 
-// Messages confirmed are reported at the status interval while the stream keeps confirming,
-// until half a window was confirmed since the last report; and at the next look once no message
-// was confirmed since the one before, however many keepalives moved the watermark meanwhile.
+// Messages below the watermark are reported at the status interval while the stream keeps
+// passing more, until it passed half a window since the last report; and at the next look once
+// it passed no message since the one before, however many keepalives moved it meanwhile.
 func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	pos := &fakePositions{limit: 1 << 20, recorded: 100}
 	r := windowReporter(t, pos)

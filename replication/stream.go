@@ -484,9 +484,9 @@ func (s *stream) settle(at time.Time) {
 
 // offer hands the watermark to the reporter, if it moved.
 func (s *stream) offer() {
-	if w := s.led.Watermark(); w != s.offered.w || s.moved != s.offered.moved {
-		s.offered = mark{w: w, moved: s.moved, n: s.led.Passed()}
-		s.rep.offer(s.offered)
+	if m := (mark{w: s.led.Watermark(), moved: s.moved, n: s.led.Passed()}); m != s.offered {
+		s.offered = m
+		s.rep.offer(m)
 	}
 }
 
