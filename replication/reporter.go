@@ -21,8 +21,8 @@ import (
 //
 // Each report takes the latest watermark offered, caps it at the last verified coverage position,
 // records it, and only then sends it: the slot is never ahead of its record. Reports go out when
-// the status interval has passed, sooner for messages below the watermark (see soon), at once when a
-// keepalive asks for a reply, and at the end of the stream (final). On its timer the reporter
+// the status interval has passed, sooner for messages below the watermark (see soon), at once
+// when a keepalive asks for a reply, and at the end of the stream (final). On its timer the reporter
 // also judges the server's silence, whatever the stream's goroutine is doing (a long publish
 // call, say), and ends the session when the server stayed silent beyond the silence bound.
 //
@@ -93,7 +93,8 @@ type positions interface {
 // newReporter returns a reporter whose first status update is due at once; start runs it.
 func newReporter(cfg *Config, pos positions, conn *pgconn.PgConn, start mark) *reporter {
 	r := &reporter{interval: cfg.StatusInterval, slot: cfg.Slot, log: cfg.Logger, pos: pos, latest: start,
-		reported: start.w, reportedN: start.n, sentN: start.n, backlog: uint64(max(cfg.Window/2, 1)), listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
+		reported: start.w, reportedN: start.n, sentN: start.n, backlog: uint64(max(cfg.Window/2, 1)),
+		listen: true, wake: make(chan struct{}, 1), reply: make(chan struct{}, 1),
 		finals: make(chan chan error), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
