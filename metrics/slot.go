@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 )
 
 // PollSlot reads the slot's retained WAL and wal_status every interval until ctx ends, over a
@@ -22,7 +23,7 @@ func (m *Metrics) PollSlot(ctx context.Context, dsn, slot string, interval time.
 	for {
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = pgx.Connect(ctx, dsn)
+			conn, err = pgconnect.Connect(ctx, dsn)
 		}
 		if err == nil {
 			err = m.readSlot(ctx, conn, slot)

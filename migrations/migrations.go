@@ -79,7 +79,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	applied, err := run(ctx, conn, "outbox:"+cfg.Table.String(), ms)
+	applied, err := run(ctx, conn, cfg.Table.Schema, "outbox:"+cfg.Table.String(), ms)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	if err != nil {
 		return nil, err
 	}
-	applied, err := run(ctx, conn, "registry:"+schema, ms)
+	applied, err := run(ctx, conn, schema, "registry:"+schema, ms)
 	if err != nil {
 		return nil, err
 	}
@@ -142,28 +142,30 @@ func load(fsys fs.FS, dir string, vars map[string]string) ([]migration, error) {
 	return ms, nil
 }
 
-// run applies ms for target in one transaction, holding the advisory lock.
-func run(ctx context.Context, conn *pgx.Conn, target string, ms []migration) ([]string, error) {
+// run applies ms for target in one transaction, holding the advisory lock. It records them in
+// walbox_migrations in schema, the schema of what they create.
+func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration) ([]string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin migration: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return nil, fmt.Errorf("lock migrations: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS walbox_migrations (
-		target     text        NOT NULL,
-		version    int         NOT NULL,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now(),
+	table := pgx.Identifier{schema, "walbox_migrations"}.Sanitize()
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+		target     pg_catalog.text        NOT NULL,
+		version    pg_catalog.int4        NOT NULL,
+		name       pg_catalog.text        NOT NULL,
+		applied_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
 		PRIMARY KEY (target, version))`); err != nil {
-		return nil, fmt.Errorf("create walbox_migrations: %w", err)
+		return nil, fmt.Errorf("create %s: %w", table, err)
 	}
 	var applied []string
 	for _, m := range ms {
 		var done bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM walbox_migrations WHERE target = $1 AND version = $2)",
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+" WHERE target = $1::pg_catalog.text AND version = $2::pg_catalog.int4)",
 			target, m.Version).Scan(&done); err != nil {
 			return nil, fmt.Errorf("check migration %s: %w", m.Name, err)
 		}
@@ -173,7 +175,7 @@ func run(ctx context.Context, conn *pgx.Conn, target string, ms []migration) ([]
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return nil, fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO walbox_migrations (target, version, name) VALUES ($1, $2, $3)",
+		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (target, version, name) VALUES ($1, $2, $3)",
 			target, m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("record migration %s: %w", m.Name, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/slots"
 )
 
@@ -41,7 +42,7 @@ func checkPrimary(conn *pgconn.PgConn) error {
 
 // connectSQL opens an ordinary connection to dsn, named walbox.
 func connectSQL(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	pcfg, err := pgx.ParseConfig(dsn)
+	pcfg, err := pgconnect.ParseConfig(dsn)
 	if err != nil {
 		return nil, fatal(errors.New("parse replication url: not a valid connection string or URL"))
 	}

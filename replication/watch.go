@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
@@ -76,7 +77,7 @@ const maxChecks = 64
 
 // openWatch connects the watch connection and makes sure the registry exists.
 func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *string) (*watch, error) {
-	pcfg, err := pgx.ParseConfig(cfg.DatabaseURL)
+	pcfg, err := pgconnect.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fatal(errors.New("parse database url: not a valid connection string or URL"))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
 )
@@ -18,7 +19,7 @@ import (
 // ConnConfig parses dsn into the configuration of a logical replication connection
 // (replication=database), as walbox run, migrate and recover open it.
 func ConnConfig(dsn string) (*pgconn.Config, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgconnect.ParseConnConfig(dsn)
 	if err != nil {
 		// The parser's message may quote the connection string, password included.
 		return nil, errors.New("parse database url: not a valid connection string or URL")

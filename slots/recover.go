@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
@@ -206,7 +207,7 @@ func (r *Recovery) currentRegistry(ctx context.Context) error {
 // connectRows opens an ordinary connection that reads rows as the walsender writes them: text,
 // timestamps in the ISO style.
 func connectRows(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	pcfg, err := pgx.ParseConfig(dsn)
+	pcfg, err := pgconnect.ParseConfig(dsn)
 	if err != nil {
 		return nil, errors.New("parse database url: not a valid connection string or URL")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/internal/pgconnect"
 )
 
 // ErrStandby means a server walbox needs to be the primary is a standby.
@@ -33,7 +34,7 @@ func errStandbyAsPrimary() error {
 
 // connectSQL opens an ordinary connection to dsn, named walbox.
 func connectSQL(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	pcfg, err := pgx.ParseConfig(dsn)
+	pcfg, err := pgconnect.ParseConfig(dsn)
 	if err != nil {
 		return nil, errors.New("parse replication url: not a valid connection string or URL")
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
@@ -51,7 +52,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fail := c.fail
 
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}

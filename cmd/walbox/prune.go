@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/outbox"
 )
@@ -43,7 +43,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ctx, stop := signalContext(ctx, func() {})
 	defer stop()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}

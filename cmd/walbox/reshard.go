@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
@@ -50,7 +50,7 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	fail := c.fail
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}

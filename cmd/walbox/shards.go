@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/shard"
@@ -123,7 +124,7 @@ func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common, 
 }
 
 func connectAndReadLayout(ctx context.Context, dsn string, c *common) (shard.Layout, error) {
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return shard.Layout{}, fmt.Errorf("connect to postgres: %w", err)
 	}

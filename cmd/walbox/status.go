@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/status"
 )
@@ -41,7 +41,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fail := c.fail
 
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
@@ -51,7 +51,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if replURL != "" {
-		if q.Standby, err = pgx.Connect(ctx, replURL); err != nil {
+		if q.Standby, err = pgconnect.Connect(ctx, replURL); err != nil {
 			return fail(fmt.Errorf("connect to the standby: %w", err))
 		}
 		defer q.Standby.Close(context.Background())

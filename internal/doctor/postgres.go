@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 )
@@ -27,7 +28,7 @@ type pgFacts struct {
 
 // postgres runs the PostgreSQL checks over one ordinary connection and one replication connection.
 func (d doctor) postgres(ctx context.Context) []Check {
-	conn, err := pgx.Connect(ctx, d.dsn)
+	conn, err := pgconnect.Connect(ctx, d.dsn)
 	if err != nil {
 		return []Check{failCheck("postgres", "check --database-url (host, port, database, user, password) and that pg_hba.conf admits this client",
 			"cannot connect to PostgreSQL: %v", err)}
@@ -162,7 +163,7 @@ func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
 	if d.standby != "" {
 		dsn = d.standby // walbox streams from the standby
 	}
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgconnect.ParseConnConfig(dsn)
 	if err != nil {
 		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/pgconnect"
 )
 
 // decodingOnStandbySince is the first PostgreSQL version that decodes on a standby.
@@ -28,7 +29,7 @@ func (d doctor) standbyChecks(ctx context.Context, primary *pgx.Conn, f *pgFacts
 	if d.standby == "" {
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, d.standby)
+	conn, err := pgconnect.Connect(ctx, d.standby)
 	if err != nil {
 		return []Check{failCheck("standby", "check --replication-url (host, port, database, user, password) and the standby's pg_hba.conf",
 			"cannot connect to the standby: %v", err)}

@@ -1,0 +1,61 @@
+// Package pgconnect configures every connection walbox opens to PostgreSQL: each one pins its
+// search_path to pg_catalog, pg_temp.
+//
+// A role that may CREATE in a schema on the default search_path (on PostgreSQL 15 the database
+// owner may create in public) can add an exact-match overload of a polymorphic built-in such as
+// to_jsonb(anyelement). Unqualified calls then run its code with the rights of whoever calls:
+// the relay's role under walbox run, a superuser under walbox doctor or migrate. With the path
+// pinned, built-ins resolve to pg_catalog and temporary objects are never searched first. The
+// session's own setting, sent at startup, wins over ALTER ROLE and ALTER DATABASE settings and
+// over an options parameter in the connection string. walbox's own objects are named with their
+// schema in every statement, so they do not depend on the path.
+package pgconnect
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SearchPath is the search_path of every connection walbox opens.
+const SearchPath = "pg_catalog, pg_temp"
+
+// Pin sets the search_path of the connection cfg describes to SearchPath.
+func Pin(cfg *pgconn.Config) {
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["search_path"] = SearchPath
+}
+
+// ParseConfig is pgx.ParseConfig with the search_path pinned. Its error is pgx's: it may quote
+// the connection string, password included.
+func ParseConfig(dsn string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	Pin(&cfg.Config)
+	return cfg, nil
+}
+
+// ParseConnConfig is pgconn.ParseConfig with the search_path pinned, for a connection that
+// pgconn serves alone (a replication connection). Its error is pgconn's.
+func ParseConnConfig(dsn string) (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	Pin(cfg)
+	return cfg, nil
+}
+
+// Connect is pgx.Connect with the search_path pinned, and the same errors.
+func Connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
