@@ -391,3 +391,19 @@ func splitIdentity(id string) (identity, bool) {
 	}
 	return out, true
 }
+
+// CoverageNames reports whether a Coverage.Identity holds the table whose OID is oid: whether
+// the slot it was recorded for relays that table.
+func CoverageNames(identity string, oid uint32) bool {
+	id, ok := splitIdentity(identity)
+	if !ok {
+		return false
+	}
+	want := strconv.FormatUint(uint64(oid), 10) + ":"
+	for _, t := range id.tables {
+		if strings.HasPrefix(t, want) {
+			return true
+		}
+	}
+	return false
+}

@@ -9,23 +9,28 @@ import (
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
 )
 
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("prune")
 	olderThan, batch, pause, dryRun := c.s.get("older-than"), c.s.get("batch-size"), c.s.get("pause"), c.s.get("dry-run")
 	fs := newFlagSet("prune", "Delete outbox rows older than --older-than in short transactions of --batch-size rows; "+
-		"safe while walbox runs (the publication does not publish deletes)", stderr)
+		"safe while walbox runs (the publication does not publish deletes). Only rows below the transaction horizon every slot "+
+		"relaying the table confirmed go (walbox_slots records it); the others are kept back, whatever their age", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	job := prune.Job{CreatedAt: outbox.ColCreatedAt}
+	job := prune.Job{CreatedAt: outbox.ColCreatedAt, Base: shard.Set{Slot: c.slot.value, Publication: c.publication.value}}
 	dsn, err := c.dsn()
 	if err != nil {
 		return err
 	}
 	if job.Table, err = c.outboxTable(); err != nil {
 		return err
+	}
+	for _, m := range c.mappings() {
+		job.Schemas = append(job.Schemas, m.Table.Schema)
 	}
 	if job.OlderThan, err = parseAge(olderThan); err != nil {
 		return err
@@ -52,16 +57,33 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if job.DryRun && err == nil {
 		fmt.Fprintf(stdout, "would delete %d rows created before %s from %s (dry run: nothing deleted)\n",
 			res.Rows, res.Cutoff.UTC().Format(time.RFC3339), job.Table)
+		showKept(stdout, res)
 		return nil
 	}
 	if !res.Cutoff.IsZero() {
 		fmt.Fprintf(stdout, "deleted %d rows created before %s from %s in %d batches\n",
 			res.Rows, res.Cutoff.UTC().Format(time.RFC3339), job.Table, res.Batches)
+		showKept(stdout, res)
 	}
 	if err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// showKept says how many old rows prune keeps back, and why: only rows below the horizon every
+// relaying slot confirmed go.
+func showKept(w io.Writer, res prune.Result) {
+	cutoff := res.Cutoff.UTC().Format(time.RFC3339)
+	switch {
+	case res.Horizon.Xmin == 0:
+		fmt.Fprintf(w, "kept %d rows created before %s: %s\n", res.Kept, cutoff, res.Horizon)
+	case res.Kept == 0:
+		fmt.Fprintf(w, "rows go only below %s\n", res.Horizon)
+	default:
+		fmt.Fprintf(w, "kept %d rows created before %s that walbox may not have confirmed: they are not below %s\n",
+			res.Kept, cutoff, res.Horizon)
+	}
 }
 
 // parseAge parses --older-than: a Go duration (36h, 90m) or whole days (7d).

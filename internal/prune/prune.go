@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
 )
 
 // LockTimeout bounds how long a batch waits for a lock (behind a schema change, say) before
@@ -23,6 +24,12 @@ type Job struct {
 	BatchSize int           // rows per DELETE
 	Pause     time.Duration // sleep between batches
 	DryRun    bool          // count only
+	// Base names the slots and publications that relay the table: every set of shards named
+	// after it (the single slot included). Records that cover the table count too (ReadHorizon).
+	Base shard.Set
+	// Schemas are where walbox_slots may record the slots (the outbox tables' schemas); the
+	// table's own schema is always searched.
+	Schemas []string
 }
 
 // Result is what a prune did.
@@ -30,6 +37,9 @@ type Result struct {
 	Cutoff  time.Time // the server's now() - OlderThan, fixed at the start
 	Rows    int64     // deleted, or with DryRun that would be
 	Batches int       // transactions that deleted rows
+	// Kept counts the rows older than the cutoff that prune keeps back: not below Horizon.
+	Kept    int64
+	Horizon Horizon
 }
 
 // ParseAge parses an age: a Go duration (36h, 90m) or whole days (7d), positive.
@@ -50,7 +60,11 @@ func ParseAge(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// Run fixes the cutoff by the server's clock, then deletes (or counts) the rows older than it.
+// Run fixes the cutoff by the server's clock and reads the transaction horizon every slot relaying
+// the table confirmed (ReadHorizon), then deletes (or counts) the rows older than the cutoff whose
+// inserting transaction is also older than the horizon. Rows a slot may not have confirmed stay,
+// whatever their age: walbox recover republishes from them. Records only move forward (walbox
+// recover resets one to a later horizon), so the horizon read once holds for the whole run.
 // Each batch is a transaction of its own: row locks on old rows only, held for one short DELETE.
 func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 	var res Result
@@ -63,22 +77,30 @@ func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", LockTimeout.Milliseconds())); err != nil {
 		return res, fmt.Errorf("set lock_timeout: %w", err)
 	}
-	err := conn.QueryRow(ctx, "SELECT now() - $1::bigint * interval '1 microsecond'", j.OlderThan.Microseconds()).Scan(&res.Cutoff)
+	err := conn.QueryRow(ctx, "SELECT pg_catalog.now() - $1::pg_catalog.int8 * interval '1 microsecond'", j.OlderThan.Microseconds()).Scan(&res.Cutoff)
 	if err != nil {
 		return res, fmt.Errorf("read the server's clock: %w", err)
 	}
-	col := pgx.Identifier{j.CreatedAt}.Sanitize()
-	if j.DryRun {
-		err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE %s < $1", j.Table.Quoted(), col), res.Cutoff).Scan(&res.Rows)
-		if err != nil {
-			return res, fmt.Errorf("count rows of %s: %w", j.Table, err)
-		}
+	if res.Horizon, err = ReadHorizon(ctx, conn, j.Table, j.Base, j.Schemas); err != nil {
+		return res, err
+	}
+	old := fmt.Sprintf("%s < $1", pgx.Identifier{j.CreatedAt}.Sanitize())
+	below := belowCondition(res.Horizon.Xmin)
+	var count int64
+	err = conn.QueryRow(ctx, fmt.Sprintf("SELECT pg_catalog.count(*) FILTER (WHERE %s), pg_catalog.count(*) FROM %s WHERE %s",
+		below, j.Table.Quoted(), old), res.Cutoff).Scan(&res.Rows, &count)
+	if err != nil {
+		return res, fmt.Errorf("count rows of %s: %w", j.Table, err)
+	}
+	res.Kept = count - res.Rows
+	if j.DryRun || res.Horizon.Xmin == 0 {
 		return res, nil
 	}
+	res.Rows = 0
 	// ctid = ANY(ARRAY(...)) is a TID scan. The outer condition keeps it exact on a partitioned
 	// table, whose partitions repeat ctids.
-	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s < $1 AND ctid = ANY(ARRAY(
-		SELECT ctid FROM %[1]s WHERE %[2]s < $1 LIMIT $2))`, j.Table.Quoted(), col)
+	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s AND %[3]s AND ctid = ANY(ARRAY(
+		SELECT ctid FROM %[1]s WHERE %[2]s AND %[3]s LIMIT $2))`, j.Table.Quoted(), old, below)
 	for {
 		tag, err := conn.Exec(ctx, del, res.Cutoff, j.BatchSize)
 		if err != nil {
