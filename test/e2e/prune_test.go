@@ -55,12 +55,16 @@ func TestPruneDeletesOnlyOldRowsInBatches(t *testing.T) {
 	w.age(old...)
 	recent := w.insertTx(w.conn, 40, "order.created")
 
+	// No relay has confirmed them yet: prune keeps them, whatever their age, and says why.
 	out, code := w.walbox(nil, "prune", "--older-than", "24h", "--dry-run")
-	if code != 0 || !strings.Contains(out, "would delete 1250 rows created before ") {
-		t.Fatalf("prune --dry-run: exit %d, output %q: want it to count 1250 rows", code, out)
+	if code != 0 || !strings.Contains(out, "would delete 0 rows") || !strings.Contains(out, "kept 1250 rows") {
+		t.Fatalf("prune --dry-run before any relay ran: exit %d, output %q: want 0 counted and 1250 kept back", code, out)
 	}
+	w.startRelay()
+	w.drain(append(old, recent), nil, time.Minute)
+	out = w.waitPrunable(1250)
 	if n := len(w.outboxIDs()); n != 1290 {
-		t.Fatalf("%d rows after a dry run, want all 1290", n)
+		t.Fatalf("%d rows after a dry run, want all 1290:\n%s", n, out)
 	}
 
 	out, code = w.walbox([]string{"WALBOX_PRUNE_BATCH_SIZE=500"}, "prune", "--older-than", "1d")
@@ -95,8 +99,9 @@ func TestPruneWhileRelayRuns(t *testing.T) {
 		before = append(before, w.insertTx(w.conn, 100, "order.created"))
 	}
 	w.age(before...)
-	if out, code := w.walbox(nil, "prune", "--older-than", "1d"); code != 0 || !strings.Contains(out, "deleted 1000 rows") {
-		t.Fatalf("prune before the relay runs: exit %d, output %q", code, out)
+	if out, code := w.walbox(nil, "prune", "--older-than", "1d"); code != 0 || !strings.Contains(out, "deleted 0 rows") ||
+		!strings.Contains(out, "kept 1000 rows") {
+		t.Fatalf("prune before the relay runs: exit %d, output %q: want nothing deleted, 1000 rows kept for the relay", code, out)
 	}
 
 	w.startRelay()
@@ -105,6 +110,8 @@ func TestPruneWhileRelayRuns(t *testing.T) {
 		during = append(during, w.insertTx(w.conn, 100, "order.created"))
 	}
 	w.age(during...)
+	relayed := w.drain(append(before, during...), nil, time.Minute)
+	w.waitPrunable(2000)
 
 	// A writer keeps inserting new rows while prune runs.
 	ctx, stop := context.WithCancel(context.Background())
@@ -135,8 +142,8 @@ func TestPruneWhileRelayRuns(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	if code != 0 || !strings.Contains(out, "deleted 1000 rows") || !strings.Contains(out, "in 10 batches") {
-		t.Fatalf("prune while relaying: exit %d, output %q: want 1000 rows deleted in 10 batches", code, out)
+	if code != 0 || !strings.Contains(out, "deleted 2000 rows") || !strings.Contains(out, "in 20 batches") {
+		t.Fatalf("prune while relaying: exit %d, output %q: want 2000 rows deleted in 20 batches", code, out)
 	}
 	if len(inserted) == 0 {
 		t.Fatal("the writer inserted nothing while prune ran")
@@ -146,10 +153,30 @@ func TestPruneWhileRelayRuns(t *testing.T) {
 	}
 
 	all := append(append(before, during...), inserted...)
-	got := w.drain(all, nil, time.Minute)
+	got := append(relayed, w.drain(all, relayed, time.Minute)...)
 	dups := checkAll(t, all, got)
-	t.Logf("%d messages arrived (%d rows pruned before the relay started, %d while it ran, %d inserted meanwhile), %d duplicates",
+	t.Logf("%d messages arrived (%d rows kept by prune until the relay confirmed them, %d written while it ran, %d inserted while prune ran), %d duplicates",
 		len(got), 1000, 1000, 5*len(inserted), dups)
+}
+
+// waitPrunable waits until the relay confirmed n old rows, so that prune --dry-run counts them,
+// and returns its output.
+func (w *world) waitPrunable(n int) string {
+	w.t.Helper()
+	want := fmt.Sprintf("would delete %d rows", n)
+	var out string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var code int
+		out, code = w.walbox(nil, "prune", "--older-than", "1d", "--dry-run")
+		if code == 0 && strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("prune --dry-run never counted %d rows as confirmed: exit %d, output %q", n, code, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // insertRows commits one transaction of n new rows; unlike insertTx it may run on any goroutine.
