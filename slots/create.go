@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
@@ -113,9 +114,10 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 		return false, err
 	}
 	replURL, slotDB := dsn, inspect.Querier(reg.DB())
+	var standby *pgx.Conn
 	if o.replicationURL != "" {
-		standby, err := connectSQL(ctx, o.replicationURL)
-		if err != nil {
+		var err error
+		if standby, err = connectSQL(ctx, o.replicationURL); err != nil {
 			return false, err
 		}
 		defer standby.Close(context.Background())
@@ -151,7 +153,14 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	_, xmin, err := reg.Horizon(ctx)
+	// The horizon is read where the slot will be, before it exists: the slot starts at or after
+	// the position the horizon was read at.
+	var xmin uint64
+	if standby != nil {
+		xmin, err = standbyHorizon(ctx, standby)
+	} else {
+		_, xmin, err = reg.Horizon(ctx)
+	}
 	if err != nil {
 		return false, err
 	}

@@ -334,7 +334,16 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 			return Result{}, err
 		}
 	}
-	_, horizon, err := r.reg.Horizon(ctx)
+	// The horizon is read where the new slot will be, before it exists (see standbyHorizon).
+	var (
+		horizon uint64
+		err     error
+	)
+	if r.src != nil {
+		horizon, err = standbyHorizon(ctx, r.src)
+	} else {
+		_, horizon, err = r.reg.Horizon(ctx)
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,4 +86,22 @@ func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary Execer, cre
 	close(done)
 	<-stopped
 	return err
+}
+
+// standbyHorizon reads, on a hot standby, the xmin horizon of a snapshot of the WAL it has
+// replayed so far. A slot created on the standby after this starts at or after that position,
+// since the standby only replays forward: any transaction that commits after the slot's consistent
+// point has an id no lower. The primary's horizon is no such bound when the standby lags: it is
+// read at a later position than the slot's start.
+func standbyHorizon(ctx context.Context, standby *pgx.Conn) (uint64, error) {
+	var xmin string
+	err := standby.QueryRow(ctx, "SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::pg_catalog.text").Scan(&xmin)
+	if err != nil {
+		return 0, fmt.Errorf("read the standby's transaction horizon: %w", err)
+	}
+	x, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read the standby's transaction horizon %q: %w", xmin, err)
+	}
+	return x, nil
 }
