@@ -138,4 +138,3 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
