@@ -51,7 +51,7 @@ func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 		cfg:     cfg,
 		handler: h,
 		insertProcessed: "INSERT INTO " + table.Quoted() + " (message_id, consumer, processed_at)" +
-			" VALUES ($1, $2, now()) ON CONFLICT DO NOTHING",
+			" VALUES ($1, $2, pg_catalog.now()) ON CONFLICT DO NOTHING",
 	}, nil
 }
 

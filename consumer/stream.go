@@ -93,11 +93,12 @@ func NewStream(pool *pgxpool.Pool, cfg StreamConfig, h Handler) (*StreamConsumer
 // turns: concurrent CREATE TABLE IF NOT EXISTS can fail on a duplicate catalog row.
 func (c *StreamConsumer) createOffsetTable(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "walbox offset table "+c.table); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))", "walbox offset table "+c.table); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+c.table+
-			" (consumer text NOT NULL, stream text NOT NULL, next_offset bigint NOT NULL, PRIMARY KEY (consumer, stream))")
+			" (consumer pg_catalog.text NOT NULL, stream pg_catalog.text NOT NULL, next_offset pg_catalog.int8 NOT NULL,"+
+			" PRIMARY KEY (consumer, stream))")
 		return err
 	})
 }

@@ -79,7 +79,7 @@ func NewWriter(table Table, opts ...WriterOption) *Writer {
 		w.insertSQL, w.insertCreatedAtSQL = emitStatements(table)
 		w.deleteAfterInsert = false
 	}
-	w.deleteSQL = "DELETE FROM " + table.Quoted() + " WHERE " + ColID + " = ANY($1::uuid[])"
+	w.deleteSQL = "DELETE FROM " + table.Quoted() + " WHERE " + ColID + " = ANY($1::pg_catalog.uuid[])"
 	return w
 }
 
@@ -243,15 +243,31 @@ func (w *Writer) verb() string {
 
 // emitStatements are insertStatements for EmitMessages: the same arrays, each message handed to
 // the emit function. The function is volatile, so it runs after the sort, in the order given.
+// Every call passes all seven arguments, typed: only the function with exactly those parameters
+// matches, never an overload with fewer that a role allowed to CREATE in the schema adds.
 func emitStatements(t Table) (withDefault, withCreatedAt string) {
-	build := func(createdAt, extraParam, extraCol string) string {
+	build := func(createdAt string, types []string, extraCol string) string {
 		return "SELECT " + t.EmitFunction() + "(" + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
-			ColPayload + ", " + ColHeaders + ", " + ColID + createdAt + ")" +
-			" FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[]" + extraParam + ")" +
+			ColPayload + ", " + ColHeaders + ", " + ColID + ", " + createdAt + ")" +
+			" FROM " + rowsFrom(types) +
 			" WITH ORDINALITY AS m(" + ColID + ", " + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
 			ColPayload + ", " + ColHeaders + extraCol + ", ord) ORDER BY ord"
 	}
-	return build("", "", ""), build(", "+ColCreatedAt, ", $7::timestamptz[]", ", "+ColCreatedAt)
+	return build("NULL::pg_catalog.timestamptz", arrayTypes[:6], ""), build(ColCreatedAt, arrayTypes, ", "+ColCreatedAt)
+}
+
+// arrayTypes are the types of the arrays the statements take, in order; the last is created_at's.
+var arrayTypes = []string{"uuid", "text", "text", "text", "jsonb", "jsonb", "timestamptz"}
+
+// rowsFrom unnests one array parameter per type, side by side: the form that unnest with several
+// arguments stands for, written out because only a one-argument unnest may name its schema.
+// Every name is qualified, so the statement means the same under the caller's search_path.
+func rowsFrom(types []string) string {
+	calls := make([]string, len(types))
+	for i, typ := range types {
+		calls[i] = fmt.Sprintf("pg_catalog.unnest($%d::pg_catalog.%s[])", i+1, typ)
+	}
+	return "ROWS FROM (" + strings.Join(calls, ", ") + ")"
 }
 
 // insertStatements builds the two forms of the insert: one that leaves created_at to the column
@@ -266,19 +282,13 @@ func emitStatements(t Table) (withDefault, withCreatedAt string) {
 // created_at to the column default.
 func insertStatements(t Table) (withDefault, withCreatedAt string) {
 	cols := []string{ColID, ColAggregateType, ColAggregateID, ColEventType, ColPayload, ColHeaders}
-	types := []string{"uuid[]", "text[]", "text[]", "text[]", "jsonb[]", "jsonb[]"}
-	build := func(cols, types []string, createdAt string) string {
-		params := make([]string, len(types))
-		for i, typ := range types {
-			params[i] = fmt.Sprintf("$%d::%s", i+1, typ)
-		}
+	build := func(cols []string, createdAt string) string {
 		return "INSERT INTO " + t.Quoted() + " (" + strings.Join(cols, ", ") + ")" +
 			" SELECT " + strings.Join(cols[:6], ", ") + createdAt +
-			" FROM unnest(" + strings.Join(params, ", ") + ") WITH ORDINALITY" +
+			" FROM " + rowsFrom(arrayTypes[:len(cols)]) + " WITH ORDINALITY" +
 			" AS m(" + strings.Join(cols, ", ") + ", ord) ORDER BY ord"
 	}
-	withDefault = build(cols, types, "")
-	withCreatedAt = build(append(cols, ColCreatedAt), append(types, "timestamptz[]"),
-		", coalesce("+ColCreatedAt+", now())")
+	withDefault = build(cols, "")
+	withCreatedAt = build(append(cols, ColCreatedAt), ", coalesce("+ColCreatedAt+", pg_catalog.now())")
 	return withDefault, withCreatedAt
 }

@@ -4,6 +4,6 @@
 CREATE TABLE IF NOT EXISTS {{.Table}} (
     message_id   text        NOT NULL,
     consumer     text        NOT NULL,
-    processed_at timestamptz NOT NULL DEFAULT now(),
+    processed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (consumer, message_id)
 );

@@ -11,8 +11,8 @@ CREATE TABLE IF NOT EXISTS {{.Schema}}.walbox_slots (
     confirmed_lsn     pg_lsn      NOT NULL,   -- walbox never confirms past this position
     confirmed_xmin    xid8,                   -- a transaction id no later than the oldest one that
                                               -- could commit after confirmed_lsn (for recover)
-    confirmed_at      timestamptz NOT NULL DEFAULT now(),
-    first_recorded_at timestamptz NOT NULL DEFAULT now()
+    confirmed_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    first_recorded_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- The relay's role needs only LOGIN REPLICATION: it reads the record, and changes it only through
@@ -39,7 +39,7 @@ RETURNS pg_lsn LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_te
        SET confirmed_xmin = CASE WHEN p_lsn > confirmed_lsn THEN coalesce(p_xmin, confirmed_xmin) ELSE confirmed_xmin END,
            confirmed_lsn  = greatest(confirmed_lsn, p_lsn),
            timeline       = p_timeline,
-           confirmed_at   = now()
+           confirmed_at   = pg_catalog.now()
      WHERE slot_name = p_slot
     RETURNING confirmed_lsn
 $$;

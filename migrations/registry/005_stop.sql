@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION {{.Schema}}.walbox_slot_stop(p_slot text, p_reason te
 RETURNS text LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     UPDATE {{.Schema}}.walbox_slots
        SET stop_lsn    = CASE WHEN stop_reason IS NULL THEN p_lsn ELSE stop_lsn END,
-           stopped_at  = CASE WHEN stop_reason IS NULL THEN now() ELSE stopped_at END,
+           stopped_at  = CASE WHEN stop_reason IS NULL THEN pg_catalog.now() ELSE stopped_at END,
            stop_reason = coalesce(stop_reason, p_reason)
      WHERE slot_name = p_slot
     RETURNING stop_reason
