@@ -36,6 +36,10 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 			return fmt.Errorf("relay role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", relayRole)
 		}
 	}
+	relays, err := recordRelay(ctx, tx, schema, relayRole)
+	if err != nil {
+		return err
+	}
 	fns, err := recordFunctions(ctx, tx, schema, relayRole)
 	if err != nil {
 		return err
@@ -48,11 +52,13 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 			stmts = append(stmts, "REVOKE GRANT OPTION FOR EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize()+" CASCADE")
 		}
 		stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f.sig+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f.sig+" TO CURRENT_USER")
-		if relayRole != "" {
-			stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+f.sig+" TO "+pgx.Identifier{relayRole}.Sanitize())
-		}
 		for _, g := range f.others {
 			stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize())
+		}
+		// The recorded relay roles keep EXECUTE: relayRole alone when it is set, else those
+		// recorded before (even if the owner's default privileges granted it first).
+		for _, r := range relays {
+			stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+f.sig+" TO "+pgx.Identifier{r}.Sanitize())
 		}
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
@@ -63,13 +69,16 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	if err := restrictTable(ctx, tx, schema); err != nil {
 		return err
 	}
+	if err := restrictRelayRoles(ctx, tx, schema, relays); err != nil {
+		return err
+	}
 	// A role that neither owns the functions nor is a superuser gets a warning, not an error, from
 	// REVOKE: make it one.
 	var still []string
-	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname || ' (owner ' || pg_get_userbyid(p.proowner) || ')'
-		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname = ANY($2) AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
-			WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')) ORDER BY 1)`, schema, RecordFunctions).Scan(&still); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname || ' (owner ' || pg_catalog.pg_get_userbyid(p.proowner) || ')'
+		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = ANY($2)
+		  AND pg_catalog.has_function_privilege('public'::name, p.oid, 'EXECUTE') ORDER BY 1)`, schema, RecordFunctions).Scan(&still); err != nil {
 		return fmt.Errorf("read the record functions: %w", err)
 	}
 	if len(still) > 0 {
@@ -157,6 +166,61 @@ func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
 	}
 	if len(grantees) > 0 {
 		return fmt.Errorf("%s may still write %s: run walbox migrate as its owner", strings.Join(grantees, ", "), table)
+	}
+	return nil
+}
+
+// recordRelay records relayRole, unless "", as the one relay role in schema's walbox_relay_roles,
+// and forgets roles dropped since they were recorded. It returns the recorded roles' names.
+func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]string, error) {
+	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
+	stmts := []string{`DELETE FROM ` + table + ` w
+		WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid)`}
+	if relayRole != "" {
+		stmts = append(stmts, `DELETE FROM `+table+` w
+			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1)`,
+			`INSERT INTO `+table+` (role_oid, role_name)
+			SELECT r.oid, r.rolname::text FROM pg_catalog.pg_roles r WHERE r.rolname = $1
+			ON CONFLICT (role_oid) DO UPDATE SET role_name = excluded.role_name, recorded_at = pg_catalog.now()`)
+	}
+	for i, q := range stmts {
+		var args []any
+		if i > 0 {
+			args = []any{relayRole}
+		}
+		if _, err := tx.Exec(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("record the relay role in %s: %w", table, err)
+		}
+	}
+	relays, _, _, err := readRelayRoles(ctx, tx, schema)
+	return relays, err
+}
+
+// restrictRelayRoles takes every right on walbox_relay_roles from every role but its owner, and
+// lets each relay role read it (doctor run as that role reads it). Whoever may write it may add a
+// role that doctor then accepts.
+func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []string) error {
+	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
+	var grantees []string
+	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+			ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+		FROM pg_catalog.pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
+			SELECT t.attacl FROM pg_catalog.pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
+		CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) a
+		WHERE c.oid = $1::regclass AND a.grantee <> c.relowner ORDER BY 1)`, table).Scan(&grantees); err != nil {
+		return fmt.Errorf("read the rights on %s: %w", table, err)
+	}
+	var stmts []string
+	for _, g := range grantees {
+		stmts = append(stmts, "REVOKE ALL ON TABLE "+table+" FROM "+g+" CASCADE")
+	}
+	for _, r := range relays {
+		stmts = append(stmts, "GRANT SELECT ON TABLE "+table+" TO "+pgx.Identifier{r}.Sanitize())
+	}
+	for _, q := range stmts {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("restrict %s: %w", table, err)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
@@ -80,6 +81,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	for _, name := range applied {
 		fmt.Fprintf(stdout, "applied %s to %s\n", name, table)
+	}
+	if err := warnRights(ctx, stderr, conn, table.Schema); err != nil {
+		return fail(err)
 	}
 	if set.N > 1 {
 		created, err := shard.CreatePublications(ctx, conn, table, set)
@@ -167,6 +171,40 @@ func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
 	}
 	if !exists {
 		return badSetting(st, "role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", st.value)
+	}
+	return nil
+}
+
+// warnRights names the roles, but the owner, the recorded relay roles and superusers, that may
+// still move walbox's record once migrate restricted the grants: members of a role that holds a
+// right (the relay role, pg_write_all_data), the schema's owner, grants kept without --relay-role.
+// migrate does not take memberships or schemas away; walbox doctor fails on each of them.
+func warnRights(ctx context.Context, w io.Writer, conn *pgx.Conn, schema string) error {
+	r, err := migrations.ReadRights(ctx, conn, schema)
+	if err != nil {
+		return err
+	}
+	for _, h := range r.Holders {
+		var what []string
+		if len(h.Execute) > 0 {
+			what = append(what, "execute "+strings.Join(h.Execute, ", "))
+		}
+		if len(h.Grant) > 0 {
+			what = append(what, "grant EXECUTE on "+strings.Join(h.Grant, ", "))
+		}
+		if len(h.Write) > 0 {
+			what = append(what, "write "+strings.Join(h.Write, ", "))
+		}
+		via := ""
+		if len(h.Via) > 0 {
+			via = " as a member of " + strings.Join(h.Via, ", ")
+		}
+		fmt.Fprintf(w, "warning: %s may %s%s: it can move walbox's record past a gap (walbox doctor fails until it may not)\n",
+			h.Role, strings.Join(what, " and "), via)
+	}
+	for _, o := range r.SchemaOwners {
+		fmt.Fprintf(w, "warning: %s owns schema %s, or is a member of its owner: it may drop walbox's record and create its own "+
+			"(walbox doctor fails until it may not)\n", o, schema)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -11,27 +12,20 @@ import (
 	"github.com/walbox/walbox/registry"
 )
 
-// recordFunction is what the catalogs say of who may execute one record function.
-type recordFunction struct {
-	name   string
-	public bool     // PUBLIC may execute it (a NULL proacl is PostgreSQL's default: it may)
-	relay  bool     // the relay's role may execute it
-	others []string // other roles granted EXECUTE: neither the owner, a member of it, a superuser nor the relay's role
-	grant  []string // roles but those that may grant EXECUTE to others (the relay's role included)
-}
-
-// rightsCheck checks that only the owner and the relay's role (doctor's own unless --relay-role
-// names it) may execute the functions that move walbox's record of its slots: whoever may can
-// move the record past a gap, and a replaced slot then goes unnoticed.
+// rightsCheck checks that only the owner and the relay roles `walbox migrate --relay-role`
+// recorded may move walbox's record of its slots: whoever may can move the record past a gap, and
+// a replaced slot then goes unnoticed. It judges effective rights, so members of a role that
+// holds a right, pg_write_all_data and the schema's owner count; superusers may do anything and
+// are only named. The role walbox run logs in as (--relay-role, else doctor's own) must be able
+// to execute the record functions.
 func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	const name = "record_rights"
 	relay := d.relayRole
 	if relay == "" {
 		relay = f.User
 	}
-	fix := "as the outbox table's owner: walbox migrate --relay-role " + shellWord(relay)
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", relay).Scan(&exists); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1)", relay).Scan(&exists); err != nil {
 		return failCheck(name, "", "look up role %s: %v", relay, err)
 	}
 	if !exists {
@@ -45,99 +39,199 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
-	fns, err := readRecordFunctions(ctx, conn, reg.Schema(), relay)
+	schema := reg.Schema()
+	rights, err := migrations.ReadRights(ctx, conn, schema)
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
+	fns, owned, err := readRecordFunctions(ctx, conn, schema)
+	if err != nil {
+		return failCheck(name, "", "%v", err)
+	}
+	// The relay role for the fix: the one named, else the one recorded, else doctor's own unless
+	// that is an owner or a superuser: walbox run may log in as another role then.
+	fixRelay := d.relayRole
+	switch {
+	case fixRelay != "":
+	case len(rights.Relays) == 1:
+		fixRelay = rights.Relays[0]
+	case !owned && !f.Super:
+		fixRelay = f.User
+	}
+	command := "walbox migrate --relay-role " + shellWord(fixRelay)
+	if fixRelay == "" {
+		command = "walbox migrate, with --relay-role naming the role walbox run logs in as unless that is the owner"
+	}
+	migrate := "as the outbox table's owner: " + command
 	if len(fns) == 0 {
-		return warnCheck(name, "run `walbox migrate --relay-role "+shellWord(relay)+"` as the outbox table's owner",
-			"the functions that record walbox's slots are not in schema %s", reg.Schema())
+		return warnCheck(name, "run "+command+" as the outbox table's owner",
+			"the functions that record walbox's slots are not in schema %s", schema)
 	}
-	var public, others, grant, denied []string
-	for _, fn := range fns {
-		if fn.public {
-			public = append(public, fn.name)
-		}
-		if len(fn.others) > 0 {
-			others = append(others, fmt.Sprintf("%s (%s)", fn.name, strings.Join(fn.others, ", ")))
-		}
-		if len(fn.grant) > 0 {
-			grant = append(grant, fmt.Sprintf("%s (%s)", fn.name, strings.Join(fn.grant, ", ")))
-		}
-		if !fn.relay {
-			denied = append(denied, fn.name)
-		}
-	}
-	var problems []string
-	owner, fnOwners, err := readRecordOwners(ctx, conn, reg.Schema())
+	var problems, fixes []string
+	owner, fnOwners, err := readRecordOwners(ctx, conn, schema)
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
 	if len(fnOwners) > 0 {
 		problems = append(problems, fmt.Sprintf("walbox_slots belongs to %s, the record functions to %s: %s can move the record, "+
 			"and a trigger of its own on walbox_slots runs with the functions' owner's rights", owner, strings.Join(fnOwners, ", "), owner))
-		fix = fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s OWNER TO %s; then %s",
-			pgx.Identifier{reg.Schema(), "walbox_slots"}.Sanitize(), pgx.Identifier{fnOwners[0]}.Sanitize(), fix)
+		fixes = append(fixes, fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s OWNER TO %s",
+			quoteIdent(schema)+".walbox_slots", quoteIdent(fnOwners[0])))
 	}
-	writers, err := readRecordWriters(ctx, conn, reg.Schema())
-	if err != nil {
-		return failCheck(name, "", "%v", err)
+	if !rights.RelaysKnown && !rights.RelaysMissing {
+		problems = append(problems, fmt.Sprintf("role %s may not read %s: walbox migrate --relay-role did not record %s as a relay role "+
+			"(doctor run as the owner, a relay role or a superuser names the others)", f.User, migrations.RelayRolesTable, f.User))
+		// Without the list, the role walbox run logs in as is taken for the relay role.
+		for i, h := range rights.Holders {
+			if h.Role == relay {
+				rights.Holders[i].Execute = nil
+			}
+		}
 	}
-	if len(writers) > 0 {
-		problems = append(problems, "roles other than the owner may write walbox_slots ("+strings.Join(writers, ", ")+
-			"): they can move or delete walbox's record past a gap")
+	var executes, grants, revokes []string
+	writes := map[string][]string{}
+	var tables []string
+	for _, h := range rights.Holders {
+		who := h.Role
+		if len(h.Via) > 0 {
+			who += " via " + strings.Join(h.Via, ", ")
+			revokes = append(revokes, "REVOKE "+quoteRoles(h.Via)+" FROM "+quoteIdent(h.Role))
+		}
+		if h.Role == "PUBLIC" {
+			if len(h.Execute) > 0 {
+				problems = append(problems, "PUBLIC may execute "+strings.Join(h.Execute, ", ")+
+					": any role that can log in can move walbox's record past a gap, and a replaced slot goes unnoticed")
+			}
+		} else if len(h.Execute) > 0 {
+			executes = append(executes, who+"\x00"+strings.Join(h.Execute, ", "))
+		}
+		if len(h.Grant) > 0 {
+			grants = append(grants, who+"\x00"+strings.Join(h.Grant, ", "))
+		}
+		for _, t := range h.Write {
+			if _, ok := writes[t]; !ok {
+				tables = append(tables, t)
+			}
+			writes[t] = append(writes[t], who)
+		}
 	}
-	if len(public) > 0 {
-		problems = append(problems, "PUBLIC may execute "+strings.Join(public, ", ")+
-			": any role that can log in can move walbox's record past a gap, and a replaced slot goes unnoticed")
+	for _, t := range tables {
+		problems = append(problems, "roles other than the owner may write "+t+" ("+strings.Join(writes[t], ", ")+
+			"): they can move or delete walbox's record past a gap, or name the roles allowed to")
 	}
-	if len(others) > 0 {
-		problems = append(problems, "roles other than the owner and "+relay+" may execute "+strings.Join(others, ", "))
+	if len(executes) > 0 {
+		accepted := "the owner"
+		if len(rights.Relays) > 0 {
+			accepted += " and " + strings.Join(rights.Relays, ", ")
+		}
+		problems = append(problems, "roles other than "+accepted+" may execute "+byObjects(executes)+
+			": walbox migrate --relay-role did not grant it to them")
 	}
-	if len(grant) > 0 {
-		problems = append(problems, "roles may grant EXECUTE on "+strings.Join(grant, ", ")+" to any other role")
+	if len(grants) > 0 {
+		problems = append(problems, "roles may grant EXECUTE on "+byObjects(grants)+" to any other role")
 	}
-	if len(denied) > 0 {
-		problems = append(problems, "role "+relay+" may not execute "+strings.Join(denied, ", ")+": walbox run refuses to start")
+	if len(rights.SchemaOwners) > 0 {
+		problems = append(problems, fmt.Sprintf("%s may drop walbox_slots and the record functions, and create its own, "+
+			"as the owner of schema %s or a member of its owner", strings.Join(rights.SchemaOwners, ", "), schema))
+		fixes = append(fixes, fmt.Sprintf("as a superuser: ALTER SCHEMA %s OWNER TO %s, or make the schema's owner the owner of walbox's record",
+			quoteIdent(schema), quoteIdent(owner)))
+	}
+	var denied []string
+	for _, role := range append([]string{relay}, rights.Relays...) {
+		if slices.Contains(denied, role) {
+			continue
+		}
+		missing, err := deniedFunctions(ctx, conn, schema, role)
+		if err != nil {
+			return failCheck(name, "", "%v", err)
+		}
+		if len(missing) > 0 {
+			denied = append(denied, role)
+			problems = append(problems, "role "+role+" may not execute "+strings.Join(missing, ", ")+": walbox run refuses to start")
+		}
 	}
 	if len(problems) > 0 {
-		return failCheck(name, fix, "%s", strings.Join(problems, "; "))
+		// Two problems come with a fix of their own (the record's and the schema's owners); the
+		// others are put right by migrate.
+		if len(problems) > len(fixes) {
+			fixes = append(fixes, migrate)
+		}
+		fixes = append(fixes, revokes...)
+		return failCheck(name, strings.Join(fixes, "; then "), "%s", strings.Join(problems, "; "))
 	}
-	return passCheck(name, "only the owner and %s may move walbox's record of its slots (%d functions in schema %s)",
-		relay, len(fns), reg.Schema())
+	accepted := "the owner"
+	if len(rights.Relays) > 0 {
+		accepted += " and " + strings.Join(rights.Relays, ", ")
+	}
+	msg := fmt.Sprintf("only %s may move walbox's record of its slots (%d functions in schema %s)", accepted, len(fns), schema)
+	if len(rights.Superusers) > 0 {
+		msg += "; superusers may do anything (" + strings.Join(rights.Superusers, ", ") + ")"
+	}
+	return passCheck(name, "%s", msg)
 }
 
-func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema, relay string) ([]recordFunction, error) {
-	rows, err := conn.Query(ctx, `SELECT p.proname::text,
-			p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),
-			has_function_privilege($3::text, p.oid, 'EXECUTE'),
-			ARRAY(SELECT r.rolname::text FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
-				WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND r.rolname <> $3
-				  AND NOT r.rolsuper AND NOT pg_has_role(r.oid, p.proowner, 'MEMBER')
-				ORDER BY 1),
-			ARRAY(SELECT DISTINCT r.rolname::text FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
-				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner
-				  AND NOT r.rolsuper AND NOT pg_has_role(r.oid, p.proowner, 'MEMBER')
-				ORDER BY 1)
-		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname = ANY($2)
-		ORDER BY 1`, schema, migrations.RecordFunctions, relay)
-	if err != nil {
-		return nil, fmt.Errorf("read the rights on the record functions: %w", err)
-	}
-	defer rows.Close()
-	var fns []recordFunction
-	for rows.Next() {
-		var fn recordFunction
-		if err := rows.Scan(&fn.name, &fn.public, &fn.relay, &fn.others, &fn.grant); err != nil {
-			return nil, fmt.Errorf("read the rights on the record functions: %w", err)
+// byObjects turns "role\x00objects" entries into "objects (role, role), objects (role)": roles
+// that hold the same objects share one list.
+func byObjects(entries []string) string {
+	var keys []string
+	roles := map[string][]string{}
+	for _, e := range entries {
+		who, objects, _ := strings.Cut(e, "\x00")
+		if _, ok := roles[objects]; !ok {
+			keys = append(keys, objects)
 		}
-		fns = append(fns, fn)
+		roles[objects] = append(roles[objects], who)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the rights on the record functions: %w", err)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + " (" + strings.Join(roles[k], ", ") + ")"
 	}
-	return fns, nil
+	return strings.Join(parts, ", ")
+}
+
+// quoteRoles quotes role names for SQL, separated by commas.
+func quoteRoles(roles []string) string {
+	q := make([]string, len(roles))
+	for i, r := range roles {
+		q[i] = quoteIdent(r)
+	}
+	return strings.Join(q, ", ")
+}
+
+// quoteIdent quotes a name for SQL unless it needs no quotes.
+func quoteIdent(s string) string {
+	if s != "" && (s[0] < '0' || s[0] > '9') && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == "" {
+		return s
+	}
+	return pgx.Identifier{s}.Sanitize()
+}
+
+// readRecordFunctions returns the names of the record functions in schema, and whether doctor's
+// role is a member of the owner of one of them.
+func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema string) ([]string, bool, error) {
+	var names []string
+	var owned bool
+	err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(p.proname::text ORDER BY p.proname), '{}'),
+			coalesce(pg_catalog.bool_or(pg_catalog.pg_has_role(p.proowner, 'MEMBER')), false)
+		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = ANY($2)`, schema, migrations.RecordFunctions).Scan(&names, &owned)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the record functions: %w", err)
+	}
+	return names, owned, nil
+}
+
+// deniedFunctions lists the record functions in schema that role may not execute.
+func deniedFunctions(ctx context.Context, conn *pgx.Conn, schema, role string) ([]string, error) {
+	var denied []string
+	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname::text
+		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = ANY($2) AND NOT pg_catalog.has_function_privilege($3::text, p.oid, 'EXECUTE')
+		ORDER BY 1)`, schema, migrations.RecordFunctions, role).Scan(&denied)
+	if err != nil {
+		return nil, fmt.Errorf("read the rights of %s on the record functions: %w", role, err)
+	}
+	return denied, nil
 }
 
 // readRecordOwners returns the owner of walbox_slots in schema and the other roles that own a
@@ -158,23 +252,6 @@ func readRecordOwners(ctx context.Context, conn *pgx.Conn, schema string) (strin
 	return owner, others, nil
 }
 
-// readRecordWriters lists PUBLIC and the roles, but the owner, its members and superusers, granted
-// any right but SELECT on walbox_slots in schema or on one of its columns.
-func readRecordWriters(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
-	var writers []string
-	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::text END
-		FROM pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
-			SELECT t.attacl FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
-		CROSS JOIN LATERAL aclexplode(acl.acl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
-		WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
-		  AND (a.grantee = 0 OR NOT r.rolsuper AND NOT pg_has_role(r.oid, c.relowner, 'MEMBER'))
-		ORDER BY 1)`, schema).Scan(&writers)
-	if err != nil {
-		return nil, fmt.Errorf("read the rights on walbox_slots: %w", err)
-	}
-	return writers, nil
-}
-
 // shellWord quotes s for a shell command line unless it needs no quoting.
 func shellWord(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == "" {
@@ -193,8 +270,7 @@ func (d doctor) messageRightsCheck(ctx context.Context, conn *pgx.Conn) Check {
 	}
 	var public bool
 	var sigs []string
-	err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
-			WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')), false),
+	err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.bool_or(pg_catalog.has_function_privilege('public'::name, p.oid, 'EXECUTE')), false),
 			coalesce(array_agg(format('pg_logical_emit_message(%s)', pg_get_function_identity_arguments(p.oid)) ORDER BY p.oid), '{}')
 		FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace`).Scan(&public, &sigs)
 	if err != nil {

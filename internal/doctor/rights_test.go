@@ -1,0 +1,229 @@
+package doctor_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/doctor"
+	"github.com/walbox/walbox/migrations"
+)
+
+// recordFunctionSigs are the record functions with their arguments, for GRANT and REVOKE.
+var recordFunctionSigs = []string{
+	"walbox_slot_register(text, text, integer, text, pg_lsn, pg_lsn, xid8)",
+	"walbox_slot_confirm(text, integer, pg_lsn, xid8)",
+	"walbox_slot_coverage(text, text)",
+	"walbox_slot_widen_coverage(text, text, text)",
+	"walbox_slot_stop(text, text, pg_lsn)",
+}
+
+// onRecordFunctions returns "FUNCTION schema.f(args), ..." for every record function.
+func onRecordFunctions(schema string) string {
+	fns := make([]string, len(recordFunctionSigs))
+	for i, f := range recordFunctionSigs {
+		fns[i] = pgx.Identifier{schema}.Sanitize() + "." + f
+	}
+	return "FUNCTION " + strings.Join(fns, ", ")
+}
+
+// rightsAs runs doctor as the role of dbURL and returns its record_rights check.
+func (e *env) rightsAs(t *testing.T, dbURL string) doctor.Check {
+	t.Helper()
+	cfg := e.cfg
+	cfg.DatabaseURL = dbURL
+	return find(t, doctor.Run(t.Context(), cfg), "record_rights")
+}
+
+// Rights that reach a role through another are rights all the same: a member of the relay role (with
+// or without INHERIT), a member of pg_write_all_data, a role granted EXECUTE by hand. doctor judges
+// what each role may do, not the grants in the ACLs, and fails each, naming it, whether it runs as
+// the owner and superuser or as the relay role.
+func TestRecordRightsSeeEveryRoleThatMayMoveTheRecord(t *testing.T) {
+	e := setup(t)
+	relayURL := e.roleURL(t, "LOGIN REPLICATION")
+	relay := roleOf(t, relayURL)
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{e.db, relayURL} {
+		if c := e.rightsAs(t, url); c.Status != "pass" || !strings.Contains(c.Message, "only the owner and "+relay+" may move") {
+			t.Fatalf("record_rights as %s before any other role: %s %q (fix %q), want a pass naming %s", roleOf(t, url), c.Status, c.Message, c.Fix, relay)
+		}
+	}
+	for _, tc := range []struct {
+		name, attrs, grant string
+		want               func(role string) string
+	}{
+		{"member of the relay role", "LOGIN", "GRANT " + pgx.Identifier{relay}.Sanitize() + " TO %s",
+			func(role string) string { return "(" + role + " via " + relay + ")" }},
+		{"member of the relay role without INHERIT", "LOGIN NOINHERIT", "GRANT " + pgx.Identifier{relay}.Sanitize() + " TO %s",
+			func(role string) string { return "(" + role + " via " + relay + ")" }},
+		{"member of pg_write_all_data", "LOGIN", "GRANT pg_write_all_data TO %s",
+			func(role string) string { return "may write walbox_slots (" + role + " via pg_write_all_data" }},
+		{"EXECUTE granted by hand", "LOGIN", "GRANT EXECUTE ON " + onRecordFunctions("public") + " TO %s",
+			func(role string) string { return "(" + role + "): walbox migrate --relay-role did not grant it" }},
+		{"a write on the list of relay roles", "LOGIN", "GRANT INSERT ON public.walbox_relay_roles TO %s",
+			func(role string) string { return "may write walbox_relay_roles (" + role + ")" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			roleURL := e.roleURL(t, tc.attrs)
+			role := roleOf(t, roleURL)
+			e.pg.Exec(t, e.db, strings.ReplaceAll(tc.grant, "%s", pgx.Identifier{role}.Sanitize()))
+			if strings.Contains(tc.name, "by hand") {
+				// doctor run as the role itself no longer takes it for the relay's.
+				c := e.rightsAs(t, roleURL)
+				if c.Status != "fail" || !strings.Contains(c.Message, "walbox migrate --relay-role did not record "+role) ||
+					!strings.Contains(c.Fix, "walbox migrate --relay-role "+role) {
+					t.Errorf("record_rights as %s: %s %q (fix %q), want a failure: migrate did not record it", role, c.Status, c.Message, c.Fix)
+				}
+			}
+			for _, url := range []string{e.db, relayURL} {
+				c := e.rightsAs(t, url)
+				if c.Status != "fail" || !strings.Contains(c.Message, tc.want(role)) {
+					t.Errorf("record_rights as %s: %s %q, want a failure saying %q", roleOf(t, url), c.Status, c.Message, tc.want(role))
+				}
+				if !strings.Contains(c.Fix, "walbox migrate --relay-role "+relay) {
+					t.Errorf("record_rights as %s: fix %q, want walbox migrate --relay-role %s", roleOf(t, url), c.Fix, relay)
+				}
+			}
+		})
+	}
+	if c := e.rightsAs(t, e.db); c.Status != "pass" {
+		t.Errorf("record_rights once the roles are gone: %s %q, want pass", c.Status, c.Message)
+	}
+}
+
+// The setup: walbox's record belongs to one role, and another role owns the schema it is in
+// (on PostgreSQL 15, the database's owner owns public). That role may drop walbox_slots and create
+// its own: doctor fails, naming it. A schema the record's owner owns passes.
+func TestRecordRightsSeeTheSchemasOwner(t *testing.T) {
+	e := setup(t)
+	appURL := e.roleURL(t, "LOGIN")
+	app := pgx.Identifier{roleOf(t, appURL)}.Sanitize()
+	dbName := strings.TrimPrefix(e.pg.Conn(t, e.db).Config().Database, "/")
+	e.pg.Exec(t, e.db, "ALTER DATABASE "+pgx.Identifier{dbName}.Sanitize()+" OWNER TO "+app)
+	t.Cleanup(func() {
+		e.pg.Exec(t, e.db, "ALTER DATABASE "+pgx.Identifier{dbName}.Sanitize()+" OWNER TO CURRENT_USER")
+	})
+	var publicOwner string
+	if err := e.conn.QueryRow(t.Context(), "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'public'").Scan(&publicOwner); err != nil {
+		t.Fatal(err)
+	}
+	if publicOwner == "pg_database_owner" {
+		c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+		if c.Status != "fail" || !strings.Contains(c.Message, roleOf(t, appURL)+" may drop walbox_slots") ||
+			!strings.Contains(c.Fix, "ALTER SCHEMA public OWNER TO") {
+			t.Errorf("record_rights with public owned by the database's owner: %s %q (fix %q), want a failure naming %s",
+				c.Status, c.Message, c.Fix, app)
+		}
+	}
+
+	e.pg.Exec(t, e.db, "CREATE SCHEMA squat AUTHORIZATION "+app)
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Table.Schema = "squat"
+	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, roleOf(t, appURL)+" may drop walbox_slots and the record functions") {
+		t.Errorf("record_rights in a schema %s owns: %s %q, want a failure naming it", app, c.Status, c.Message)
+	}
+	// What doctor fails is real: the schema's owner replaces the record.
+	e.pg.Exec(t, appURL, "BEGIN; DROP TABLE squat.walbox_slots; CREATE TABLE squat.walbox_slots (slot_name text); ROLLBACK")
+	e.pg.Exec(t, e.db, "ALTER SCHEMA squat OWNER TO CURRENT_USER")
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights once the schema is the record owner's: %s %q, want pass", c.Status, c.Message)
+	}
+}
+
+// doctor run by the record's owner, not a superuser, accepts the relay role migrate granted (it
+// failed it, and suggested --relay-role with the owner's own name). A member of the owner is the
+// owner; a member of the relay role fails, with the recorded relay role in the fix.
+func TestRecordRightsAsTheOwner(t *testing.T) {
+	e := setup(t)
+	ownerURL := e.roleURL(t, "LOGIN")
+	owner := pgx.Identifier{roleOf(t, ownerURL)}.Sanitize()
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	e.pg.Exec(t, e.db, "CREATE SCHEMA own AUTHORIZATION "+owner)
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "own", relay); err != nil {
+		t.Fatal(err)
+	}
+	e.pg.Exec(t, e.db, "ALTER TABLE own.walbox_slots OWNER TO "+owner+"; ALTER TABLE own.walbox_relay_roles OWNER TO "+owner)
+	for _, f := range recordFunctionSigs {
+		e.pg.Exec(t, e.db, "ALTER FUNCTION own."+f+" OWNER TO "+owner)
+	}
+	cfg := e.cfg
+	cfg.Table.Schema = "own"
+	cfg.DatabaseURL = ownerURL
+	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "pass" || !strings.Contains(c.Message, "only the owner and "+relay+" may move") {
+		t.Errorf("record_rights as the owner: %s %q (fix %q), want a pass naming %s", c.Status, c.Message, c.Fix, relay)
+	}
+	ownerMember := roleOf(t, e.roleURL(t, "LOGIN"))
+	relayMember := roleOf(t, e.roleURL(t, "LOGIN"))
+	e.pg.Exec(t, e.db, "GRANT "+owner+" TO "+pgx.Identifier{ownerMember}.Sanitize()+"; GRANT "+pgx.Identifier{relay}.Sanitize()+
+		" TO "+pgx.Identifier{relayMember}.Sanitize())
+	c = find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, relayMember+" via "+relay) || strings.Contains(c.Message, ownerMember) {
+		t.Errorf("record_rights as the owner with members: %s %q, want a failure naming %s and not %s", c.Status, c.Message, relayMember, ownerMember)
+	}
+	if !strings.Contains(c.Fix, "walbox migrate --relay-role "+relay) || !strings.Contains(c.Fix, "REVOKE "+relay+" FROM "+relayMember) ||
+		strings.Contains(c.Fix, "--relay-role "+roleOf(t, ownerURL)) {
+		t.Errorf("record_rights fix %q: want --relay-role %s and the REVOKE of the membership", c.Fix, relay)
+	}
+}
+
+// migrate records the relay role it grants, and only that one: a later --relay-role replaces it,
+// and the one before loses EXECUTE. A migrate without --relay-role keeps the recorded role and gives
+// back a grant taken by hand. The relay role may read the list; another role may not, and doctor
+// run as it says so instead of guessing. Superusers are named, not failed.
+func TestMigrateRecordsTheRelayRole(t *testing.T) {
+	e := setup(t)
+	firstURL, secondURL := e.roleURL(t, "LOGIN REPLICATION"), e.roleURL(t, "LOGIN REPLICATION")
+	first, second := roleOf(t, firstURL), roleOf(t, secondURL)
+	admin := roleOf(t, e.roleURL(t, "SUPERUSER"))
+	recorded := func() []string {
+		t.Helper()
+		rows, err := e.conn.Query(t.Context(), "SELECT role_name FROM public.walbox_relay_roles ORDER BY 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	for _, relay := range []string{first, second} {
+		if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+			t.Fatal(err)
+		}
+		if got := recorded(); len(got) != 1 || got[0] != relay {
+			t.Errorf("recorded relay roles after migrate --relay-role %s: %v", relay, got)
+		}
+	}
+	c := e.rightsAs(t, e.db)
+	if c.Status != "pass" || !strings.Contains(c.Message, "only the owner and "+second+" may move") || !strings.Contains(c.Message, admin) {
+		t.Errorf("record_rights after --relay-role %s: %s %q, want a pass naming it and the superuser %s", second, c.Status, c.Message, admin)
+	}
+	if c := e.rightsAs(t, firstURL); c.Status != "fail" || !strings.Contains(c.Message, "role "+first+" may not execute") {
+		t.Errorf("record_rights as the relay role replaced: %s %q, want a failure: it may not execute", c.Status, c.Message)
+	}
+	if c := e.rightsAs(t, secondURL); c.Status != "pass" {
+		t.Errorf("record_rights as the recorded relay role: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+	}
+	e.pg.Exec(t, e.db, "REVOKE EXECUTE ON "+onRecordFunctions("public")+" FROM "+pgx.Identifier{second}.Sanitize())
+	if c := e.rightsAs(t, e.db); c.Status != "fail" || !strings.Contains(c.Message, "role "+second+" may not execute") {
+		t.Errorf("record_rights as the owner with the relay's grant taken: %s %q, want a failure naming %s", c.Status, c.Message, second)
+	}
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", ""); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.rightsAs(t, secondURL); c.Status != "pass" || len(recorded()) != 1 {
+		t.Errorf("record_rights after migrate without --relay-role: %s %q, recorded %v: want pass and %s kept", c.Status, c.Message, recorded(), second)
+	}
+	if c := e.rightsAs(t, e.roleURL(t, "LOGIN")); c.Status != "fail" || !strings.Contains(c.Message, "may not read walbox_relay_roles") {
+		t.Errorf("record_rights as a role with no grants: %s %q, want a failure: it may not read the list", c.Status, c.Message)
+	}
+}

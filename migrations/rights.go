@@ -1,0 +1,232 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RelayRolesTable is the table, beside walbox_slots, that records the relay roles `walbox migrate
+// --relay-role` granted EXECUTE on the record functions.
+const RelayRolesTable = "walbox_relay_roles"
+
+// recordTables are the registry's tables: whoever may write one may move the record, or the list
+// of roles allowed to.
+var recordTables = []string{"walbox_slots", RelayRolesTable}
+
+// tableWrites are the rights on a registry table that move the record. TRIGGER counts: a trigger
+// on walbox_slots runs inside the record functions, with their owner's rights.
+var tableWrites = []string{"INSERT", "UPDATE", "DELETE", "TRUNCATE", "TRIGGER"}
+
+// Holder is a role that may move walbox's record though it is no superuser, no member of the
+// owner of what it holds, and, for EXECUTE, no recorded relay role.
+type Holder struct {
+	// Role is the role's name, or PUBLIC for every role.
+	Role string
+	// Execute lists the record functions it may execute.
+	Execute []string
+	// Grant lists the record functions on which it may grant EXECUTE to other roles.
+	Grant []string
+	// Write lists the registry tables it may write to, truncate or add a trigger to.
+	Write []string
+	// Via lists the roles it is a member of that hold one of these rights (the relay role,
+	// pg_write_all_data); none when it holds them itself.
+	Via []string
+}
+
+// Rights says who may move walbox's record in one schema. It is judged by effective rights
+// (has_function_privilege, has_table_privilege and role membership), not by ACL entries: members
+// of a role that holds a right are counted, whether they inherit it or must SET ROLE first.
+type Rights struct {
+	// Relays are the recorded relay roles, by their current names.
+	Relays []string
+	// RelaysKnown is false when walbox_relay_roles is missing (a registry migrated by an older
+	// walbox) or this role may not read it; Holders then count every relay role.
+	RelaysKnown bool
+	// RelaysMissing is true when walbox_relay_roles is missing.
+	RelaysMissing bool
+	// Superusers may do anything in the database; they are expected, not counted as holders.
+	Superusers []string
+	// SchemaOwners own the schema, or are members of its owner, but not of the registry's owner:
+	// they may drop walbox_slots and the record functions, and create their own.
+	SchemaOwners []string
+	// Holders are the other roles that may move the record, PUBLIC first.
+	Holders []Holder
+}
+
+// querier is a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// registryObjects are the record functions and tables in schema $1, once for each right that
+// moves the record, with their owners. Functions named $2, tables $3, rights on a table $4.
+const registryObjects = `WITH ns AS (
+		SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+	obj AS (
+		SELECT p.oid, p.proname::text AS name, p.proowner AS owner, x.priv, true AS fn
+		  FROM pg_catalog.pg_proc p JOIN ns ON ns.oid = p.pronamespace
+		 CROSS JOIN (VALUES ('EXECUTE'), ('EXECUTE WITH GRANT OPTION')) x(priv)
+		 WHERE p.proname = ANY($2::text[])
+		UNION ALL
+		SELECT c.oid, c.relname::text, c.relowner, x.priv, false
+		  FROM pg_catalog.pg_class c JOIN ns ON ns.oid = c.relnamespace
+		 CROSS JOIN pg_catalog.unnest($4::text[]) x(priv)
+		 WHERE c.relname = ANY($3::text[]) AND c.relkind IN ('r', 'p')),
+	allowed AS (
+		SELECT r.oid AS role, o.oid, o.priv FROM pg_catalog.pg_roles r CROSS JOIN obj o
+		 WHERE CASE WHEN o.fn THEN pg_catalog.has_function_privilege(r.oid, o.oid, o.priv)
+		            WHEN o.priv IN ('INSERT', 'UPDATE') THEN pg_catalog.has_any_column_privilege(r.oid, o.oid, o.priv)
+		            ELSE pg_catalog.has_table_privilege(r.oid, o.oid, o.priv) END),
+	everyone AS (
+		SELECT o.oid, o.priv FROM obj o
+		 WHERE CASE WHEN o.fn THEN pg_catalog.has_function_privilege('public', o.oid, o.priv)
+		            WHEN o.priv IN ('INSERT', 'UPDATE') THEN pg_catalog.has_any_column_privilege('public', o.oid, o.priv)
+		            ELSE pg_catalog.has_table_privilege('public', o.oid, o.priv) END)
+	`
+
+// holdersQuery lists, for each role that may use a right on a registry object, whether it is a
+// superuser and a member of the object's owner, and the other roles it holds the right through.
+// Predefined roles (oids below 16384, such as pg_write_all_data) are left out: their members are
+// listed. A right PUBLIC has is listed once, as PUBLIC.
+const holdersQuery = registryObjects + `
+	SELECT x.rolname::text, x.rolsuper, o.name, o.priv, o.fn, pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'),
+	       ARRAY(SELECT DISTINCT v.rolname::text FROM allowed a JOIN pg_catalog.pg_roles v ON v.oid = a.role
+	              WHERE a.oid = o.oid AND a.priv = o.priv AND a.role <> x.oid
+	                AND pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER') ORDER BY 1)
+	  FROM pg_catalog.pg_roles x CROSS JOIN obj o
+	 WHERE (x.oid >= 16384 OR x.rolsuper)
+	   AND NOT EXISTS (SELECT 1 FROM everyone e WHERE e.oid = o.oid AND e.priv = o.priv)
+	   AND EXISTS (SELECT 1 FROM allowed a WHERE a.oid = o.oid AND a.priv = o.priv
+	                 AND pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER'))
+	UNION ALL
+	SELECT 'PUBLIC', false, o.name, o.priv, o.fn, false, '{}'::text[]
+	  FROM obj o JOIN everyone e ON e.oid = o.oid AND e.priv = o.priv
+	 ORDER BY 1, 3, 4`
+
+// schemaOwnersQuery lists the roles, but superusers, that own schema $1 or are members of its
+// owner, and are no member of the owner of some registry object in it.
+const schemaOwnersQuery = registryObjects + `
+	SELECT x.rolname::text FROM pg_catalog.pg_roles x CROSS JOIN ns
+	 WHERE NOT x.rolsuper AND x.oid >= 16384 AND pg_catalog.pg_has_role(x.oid, ns.nspowner, 'MEMBER')
+	   AND EXISTS (SELECT 1 FROM obj o WHERE NOT pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'))
+	 ORDER BY 1`
+
+// ReadRights reads who may move walbox's record in schema. Any role may call it; what it cannot
+// read (walbox_relay_roles) it reports as not known.
+func ReadRights(ctx context.Context, conn *pgx.Conn, schema string) (Rights, error) {
+	return readRights(ctx, conn, schema)
+}
+
+func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
+	var r Rights
+	var err error
+	if r.Relays, r.RelaysKnown, r.RelaysMissing, err = readRelayRoles(ctx, q, schema); err != nil {
+		return Rights{}, err
+	}
+	relay := make(map[string]bool, len(r.Relays))
+	for _, name := range r.Relays {
+		relay[name] = true
+	}
+	rows, err := q.Query(ctx, holdersQuery, schema, RecordFunctions, recordTables, tableWrites)
+	if err != nil {
+		return Rights{}, fmt.Errorf("read the rights on walbox's record: %w", err)
+	}
+	defer rows.Close()
+	byRole := map[string]*Holder{}
+	var order []string
+	supers := map[string]bool{}
+	for rows.Next() {
+		var role, object, priv string
+		var super, fn, owns bool
+		var via []string
+		if err := rows.Scan(&role, &super, &object, &priv, &fn, &owns, &via); err != nil {
+			return Rights{}, fmt.Errorf("read the rights on walbox's record: %w", err)
+		}
+		switch {
+		case super:
+			supers[role] = true
+			continue
+		case owns, priv == "EXECUTE" && relay[role]:
+			continue
+		}
+		h := byRole[role]
+		if h == nil {
+			h = &Holder{Role: role}
+			byRole[role] = h
+			order = append(order, role)
+		}
+		switch {
+		case priv == "EXECUTE":
+			h.Execute = appendNew(h.Execute, object)
+		case fn:
+			h.Grant = appendNew(h.Grant, object)
+		default:
+			h.Write = appendNew(h.Write, object)
+		}
+		for _, v := range via {
+			h.Via = appendNew(h.Via, v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Rights{}, fmt.Errorf("read the rights on walbox's record: %w", err)
+	}
+	for _, role := range order {
+		h := byRole[role]
+		sort.Strings(h.Via)
+		r.Holders = append(r.Holders, *h)
+	}
+	sort.SliceStable(r.Holders, func(i, j int) bool { return r.Holders[i].Role == "PUBLIC" && r.Holders[j].Role != "PUBLIC" })
+	for s := range supers {
+		r.Superusers = append(r.Superusers, s)
+	}
+	sort.Strings(r.Superusers)
+	rows, err = q.Query(ctx, schemaOwnersQuery, schema, RecordFunctions, recordTables, tableWrites)
+	if err != nil {
+		return Rights{}, fmt.Errorf("read the owner of schema %s: %w", schema, err)
+	}
+	if r.SchemaOwners, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return Rights{}, fmt.Errorf("read the owner of schema %s: %w", schema, err)
+	}
+	return r, nil
+}
+
+// readRelayRoles returns the recorded relay roles in schema that still exist, by their current
+// names; known is false when the table is missing or this role may not read it.
+func readRelayRoles(ctx context.Context, q querier, schema string) (names []string, known, missing bool, err error) {
+	var readable bool
+	err = q.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege(c.oid, 'SELECT')
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, schema, RelayRolesTable).Scan(&readable)
+	if err == pgx.ErrNoRows {
+		return nil, false, true, nil
+	}
+	if err != nil {
+		return nil, false, false, fmt.Errorf("look up %s: %w", RelayRolesTable, err)
+	}
+	if !readable {
+		return nil, false, false, nil
+	}
+	rows, err := q.Query(ctx, `SELECT r.rolname::text FROM `+pgx.Identifier{schema, RelayRolesTable}.Sanitize()+` w
+		JOIN pg_catalog.pg_roles r ON r.oid = w.role_oid ORDER BY 1`)
+	if err != nil {
+		return nil, false, false, fmt.Errorf("read %s: %w", RelayRolesTable, err)
+	}
+	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, false, false, fmt.Errorf("read %s: %w", RelayRolesTable, err)
+	}
+	return names, true, false, nil
+}
+
+func appendNew(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
