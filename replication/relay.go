@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
@@ -156,6 +157,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		if _, err := inspect.CheckTable(sctx, w.conn, m); err != nil {
 			return false, fatal(err)
 		}
+	}
+	if err := shard.CheckPositionPublication(sctx, w.conn, r.cfg.Publication, r.cfg.Mappings); err != nil {
+		if errors.Is(err, shard.ErrPositionIDs) {
+			err = fatal(err)
+		}
+		return false, err
 	}
 	silence := r.serverSilence(srv.SenderTimeout)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)

@@ -51,6 +51,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := set.Validate(); err != nil {
 		return badSetting(shardsSetting, "%v", err)
 	}
+	if err := checkPositionShards(c, set.N, shardsSetting); err != nil {
+		return err
+	}
 	fail := c.fail
 
 	conn, err := pgconnect.Connect(ctx, dsn)
@@ -65,6 +68,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := layout.CheckMigrate(set.N); err != nil {
 		return mismatch(shardsSetting, err)
+	}
+	if err := checkPositionFilters(ctx, conn, c); err != nil {
+		return fail(err)
 	}
 	if err := checkRole(ctx, conn, relayRole); err != nil {
 		return err

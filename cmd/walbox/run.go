@@ -100,6 +100,9 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	if err := applyShard(ctx, &rc, r.c, r.shards, r.shardK, rc.Logger); err != nil {
 		return cfg, "", err
 	}
+	if err := r.checkPositions(ctx, rc); err != nil {
+		return cfg, "", err
+	}
 	if cfg.Lanes, err = r.lanes.int(); err != nil {
 		return cfg, "", err
 	}
@@ -111,6 +114,19 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 		cfg.Listen = r.listen.value
 	}
 	return cfg, pcfg.Exchange, nil
+}
+
+// checkPositions refuses position ids on rows a row filter selects: the shards of rc, or a
+// filter on its publication.
+func (r *runSettings) checkPositions(ctx context.Context, rc replication.Config) error {
+	st := r.shards
+	if st.value == "" {
+		st = r.shardK
+	}
+	if err := checkPositionShards(r.c, rc.Shards, st); err != nil {
+		return err
+	}
+	return connectAndCheckPositions(ctx, rc.DatabaseURL, r.c)
 }
 
 // brokerHosts names the nodes the relay publishes to.

@@ -47,6 +47,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 	for _, m := range d.mappings {
 		out = append(out, d.tableCheck(ctx, conn, m))
 	}
+	out = append(out, d.positionIDsCheck(ctx, conn)...)
 	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
 	out = append(out, slotCheck(f, d.slot))
 	out = append(out, d.failoverChecks(ctx, conn, f)...)

@@ -70,7 +70,7 @@
 //     TestStatusChecksSettingsFirst,
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
-//     TestMigrateChecksWalLevelFirst,
+//     TestMigrateChecksWalLevelFirst, TestPositionIDsWithARowFilterRefused,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
