@@ -120,6 +120,7 @@ func TestRecordRightsSeeTheSchemasOwner(t *testing.T) {
 	}
 
 	e.pg.Exec(t, e.db, "CREATE SCHEMA squat AUTHORIZATION "+app)
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "DROP SCHEMA squat CASCADE") })
 	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +147,7 @@ func TestRecordRightsAsTheOwner(t *testing.T) {
 	owner := pgx.Identifier{roleOf(t, ownerURL)}.Sanitize()
 	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
 	e.pg.Exec(t, e.db, "CREATE SCHEMA own AUTHORIZATION "+owner)
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "DROP SCHEMA own CASCADE") }) // migrate's own table in it is not the owner's
 	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "own", relay); err != nil {
 		t.Fatal(err)
 	}
