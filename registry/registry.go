@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -60,7 +59,8 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Store reads and writes the registry in one schema (the outbox table's).
+// Store reads and writes the registry in one schema: that of the outbox table walbox migrate
+// created it for (--table). walbox reads no other, whatever the other outbox tables' schemas.
 type Store struct {
 	db     Querier
 	schema string
@@ -74,40 +74,6 @@ func New(db Querier, schema string) *Store {
 
 // DB returns the connection the registry is read through.
 func (s *Store) DB() Querier { return s.db }
-
-// Find returns the registry that records slot among those in schemas (the schemas of the outbox
-// tables): the one whose record of it is furthest ahead, so that the order of the tables in a
-// configuration does not matter. Where none records it, the registry in the first schema.
-func Find(ctx context.Context, db Querier, slot string, schemas []string) (*Store, error) {
-	var (
-		found *Store
-		ahead pglogrepl.LSN
-	)
-	for i, schema := range schemas {
-		if slices.Contains(schemas[:i], schema) {
-			continue
-		}
-		s := New(db, schema)
-		ok, err := s.Exists(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		rec, recorded, err := s.Get(ctx, slot)
-		if err != nil {
-			return nil, err
-		}
-		if recorded && (found == nil || rec.ConfirmedLSN > ahead) {
-			found, ahead = s, rec.ConfirmedLSN
-		}
-	}
-	if found == nil {
-		found = New(db, schemas[0])
-	}
-	return found, nil
-}
 
 // Schema returns the schema the registry lives in.
 func (s *Store) Schema() string { return s.schema }

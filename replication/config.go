@@ -62,7 +62,8 @@ type Config struct {
 	Slot string
 	// Publication is the publication that contains the outbox table (default "walbox").
 	Publication string
-	// Table is the outbox table (default public.outbox), when Mappings is empty.
+	// Table is the outbox table (default public.outbox), when Mappings is empty. Its schema holds
+	// walbox's record of the slot (walbox migrate creates it there), whatever Mappings says.
 	Table wire.Table
 	// Mappings are the outbox tables of the publication with their column mappings; empty means
 	// Table with the default contract. At the start of every session each is checked against the

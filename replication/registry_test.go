@@ -103,8 +103,8 @@ func TestMovingPositionIsReportedSoon(t *testing.T) {
 	t.Logf("reported %v after the commit (status interval 10 s)", time.Since(start).Round(time.Millisecond))
 }
 
-// The registry lives in the schema of an outbox table. With tables in two schemas, which one
-// the relay looks in must not depend on the order of the tables in its configuration: with
+// The registry lives in the schema of Config.Table (--table). With tables in two schemas, which
+// one the relay looks in must not depend on the order of the tables in its configuration: with
 // the tables listed the other way round, a relay that found no record where it looked
 // recreated a dropped slot, skipping every row committed since.
 func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {

@@ -109,11 +109,8 @@ func openWatch(ctx context.Context, cfg *Config, timeline int32, identity *strin
 			return nil, err
 		}
 	}
-	if w.reg, err = findRegistry(fctx, conn, cfg.Slot, cfg.Mappings); err != nil {
-		w.close()
-		return nil, err
-	}
-	if err := w.ensureRegistry(ctx); err != nil {
+	w.reg = registry.New(conn, cfg.Table.Schema)
+	if err := w.ensureRegistry(ctx, cfg.Mappings); err != nil {
 		w.close()
 		return nil, err
 	}
@@ -135,30 +132,50 @@ func (w *watch) slotDB() *pgx.Conn {
 	return w.conn
 }
 
-// findRegistry returns the registry that records slot, among those in the schemas of the outbox
-// tables of maps (see registry.Find).
-func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []wire.Mapping) (*registry.Store, error) {
-	schemas := make([]string, len(maps))
-	for i, m := range maps {
-		schemas[i] = m.Table.Schema
-	}
-	return registry.Find(ctx, db, slot, schemas)
-}
-
 // ensureRegistry creates the registry if it is missing and the role may; a relay role with only
-// LOGIN REPLICATION may not, and then `walbox migrate` must run first.
-func (w *watch) ensureRegistry(ctx context.Context) error {
+// LOGIN REPLICATION may not, and then `walbox migrate` must run first. A registry missing from
+// the schema of --table while another outbox table's schema holds one is refused: walbox reads
+// only the one walbox migrate created, and would otherwise start a new, empty record.
+func (w *watch) ensureRegistry(ctx context.Context, maps []wire.Mapping) error {
 	ok, err := w.reg.Current(ctx)
 	if err != nil {
 		return err
 	}
 	if !ok {
+		if err := w.refuseStrayRegistry(ctx, maps); err != nil {
+			return err
+		}
 		if _, err := migrations.ApplyRegistry(ctx, w.conn, w.reg.Schema()); err != nil {
 			return fatal(fmt.Errorf("%w: %s is missing or out of date and this role cannot migrate it (%v); "+
 				"run `walbox migrate` as the outbox table's owner", slots.ErrNoRegistry, w.reg.Table(), err))
 		}
 	}
 	return w.checkRecordRights(ctx)
+}
+
+// refuseStrayRegistry refuses a missing registry while another outbox table's schema holds a
+// table walbox_slots: the slot's record may be there, from a walbox migrate given another --table.
+func (w *watch) refuseStrayRegistry(ctx context.Context, maps []wire.Mapping) error {
+	exists, err := w.reg.Exists(ctx)
+	if err != nil || exists {
+		return err
+	}
+	schemas := make([]string, len(maps))
+	for i, m := range maps {
+		schemas[i] = m.Table.Schema
+	}
+	stray, err := inspect.ReadStrayRecords(ctx, w.conn, w.reg.Schema(), schemas)
+	if err != nil {
+		return err
+	}
+	for _, s := range stray {
+		if s.Kind == "table" {
+			return fatal(fmt.Errorf("%w: %s does not exist, but %s (owner %s) does. walbox keeps its record only in the schema "+
+				"of --table, where walbox migrate creates it: set --table (WALBOX_TABLE) to the table walbox migrate was given",
+				slots.ErrNoRegistry, w.reg.Table(), s.Name, s.Owner))
+		}
+	}
+	return nil
 }
 
 // checkRecordRights makes sure this role may execute the functions that move the record: without,

@@ -19,7 +19,7 @@ import (
 // RecoverConfig configures a Recovery.
 type RecoverConfig struct {
 	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in replication.Config, with
-	// the same defaults. The role needs REPLICATION, SELECT on the outbox tables and write on the
+	// the same defaults; the registry is read in Table's schema. The role needs REPLICATION, SELECT on the outbox tables and write on the
 	// registry (the table owner's).
 	DatabaseURL string
 	Slot        string
@@ -161,10 +161,7 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 			return nil, err
 		}
 	}
-	if r.reg, err = findRegistry(ctx, r.db, cfg.Slot, cfg.Mappings); err != nil {
-		r.Close()
-		return nil, err
-	}
+	r.reg = registry.New(r.db, cfg.Table.Schema)
 	if err := r.currentRegistry(ctx); err != nil {
 		r.Close()
 		return nil, err
@@ -174,16 +171,6 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		return nil, fmt.Errorf("identify system: %w", err)
 	}
 	return r, nil
-}
-
-// findRegistry returns the registry that records slot, among those in the schemas of the outbox
-// tables of maps (see registry.Find).
-func findRegistry(ctx context.Context, db registry.Querier, slot string, maps []wire.Mapping) (*registry.Store, error) {
-	schemas := make([]string, len(maps))
-	for i, m := range maps {
-		schemas[i] = m.Table.Schema
-	}
-	return registry.Find(ctx, db, slot, schemas)
 }
 
 // currentRegistry migrates a registry from an older walbox, so that Recover can clear a recorded

@@ -29,9 +29,6 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if job.Table, err = c.outboxTable(); err != nil {
 		return err
 	}
-	for _, m := range c.mappings() {
-		job.Schemas = append(job.Schemas, m.Table.Schema)
-	}
 	if job.OlderThan, err = parseAge(olderThan); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -45,7 +46,8 @@ type Config struct {
 	Publication string
 	// Prefix is the relayed message prefix, "" for none.
 	Prefix string
-	// Table is the outbox table when Mappings is empty.
+	// Table is the outbox table when Mappings is empty. Its schema holds walbox's record, as for
+	// walbox run.
 	Table outbox.Table
 	// Mappings are the outbox tables `walbox run` reads, as the config file maps them.
 	Mappings []outbox.Mapping
@@ -70,6 +72,7 @@ type doctor struct {
 	publication string
 	prefix      string             // the relayed message prefix, "" for none
 	table       outbox.Table       // the first outbox table, for fixes
+	registry    string             // the schema of walbox's record: --table's, where walbox migrate creates it
 	mappings    []outbox.Mapping   // every outbox table `walbox run` reads
 	brokers     []publisher.Config // one per endpoint
 	relayRole   string             // the role walbox run logs in as, "" for doctor's own
@@ -83,7 +86,7 @@ type doctor struct {
 // in PostgreSQL.
 func Run(ctx context.Context, cfg Config) []Check {
 	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
-		table: cfg.Table, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
+		table: cfg.Table, registry: cmp.Or(cfg.Table, outbox.DefaultTable).Schema, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
 		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL, stream: cfg.Stream}
 	if len(cfg.Mappings) > 0 {
 		d.mappings = cfg.Mappings

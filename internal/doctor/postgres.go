@@ -51,7 +51,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
 	out = append(out, slotCheck(f, d.slot))
 	out = append(out, d.failoverChecks(ctx, conn, f)...)
-	return append(out, d.recordCheck(ctx, conn, f), d.rightsCheck(ctx, conn, f))
+	return append(out, d.recordCheck(ctx, conn, f), d.recordSchemaCheck(ctx, conn), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
@@ -368,14 +368,7 @@ func slotCheck(f pgFacts, slot string) Check {
 // that is missing, ahead of the record, recorded on another server, or stopped on (a stop walbox
 // run recorded), is one that run refuses.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
-	schemas := make([]string, len(d.mappings))
-	for i, m := range d.mappings {
-		schemas[i] = m.WithDefaults().Table.Schema
-	}
-	reg, err := registry.Find(ctx, conn, d.slot, schemas)
-	if err != nil {
-		return failCheck("slot_record", "", "%v", err)
-	}
+	reg := registry.New(conn, d.registry)
 	if ok, err := reg.Exists(ctx); err != nil || !ok {
 		return warnCheck("slot_record", "run `walbox migrate` as the outbox table's owner (walbox run creates it only if its role may)",
 			"%s does not exist: walbox records its slots there", reg.Table())
@@ -409,6 +402,34 @@ func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	}
 	return passCheck("slot_record", "slot %s matches walbox's record (confirmed %s at %s)", d.slot, rec.ConfirmedLSN,
 		rec.ConfirmedAt.UTC().Format(time.RFC3339))
+}
+
+// recordSchemaCheck fails where a schema of an outbox table other than the registry's holds a
+// table walbox_slots or a record function. walbox reads and calls only the registry's; a role that
+// may CREATE in that schema may have planted them, or walbox migrate was once given another --table.
+func (d doctor) recordSchemaCheck(ctx context.Context, conn *pgx.Conn) Check {
+	schemas := make([]string, len(d.mappings))
+	for i, m := range d.mappings {
+		schemas[i] = m.WithDefaults().Table.Schema
+	}
+	stray, err := inspect.ReadStrayRecords(ctx, conn, d.registry, schemas)
+	if err != nil {
+		return failCheck("record_schema", "", "%v", err)
+	}
+	if len(stray) == 0 {
+		return passCheck("record_schema", "walbox's record is %s only: no other outbox table's schema holds a walbox_slots or a record function",
+			pgx.Identifier{d.registry, "walbox_slots"}.Sanitize())
+	}
+	names := make([]string, len(stray))
+	drops := make([]string, len(stray))
+	for i, s := range stray {
+		names[i] = s.Name + " (owner " + s.Owner + ")"
+		drops[i] = "DROP " + strings.ToUpper(s.Kind) + " " + s.Name
+	}
+	return failCheck("record_schema", "check who created them and why, then drop them: "+strings.Join(drops, "; "),
+		"walbox keeps its record in schema %s (that of --table) and reads no other, but found %s: "+
+			"a role that may create there may have planted them, or walbox migrate was once given another --table",
+		d.registry, strings.Join(names, ", "))
 }
 
 func bytesIEC(n int64) string {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/migrations"
-	"github.com/walbox/walbox/registry"
 )
 
 // rightsCheck checks that only the owner and the relay roles `walbox migrate --relay-role`
@@ -31,15 +30,7 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	if !exists {
 		return failCheck(name, "set --relay-role to the role walbox run logs in as", "relay role %s does not exist", relay)
 	}
-	schemas := make([]string, len(d.mappings))
-	for i, m := range d.mappings {
-		schemas[i] = m.WithDefaults().Table.Schema
-	}
-	reg, err := registry.Find(ctx, conn, d.slot, schemas)
-	if err != nil {
-		return failCheck(name, "", "%v", err)
-	}
-	schema := reg.Schema()
+	schema := d.registry
 	rights, err := migrations.ReadRights(ctx, conn, schema)
 	if err != nil {
 		return failCheck(name, "", "%v", err)

@@ -42,13 +42,12 @@ func (h Horizon) String() string {
 // their records hold. The slots are those of every set of shards named after base that publishes
 // the table (the single slot included), and every slot whose record says it covers the table.
 // A slot without a record, or a record without a usable horizon, leaves no horizon: nothing
-// tells which rows it confirmed.
-func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set, schemas []string) (Horizon, error) {
+// tells which rows it confirmed. The records are read in the table's schema only, where walbox
+// migrate created them (--table).
+func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set) (Horizon, error) {
 	var h Horizon
-	if !slices.Contains(schemas, table.Schema) {
-		schemas = append([]string{table.Schema}, schemas...)
-	}
-	names, err := relayingSlots(ctx, conn, table, base, schemas)
+	reg := registry.New(conn, table.Schema)
+	names, err := relayingSlots(ctx, conn, table, base, reg)
 	if err != nil {
 		return h, err
 	}
@@ -63,10 +62,6 @@ func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base sha
 		return h, err
 	}
 	for _, name := range names {
-		reg, err := registry.Find(ctx, conn, name, schemas)
-		if err != nil {
-			return h, err
-		}
 		rec, ok, err := reg.Get(ctx, name)
 		if err != nil {
 			return h, err
@@ -95,7 +90,7 @@ func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base sha
 
 // relayingSlots returns the slots of every set of shards named after base that publishes the
 // table, and the slots whose records cover it, each once.
-func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set, schemas []string) ([]string, error) {
+func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set, reg *registry.Store) ([]string, error) {
 	layout, err := shard.ReadLayout(ctx, conn, table, base)
 	if err != nil {
 		return nil, err
@@ -107,7 +102,7 @@ func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base s
 			names = append(names, set.SlotName(k))
 		}
 	}
-	covering, err := coveringSlots(ctx, conn, table, schemas)
+	covering, err := coveringSlots(ctx, conn, table, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +114,8 @@ func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base s
 	return names, nil
 }
 
-// coveringSlots returns the slots whose records, in the registries of schemas, say that they
-// cover the table.
-func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, schemas []string) ([]string, error) {
+// coveringSlots returns the slots whose records, in reg, say that they cover the table.
+func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, reg *registry.Store) ([]string, error) {
 	var oid *uint32
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", table.Quoted()).Scan(&oid); err != nil {
 		return nil, fmt.Errorf("look up %s: %w", table, err)
@@ -129,35 +123,28 @@ func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, schema
 	if oid == nil {
 		return nil, fmt.Errorf("table %s does not exist", table)
 	}
+	ok, err := reg.Exists(ctx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, "SELECT slot_name, coverage FROM "+pgx.Identifier{reg.Schema(), "walbox_slots"}.Sanitize()+
+		" WHERE coverage IS NOT NULL ORDER BY slot_name")
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
+	}
+	defer rows.Close()
 	var names []string
-	for i, schema := range schemas {
-		if slices.Contains(schemas[:i], schema) {
-			continue
-		}
-		reg := registry.New(conn, schema)
-		ok, err := reg.Exists(ctx)
-		if err != nil || !ok {
-			return names, err
-		}
-		rows, err := conn.Query(ctx, "SELECT slot_name, coverage FROM "+pgx.Identifier{schema, "walbox_slots"}.Sanitize()+
-			" WHERE coverage IS NOT NULL ORDER BY slot_name")
-		if err != nil {
+	for rows.Next() {
+		var name, coverage string
+		if err := rows.Scan(&name, &coverage); err != nil {
 			return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
 		}
-		for rows.Next() {
-			var name, coverage string
-			if err := rows.Scan(&name, &coverage); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
-			}
-			if inspect.CoverageNames(coverage, *oid) && !slices.Contains(names, name) {
-				names = append(names, name)
-			}
+		if inspect.CoverageNames(coverage, *oid) && !slices.Contains(names, name) {
+			names = append(names, name)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
-		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
 	}
 	return names, nil
 }

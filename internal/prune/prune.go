@@ -27,9 +27,6 @@ type Job struct {
 	// Base names the slots and publications that relay the table: every set of shards named
 	// after it (the single slot included). Records that cover the table count too (ReadHorizon).
 	Base shard.Set
-	// Schemas are where walbox_slots may record the slots (the outbox tables' schemas); the
-	// table's own schema is always searched.
-	Schemas []string
 }
 
 // Result is what a prune did.
@@ -81,7 +78,7 @@ func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("read the server's clock: %w", err)
 	}
-	if res.Horizon, err = ReadHorizon(ctx, conn, j.Table, j.Base, j.Schemas); err != nil {
+	if res.Horizon, err = ReadHorizon(ctx, conn, j.Table, j.Base); err != nil {
 		return res, err
 	}
 	old := fmt.Sprintf("%s < $1", pgx.Identifier{j.CreatedAt}.Sanitize())
