@@ -55,14 +55,8 @@
 //
 // # Streams
 //
-// NewStream reads a RabbitMQ stream instead of a queue (walbox run --stream-url publishes into
-// one, exactly once). It needs no processed table: the handler's transaction also stores the
-// offset of the next message in OffsetTable, so a message is handled again only if its
-// transaction did not commit. A failing message is retried in place, the messages behind it
-// waiting, and after MaxAttempts attempts goes to DeadLetterStream with the headers above as
-// application properties, exactly once (a named producer; the offset is the publishing id).
-// Two instances with one ConsumerName never both handle a message: the offset row is locked
-// and checked in each transaction.
+// Package consumer/streamconsumer reads a RabbitMQ stream instead of a queue, with the same
+// Handler and Delivery. It lives apart so that a queue consumer does not link the stream client.
 //
 // The package does not log: errors it recovers from go to Config.OnError, a handler's as a
 // *MessageError.

@@ -19,9 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(streamChildEnv) != "" {
-		os.Exit(runStreamChild()) // a stream consumer the test kills (stream_test.go)
-	}
 	os.Exit(testenv.Main(m))
 }
 

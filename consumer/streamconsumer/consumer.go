@@ -1,4 +1,4 @@
-package consumer
+package streamconsumer
 
 import (
 	"context"
@@ -12,86 +12,40 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/consumer"
 	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/wire"
 )
 
-// DefaultOffsetTable is the table where a StreamConsumer keeps its next offset.
-const DefaultOffsetTable = "walbox_stream_offsets"
-
-// StreamConfig configures a StreamConsumer.
-type StreamConfig struct {
-	// URIs are the nodes' rabbitmq-stream:// URIs; the client connects to the first that
-	// answers. Required.
-	URIs []string
-	// Stream is the stream to read. Required.
-	Stream string
-	// ConsumerName names the consumer: its row in OffsetTable. Required.
-	ConsumerName string
-	// OffsetTable keeps the next offset of each consumer and stream (default
-	// DefaultOffsetTable). Run creates it if it is missing.
-	OffsetTable string
-	// MaxAttempts is how often a message is tried before it is dead-lettered (default 5).
-	MaxAttempts int
-	// RetryBackoff and RetryBackoffMax bound the pause before each retry: it starts at
-	// RetryBackoff and doubles (defaults 1s and 1m).
-	RetryBackoff, RetryBackoffMax time.Duration
-	// DeadLetterStream keeps the messages that failed MaxAttempts times (default
-	// "<Stream>.dead"), declared if missing.
-	DeadLetterStream string
-	// ReconnectBackoff is the pause before reading again after a connection or database error
-	// (default 500ms).
-	ReconnectBackoff time.Duration
-	// OnError receives the errors Run recovers from (default: none).
-	OnError func(error)
-}
-
-func (c *StreamConfig) validate() error {
-	if len(c.URIs) == 0 || c.Stream == "" || c.ConsumerName == "" {
-		return errors.New("stream consumer: uris, stream and consumer name are required")
-	}
-	setDefault(&c.OffsetTable, DefaultOffsetTable)
-	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
-	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
-	setDefault(&c.RetryBackoffMax, max(DefaultRetryBackoffMax, c.RetryBackoff))
-	setDefault(&c.DeadLetterStream, c.Stream+".dead")
-	setDefault(&c.ReconnectBackoff, DefaultReconnectBackoff)
-	if c.OnError == nil {
-		c.OnError = func(error) {}
-	}
-	if _, err := wire.ParseTable(c.OffsetTable); err != nil {
-		return fmt.Errorf("offset table: %w", err)
-	}
-	return nil
-}
-
-// StreamConsumer reads a RabbitMQ stream and runs a handler for each message, exactly once: the
+// Consumer reads a RabbitMQ stream and runs a handler for each message, exactly once: the
 // handler's transaction also stores the offset of the next message, so a message is handled
 // again only if its transaction did not commit. It needs no row per message. Messages are
 // handled one at a time, in stream order; a failing message is retried in place (the messages
 // behind it wait), then dead-lettered.
-type StreamConsumer struct {
+type Consumer struct {
 	pool    *pgxpool.Pool
-	cfg     StreamConfig
-	handler Handler
+	cfg     Config
+	handler consumer.Handler
 	table   string // OffsetTable, quoted
 }
 
-// NewStream returns a StreamConsumer that handles the messages of cfg.Stream with h.
-func NewStream(pool *pgxpool.Pool, cfg StreamConfig, h Handler) (*StreamConsumer, error) {
+// New returns a Consumer that handles the messages of cfg.Stream with h. It fills in the zero
+// fields of cfg with their defaults, then checks it (Config.Validate).
+func New(pool *pgxpool.Pool, cfg Config, h consumer.Handler) (*Consumer, error) {
 	if pool == nil || h == nil {
 		return nil, errors.New("new stream consumer: nil pool or handler")
 	}
-	if err := cfg.validate(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	t, _ := wire.ParseTable(cfg.OffsetTable)
-	return &StreamConsumer{pool: pool, cfg: cfg, handler: h, table: t.Quoted()}, nil
+	return &Consumer{pool: pool, cfg: cfg, handler: h, table: t.Quoted()}, nil
 }
 
 // createOffsetTable creates the offset table unless it exists. Consumers starting at once take
 // turns: concurrent CREATE TABLE IF NOT EXISTS can fail on a duplicate catalog row.
-func (c *StreamConsumer) createOffsetTable(ctx context.Context) error {
+func (c *Consumer) createOffsetTable(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))", "walbox offset table "+c.table); err != nil {
 			return err
@@ -105,9 +59,11 @@ func (c *StreamConsumer) createOffsetTable(ctx context.Context) error {
 
 // Run reads and handles messages until ctx ends, and then returns nil once the message in hand
 // is handled or abandoned (its transaction rolled back: it is handled again next time). It
-// reconnects after connection and database errors; it returns early only if the offset table
-// cannot be created or read (see Fatal).
-func (c *StreamConsumer) Run(ctx context.Context) error {
+// reconnects after connection and database errors. It returns early only on an error Fatal
+// reports: the offset table cannot be created or read, a dead letter the broker would drop, or a
+// stored offset outside the stream (an *OffsetError, also given to OnError) unless
+// Config.OffsetReset accepts a reset.
+func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.createOffsetTable(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -119,10 +75,10 @@ func (c *StreamConsumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		c.cfg.OnError(err)
 		if Fatal(err) {
 			return err
 		}
-		c.cfg.OnError(err)
 		if !sleep(ctx, c.cfg.ReconnectBackoff) {
 			return nil
 		}
@@ -136,8 +92,8 @@ type record struct {
 }
 
 // session reads from the stored offset on one connection until an error or the end of ctx.
-func (c *StreamConsumer) session(ctx context.Context) error {
-	next, err := c.storedOffset(ctx)
+func (c *Consumer) session(ctx context.Context) error {
+	next, stored, err := c.storedOffset(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,6 +102,11 @@ func (c *StreamConsumer) session(ctx context.Context) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer env.Close()
+	if stored {
+		if next, err = c.startOffset(ctx, env, next); err != nil {
+			return err
+		}
+	}
 	records := make(chan record, 64)
 	closed := make(chan struct{})
 	sc, err := env.NewConsumer(c.cfg.Stream, func(cc stream.ConsumerContext, m *amqp.Message) {
@@ -172,6 +133,12 @@ func (c *StreamConsumer) session(ctx context.Context) error {
 			if r.offset < next {
 				continue // delivered again with its chunk
 			}
+			if r.offset > next && stored {
+				if err := c.gap(ctx, env, next, r.offset); err != nil {
+					return err
+				}
+			}
+			stored = true
 			if err := c.handle(ctx, dead, r); err != nil {
 				return err
 			}
@@ -180,24 +147,24 @@ func (c *StreamConsumer) session(ctx context.Context) error {
 	}
 }
 
-// storedOffset returns the offset of the next message to handle: 0 for a new consumer.
-func (c *StreamConsumer) storedOffset(ctx context.Context) (int64, error) {
-	var next int64
-	err := c.pool.QueryRow(ctx, "SELECT next_offset FROM "+c.table+" WHERE consumer = $1 AND stream = $2",
+// storedOffset returns the offset of the next message to handle, and whether it was stored: a
+// new consumer starts at 0, the stream's first message.
+func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, err error) {
+	err = c.pool.QueryRow(ctx, "SELECT next_offset FROM "+c.table+" WHERE consumer = $1 AND stream = $2",
 		c.cfg.ConsumerName, c.cfg.Stream).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, classifyDB(fmt.Errorf("read offset: %w", err))
+		return 0, false, classifyDB(fmt.Errorf("read offset: %w", err))
 	}
-	return next, nil
+	return next, true, nil
 }
 
 // handle handles r, retrying a failing handler and dead-lettering the message after the last
 // attempt. An error is a database or broker error: the session starts again from the stored
 // offset.
-func (c *StreamConsumer) handle(ctx context.Context, dead *deadLetters, r record) error {
+func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) error {
 	d := streamDelivery(r.msg)
 	var herr error
 	for d.Attempt = 1; d.Attempt <= c.cfg.MaxAttempts; d.Attempt++ {
@@ -205,14 +172,14 @@ func (c *StreamConsumer) handle(ctx context.Context, dead *deadLetters, r record
 			return ctx.Err()
 		}
 		if d.MessageID == "" {
-			herr = ErrMissingMessageID
+			herr = consumer.ErrMissingMessageID
 			break
 		}
 		var err error
 		if herr, err = c.process(ctx, r.offset, d, c.call); err != nil || herr == nil {
 			return err
 		}
-		c.cfg.OnError(&MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: herr})
+		c.cfg.OnError(&consumer.MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: herr})
 	}
 	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), herr); err != nil {
 		return err
@@ -221,16 +188,17 @@ func (c *StreamConsumer) handle(ctx context.Context, dead *deadLetters, r record
 	return err
 }
 
-func (c *StreamConsumer) retryDelay(attempt int) time.Duration {
+func (c *Consumer) retryDelay(attempt int) time.Duration {
 	d := c.cfg.RetryBackoff << min(attempt-1, 30)
 	return min(d, c.cfg.RetryBackoffMax)
 }
 
 // process runs h (if any) in a transaction that stores offset+1 as the next offset, provided
 // the stored offset is not past it: a message another instance of the consumer handled is
-// skipped. A stored offset below it means the messages between are gone (retention). handlerErr is the handler's error (the transaction rolled back); err a database error.
-func (c *StreamConsumer) process(ctx context.Context, offset int64, d Delivery,
-	h func(context.Context, pgx.Tx, Delivery) error) (handlerErr, err error) {
+// skipped. A stored offset below it is one the session checked (startOffset and the gap check in
+// session). handlerErr is the handler's error (the transaction rolled back); err a database error.
+func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Delivery,
+	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return nil, classifyDB(fmt.Errorf("begin: %w", err))
@@ -265,7 +233,7 @@ func (c *StreamConsumer) process(ctx context.Context, offset int64, d Delivery,
 }
 
 // call runs the handler, turning a panic into an error.
-func (c *StreamConsumer) call(ctx context.Context, tx pgx.Tx, d Delivery) (err error) {
+func (c *Consumer) call(ctx context.Context, tx pgx.Tx, d consumer.Delivery) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panic: %v", p)
@@ -276,8 +244,8 @@ func (c *StreamConsumer) call(ctx context.Context, tx pgx.Tx, d Delivery) (err e
 
 // streamDelivery is the handler's view of a stream message: the application properties are
 // the headers; event_type is also Type and RoutingKey.
-func streamDelivery(m *amqp.Message) Delivery {
-	d := Delivery{Headers: map[string]any{}}
+func streamDelivery(m *amqp.Message) consumer.Delivery {
+	d := consumer.Delivery{Headers: map[string]any{}}
 	for k, v := range m.ApplicationProperties {
 		d.Headers[k] = v
 	}
@@ -299,4 +267,26 @@ func dataSections(m *amqp.Message) []string {
 		out[i] = string(b)
 	}
 	return out
+}
+
+// errorHeader is err's text for consumer.HeaderError, cut to 4 KiB as the queue consumer cuts it.
+func errorHeader(err error) string {
+	const maxErrorHeader = 4 << 10
+	s := err.Error()
+	if len(s) > maxErrorHeader {
+		s = strings.ToValidUTF8(s[:maxErrorHeader], "")
+	}
+	return s
+}
+
+// sleep waits for d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

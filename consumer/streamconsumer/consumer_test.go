@@ -1,4 +1,4 @@
-package consumer_test
+package streamconsumer_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/consumer/streamconsumer"
 	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/streampub"
@@ -28,7 +29,7 @@ import (
 // streamEnv is a database with an effects table and a stream of n messages written by walbox's
 // stream publisher; ids[i] is the message id at offset i.
 type streamEnv struct {
-	*env
+	pool               *pgxpool.Pool
 	dbURL, uri, stream string
 	ids                []string
 }
@@ -54,7 +55,7 @@ func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	se := &streamEnv{env: &env{pool: pool}, dbURL: dbURL, uri: r.StreamURL(), stream: testenv.UniqueName("events")}
+	se := &streamEnv{pool: pool, dbURL: dbURL, uri: r.StreamURL(), stream: testenv.UniqueName("events")}
 	s, err := streampub.Dial(context.Background(), streampub.Config{URIs: []string{se.uri}, Stream: se.stream,
 		Producer: "test", Window: n + 1})
 	if err != nil {
@@ -84,8 +85,8 @@ func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 	return se
 }
 
-func (se *streamEnv) config() consumer.StreamConfig {
-	return consumer.StreamConfig{URIs: []string{se.uri}, Stream: se.stream, ConsumerName: "billing",
+func (se *streamEnv) config() streamconsumer.Config {
+	return streamconsumer.Config{URIs: []string{se.uri}, Stream: se.stream, ConsumerName: "billing",
 		MaxAttempts: 3, RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 		ReconnectBackoff: 100 * time.Millisecond}
 }
@@ -124,7 +125,7 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := consumer.NewStream(se.pool, se.config(), h)
+	c, err := streamconsumer.New(se.pool, se.config(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 func TestStreamConsumerReadsAtSpeed(t *testing.T) {
 	const n = 2000
 	se := newStreamEnvPadded(t, n, 2000)
-	c, err := consumer.NewStream(se.pool, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
+	c, err := streamconsumer.New(se.pool, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func runStreamChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	c, err := consumer.NewStream(pool, consumer.StreamConfig{URIs: []string{os.Getenv("CHILD_URI")},
+	c, err := streamconsumer.New(pool, streamconsumer.Config{URIs: []string{os.Getenv("CHILD_URI")},
 		Stream: os.Getenv("CHILD_STREAM"), ConsumerName: "billing", ReconnectBackoff: 100 * time.Millisecond,
 		OnError: func(err error) { fmt.Fprintln(os.Stderr, err) }}, slowEffect)
 	if err == nil {
@@ -288,7 +289,7 @@ func TestStreamConsumerDeadLetterBelowTheProducersLastIDStops(t *testing.T) {
 	_ = p.Close()
 
 	poison := se.ids[20]
-	c, err := consumer.NewStream(se.pool, se.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+	c, err := streamconsumer.New(se.pool, se.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 		if d.MessageID == poison {
 			return errors.New("poison")
 		}
@@ -300,7 +301,7 @@ func TestStreamConsumerDeadLetterBelowTheProducersLastIDStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = c.Run(ctx)
-	if !consumer.Fatal(err) || !strings.Contains(fmt.Sprint(err), dead) {
+	if !streamconsumer.Fatal(err) || !strings.Contains(fmt.Sprint(err), dead) {
 		t.Fatalf("Run: %v; want a fatal error naming %s", err, dead)
 	}
 	se.waitOffset(t, 20, time.Second)
@@ -314,7 +315,7 @@ func TestStreamConsumerTwoInstancesHandleEachMessageOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	for range 2 {
-		c, err := consumer.NewStream(se.pool, se.config(), slowEffect)
+		c, err := streamconsumer.New(se.pool, se.config(), slowEffect)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package consumer
+package streamconsumer
 
 import (
 	"fmt"
@@ -7,9 +7,11 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/consumer"
 )
 
-// deadLetters publishes the messages a StreamConsumer gives up on into the dead-letter stream,
+// deadLetters publishes the messages a Consumer gives up on into the dead-letter stream,
 // exactly once: the producer is named after the consumer and the stream, and a message's
 // publishing id is its offset plus one, so a dead letter published again after a crash (before
 // the offset moved) is dropped by the broker. That needs ids above the producer's last: a dead
@@ -17,7 +19,7 @@ import (
 // fatal error, not a message the broker silently drops.
 type deadLetters struct {
 	env *stream.Environment
-	cfg *StreamConfig
+	cfg *Config
 	p   *stream.Producer
 	// confirms is p's confirmation channel: there is one per producer.
 	confirms stream.ChannelPublishConfirm
@@ -26,7 +28,7 @@ type deadLetters struct {
 	last int64
 }
 
-func newDeadLetters(env *stream.Environment, cfg *StreamConfig) *deadLetters {
+func newDeadLetters(env *stream.Environment, cfg *Config) *deadLetters {
 	return &deadLetters{env: env, cfg: cfg}
 }
 
@@ -52,9 +54,9 @@ func (d *deadLetters) publish(r record, attempts int, reason error) error {
 	for k, v := range r.msg.ApplicationProperties {
 		m.ApplicationProperties[k] = v
 	}
-	m.ApplicationProperties[HeaderError] = errorHeader(reason)
-	m.ApplicationProperties[HeaderAttempts] = int64(attempts)
-	m.ApplicationProperties[HeaderConsumer] = d.cfg.ConsumerName
+	m.ApplicationProperties[consumer.HeaderError] = errorHeader(reason)
+	m.ApplicationProperties[consumer.HeaderAttempts] = int64(attempts)
+	m.ApplicationProperties[consumer.HeaderConsumer] = d.cfg.ConsumerName
 	m.ApplicationProperties["x-walbox-offset"] = r.offset
 	m.SetPublishingId(r.offset + 1)
 	if err := d.p.BatchSend([]message.StreamMessage{m}); err != nil {

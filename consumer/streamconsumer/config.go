@@ -1,0 +1,94 @@
+package streamconsumer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/wire"
+)
+
+// DefaultOffsetTable is the table where a Consumer keeps its next offset.
+const DefaultOffsetTable = "walbox_stream_offsets"
+
+// OffsetReset says where a Consumer starts when its stored offset lies outside the stream.
+type OffsetReset int
+
+const (
+	// RefuseReset (the zero value) refuses to start: Run reports an *OffsetError to OnError
+	// and returns it.
+	RefuseReset OffsetReset = iota
+	// ResetToFirst starts at the first message the stream still holds.
+	ResetToFirst
+	// ResetToEnd starts after the last message the stream holds: only messages published
+	// later are handled.
+	ResetToEnd
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// URIs are the nodes' rabbitmq-stream:// URIs; the client connects to the first that
+	// answers. Required.
+	URIs []string
+	// Stream is the stream to read. Required.
+	Stream string
+	// ConsumerName names the consumer: its row in OffsetTable. Required.
+	ConsumerName string
+	// OffsetTable keeps the next offset of each consumer and stream (default
+	// DefaultOffsetTable). Run creates it if it is missing.
+	OffsetTable string
+	// MaxAttempts is how often a message is tried before it is dead-lettered (default
+	// consumer.DefaultMaxAttempts).
+	MaxAttempts int
+	// RetryBackoff and RetryBackoffMax bound the pause before each retry: it starts at
+	// RetryBackoff and doubles (defaults consumer.DefaultRetryBackoff and
+	// consumer.DefaultRetryBackoffMax).
+	RetryBackoff, RetryBackoffMax time.Duration
+	// DeadLetterStream keeps the messages that failed MaxAttempts times (default
+	// "<Stream>.dead"), declared if missing.
+	DeadLetterStream string
+	// ReconnectBackoff is the pause before reading again after a connection or database error
+	// (default consumer.DefaultReconnectBackoff).
+	ReconnectBackoff time.Duration
+	// OffsetReset says what Run does when the stored offset lies outside the stream: below
+	// its first message (retention removed messages not yet handled), or past its end (the
+	// stream was deleted and declared again). The default, RefuseReset, stops Run.
+	OffsetReset OffsetReset
+	// OnError receives the errors Run recovers from, an offset reset it made, and an
+	// *OffsetError before Run returns it (default: none).
+	OnError func(error)
+}
+
+// Validate checks the settings New does not fill in.
+func (c Config) Validate() error {
+	if len(c.URIs) == 0 || c.Stream == "" || c.ConsumerName == "" {
+		return errors.New("stream consumer: uris, stream and consumer name are required")
+	}
+	if c.OffsetReset < RefuseReset || c.OffsetReset > ResetToEnd {
+		return fmt.Errorf("stream consumer: offset reset %d: want RefuseReset, ResetToFirst or ResetToEnd", c.OffsetReset)
+	}
+	if _, err := wire.ParseTable(c.OffsetTable); err != nil {
+		return fmt.Errorf("offset table: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	setDefault(&c.OffsetTable, DefaultOffsetTable)
+	setDefault(&c.MaxAttempts, consumer.DefaultMaxAttempts)
+	setDefault(&c.RetryBackoff, consumer.DefaultRetryBackoff)
+	setDefault(&c.RetryBackoffMax, max(consumer.DefaultRetryBackoffMax, c.RetryBackoff))
+	setDefault(&c.DeadLetterStream, c.Stream+".dead")
+	setDefault(&c.ReconnectBackoff, consumer.DefaultReconnectBackoff)
+	if c.OnError == nil {
+		c.OnError = func(error) {}
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}

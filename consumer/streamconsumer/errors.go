@@ -1,0 +1,62 @@
+package streamconsumer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// OffsetError reports a stored offset outside the stream. Messages between were never handled
+// (Stored below First), or the stream is not the one the offset was stored for (Stored past
+// End: it was deleted and declared again).
+type OffsetError struct {
+	Consumer, Stream string
+	// Stored is the next offset the consumer stored.
+	Stored int64
+	// First is the offset of the stream's first message, for a stored offset below it; End
+	// the offset after its last message, for a stored offset past it. Each is -1 otherwise.
+	First, End int64
+	// ResetTo is where the consumer went on (Config.OffsetReset); -1 if it refused.
+	ResetTo int64
+}
+
+func (e *OffsetError) Error() string {
+	var where string
+	if e.First >= 0 {
+		where = fmt.Sprintf("below the stream's first message %d (retention removed %d messages not yet handled)",
+			e.First, e.First-e.Stored)
+	} else {
+		where = fmt.Sprintf("past the stream's end %d (the stream was deleted and declared again?)", e.End)
+	}
+	head := fmt.Sprintf("stream consumer %s: stored offset %d of stream %s is %s", e.Consumer, e.Stored, e.Stream, where)
+	if e.ResetTo >= 0 {
+		return fmt.Sprintf("%s: reset to %d (Config.OffsetReset)", head, e.ResetTo)
+	}
+	return head + ": refused; set Config.OffsetReset to accept a reset, or correct next_offset in the offset table"
+}
+
+// Fatal reports whether err is one Run does not retry: a stored offset outside the stream it
+// refuses, a dead letter the broker would drop, or the database rejecting the consumer's own
+// statements as wrong (a missing privilege). These need a change of configuration.
+func Fatal(err error) bool {
+	var fatal *fatalError
+	var offset *OffsetError
+	return errors.As(err, &fatal) || errors.As(err, &offset) && offset.ResetTo < 0
+}
+
+// fatalError marks an error as not retryable.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// classifyDB marks SQLSTATE class 42 (syntax error or access rule violation: an undefined
+// table, an insufficient privilege) as fatal.
+func classifyDB(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "42" {
+		return &fatalError{err}
+	}
+	return err
+}

@@ -1,0 +1,127 @@
+package streamconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+)
+
+// startOffset checks the stored offset next against the stream's end and returns where to
+// start. An offset past the end is an *OffsetError, or a reset that the offset table records
+// before the session reads (Config.OffsetReset). An offset below the stream's first message
+// shows in the session: the first message delivered lies past it (gap).
+func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, next int64) (int64, error) {
+	if next == 0 {
+		return 0, nil // the start of any stream
+	}
+	end, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.Last(), lastOfChunk)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: read the last chunk: %w", c.cfg.Stream, err)
+	}
+	end++
+	if next <= end {
+		return next, nil
+	}
+	oe := &OffsetError{Consumer: c.cfg.ConsumerName, Stream: c.cfg.Stream, Stored: next, First: -1, End: end, ResetTo: -1}
+	switch c.cfg.OffsetReset {
+	case ResetToFirst:
+		if oe.ResetTo, err = read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.First(), firstMessage); err != nil {
+			return 0, fmt.Errorf("stream %s: read the first message: %w", c.cfg.Stream, err)
+		}
+	case ResetToEnd:
+		oe.ResetTo = end
+	default:
+		return 0, oe
+	}
+	if err := c.resetOffset(ctx, next, oe.ResetTo); err != nil {
+		return 0, err
+	}
+	c.cfg.OnError(oe)
+	return oe.ResetTo, nil
+}
+
+// gap handles the stream's next message after next arriving at offset: retention removed the
+// messages between. It refuses (an *OffsetError), or resets the stored offset to offset
+// (ResetToFirst: the session goes on), or to the stream's end (ResetToEnd: an error, so that
+// the next session starts there).
+func (c *Consumer) gap(ctx context.Context, env *stream.Environment, next, offset int64) error {
+	oe := &OffsetError{Consumer: c.cfg.ConsumerName, Stream: c.cfg.Stream, Stored: next, First: offset, End: -1, ResetTo: -1}
+	switch c.cfg.OffsetReset {
+	case ResetToFirst:
+		oe.ResetTo = offset
+	case ResetToEnd:
+		end, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.Last(), lastOfChunk)
+		if err != nil {
+			return fmt.Errorf("stream %s: read the last chunk: %w", c.cfg.Stream, err)
+		}
+		oe.ResetTo = end + 1
+	default:
+		return oe
+	}
+	if err := c.resetOffset(ctx, next, oe.ResetTo); err != nil {
+		return err
+	}
+	c.cfg.OnError(oe)
+	if oe.ResetTo != offset {
+		return errors.New("stream consumer " + c.cfg.ConsumerName + ": offset reset: reading again from the new offset")
+	}
+	return nil
+}
+
+// resetOffset stores to as the next offset if the stored one is still from: another instance
+// of the consumer may have moved it since it was read.
+func (c *Consumer) resetOffset(ctx context.Context, from, to int64) error {
+	tag, err := c.pool.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $4 WHERE consumer = $1 AND stream = $2 AND next_offset = $3",
+		c.cfg.ConsumerName, c.cfg.Stream, from, to)
+	if err != nil {
+		return classifyDB(fmt.Errorf("reset offset: %w", err))
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("reset offset: stored offset moved from %d while it was checked", from)
+	}
+	return nil
+}
+
+// firstMessage takes the first message read: its offset.
+func firstMessage(_ stream.ConsumerContext, offset int64, _ int) (int64, bool) { return offset, true }
+
+// lastOfChunk takes the last message of the first chunk read (as many messages as the chunk
+// has entries): its offset. walbox's producers write no sub-entries (one message an entry); a
+// chunk of sub-entries ends later than this says.
+func lastOfChunk(cc stream.ConsumerContext, offset int64, seen int) (int64, bool) {
+	return offset, seen == int(cc.GetEntriesCount())
+}
+
+// read subscribes to the stream at spec and returns what take returns once it says done; take
+// sees each message's context, offset and count so far. The broker sends a chunk that exists at
+// once; on an empty stream read waits for the first one, until ctx ends. (Brokers before 3.11
+// have no stream statistics to tell the stream's bounds.)
+func read(ctx context.Context, env *stream.Environment, name string, spec stream.OffsetSpecification,
+	take func(cc stream.ConsumerContext, offset int64, seen int) (int64, bool)) (int64, error) {
+	found := make(chan int64, 1)
+	var seen int // only the client's dispatch goroutine touches it
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, _ *amqp.Message) {
+		seen++
+		if v, done := take(cc, cc.Consumer.GetOffset(), seen); done {
+			select {
+			case found <- v:
+			default:
+			}
+		}
+	}, stream.NewConsumerOptions().SetOffset(spec))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	select {
+	case v := <-found:
+		return v, nil
+	case ev := <-c.NotifyClose():
+		return 0, fmt.Errorf("consumer closed: %v", ev.Reason)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
