@@ -170,26 +170,21 @@ func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
 	return nil
 }
 
-// recordRelay records relayRole, unless "", as the one relay role in schema's walbox_relay_roles,
-// and forgets roles dropped since they were recorded. It returns the recorded roles' names.
+// recordRelay records relayRole, unless "", as the one relay role in schema's walbox_relay_roles
+// (dropping the others and roles dropped since), and returns the recorded roles' names. Without
+// relayRole it changes nothing: a role that may not write the list (walbox run creating a missing
+// registry, reshard) still gets through.
 func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]string, error) {
 	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
-	stmts := []string{`DELETE FROM ` + table + ` w
-		WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid)`}
 	if relayRole != "" {
-		stmts = append(stmts, `DELETE FROM `+table+` w
+		for _, q := range []string{`DELETE FROM ` + table + ` w
 			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1)`,
-			`INSERT INTO `+table+` (role_oid, role_name)
+			`INSERT INTO ` + table + ` (role_oid, role_name)
 			SELECT r.oid, r.rolname::text FROM pg_catalog.pg_roles r WHERE r.rolname = $1
-			ON CONFLICT (role_oid) DO UPDATE SET role_name = excluded.role_name, recorded_at = pg_catalog.now()`)
-	}
-	for i, q := range stmts {
-		var args []any
-		if i > 0 {
-			args = []any{relayRole}
-		}
-		if _, err := tx.Exec(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("record the relay role in %s: %w", table, err)
+			ON CONFLICT (role_oid) DO UPDATE SET role_name = excluded.role_name, recorded_at = pg_catalog.now()`} {
+			if _, err := tx.Exec(ctx, q, relayRole); err != nil {
+				return nil, fmt.Errorf("record the relay role in %s: %w", table, err)
+			}
 		}
 	}
 	relays, _, _, err := readRelayRoles(ctx, tx, schema)
