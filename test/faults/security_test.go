@@ -219,6 +219,12 @@ func leastPrivilege(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit) 
 	}
 	w.declare()
 	recordIsWalboxs(t, pg, asRole("app_reader"))
+	// doctor run by the owner, no superuser, accepts the relay role migrate recorded (it used to
+	// fail it, and suggest --relay-role app_owner).
+	if out, _ := w.walbox([]string{"WALBOX_DATABASE_URL=" + owner}, "doctor"); !strings.Contains(out,
+		"PASS  only the owner and walbox_relay may move walbox's record") {
+		t.Errorf("walbox doctor as app_owner: want a pass for record_rights naming walbox_relay:\n%s", out)
+	}
 	var super, replication, canRead bool
 	if err := w.conn.QueryRow(context.Background(), `SELECT rolsuper, rolreplication,
 		has_table_privilege('walbox_relay', 'public.outbox', 'SELECT')
