@@ -128,13 +128,14 @@ var settingTable = []group{
 			help: "split the outbox table into this many shards: a publication with a row filter and a slot per shard", see: "scaling.md"},
 		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "none: roles granted before keep it", cmds: []string{"migrate"},
 			help: "the role `walbox run` logs in as, when it is not the one running migrate: " +
-				"the one role besides the owner that may execute the record functions, which move walbox's record of its slots",
+				"the one role besides the owner that may execute the record functions, which move walbox's record of its slots; " +
+				"migrate records it in walbox_relay_roles for doctor",
 			see: "security.md"},
 	}},
 	{"Status and doctor", []spec{
 		{flag: "json", def: "false", isBool: true, cmds: []string{"status", "doctor"}, help: "print JSON for scripts"},
 		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "the database URL's role", cmds: []string{"doctor"},
-			help: "the role `walbox run` logs in as, when doctor runs as another role", see: "security.md"},
+			help: "the role `walbox run` logs in as, when doctor runs as another role: doctor checks that it may execute the record functions", see: "security.md"},
 		{flag: "relay-url", env: "WALBOX_RELAY_URL", def: "http://127.0.0.1:9187", cmds: []string{"status"},
 			help: "the running relay's HTTP address, for its state and last error (`off` to skip)"},
 		{flag: "require-relay", def: "false", isBool: true, cmds: []string{"status"},
