@@ -40,9 +40,10 @@ type Positioner interface {
 
 // SystemBound is implemented by a Publisher whose positions hold within one database system
 // (package streampub): positions of another system's timelines and LSNs do not compare. The
-// relay calls System with the server's system identifier before it streams.
+// relay calls Bind once per session, before it streams, with the server's system identifier and
+// the database of the slot (IDENTIFY_SYSTEM's); an error ends the session.
 type SystemBound interface {
-	System(id uint64)
+	Bind(ctx context.Context, system uint64, database string) error
 }
 
 // Dialer opens a new publishing session.

@@ -9,7 +9,7 @@
 //
 // A Publisher may do more than wire.Publisher asks. A Flusher is told when the stream has
 // nothing more to publish for now. A Positioner learns where each message comes from, and a
-// SystemBound the server's system identifier (package streampub is both).
+// SystemBound the server's system identifier and the slot's database (package streampub is both).
 //
 // # States
 //

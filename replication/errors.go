@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/wire"
 )
 
 var (
@@ -73,6 +74,16 @@ type brokerError struct{ err error }
 
 func (b brokerError) Error() string { return b.err.Error() }
 func (b brokerError) Unwrap() error { return b.err }
+
+// bindError is the error of a publisher's Bind: a broker error, which ends the relay if the
+// broker holds what the relay cannot continue from.
+func bindError(err error) error {
+	err = brokerError{fmt.Errorf("bind publisher: %w", err)}
+	if errors.Is(err, wire.ErrConflict) {
+		return fatal(err)
+	}
+	return err
+}
 
 // IsBrokerError reports whether err came from the broker side rather than from PostgreSQL.
 func IsBrokerError(err error) bool {

@@ -178,11 +178,13 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
 	}
 	r.brokerReached = true
-	if b, ok := pub.(SystemBound); ok {
-		b.System(origin.SystemID)
-	}
 	var clock *stopClock // the stream's, once it has run
 	defer func() { r.closePublisher(ctx, pub, clock) }()
+	if b, ok := pub.(SystemBound); ok {
+		if err := b.Bind(sctx, origin.SystemID, sys.DBName); err != nil {
+			return false, bindError(err)
+		}
+	}
 
 	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
 		return false, err

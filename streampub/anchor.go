@@ -16,27 +16,35 @@ type anchor struct {
 	found bool     // pos is known: the message was found in the stream
 	// system is the message's database system identifier; "" if it has none
 	system string
+	// legacy is the name searched when the producer had no message of its own, else ""
+	legacy string
 }
 
-// findAnchor asks the broker for the producer's last publishing id and reads the stream back
-// from its end until it finds the producer's last message.
-func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
-	id, err := env.QuerySequence(cfg.Producer, cfg.Stream)
+// producerOf picks the messages an anchor search reads: those of the producer name, and, if
+// system is not "", of that database system only.
+type producerOf struct {
+	name, system string
+}
+
+// findAnchor asks the broker for the last publishing id of the producer p.name and reads the
+// stream back from its end until it finds that producer's last message (of p.system, if set).
+func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, error) {
+	id, err := env.QuerySequence(p.name, cfg.Stream)
 	if err != nil {
-		return anchor{}, fmt.Errorf("query sequence of producer %s: %w", cfg.Producer, err)
+		return anchor{}, fmt.Errorf("query sequence of producer %s: %w", p.name, err)
 	}
 	a := anchor{id: id}
 	if id <= 0 {
 		return a, nil // the producer never stored a message
 	}
-	last, err := readLastChunk(env, cfg)
+	last, err := readLastChunk(env, cfg, p)
 	if err != nil {
 		return a, err
 	}
 	from := int64(-1)
 	for {
 		if last.found {
-			return a.at(last), nil
+			return a.at(last, p), nil
 		}
 		if last.start <= 0 || last.start > from && from >= 0 {
 			// Read back to the first offset (retention may have removed the ones before):
@@ -46,7 +54,7 @@ func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
 		// Read back twice as far as the last step, up to where the last step started.
 		step := max(2*(last.end-last.start), 1024)
 		from = max(last.start-step, 0)
-		if last, err = readRange(env, cfg, from, last.start); err != nil {
+		if last, err = readRange(env, cfg, p, from, last.start); err != nil {
 			return a, err
 		}
 	}
@@ -56,9 +64,11 @@ func findAnchor(env *stream.Environment, cfg *Config) (anchor, error) {
 // the message itself, a consistent pair: another session may store more messages between the
 // query of the last id and the read. A message found below the last id (the ones above it were
 // removed, or written without walbox's properties) is no anchor: numbering on from its id would
-// give rows ids the broker already stored, and it would drop them.
-func (a anchor) at(s span) anchor {
-	if s.id < a.id {
+// give rows ids the broker already stored, and it would drop them. A search of one system's
+// messages (p.system) takes its last message whatever the name's last id: another system's
+// messages may come after it.
+func (a anchor) at(s span, p producerOf) anchor {
+	if s.id < a.id && p.system == "" {
 		return a
 	}
 	return anchor{id: s.id, pos: s.pos, found: true, system: s.system}
@@ -75,14 +85,19 @@ type span struct {
 }
 
 // take notes one message of the stream.
-func (s *span) take(offset int64, m *amqp.Message, producer string) error {
+func (s *span) take(offset int64, m *amqp.Message, p producerOf) error {
 	if s.end == 0 && s.start == 0 || offset < s.start {
 		s.start = offset
 	}
 	s.end = max(s.end, offset+1)
-	if p, _ := m.ApplicationProperties[PropProducer].(string); p != producer {
+	if name, _ := m.ApplicationProperties[PropProducer].(string); name != p.name {
 		return nil
 	}
+	system, _ := m.ApplicationProperties[PropSystem].(string)
+	if p.system != "" && system != p.system {
+		return nil
+	}
+	producer := p.name
 	raw, _ := m.ApplicationProperties[PropPosition].(string)
 	pos, err := parsePosition(raw)
 	if err != nil {
@@ -95,16 +110,15 @@ func (s *span) take(offset int64, m *amqp.Message, producer string) error {
 	// The producer's last message has its highest id: the broker stores its ids only growing.
 	// (Its position is the highest too, unless an earlier database system's are in the stream.)
 	if !s.found || id > s.id {
-		s.pos, s.id, s.found = pos, id, true
-		s.system, _ = m.ApplicationProperties[PropSystem].(string)
+		s.pos, s.id, s.found, s.system = pos, id, true, system
 	}
 	return nil
 }
 
 // readLastChunk reads the stream's last chunk whole.
-func readLastChunk(env *stream.Environment, cfg *Config) (span, error) {
+func readLastChunk(env *stream.Environment, cfg *Config, p producerOf) (span, error) {
 	var n int // the chunk's entries; 0 until its first message arrived
-	return scan(env, cfg, stream.OffsetSpecification{}.Last(), func(ctx stream.ConsumerContext, s *span, count int) bool {
+	return scan(env, cfg, p, stream.OffsetSpecification{}.Last(), func(ctx stream.ConsumerContext, s *span, count int) bool {
 		if n == 0 {
 			n = int(ctx.GetEntriesCount())
 		}
@@ -113,15 +127,15 @@ func readLastChunk(env *stream.Environment, cfg *Config) (span, error) {
 }
 
 // readRange reads offsets from to end (exclusive).
-func readRange(env *stream.Environment, cfg *Config, from, end int64) (span, error) {
-	return scan(env, cfg, stream.OffsetSpecification{}.Offset(from), func(_ stream.ConsumerContext, s *span, _ int) bool {
+func readRange(env *stream.Environment, cfg *Config, p producerOf, from, end int64) (span, error) {
+	return scan(env, cfg, p, stream.OffsetSpecification{}.Offset(from), func(_ stream.ConsumerContext, s *span, _ int) bool {
 		return s.end >= end
 	}, false)
 }
 
 // scan consumes the stream from spec until done says the read is complete. A stream that
 // delivers nothing for the scan timeout is empty when emptyOK, else an error.
-func scan(env *stream.Environment, cfg *Config, spec stream.OffsetSpecification,
+func scan(env *stream.Environment, cfg *Config, p producerOf, spec stream.OffsetSpecification,
 	done func(stream.ConsumerContext, *span, int) bool, emptyOK bool) (span, error) {
 	var (
 		mu       sync.Mutex
@@ -140,7 +154,7 @@ func scan(env *stream.Environment, cfg *Config, spec stream.OffsetSpecification,
 		}
 		count++
 		heard = time.Now()
-		if err := s.take(ctx.Consumer.GetOffset(), m, cfg.Producer); err != nil {
+		if err := s.take(ctx.Consumer.GetOffset(), m, p); err != nil {
 			failure = err
 		}
 		if failure != nil || done(ctx, &s, count) {

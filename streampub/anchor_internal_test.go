@@ -18,7 +18,7 @@ func TestAnchorAt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := (anchor{id: tt.last}).at(tt.span); got != tt.want {
+			if got := (anchor{id: tt.last}).at(tt.span, producerOf{}); got != tt.want {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})

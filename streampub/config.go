@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,8 +16,12 @@ type Config struct {
 	URIs []string
 	// Stream is the stream's name. Dial declares it if it is missing. Required.
 	Stream string
-	// Producer is the producer's name, the key of the broker's deduplication; see ProducerName.
-	// Required.
+	// Slot is the replication slot the messages come from. With the database system and the
+	// database that Bind is given, it names the producer (ProducerName). Required unless Producer
+	// is set.
+	Slot string
+	// Producer, if set, is the producer's name instead, the key of the broker's deduplication:
+	// Dial then declares it at once, checks no database system and continues from no other name.
 	Producer string
 	// MaxAge and MaxBytes are the retention of a stream Dial declares; zero means none.
 	MaxAge   time.Duration
@@ -31,9 +36,18 @@ type Config struct {
 	ScanTimeout time.Duration
 }
 
-// ProducerName is the producer's name for a relay streaming from slot: one per slot, so each
-// shard has its own.
-func ProducerName(slot string) string { return "walbox-" + slot }
+// ProducerName is the producer's name for a relay streaming from slot in database, on the
+// database system system: "walbox-<system>-<slot>-<database>". No other relay has it: each shard
+// has its own slot, and two databases or two clusters differ in the database or the system. A
+// slot name has no dash, so the name splits back into its parts.
+func ProducerName(system uint64, database, slot string) string {
+	return "walbox-" + strconv.FormatUint(system, 10) + "-" + slot + "-" + database
+}
+
+// LegacyProducerName is the name walbox gave the producer of slot before ProducerName:
+// "walbox-<slot>", which every database with that slot name shares. A producer with no message
+// of its own continues from this name's last message of its own system, once (see Bind).
+func LegacyProducerName(slot string) string { return "walbox-" + slot }
 
 // ParkStream is the stream that keeps the messages that can never be published into stream.
 func ParkStream(stream string) string { return stream + ".parked" }
@@ -51,8 +65,8 @@ func (c *Config) Validate() error {
 	if c.Stream == "" {
 		return errors.New("stream: required")
 	}
-	if c.Producer == "" {
-		return errors.New("stream producer: required")
+	if c.Producer == "" && c.Slot == "" {
+		return errors.New("stream producer: a slot or a producer name is required")
 	}
 	if c.MaxAge < 0 || c.MaxBytes < 0 {
 		return errors.New("stream retention: must not be negative")

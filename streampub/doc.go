@@ -5,15 +5,15 @@
 //
 // # Exactly once
 //
-// The producer has a name (ProducerName, derived from the slot), and each message a publishing
-// id. The broker stores a message only if its id is above the last one it stored for that name.
+// The producer has a name (ProducerName, derived from the database system, the database and the
+// slot), and each message a publishing id. The broker stores a message only if its id is above the last one it stored for that name.
 // Each message also carries, as application properties, the producer's name (PropProducer), its
 // publishing id and its position: the timeline and LSN of its transaction's commit record and its
 // index among the transaction's rows (Position). Positions grow in commit order, on every
 // timeline. Its event type, aggregate type and aggregate id are application properties too
 // (PropEventType), and so are a parked message's reason, table and LSN (PropParkReason).
 //
-// At the start of a session Dial asks the broker for the producer's last stored id, and reads
+// At the start of a session Bind asks the broker for the producer's last stored id, and reads
 // the stream back from its end to the last message of that producer: its id and position are
 // the anchor. A message at or before the anchor is stored already: Publish confirms it at once and
 // sends nothing. The first message after the anchor gets the last id plus one, the next one more,

@@ -2,6 +2,7 @@ package streampub_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -25,19 +26,42 @@ const waitFor = 30 * time.Second
 // config returns a session configuration for a fresh stream on node r.
 func config(r *testenv.Rabbit) streampub.Config {
 	return streampub.Config{URIs: []string{r.StreamURL()}, Stream: testenv.UniqueName("events"),
-		Producer: streampub.ProducerName(testenv.UniqueName("slot")), ScanTimeout: 3 * time.Second}
+		Slot: testenv.UniqueName("slot"), ScanTimeout: 3 * time.Second}
 }
 
+// The database system and database the tests' sessions are bound to, unless a test says.
+const (
+	system   = 7000000000000000001
+	database = "app"
+)
+
+// dial opens a session bound to the tests' database system.
 func dial(tb testing.TB, cfg streampub.Config) *streampub.Session {
 	tb.Helper()
+	s, err := dialBound(cfg, system)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// dialBound opens a session bound to the database system sys, or returns the first error.
+func dialBound(cfg streampub.Config, sys uint64) (*streampub.Session, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	s, err := streampub.Dial(ctx, cfg)
 	if err != nil {
-		tb.Fatalf("Dial: %v", err)
+		return nil, fmt.Errorf("Dial: %w", err)
 	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	if cfg.Producer != "" {
+		return s, nil
+	}
+	if err := s.Bind(ctx, sys, database); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("Bind: %w", err)
+	}
+	return s, nil
 }
 
 // row is the message at position (1, lsn, index).

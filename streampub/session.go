@@ -22,7 +22,7 @@ type Session struct {
 	park   *lane // the park stream's producer: at least once
 	anchor anchor
 
-	system string   // the database system identifier, set by System; "" until then
+	system string   // the database system identifier, set by Bind; "" for none
 	pos    Position // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
@@ -34,8 +34,9 @@ type Session struct {
 	lanes    sync.WaitGroup
 }
 
-// Dial opens a session: it connects, declares the stream (and the park stream) if missing,
-// finds the anchor and declares the producer.
+// Dial opens a session: it connects and declares the stream (and the park stream) if missing.
+// With Config.Producer set it binds the session at once, to no database system; with
+// Config.Slot, Bind names the producer before the first Publish.
 func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -58,15 +59,60 @@ func (s *Session) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if s.cfg.Producer == "" {
+		return nil
+	}
+	return s.bind(ctx, producerOf{name: s.cfg.Producer}, "")
+}
+
+// Bind names the producer after the database system (its identifier, IDENTIFY_SYSTEM's) and
+// the database of the slot (ProducerName), finds the anchor and declares the producer. The relay
+// calls it once per session (replication.SystemBound). A producer whose name has no stored
+// message continues from the last message of this system under LegacyProducerName, if the stream
+// has one: that message's id and position are its anchor. The broker knows no id of the new name,
+// so its first message, numbered one past that id, is stored; the old name is read no more once
+// the new one has a message. An anchor of another system's identifier under this name stops the
+// session (ErrForeignAnchor): the name was meant to be this relay's alone.
+func (s *Session) Bind(ctx context.Context, system uint64, database string) error {
+	if s.main != nil {
+		return errors.New("bind: the session is bound already")
+	}
+	if s.cfg.Slot == "" {
+		return errors.New("bind: no slot configured")
+	}
+	sys := strconv.FormatUint(system, 10)
+	name := ProducerName(system, database, s.cfg.Slot)
+	if err := s.bind(ctx, producerOf{name: name}, sys); err != nil {
+		return err
+	}
+	if s.anchor.found && s.anchor.system != sys {
+		return &ForeignAnchorError{Stream: s.cfg.Stream, Producer: name, System: sys, Found: s.anchor.system}
+	}
+	return nil
+}
+
+// bind finds the anchor of producer p for system (the legacy name's when p has none and system
+// is set) and declares the producers.
+func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var err error
-	if s.anchor, err = findAnchor(s.env, &s.cfg); err != nil {
+	a, err := findAnchor(s.env, &s.cfg, p)
+	if err != nil {
 		return err
 	}
-	s.nextID = s.anchor.id + 1
-	if s.main, err = s.newLane(s.cfg.Stream, s.cfg.Producer); err != nil {
+	if a.id == 0 && system != "" {
+		legacy := producerOf{name: LegacyProducerName(s.cfg.Slot), system: system}
+		if a, err = findAnchor(s.env, &s.cfg, legacy); err != nil {
+			return err
+		}
+		if !a.found {
+			a = anchor{} // none of this system's: number from 1
+		}
+		a.legacy = legacy.name
+	}
+	s.cfg.Producer, s.system, s.anchor, s.nextID = p.name, system, a, a.id+1
+	if s.main, err = s.newLane(s.cfg.Stream, p.name); err != nil {
 		return err
 	}
 	if s.park, err = s.newLane(ParkStream(s.cfg.Stream), ""); err != nil {
@@ -97,15 +143,13 @@ func (s *Session) Anchor() (id int64, pos Position, found bool) {
 	return s.anchor.id, s.anchor.pos, s.anchor.found
 }
 
-// System sets the database system the positions are of (replication.SystemBound). An anchor of
-// another system is no anchor: its timeline and LSNs say nothing of this system's, which may
-// sort before them (a restore into a new cluster under the same slot name). The session then
-// skips nothing and numbers on from the producer's last id.
-func (s *Session) System(id uint64) {
-	s.system = strconv.FormatUint(id, 10)
-	if s.anchor.found && s.anchor.system != "" && s.anchor.system != s.system {
-		s.anchor.found = false
+// Producer returns the producer's name, and the name whose last message the anchor is when the
+// producer had none of its own ("" otherwise).
+func (s *Session) Producer() (name, continued string) {
+	if s.anchor.found {
+		continued = s.anchor.legacy
 	}
+	return s.cfg.Producer, continued
 }
 
 // At sets the position of the message the next Publish sends (replication.Positioner).
@@ -117,6 +161,9 @@ func (s *Session) At(timeline int32, lsn uint64, index int) {
 // stream has it already (its position is at or before the anchor). It returns the message's
 // sequence number. A message too large for a frame wraps wire.ErrUnpublishable.
 func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
+	if s.main == nil {
+		return 0, errors.New("publish: no producer (call Bind first)")
+	}
 	if !s.posSet {
 		return 0, errors.New("publish: no position given (call At first)")
 	}
@@ -150,10 +197,18 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 
 // Flush writes the messages Publish holds at once, in one frame (wire.Flusher). The relay calls
 // it whenever it goes back to waiting.
-func (s *Session) Flush() error { return s.main.flush() }
+func (s *Session) Flush() error {
+	if s.main == nil {
+		return nil
+	}
+	return s.main.flush()
+}
 
 // Park sends p into the park stream, at least once.
 func (s *Session) Park(_ context.Context, p *wire.Parked) (uint64, error) {
+	if s.park == nil {
+		return 0, errors.New("park: no producer (call Bind first)")
+	}
 	msg := parkedMessage(p)
 	seq := s.nextSeq()
 	id := int64(seq) // the park lane is unnamed: its ids are only to match confirms

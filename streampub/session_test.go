@@ -60,7 +60,8 @@ func TestConfirmedMessagesAreStoredWithTheirProperties(t *testing.T) {
 		{"header traceparent", m.ApplicationProperties["traceparent"], "00-abc-def-01"},
 		{"header attempt", m.ApplicationProperties["attempt"], float64(2)},
 		{"header tags", m.ApplicationProperties["tags"], `["a"]`},
-		{"producer", m.ApplicationProperties[streampub.PropProducer], cfg.Producer},
+		{"producer", m.ApplicationProperties[streampub.PropProducer], streampub.ProducerName(system, database, cfg.Slot)},
+		{"system", m.ApplicationProperties[streampub.PropSystem], "7000000000000000001"},
 	}
 	for _, c := range checks {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
@@ -118,7 +119,7 @@ func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
 	r := testenv.StartRabbitStream(t)
 	cfg := config(r)
 	other := cfg
-	other.Producer = streampub.ProducerName(testenv.UniqueName("shard"))
+	other.Slot = testenv.UniqueName("shard")
 	other.Window = 4000 // all 3000 in flight at once
 	pos, msgs := rows(0x3000000, 12)
 	publishAll(t, dial(t, cfg), pos[:6], msgs[:6])
@@ -168,34 +169,5 @@ func TestTooLargeRowBeforeTheAnchorIsUnpublishable(t *testing.T) {
 	s.At(pos[1].Timeline, pos[1].LSN, pos[1].Index)
 	if _, err := s.Publish(context.Background(), msgs[1]); !errors.Is(err, wire.ErrUnpublishable) {
 		t.Fatalf("Publish of 2 MiB before the anchor: %v, want ErrUnpublishable (to be parked)", err)
-	}
-}
-
-// Another database system under the same producer name (a restore into a new cluster) starts
-// its timelines and LSNs again, below the anchor's: its rows are not the stream's, and are sent.
-func TestAnchorOfAnotherDatabaseSystemSkipsNothing(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
-	cfg := config(r)
-	old := dial(t, cfg)
-	old.System(7000000000000000001)
-	pos, msgs := rows(0x90000000, 3)
-	publishAll(t, old, pos, msgs)
-	_ = old.Close()
-
-	s := dial(t, cfg)
-	s.System(7000000000000000002)
-	npos, nmsgs := rows(0x1000, 3)
-	publishAll(t, s, npos, nmsgs)
-	_ = s.Close()
-	want := append(wantPositions(pos), wantPositions(npos)...)
-	if g := positions(readStream(t, r.StreamURL(), cfg.Stream)); !slices.Equal(g, want) {
-		t.Fatalf("positions in the stream:\n got %v\nwant %v", g, want)
-	}
-
-	// The new system's own replay is skipped: its anchor is its last message.
-	again := dial(t, cfg)
-	again.System(7000000000000000002)
-	if id, anchor, found := again.Anchor(); id != 6 || !found || anchor != npos[2] {
-		t.Fatalf("anchor: id %d, position %v (found %v); want 6, %v", id, anchor, found, npos[2])
 	}
 }

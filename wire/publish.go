@@ -66,6 +66,11 @@ var ErrSessionClosed = errors.New("session closed")
 // it refused the login or a declare. The server was reached, so its address is not in doubt.
 var ErrServerAnswered = errors.New("the server answered")
 
+// ErrConflict marks a session that found, on the broker, messages under the relay's own name
+// that it cannot continue from (another writer's): a new session finds them again, so the relay
+// stops instead of retrying.
+var ErrConflict = errors.New("the broker holds messages this relay cannot continue from")
+
 // Parked is a message that can never be delivered as written, set aside with the reason: what the
 // relay hands to Publisher.Park.
 type Parked struct {

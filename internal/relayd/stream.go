@@ -13,14 +13,15 @@ import (
 	"github.com/walbox/walbox/streampub"
 )
 
-// dialStream makes rc's sessions publish into the stream: a producer named after the slot, each
-// session checked at its start for what the stream has already.
+// dialStream makes rc's sessions publish into the stream: a producer named after the database
+// system, the database and the slot, each session checked at its start for what the stream has
+// already.
 func (d *Daemon) dialStream(rc *replication.Config) error {
 	if rc.Slot == "" {
 		rc.Slot = "walbox" // replication's default, which names the producer
 	}
 	scfg := *d.cfg.Stream
-	scfg.Producer, scfg.Window = streampub.ProducerName(rc.Slot), rc.Window
+	scfg.Slot, scfg.Window = rc.Slot, rc.Window
 	if err := scfg.Validate(); err != nil {
 		return err
 	}
@@ -48,17 +49,36 @@ func (sd *streamDialer) dial(ctx context.Context) (replication.Publisher, error)
 	if err != nil {
 		return nil, err
 	}
-	id, pos, found := s.Anchor()
-	sd.log.Info("connected to stream", "broker", sd.hosts(), "stream", sd.cfg.Stream, "producer", sd.cfg.Producer,
-		"last_publishing_id", id, "last_position", pos.String(), "last_found", found)
-	if id > 0 && !found {
-		sd.log.Warn("the stream no longer holds the producer's last message (retention?): rows the slot replays are stored again",
-			"stream", sd.cfg.Stream, "producer", sd.cfg.Producer, "last_publishing_id", id)
-	}
 	sd.mu.Lock()
 	sd.current = s
 	sd.mu.Unlock()
-	return s, nil
+	return &streamSession{Session: s, sd: sd}, nil
+}
+
+// streamSession is a session that logs what it continues from once the relay bound it.
+type streamSession struct {
+	*streampub.Session
+	sd *streamDialer
+}
+
+func (s *streamSession) Bind(ctx context.Context, system uint64, database string) error {
+	if err := s.Session.Bind(ctx, system, database); err != nil {
+		return err
+	}
+	log, stream := s.sd.log, s.sd.cfg.Stream
+	name, continued := s.Producer()
+	id, pos, found := s.Anchor()
+	log.Info("connected to stream", "broker", s.sd.hosts(), "stream", stream, "producer", name,
+		"last_publishing_id", id, "last_position", pos.String(), "last_found", found)
+	if continued != "" {
+		log.Info("the producer has no message of its own yet: it continues from this system's last message under the name walbox used before",
+			"stream", stream, "producer", name, "previous_producer", continued, "last_publishing_id", id, "last_position", pos.String())
+	}
+	if id > 0 && !found {
+		log.Warn("the stream no longer holds the producer's last message (retention?): rows the slot replays are stored again",
+			"stream", stream, "producer", name, "last_publishing_id", id)
+	}
+	return nil
 }
 
 // node returns the hosts of the stream URIs while a session is open, else "".

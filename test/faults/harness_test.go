@@ -51,9 +51,15 @@ func newWorldBound(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, k
 // newWorldWith is newWorld with the queue bound by key and declared with args.
 func newWorldWith(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, key string, args amqp.Table) *world {
 	t.Helper()
+	return newWorldOn(t, pg, rabbit, testenv.UniqueName("slot"), key, args)
+}
+
+// newWorldOn is newWorldWith on the slot named slot.
+func newWorldOn(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbit, slot, key string, args amqp.Table) *world {
+	t.Helper()
 	db := pg.NewDatabase(t)
 	w := &world{t: t, pg: pg, rabbit: rabbit, db: db, relayDB: db, relayMQ: rabbit.URL(),
-		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"),
+		slot: slot, exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"),
 		binding: key, queueArgs: args}
 	w.conn = pg.Conn(t, db)
 	if out, code := w.walbox(nil, "migrate"); code != 0 {

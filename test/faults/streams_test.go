@@ -205,3 +205,63 @@ func (sr *streamReader) wait(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, fmt.Sprintf("%d messages in the stream", n), func() bool { return sr.count() >= n })
 }
+
+// Two PostgreSQL clusters, each with walbox on the default slot name, publish into one stream
+// while their writers commit, and each relay is killed once. Each relay's producer has a name of
+// its own (system, database, slot), so the broker drops nothing of either: the stream holds every
+// committed row of both databases exactly once, each database's in its commit order. Under one
+// name for both (walbox-walbox, before), 1,114 of 1,824 rows were never stored.
+func TestStreamTwoClustersWithTheDefaultSlotName(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitStream(t)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	type cluster struct {
+		w      *world
+		wr     *writer
+		r      *relay
+		system string
+	}
+	var cs []*cluster
+	for i := range 2 {
+		pg := testenv.StartPostgres(t)
+		c := &cluster{w: newWorldOn(t, pg, rabbit, "walbox", "#", nil)}
+		if err := execRow(t, c.w.db, "SELECT system_identifier::text FROM pg_control_system()", &c.system); err != nil {
+			t.Fatal(err)
+		}
+		c.wr = c.w.startWriter(checker.WriterConfig{Seed: uint64(time.Now().UnixNano()) + uint64(i), MaxTx: 20,
+			Pause: 5 * time.Millisecond, Rollback: 0.1, Emit: 0.2})
+		c.r = c.w.startRelay(env...)
+		cs = append(cs, c)
+	}
+	sr.progress(t, 600, 2*time.Minute)
+	for _, c := range cs {
+		c.r.Kill()
+		c.r = c.w.startRelay(env...)
+	}
+	sr.progress(t, 600, 2*time.Minute)
+	total := 0
+	for _, c := range cs {
+		c.wr.stop()
+		if err := c.wr.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		total += len(c.wr.Committed())
+	}
+	sr.wait(t, total, 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	for _, c := range cs {
+		var of []*amqp.Message
+		for _, m := range sr.messages() {
+			if m.ApplicationProperties["walbox-system"] == c.system {
+				of = append(of, m)
+			}
+		}
+		t.Logf("system %s: %d rows committed, %d messages in the stream", c.system, len(c.wr.Committed()), len(of))
+		checkStream(t, c.wr.Committed(), of, c.wr.Stats())
+	}
+	if n := sr.count(); n != total {
+		t.Errorf("%d messages in the stream, want the %d rows committed", n, total)
+	}
+}

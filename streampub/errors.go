@@ -1,0 +1,28 @@
+package streampub
+
+import (
+	"fmt"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// ForeignAnchorError means that the producer's last message carries another database system's
+// identifier: a name derived from this system's was used by another writer. Numbering on from
+// it could give this system's rows ids the broker already stored for the other's.
+type ForeignAnchorError struct {
+	Stream, Producer string
+	// System is this session's database system identifier, Found the message's ("" for none).
+	System, Found string
+}
+
+func (e *ForeignAnchorError) Error() string {
+	found := e.Found
+	if found == "" {
+		found = "none"
+	}
+	return fmt.Sprintf("stream %s: the last message of producer %s names database system %s, but this server is system %s: "+
+		"another writer uses this relay's producer name; stop it, or publish into another stream", e.Stream, e.Producer, found, e.System)
+}
+
+// Unwrap makes the error wire.ErrConflict: the relay stops on it.
+func (e *ForeignAnchorError) Unwrap() error { return wire.ErrConflict }
