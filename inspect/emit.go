@@ -2,34 +2,77 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/walbox/walbox/outbox"
+)
+
+var (
+	// ErrNoMessages means the server cannot send logical decoding messages (PostgreSQL 13 and
+	// older), though walbox is to relay them.
+	ErrNoMessages = errors.New("this PostgreSQL cannot send logical decoding messages")
+	// ErrEmitPrefix means the emit function writes messages with another prefix than walbox
+	// relays: walbox would skip every one of them.
+	ErrEmitPrefix = errors.New("the emit function writes another message prefix than walbox relays")
 )
 
 // Emit says whether the tableless outbox is set up: the emit function (outbox.EmitFunction) in
 // the outbox table's schema, and the prefix its messages carry.
 type Emit struct {
-	Prefix  string // the relayed prefix, "" for none
-	Exists  bool   // the emit function exists
-	Matches bool   // it emits with Prefix
-	Version int    // server_version_num
+	Function string // the function's name, schema-qualified
+	Prefix   string // the relayed prefix, "" for none
+	Exists   bool   // the emit function exists
+	Matches  bool   // it emits with Prefix
+	// Emits is the prefix the function's body emits with, "" when none can be read from it.
+	Emits   string
+	Version int // server_version_num
 }
 
 // ReadEmit looks up the emit function of table's schema and whether it emits with prefix, the
 // prefix the relay relays ("" for none).
 func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string) (Emit, error) {
-	e := Emit{Prefix: prefix}
+	e := Emit{Function: table.Schema + "." + outbox.EmitFunction, Prefix: prefix}
+	var src string
 	err := q.QueryRow(ctx, `
 		SELECT current_setting('server_version_num')::int,
 		       p.oid IS NOT NULL,
-		       coalesce(position(format('pg_logical_emit_message(true, %L,', $3::text) IN p.prosrc) > 0, false)
+		       coalesce(position(format('pg_logical_emit_message(true, %L,', $3::text) IN p.prosrc) > 0, false),
+		       coalesce(p.prosrc, '')
 		  FROM (SELECT 1) one
 		  LEFT JOIN pg_proc p ON p.proname = $2
 		   AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)`,
-		table.Schema, outbox.EmitFunction, prefix).Scan(&e.Version, &e.Exists, &e.Matches)
+		table.Schema, outbox.EmitFunction, prefix).Scan(&e.Version, &e.Exists, &e.Matches, &src)
 	if err != nil {
-		return e, fmt.Errorf("look up %s.%s: %w", table.Schema, outbox.EmitFunction, err)
+		return e, fmt.Errorf("look up %s: %w", e.Function, err)
+	}
+	if m := emitted.FindStringSubmatch(src); m != nil {
+		e.Emits = strings.ReplaceAll(m[1], "''", "'")
 	}
 	return e, nil
+}
+
+// emitted finds the prefix in the body walbox migrate writes: pg_logical_emit_message(true, 'p', ...).
+var emitted = regexp.MustCompile(`pg_logical_emit_message\(true, '((?:[^']|'')*)',`)
+
+// Err reports why the messages the emit function writes would never be relayed: the server
+// cannot send them (ErrNoMessages), or the function writes another prefix (ErrEmitPrefix).
+// walbox doctor fails on it, and walbox run refuses to start.
+func (e Emit) Err() error {
+	switch {
+	case e.Prefix == "":
+		return nil
+	case e.Version < 140000:
+		return fmt.Errorf("%w: PostgreSQL %d sends no messages with prefix %q to walbox (14 or later does)",
+			ErrNoMessages, e.Version/10000, e.Prefix)
+	case e.Exists && !e.Matches && e.Emits != "":
+		return fmt.Errorf("%w: %s emits with prefix %q, not %q: walbox would never publish what it writes",
+			ErrEmitPrefix, e.Function, e.Emits, e.Prefix)
+	case e.Exists && !e.Matches:
+		return fmt.Errorf("%w: %s does not emit with prefix %q: walbox would never publish what it writes",
+			ErrEmitPrefix, e.Function, e.Prefix)
+	}
+	return nil
 }

@@ -164,6 +164,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		}
 		return false, err
 	}
+	if err := checkEmit(sctx, w.conn, &r.cfg); err != nil {
+		return false, err
+	}
 	silence := r.serverSilence(srv.SenderTimeout)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)
 	if err != nil {

@@ -446,25 +446,25 @@ func bytesIEC(n int64) string {
 }
 
 // emitCheck judges the tableless outbox: messages need PostgreSQL 14, and an emit function that
-// writes another prefix than the relay reads would lose every message written through it.
+// writes another prefix than the relay reads would lose every message written through it. The
+// failures are inspect.Emit.Err's, on which walbox run refuses to start.
 func emitCheck(f inspect.Emit, table outbox.Table) Check {
 	const name = "emit_function"
 	fn := table.Schema + "." + outbox.EmitFunction
+	err := f.Err()
 	switch {
 	case f.Prefix == "" && f.Exists:
 		return warnCheck(name, "set --message-prefix to the prefix "+fn+" emits, or drop the function",
 			"%s exists, but walbox relays no messages (--message-prefix none): whatever it writes is never published", fn)
 	case f.Prefix == "":
 		return passCheck(name, "messages off (--message-prefix none): the table is the only outbox")
-	case f.Version < 140000:
-		return failCheck(name, "upgrade PostgreSQL, or set --message-prefix none",
-			"PostgreSQL %d cannot send logical decoding messages to walbox (14 or later can)", f.Version/10000)
+	case errors.Is(err, inspect.ErrNoMessages):
+		return failCheck(name, "upgrade PostgreSQL, or set --message-prefix none", "%v", err)
 	case !f.Exists:
 		return warnCheck(name, "run `walbox migrate` to write messages without rows; rows work without it",
 			"%s does not exist: messages with prefix %q are relayed, but nothing writes them", fn, f.Prefix)
-	case !f.Matches:
-		return failCheck(name, "run walbox with the --message-prefix the function was migrated with, or recreate it",
-			"%s does not emit with prefix %q: walbox would never publish what it writes", fn, f.Prefix)
+	case err != nil:
+		return failCheck(name, "run walbox with the --message-prefix the function was migrated with, or recreate it", "%v", err)
 	}
 	return passCheck(name, "%s emits messages with prefix %q, which walbox relays like rows", fn, f.Prefix)
 }

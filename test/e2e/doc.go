@@ -71,6 +71,7 @@
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst, TestPositionIDsWithARowFilterRefused,
+//     TestRunRefusesAnotherPrefixThanWalboxEmits,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,

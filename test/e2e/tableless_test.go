@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
 )
@@ -52,5 +53,28 @@ func TestDoctorAndStatusKnowTheMessageMode(t *testing.T) {
 	}
 	if c := w.doctor(nil).check(t, "emit_function"); c.Status != "warn" || !strings.Contains(c.Fix, "walbox migrate") {
 		t.Errorf("without walbox_emit: %s %q (fix %q), want a warning to migrate", c.Status, c.Message, c.Fix)
+	}
+}
+
+// walbox run refuses to start when walbox_emit writes another prefix than --message-prefix, as
+// doctor fails it: the relay would skip every message the function writes, in silence. The
+// refusal is one line naming the setting, both prefixes and the fix, with exit 1, as the other
+// refusals found on the server (a missing table, a role that cannot write the record).
+func TestRunRefusesAnotherPrefixThanWalboxEmits(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+
+	out, code := w.walbox([]string{"WALBOX_MESSAGE_PREFIX=billing"}, "run")
+	wantExit(t, code, 1, out)
+	last := out[strings.LastIndex(strings.TrimRight(out, "\n"), "\n")+1:]
+	oneLine(t, last, "walbox run: --message-prefix billing", "public.walbox_emit emits with prefix \"walbox\", not \"billing\"",
+		"--message-prefix walbox")
+
+	// The prefix it was migrated with, and no messages at all, both start.
+	for _, prefix := range []string{"walbox", "none"} {
+		relay := w.startRelay("WALBOX_MESSAGE_PREFIX=" + prefix)
+		relay.WaitFor("streaming with --message-prefix "+prefix, time.Minute, func() bool {
+			return strings.Contains(relay.Output(), "msg=streaming")
+		})
+		relay.Stop(time.Minute)
 	}
 }

@@ -1,0 +1,41 @@
+package inspect_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
+)
+
+// ReadEmit reads the prefix walbox migrate wrote into walbox_emit, quotes included, and Err
+// judges it against the relayed prefix as doctor and run do.
+func TestReadEmitReadsThePrefixItWrites(t *testing.T) {
+	_, _, conn := setup(t)
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(t.Context(), conn, migrations.Config{Table: wire.Table{Schema: "other", Name: "outbox"},
+		MessagePrefix: "it's"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		schema, prefix, emits string
+		want                  error
+	}{
+		{"public", "walbox", "walbox", nil},
+		{"public", "billing", "walbox", inspect.ErrEmitPrefix},
+		{"public", "", "walbox", nil},
+		{"other", "it's", "it's", nil},
+		{"other", "walbox", "it's", inspect.ErrEmitPrefix},
+	} {
+		e, err := inspect.ReadEmit(t.Context(), conn, wire.Table{Schema: c.schema, Name: "outbox"}, c.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Emits != c.emits || !errors.Is(e.Err(), c.want) || (c.want == nil) != (e.Err() == nil) {
+			t.Errorf("%s relayed %q: emits %q, err %v; want %q, %v", c.schema, c.prefix, e.Emits, e.Err(), c.emits, c.want)
+		}
+	}
+}
