@@ -175,7 +175,6 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := w.pinCoverage(sctx); err != nil {
 		return false, err
 	}
-	w.limit, w.replayed = slot.ConfirmedFlush, slot.ConfirmedFlush
 	pub, err := r.cfg.Dial(sctx)
 	if err != nil {
 		return false, r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", err)}, &r.brokerReached)
@@ -192,6 +191,12 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
 		return false, err
 	}
+	// The session holds the slot from here on, and nothing else moves it: what must be read
+	// against the slot's position is read after this check.
+	if slot, err = r.checkHeld(sctx, conn, w, slot); err != nil {
+		return false, err
+	}
+	w.limit, w.replayed = slot.ConfirmedFlush, slot.ConfirmedFlush
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
@@ -269,14 +274,8 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 		r.cfg.Logger.Info("recorded the replication slot in the registry", "slot", r.cfg.Slot,
 			"lsn", p.Slot.ConfirmedFlush.String(), "registry", w.reg.Table())
 	}
-	var stop *slots.StopRecorded
-	switch {
-	case errors.As(err, &stop):
-		return p.Slot, fatal(stopError(r.cfg.Slot, stop.Stop, r.wayOut()))
-	case slots.Refused(err):
-		return p.Slot, fatal(err)
-	case err != nil:
-		return p.Slot, err
+	if err != nil {
+		return p.Slot, r.slotError(err)
 	}
 	w.recorded = p.Recorded
 	if p.Created {
@@ -287,6 +286,39 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 		r.cfg.Logger.Info("made the replication slot a failover slot (--failover-slot)", "slot", r.cfg.Slot)
 	}
 	return p.Slot, nil
+}
+
+// checkHeld reads the slot again once the session holds it (slots.CheckHeld): a role with
+// REPLICATION may have advanced it between prepareSlot's check and START_REPLICATION, and the
+// server then streams from the advanced position. It returns the slot as held, the position the
+// server streams from: the checked one, or one moved no further than the record.
+func (r *Relay) checkHeld(ctx context.Context, conn *pgconn.PgConn, w *watch, checked inspect.Slot) (inspect.Slot, error) {
+	held, err := slots.CheckHeld(ctx, slots.HeldConfig{Slot: r.cfg.Slot, PID: conn.PID(), SlotDB: w.slotDB(),
+		Registry: w.reg, Checked: checked})
+	if err != nil {
+		return checked, r.slotError(err)
+	}
+	if held.ConfirmedFlush < checked.ConfirmedFlush {
+		held.ConfirmedFlush = checked.ConfirmedFlush // the server starts at the later of the two
+	}
+	if held.ConfirmedFlush != checked.ConfirmedFlush {
+		r.cfg.Logger.Warn("the slot moved between its check and START_REPLICATION, within what walbox recorded; streaming from there",
+			"slot", r.cfg.Slot, "checked", checked.ConfirmedFlush.String(), "lsn", held.ConfirmedFlush.String())
+	}
+	return held, nil
+}
+
+// slotError makes the errors of slots.Prepare and slots.CheckHeld that retrying cannot fix
+// permanent: a recorded stop names its way out.
+func (r *Relay) slotError(err error) error {
+	var stop *slots.StopRecorded
+	switch {
+	case errors.As(err, &stop):
+		return fatal(stopError(r.cfg.Slot, stop.Stop, r.wayOut()))
+	case slots.Refused(err):
+		return fatal(err)
+	}
+	return err
 }
 
 // backoff grows exponentially with jitter up to max, and starts over after a session that moved

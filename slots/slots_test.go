@@ -102,8 +102,9 @@ func TestDropRefusesASlotInUse(t *testing.T) {
 	}
 }
 
-// stream starts streaming from slot on a connection of its own, until the test ends.
-func stream(t *testing.T, db, slot string) {
+// stream starts streaming from slot on a connection of its own, until the test ends, and returns
+// that connection.
+func stream(t *testing.T, db, slot string) *pgconn.PgConn {
 	t.Helper()
 	cfg, err := slots.ConnConfig(db)
 	if err != nil {
@@ -120,4 +121,5 @@ func stream(t *testing.T, db, slot string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return repl
 }

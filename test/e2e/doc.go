@@ -29,7 +29,7 @@
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
-//     TestSlotReplacedWhileRetrying, TestRecoverDroppedSlot,
+//     TestSlotReplacedWhileRetrying, TestSlotAdvancedBeforeItIsHeld, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
 //     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,

@@ -1,0 +1,75 @@
+package slots
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/registry"
+)
+
+// HeldConfig is what CheckHeld needs: the slot, the session's walsender and where to read both
+// the slot and its record.
+type HeldConfig struct {
+	Slot string
+	// PID is the backend process id of the session's replication connection: its walsender.
+	PID uint32
+	// SlotDB reads the slot: an ordinary connection to the replication server.
+	SlotDB   inspect.Querier
+	Registry *registry.Store
+	// Checked is the slot as Prepare read it.
+	Checked inspect.Slot
+}
+
+// CheckHeld reads the slot again once the session holds it (START_REPLICATION succeeded), and
+// returns it. Prepare checks the slot while it is free, and any role with REPLICATION may advance
+// a free slot (pg_replication_slot_advance); the server then starts at the advanced position,
+// whatever position START_REPLICATION asked for. Once the session's walsender holds the slot
+// nobody else can move it, so this read is the one the session streams from. It refuses a slot
+// that this session's walsender does not hold (another process's, or another server's) and one
+// that moved past the position walbox recorded: rows committed in between may have been skipped.
+// The record holds what the broker confirmed, so a slot moved no further than it is no gap. The
+// slot stays where it was moved, so Prepare refuses it at the next start as well.
+func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
+	info, err := inspect.ReadSlot(ctx, c.SlotDB, c.Slot)
+	if err != nil {
+		return info, err
+	}
+	rec, recorded, err := c.Registry.Get(ctx, c.Slot)
+	if err != nil {
+		return info, err
+	}
+	return info, judgeHeld(c, info, rec, recorded)
+}
+
+// judgeHeld holds the slot as read once held against the session's walsender and the record.
+func judgeHeld(c HeldConfig, info inspect.Slot, rec registry.Record, recorded bool) error {
+	if !info.Exists || info.ActivePID == nil || uint32(*info.ActivePID) != c.PID {
+		holder := "no process"
+		if info.ActivePID != nil {
+			holder = fmt.Sprintf("pid %d", *info.ActivePID)
+		}
+		if !info.Exists {
+			holder = "nobody: the slot does not exist there"
+		}
+		return refused{fmt.Errorf("%w: slot %s is held by %s, not by this session's walsender (pid %d), on the server "+
+			"walbox reads slots from: the replication connection and that server differ, so the slot's position cannot be "+
+			"vouched for. Point --database-url (and --replication-url) at one server each",
+			ErrSlotGap, c.Slot, holder, c.PID)}
+	}
+	if !recorded {
+		return refused{fmt.Errorf("%w: the record of slot %s was deleted while walbox started on it. Run `walbox recover`",
+			ErrSlotGap, c.Slot)}
+	}
+	if rec.Stop.Stopped() {
+		return &StopRecorded{Slot: c.Slot, Stop: rec.Stop}
+	}
+	if info.ConfirmedFlush > rec.ConfirmedLSN {
+		return refused{fmt.Errorf("%w: slot %s is at %s, ahead of %s, the last position walbox recorded (at %s): it was advanced "+
+			"behind walbox's back after walbox checked it at %s and before walbox held it, and rows committed in between may have "+
+			"been skipped. Run `walbox recover`",
+			ErrSlotGap, c.Slot, info.ConfirmedFlush, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339), c.Checked.ConfirmedFlush)}
+	}
+	return nil
+}
