@@ -176,6 +176,13 @@ func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
 // registry, reshard) still gets through.
 func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]string, error) {
 	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
+	if _, _, _, foreign, err := readRelayRoles(ctx, tx, schema); err != nil || foreign != "" {
+		if err == nil {
+			err = fmt.Errorf("%s belongs to %s, not to the owner of walbox_slots: %s can name any role a relay role; "+
+				"as a superuser, after checking its rows: ALTER TABLE %s OWNER TO <the owner of walbox_slots>", RelayRolesTable, foreign, foreign, table)
+		}
+		return nil, err
+	}
 	if relayRole != "" {
 		for _, q := range []string{`DELETE FROM ` + table + ` w
 			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1)`,
@@ -187,7 +194,7 @@ func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]st
 			}
 		}
 	}
-	relays, _, _, err := readRelayRoles(ctx, tx, schema)
+	relays, _, _, _, err := readRelayRoles(ctx, tx, schema)
 	return relays, err
 }
 

@@ -47,6 +47,9 @@ type Rights struct {
 	RelaysKnown bool
 	// RelaysMissing is true when walbox_relay_roles is missing.
 	RelaysMissing bool
+	// RelaysOwner is the owner of walbox_relay_roles when it is not walbox_slots' owner (nor a
+	// superuser): a role that created it before the first migrate. Relays is empty then.
+	RelaysOwner string
 	// Superusers may do anything in the database; they are expected, not counted as holders.
 	Superusers []string
 	// SchemaOwners own the schema, or are members of its owner, but not of the registry's owner:
@@ -124,7 +127,7 @@ func ReadRights(ctx context.Context, conn *pgx.Conn, schema string) (Rights, err
 func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 	var r Rights
 	var err error
-	if r.Relays, r.RelaysKnown, r.RelaysMissing, err = readRelayRoles(ctx, q, schema); err != nil {
+	if r.Relays, r.RelaysKnown, r.RelaysMissing, r.RelaysOwner, err = readRelayRoles(ctx, q, schema); err != nil {
 		return Rights{}, err
 	}
 	relay := make(map[string]bool, len(r.Relays))
@@ -195,31 +198,35 @@ func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 }
 
 // readRelayRoles returns the recorded relay roles in schema that still exist, by their current
-// names; known is false when the table is missing or this role may not read it.
-func readRelayRoles(ctx context.Context, q querier, schema string) (names []string, known, missing bool, err error) {
+// names; known is false when the table is missing, this role may not read it, or it belongs to
+// another role (foreign) than walbox_slots and is no superuser's: its rows are that role's say.
+func readRelayRoles(ctx context.Context, q querier, schema string) (names []string, known, missing bool, foreign string, err error) {
 	var readable bool
-	err = q.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege(c.oid, 'SELECT')
+	err = q.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+			CASE WHEN o.rolsuper OR c.relowner = s.relowner THEN '' ELSE o.rolname::text END
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, schema, RelayRolesTable).Scan(&readable)
+		JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
+		LEFT JOIN pg_catalog.pg_class s ON s.relnamespace = c.relnamespace AND s.relname = 'walbox_slots'
+		WHERE n.nspname = $1 AND c.relname = $2`, schema, RelayRolesTable).Scan(&readable, &foreign)
 	if err == pgx.ErrNoRows {
-		return nil, false, true, nil
+		return nil, false, true, "", nil
 	}
 	if err != nil {
-		return nil, false, false, fmt.Errorf("look up %s: %w", RelayRolesTable, err)
+		return nil, false, false, "", fmt.Errorf("look up %s: %w", RelayRolesTable, err)
 	}
-	if !readable {
-		return nil, false, false, nil
+	if !readable || foreign != "" {
+		return nil, false, false, foreign, nil
 	}
 	rows, err := q.Query(ctx, `SELECT r.rolname::text FROM `+pgx.Identifier{schema, RelayRolesTable}.Sanitize()+` w
 		JOIN pg_catalog.pg_roles r ON r.oid = w.role_oid ORDER BY 1`)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("read %s: %w", RelayRolesTable, err)
+		return nil, false, false, "", fmt.Errorf("read %s: %w", RelayRolesTable, err)
 	}
 	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, false, false, fmt.Errorf("read %s: %w", RelayRolesTable, err)
+		return nil, false, false, "", fmt.Errorf("read %s: %w", RelayRolesTable, err)
 	}
-	return names, true, false, nil
+	return names, true, false, "", nil
 }
 
 func appendNew(list []string, s string) []string {

@@ -69,7 +69,12 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		fixes = append(fixes, fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s OWNER TO %s",
 			quoteIdent(schema)+".walbox_slots", quoteIdent(fnOwners[0])))
 	}
-	if !rights.RelaysKnown && !rights.RelaysMissing {
+	if rights.RelaysOwner != "" {
+		problems = append(problems, fmt.Sprintf("%s belongs to %s, not to the owner of walbox_slots: %s can name any role a relay role",
+			migrations.RelayRolesTable, rights.RelaysOwner, rights.RelaysOwner))
+		fixes = append(fixes, fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s.%s OWNER TO %s",
+			quoteIdent(schema), migrations.RelayRolesTable, quoteIdent(owner)))
+	} else if !rights.RelaysKnown && !rights.RelaysMissing {
 		problems = append(problems, fmt.Sprintf("role %s may not read %s: walbox migrate --relay-role did not record %s as a relay role "+
 			"(doctor run as the owner, a relay role or a superuser names the others)", f.User, migrations.RelayRolesTable, f.User))
 		// Without the list, the role walbox run logs in as is taken for the relay role.

@@ -229,3 +229,33 @@ func TestMigrateRecordsTheRelayRole(t *testing.T) {
 		t.Errorf("record_rights as a role with no grants: %s %q, want a failure: it may not read the list", c.Status, c.Message)
 	}
 }
+
+// A role that may CREATE in the outbox schema creates walbox_relay_roles before migrate does, and
+// lists itself. migrate refuses to record a relay role in it, naming that role; and a list of
+// another owner than walbox_slots' fails doctor: none of its rows is taken for a relay role.
+func TestRelayRolesOfAnotherOwnerAreRefused(t *testing.T) {
+	e := setup(t)
+	squatter := roleOf(t, e.roleURL(t, "LOGIN"))
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	e.pg.Exec(t, e.db, "CREATE SCHEMA squat; GRANT USAGE, CREATE ON SCHEMA squat TO "+pgx.Identifier{squatter}.Sanitize())
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "DROP SCHEMA squat CASCADE") })
+	e.pg.Exec(t, e.db, "SET ROLE "+pgx.Identifier{squatter}.Sanitize()+`;
+		CREATE TABLE squat.walbox_relay_roles (role_oid oid PRIMARY KEY, role_name text NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO squat.walbox_relay_roles (role_oid, role_name) SELECT oid, rolname FROM pg_roles WHERE rolname = current_user;
+		GRANT ALL ON squat.walbox_relay_roles TO PUBLIC`)
+	_, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", relay)
+	if err == nil || !strings.Contains(err.Error(), "walbox_relay_roles belongs to "+squatter) {
+		t.Errorf("migrate --relay-role %s with walbox_relay_roles owned by %s: error %v, want a refusal naming it", relay, squatter, err)
+	}
+
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_relay_roles OWNER TO "+pgx.Identifier{squatter}.Sanitize())
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "walbox_relay_roles belongs to "+squatter) ||
+		!strings.Contains(c.Fix, "ALTER TABLE public.walbox_relay_roles OWNER TO") {
+		t.Errorf("record_rights with walbox_relay_roles owned by %s: %s %q (fix %q), want a failure naming it", squatter, c.Status, c.Message, c.Fix)
+	}
+	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_relay_roles OWNER TO CURRENT_USER")
+}
