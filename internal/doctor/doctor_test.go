@@ -36,7 +36,13 @@ func setup(t *testing.T) *env {
 	if testenv.Short() {
 		t.Skip("integration test: needs PostgreSQL and RabbitMQ")
 	}
-	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
+	return setupOn(t, testenv.SharedPostgres(t))
+}
+
+// setupOn is setup on a server of the test's choice.
+func setupOn(t *testing.T, pg *testenv.Postgres) *env {
+	t.Helper()
+	rabbit := testenv.SharedRabbit(t)
 	e := &env{pg: pg, broker: rabbit.URL()}
 	e.db, e.conn = pg.MigratedDatabase(t, migrations.Config{})
 	ctx := t.Context()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/doctor"
+	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
 )
 
@@ -258,4 +259,36 @@ func TestRelayRolesOfAnotherOwnerAreRefused(t *testing.T) {
 		t.Errorf("record_rights with walbox_relay_roles owned by %s: %s %q (fix %q), want a failure naming it", squatter, c.Status, c.Message, c.Fix)
 	}
 	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_relay_roles OWNER TO CURRENT_USER")
+}
+
+// PostgreSQL 16 gave each membership its own options: INHERIT, SET and ADMIN. A member that may
+// only SET ROLE to the relay role, and a role with only ADMIN on it (the CREATEROLE role that
+// created it, which may grant itself the rest), may both move the record: doctor fails each.
+func TestRecordRightsSeeMembershipOptions(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL 17 and RabbitMQ")
+	}
+	pg := testenv.StartPostgres(t, testenv.PGVersion(17))
+	e := setupOn(t, pg)
+	creatorURL := e.roleURL(t, "LOGIN CREATEROLE")
+	creator := roleOf(t, creatorURL)
+	relay := testenv.UniqueName("relay")
+	e.pg.Exec(t, creatorURL, "CREATE ROLE "+relay+" LOGIN")
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "DROP OWNED BY "+relay+"; DROP ROLE "+relay) })
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, creator+" via "+relay) {
+		t.Errorf("record_rights with %s holding ADMIN on %s: %s %q, want a failure naming it", creator, relay, c.Status, c.Message)
+	}
+	// The creator may grant itself SET on the relay role, and then move the record.
+	e.pg.Exec(t, creatorURL, "GRANT "+relay+" TO "+creator+" WITH SET TRUE; SET ROLE "+relay+
+		"; SELECT public.walbox_slot_confirm('"+e.cfg.Slot+"', 1, '0/1', NULL)")
+	setOnly := roleOf(t, e.roleURL(t, "LOGIN"))
+	e.pg.Exec(t, e.db, "GRANT "+relay+" TO "+setOnly+" WITH INHERIT FALSE, SET TRUE")
+	c = find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, setOnly+" via "+relay) {
+		t.Errorf("record_rights with %s a member WITH INHERIT FALSE: %s %q, want a failure naming it", setOnly, c.Status, c.Message)
+	}
 }
