@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -273,16 +274,23 @@ type Count struct {
 	Table wire.Table
 	Rows  int64 // rows selected as possibly of the gap
 	Empty bool  // the table has no rows at all
+	// Deleted is the rows deleted from the table that walbox cannot explain
+	// (registry.Deletes.Unexplained): rows of the gap may be among them.
+	Deleted int64
 }
 
 // Count counts the rows Recover would republish if it ran now: an upper bound, since rows
 // committed from now on are in the gap too until the new slot exists. It changes nothing, and
-// refuses what Recover would refuse.
+// refuses what Recover would refuse: with the counts when rows of the gap may be gone.
 func (r *Recovery) Count(ctx context.Context, g Gap) ([]Count, error) {
 	if err := r.prepare(ctx, g); err != nil {
 		return nil, err
 	}
-	return r.count(ctx, r.source())
+	counts, err := r.count(ctx, r.source())
+	if err != nil || r.cfg.AcceptLoss {
+		return counts, err
+	}
+	return counts, rowsGone(counts)
 }
 
 // Result is what Recover did.
@@ -293,7 +301,10 @@ type Result struct {
 	Rows            int64 // rows selected
 	Published       int64 // rows republished and confirmed
 	Parked          int64 // rows parked, confirmed
-	Duration        time.Duration
+	// LossAccepted: rows of the gap may have been gone from the tables, and the loss was
+	// accepted (AcceptLoss). The rows republished are all there were, not all of the gap.
+	LossAccepted bool
+	Duration     time.Duration
 }
 
 // Recover replaces the slot and republishes the gap's rows: it drops the old slot if it still
@@ -313,7 +324,8 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 	if err := r.prepare(ctx, g); err != nil {
 		return Result{}, err
 	}
-	if err := r.checkRowsThere(ctx); err != nil {
+	mayBeGone, err := r.checkRowsThere(ctx)
+	if err != nil {
 		return Result{}, err
 	}
 	if g.exists {
@@ -322,10 +334,7 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		}
 	}
 	// The horizon is read where the new slot will be, before it exists (see standbyHorizon).
-	var (
-		horizon uint64
-		err     error
-	)
+	var horizon uint64
 	if r.src != nil {
 		horizon, err = standbyHorizon(ctx, r.src)
 	} else {
@@ -343,12 +352,15 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		return Result{}, err
 	}
 	lsn := created.lsn
-	res := Result{ConsistentPoint: lsn}
+	res := Result{ConsistentPoint: lsn, LossAccepted: mayBeGone}
 	if err := r.republish(ctx, created.snapshot, &res); err != nil {
 		return res, err
 	}
 	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,
 		Origin: registry.OriginRecovered, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: horizon})
+	if err == nil && mayBeGone {
+		err = r.acceptDeletes(ctx)
+	}
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -384,22 +396,77 @@ func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) 
 	return tx.Commit(ctx)
 }
 
-// checkRowsThere refuses to go on when nothing in the tables can be of the gap and the tables
-// are empty: producers that delete rows as they insert them leave nothing to republish.
-func (r *Recovery) checkRowsThere(ctx context.Context) error {
-	if r.cfg.AcceptLoss {
-		return nil
-	}
+// checkRowsThere refuses to go on when rows of the gap may be gone from the tables, unless the
+// loss is accepted (AcceptLoss): recover would republish only what is left and call the gap
+// filled. Rows may be gone when every table is empty, or when the server's statistics count
+// deletes from a table that walbox cannot explain (registry.Deletes): producers that delete rows
+// as they insert them, or a DELETE by hand. walbox prune's deletes are explained: it never deletes
+// a row a slot may not have confirmed. It reports whether rows may be gone.
+func (r *Recovery) checkRowsThere(ctx context.Context) (bool, error) {
 	counts, err := r.count(ctx, r.source())
 	if err != nil {
-		return err
+		return false, err
 	}
+	err = rowsGone(counts)
+	if err == nil {
+		return false, nil
+	}
+	if !r.cfg.AcceptLoss {
+		return true, err
+	}
+	return true, r.ensureDeletes(ctx)
+}
+
+// rowsGone returns why rows of the gap may be gone from the tables counted, or nil.
+func rowsGone(counts []Count) error {
+	var (
+		there   int64
+		deleted []string
+		empty   = true
+	)
 	for _, c := range counts {
-		if c.Rows > 0 || !c.Empty {
-			return nil
+		there += c.Rows
+		empty = empty && c.Rows == 0 && c.Empty
+		if c.Deleted > 0 {
+			deleted = append(deleted, fmt.Sprintf("%s (%d rows of the gap there, %d rows deleted)", c.Table, c.Rows, c.Deleted))
 		}
 	}
-	return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+
-		"(outbox.DeleteAfterInsert), the rows committed in the gap exist nowhere any more and cannot be republished. "+
-		"To recreate the slot and accept that loss, run again with --accept-loss", errRowsGone)
+	if empty && len(deleted) == 0 {
+		return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+
+			"(outbox.DeleteAfterInsert), the rows committed in the gap exist nowhere any more and cannot be republished. "+
+			"To recreate the slot and accept that loss, run again with --accept-loss", errRowsGone)
+	}
+	if len(deleted) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: rows of the gap may be gone: the server's statistics count rows deleted from %s "+
+		"that walbox prune did not delete (it never deletes a row a slot may not have confirmed). "+
+		"Producers that delete rows as they insert them (outbox.DeleteAfterInsert), or a DELETE by hand, took them; "+
+		"the rows of the gap among them exist nowhere any more. Only %d rows of the gap are left to republish. "+
+		"To republish those, recreate the slot and accept the loss of the others, run again with --accept-loss",
+		errRowsGone, strings.Join(deleted, ", "), there)
+}
+
+// ensureDeletes creates walbox_deletes beside the registry where it is missing, so that Recover
+// can record the deletes it accepted: the next recovery does not count them again.
+func (r *Recovery) ensureDeletes(ctx context.Context) error {
+	ok, err := registry.DeletesExist(ctx, r.db, r.reg.Schema())
+	if err != nil || ok {
+		return err
+	}
+	if _, err := migrations.ApplyRegistry(ctx, r.db, r.reg.Schema()); err != nil {
+		return fmt.Errorf("%w: %s.walbox_deletes is missing and this role cannot create it (%v); run `walbox migrate` as the outbox table's owner",
+			ErrNoRegistry, r.reg.Schema(), err)
+	}
+	return nil
+}
+
+// acceptDeletes records the deletes the statistics count now as accepted, once the loss was.
+func (r *Recovery) acceptDeletes(ctx context.Context) error {
+	for _, m := range r.cfg.Mappings {
+		if err := registry.AcceptDeletes(ctx, r.db, r.reg.Schema(), m.Table); err != nil {
+			return err
+		}
+	}
+	return nil
 }

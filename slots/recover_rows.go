@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -166,6 +167,12 @@ func (r *Recovery) count(ctx context.Context, q interface {
 		if err != nil {
 			return nil, fmt.Errorf("count the rows of %s: %w", t.mapping.Table, err)
 		}
+		// Deletes happen on the primary, and its statistics count them.
+		d, err := registry.ReadDeletes(ctx, r.db, r.reg.Schema(), t.mapping.Table)
+		if err != nil {
+			return nil, err
+		}
+		counts[i].Deleted = d.Unexplained()
 	}
 	return counts, nil
 }

@@ -62,10 +62,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if dry {
 		counts, err := rec.Count(ctx, gap)
+		if counts != nil {
+			showCounts(stdout, gap, counts)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		showCounts(stdout, gap, counts)
 		return nil
 	}
 	res, err := rec.Recover(ctx, gap)
@@ -77,8 +79,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "created slot %s at %s; rows committed after that stream from it\n", cfg.Slot, res.ConsistentPoint)
-	fmt.Fprintf(stdout, "republished %d rows (%d parked), every one confirmed by the broker, in %s\n",
-		res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
+	if res.LossAccepted {
+		fmt.Fprintf(stdout, "republished %d rows (%d parked), confirmed by the broker, in %s: all the gap's rows that were left; "+
+			"those deleted from the outbox tables are lost (--accept-loss)\n", res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(stdout, "republished %d rows (%d parked), every one confirmed by the broker, in %s\n",
+			res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
+	}
 	fmt.Fprintf(stdout, "recorded slot %s at %s: start walbox run\n", cfg.Slot, res.ConsistentPoint)
 	return nil
 }
@@ -161,11 +168,14 @@ func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {
 	var total int64
 	for _, c := range counts {
 		total += c.Rows
-		empty := ""
+		note := ""
 		if c.Empty {
-			empty = " (the table is empty)"
+			note = " (the table is empty)"
 		}
-		fmt.Fprintf(w, "  %-22s  %d rows%s\n", c.Table.String(), c.Rows, empty)
+		if c.Deleted > 0 {
+			note += fmt.Sprintf(" (%d rows deleted that walbox prune did not delete: rows of the gap may be gone)", c.Deleted)
+		}
+		fmt.Fprintf(w, "  %-22s  %d rows%s\n", c.Table.String(), c.Rows, note)
 	}
 	fmt.Fprintf(w, "dry run: would republish %d rows that may have committed after %s (counted now: an upper bound, "+
 		"rows committed before it are published again too); nothing changed\n", total, g.Record.ConfirmedLSN)

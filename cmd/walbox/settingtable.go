@@ -155,8 +155,9 @@ var settingTable = []group{
 		{flag: "all-rows", def: "false", isBool: true, cmds: []string{"recover"},
 			help: "republish every row of the outbox tables, where the record holds no transaction horizon to tell the gap's rows by"},
 		{flag: "accept-loss", def: "false", isBool: true, cmds: []string{"recover"},
-			help: "recreate the slot and reset the record although the outbox tables are empty " +
-				"(producers delete rows as they insert them: the gap's rows are gone)"},
+			help: "recreate the slot and reset the record although rows of the gap may be gone: the outbox tables are empty, " +
+				"or the server's statistics count deletes walbox prune did not make (producers that delete rows as they insert them, " +
+				"a `DELETE` by hand); republishes the rows that are left", see: "operations.md#slot-lost"},
 		{flag: "force", def: "false", isBool: true, cmds: []string{"recover"},
 			help: "recover although the slot continues from the record: for rows the publication did not cover " +
 				"(a table swapped in, the publication dropped or altered) or the slot cannot decode (a column renamed and renamed back); " +

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -93,27 +94,55 @@ func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 	if j.DryRun || res.Horizon.Xmin == 0 {
 		return res, nil
 	}
+	if ok, err := registry.DeletesExist(ctx, conn, j.Table.Schema); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%s.walbox_deletes does not exist: prune records there what it deletes, so that walbox recover "+
+				"can tell its deletes from others. Run walbox migrate first", j.Table.Schema)
+		}
+		return res, err
+	}
 	res.Rows = 0
 	// ctid = ANY(ARRAY(...)) is a TID scan. The outer condition keeps it exact on a partitioned
 	// table, whose partitions repeat ctids.
 	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE %[2]s AND %[3]s AND ctid = ANY(ARRAY(
 		SELECT ctid FROM %[1]s WHERE %[2]s AND %[3]s LIMIT $2))`, j.Table.Quoted(), old, below)
 	for {
-		tag, err := conn.Exec(ctx, del, res.Cutoff, j.BatchSize)
+		n, err := j.batch(ctx, conn, del, res.Cutoff)
 		if err != nil {
 			return res, fmt.Errorf("delete from %s after %d rows: %w", j.Table, res.Rows, err)
 		}
-		if n := tag.RowsAffected(); n > 0 {
+		if n > 0 {
 			res.Rows += n
 			res.Batches++
 		}
-		if tag.RowsAffected() < int64(j.BatchSize) {
+		if n < int64(j.BatchSize) {
 			return res, nil
 		}
 		if err := sleep(ctx, j.Pause); err != nil {
 			return res, fmt.Errorf("interrupted after %d rows: %w", res.Rows, err)
 		}
 	}
+}
+
+// batch deletes one batch and records in walbox_deletes, in the same transaction, how many rows
+// it deleted.
+func (j Job) batch(ctx context.Context, conn *pgx.Conn, del string, cutoff time.Time) (int64, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	tag, err := tx.Exec(ctx, del, cutoff, j.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	n := tag.RowsAffected()
+	if n > 0 {
+		if err := registry.CountPruned(ctx, tx, j.Table.Schema, j.Table, n); err != nil {
+			return 0, err
+		}
+	}
+	return n, tx.Commit(ctx)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/test/checker"
 )
@@ -273,4 +274,100 @@ func TestRecoverUsesTheNextBrokerWhenTheFirstIsDown(t *testing.T) {
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("walbox recover printed a password:\n%s", out)
 	}
+}
+
+// The scenario of issue 34: walbox is stopped, 532 rows are committed, prune runs with a short
+// age, more rows are committed and the slot is dropped. prune keeps the 532 rows (no slot
+// confirmed them); a DELETE by hand takes them instead. recover must not call the gap filled: it
+// exits non-zero naming the rows deleted, republishes what is left only with --accept-loss, and
+// says so. Then the same for producers that delete rows as they insert them, beside rows kept.
+// On the old code prune deleted the 532 rows and recover reported every row confirmed.
+func TestRecoverRefusesAGapWhoseRowsWereDeleted(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+	}
+
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT 'order', g::text, 'order.gone', '{}', now() - interval '1 minute' FROM generate_series(1, 532) g`)
+	out, code := w.walbox(nil, "prune", "--older-than", "1s")
+	if code != 0 || !strings.Contains(out, "deleted 0 rows") || !strings.Contains(out, "kept 532 rows") {
+		t.Fatalf("walbox prune --older-than 1s exited %d; want 0, nothing deleted, the 532 rows no slot confirmed kept:\n%s", code, out)
+	}
+	w.exec(`DELETE FROM outbox WHERE event_type = 'order.gone'`)
+	for i := range 20 {
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'order.after', '{}')`, itoa(i))
+	}
+	w.dropSlot()
+	w.waitDeletes(532)
+
+	refused := func(args ...string) {
+		t.Helper()
+		out, code := w.walbox(nil, append([]string{"recover"}, args...)...)
+		if code == 0 || !strings.Contains(out, "532 rows deleted") || !strings.Contains(out, "--accept-loss") ||
+			strings.Contains(out, "every one confirmed") {
+			t.Fatalf("walbox recover %v exited %d; want non-zero, naming the 532 rows deleted and --accept-loss:\n%s", args, code, out)
+		}
+		if exists, _, _ := w.slotInfo(); exists {
+			t.Fatalf("walbox recover %v created the slot although it refused:\n%s", args, out)
+		}
+	}
+	refused("--dry-run")
+	refused()
+	out, code = w.walbox(nil, "recover", "--accept-loss")
+	if code != 0 || !strings.Contains(out, "republished 20 rows") || strings.Contains(out, "every one confirmed") ||
+		!strings.Contains(out, "are lost (--accept-loss)") {
+		t.Fatalf("walbox recover --accept-loss exited %d; want 0, the 20 rows left republished, the loss named:\n%s", code, out)
+	}
+	if out, code := w.walbox(nil, "recover"); code != 0 || !strings.Contains(out, "no gap") {
+		t.Fatalf("walbox recover after the accepted loss exited %d; want no gap:\n%s", code, out)
+	}
+
+	t.Run("delete after insert beside rows kept", func(t *testing.T) {
+		w := w.in(t)
+		r := w.startRelay()
+		r.waitState("streaming", time.Minute)
+		if code := r.Stop(time.Minute); code != 0 {
+			t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+		}
+		// One producer deletes its rows in the transaction that inserts them; another keeps them.
+		w.inTx(func(tx pgx.Tx) {
+			for _, sql := range []string{
+				`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+					SELECT 'order', g::text, 'order.fleeting', '{}' FROM generate_series(1, 7) g`,
+				`DELETE FROM outbox WHERE event_type = 'order.fleeting'`,
+			} {
+				if _, err := tx.Exec(context.Background(), sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.kept', '{}')`)
+		w.dropSlot()
+		w.waitDeletes(532 + 7)
+		out, code := w.walbox(nil, "recover")
+		if code == 0 || !strings.Contains(out, "7 rows deleted") || !strings.Contains(out, "DeleteAfterInsert") {
+			t.Fatalf("walbox recover exited %d; want non-zero, naming the 7 rows deleted as they were inserted:\n%s", code, out)
+		}
+		out, code = w.walbox(nil, "recover", "--accept-loss")
+		if code != 0 || !strings.Contains(out, "republished") || strings.Contains(out, "every one confirmed") {
+			t.Fatalf("walbox recover --accept-loss exited %d:\n%s", code, out)
+		}
+		r = w.startRelay()
+		r.waitState("streaming", time.Minute)
+	})
+}
+
+// waitDeletes waits until the server's statistics count n rows deleted from the outbox table:
+// the deleting session reports them within seconds.
+func (w *world) waitDeletes(n int64) {
+	w.t.Helper()
+	waitFor(w.t, time.Minute, "the statistics to count the deletes", func() bool {
+		var got int64
+		err := w.conn.QueryRow(context.Background(), "SELECT pg_stat_get_tuples_deleted('public.outbox'::regclass)").Scan(&got)
+		return err == nil && got >= n
+	})
 }

@@ -1,0 +1,128 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/wire"
+)
+
+// Deletes is what the server's statistics count of the rows deleted from an outbox table, beside
+// what walbox explains of them: rows walbox prune deleted (all below every relaying slot's
+// horizon, so never rows of a gap) and deletes walbox recover --accept-loss accepted. The
+// statistics count deletes since they began: they restart after a crash or pg_stat_reset, and
+// the explained count then restarts too. A delete reaches them within seconds, once the deleting
+// session reports it. They do not count TRUNCATE.
+type Deletes struct {
+	Table wire.Table
+	// Seen is the rows deleted from the table (its partitions) since the statistics began.
+	Seen int64
+	// Explained is how many of those walbox prune deleted or walbox recover accepted.
+	Explained int64
+}
+
+// Unexplained is the rows deleted from the table that walbox cannot explain: rows of a gap may
+// be among them.
+func (d Deletes) Unexplained() int64 { return max(0, d.Seen-d.Explained) }
+
+// deletesTable names the ledger of deletes in the registry's schema.
+func deletesTable(schema string) string { return pgx.Identifier{schema, "walbox_deletes"}.Sanitize() }
+
+// statsSQL reads the rows deleted from the table $1 (a quoted name), summed over its partitions,
+// and when the database's statistics were last reset.
+const statsSQL = `SELECT coalesce((SELECT pg_catalog.sum(pg_catalog.pg_stat_get_tuples_deleted(r.relid)) FROM (
+			SELECT pg_catalog.to_regclass($1) AS relid
+			UNION SELECT p.relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p WHERE p.isleaf) AS r), 0)::pg_catalog.int8,
+	(SELECT d.stats_reset FROM pg_catalog.pg_stat_database AS d WHERE d.datname = pg_catalog.current_database())`
+
+// ReadDeletes reads the server's statistics of the rows deleted from the table, and what walbox
+// recorded of them in walbox_deletes, beside walbox_slots in schema (nothing, where that does
+// not exist).
+func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table) (Deletes, error) {
+	c, err := readCount(ctx, db, schema, t, "")
+	return c.Deletes, err
+}
+
+// count is a table's Deletes with the statistics' reset time.
+type count struct {
+	Deletes
+	reset *time.Time
+}
+
+// readCount reads the statistics and the table's row of walbox_deletes, with lock (" FOR
+// UPDATE" or "").
+func readCount(ctx context.Context, db Querier, schema string, t wire.Table, lock string) (count, error) {
+	c := count{Deletes: Deletes{Table: t}}
+	if err := db.QueryRow(ctx, statsSQL, t.Quoted()).Scan(&c.Seen, &c.reset); err != nil {
+		return c, fmt.Errorf("read the statistics of %s: %w", t, err)
+	}
+	exists, err := DeletesExist(ctx, db, schema)
+	if err != nil || !exists {
+		return c, err
+	}
+	var (
+		reset           *time.Time
+		seen, explained int64
+	)
+	err = db.QueryRow(ctx, "SELECT stats_reset, seen, explained FROM "+deletesTable(schema)+" WHERE table_name = $1"+lock, t.String()).
+		Scan(&reset, &seen, &explained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read %s.walbox_deletes: %w", schema, err)
+	}
+	// Statistics that went back, or were reset, began again: what was explained is not in them.
+	if sameTime(c.reset, reset) && c.Seen >= seen {
+		c.Explained = explained
+	}
+	return c, nil
+}
+
+// DeletesExist reports whether schema has walbox_deletes (walbox migrate creates it beside
+// walbox_slots).
+func DeletesExist(ctx context.Context, db Querier, schema string) (bool, error) {
+	var ok bool
+	if err := db.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", deletesTable(schema)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up %s.walbox_deletes: %w", schema, err)
+	}
+	return ok, nil
+}
+
+// CountPruned records that walbox prune deleted n rows from the table. Call it in the transaction
+// that deleted them (db), so that no delete of prune's goes unrecorded.
+func CountPruned(ctx context.Context, db Querier, schema string, t wire.Table, n int64) error {
+	return record(ctx, db, schema, t, func(c count) int64 { return c.Explained + n })
+}
+
+// AcceptDeletes records every delete the statistics count now as explained: walbox recover
+// --accept-loss accepted the loss of whatever rows they took.
+func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table) error {
+	return record(ctx, db, schema, t, func(c count) int64 { return max(c.Explained, c.Seen) })
+}
+
+// record sets the table's explained count in walbox_deletes to explained(c), c being what the
+// statistics and walbox_deletes hold now.
+func record(ctx context.Context, db Querier, schema string, t wire.Table, explained func(c count) int64) error {
+	c, err := readCount(ctx, db, schema, t, " FOR UPDATE")
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, "INSERT INTO "+deletesTable(schema)+` AS t (table_name, stats_reset, seen, explained) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (table_name) DO UPDATE SET stats_reset = excluded.stats_reset, seen = excluded.seen,
+			explained = excluded.explained, updated_at = pg_catalog.now()`, t.String(), c.reset, c.Seen, explained(c))
+	if err != nil {
+		return fmt.Errorf("record the deletes from %s in %s.walbox_deletes: %w", t, schema, err)
+	}
+	return nil
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(*b)
+}
