@@ -1,0 +1,482 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
+)
+
+// Issue 33: no code of another role runs as walbox. On PostgreSQL 15 the role that owns the
+// database may CREATE in public. An exact-match overload of a built-in that walbox calls
+// unqualified then runs with the rights of whoever calls: the relay's role under walbox run, a
+// superuser under walbox doctor or migrate.
+
+// plantedSchemas are the schemas the application role plants its overloads in: public (the outbox
+// table's and the registry's) and legacy (a mapped table's).
+var plantedSchemas = []string{"public", "legacy"}
+
+// polymorphicOverloads are exact matches for the calls whose built-in takes a polymorphic or
+// "any" argument, or needs an implicit cast: these win over pg_catalog even where pg_catalog
+// comes first on the path. %[1]s is the schema. Each records the call, then calls pg_catalog's.
+var polymorphicOverloads = []string{
+	`CREATE FUNCTION %[1]s.to_jsonb(public.walbox_slots) RETURNS jsonb LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.to_jsonb(walbox_slots)', current_user);
+		SELECT pg_catalog.to_jsonb($1) $$`,
+	`CREATE FUNCTION %[1]s.to_jsonb(pg_catalog.pg_replication_slots) RETURNS jsonb LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.to_jsonb(pg_replication_slots)', current_user);
+		SELECT pg_catalog.to_jsonb($1) $$`,
+	`CREATE FUNCTION %[1]s.format(text, text) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.format(text, text)', current_user);
+		SELECT pg_catalog.format($1, $2) $$`,
+	`CREATE FUNCTION %[1]s.quote_ident(name) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.quote_ident(name)', current_user);
+		SELECT pg_catalog.quote_ident($1::text) $$`,
+	`CREATE FUNCTION %[1]s.pg_advisory_xact_lock(integer) RETURNS void LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.pg_advisory_xact_lock(integer)', current_user);
+		SELECT pg_catalog.pg_advisory_xact_lock($1) $$`,
+	`CREATE FUNCTION %[1]s.unnest(uuid[]) RETURNS SETOF uuid LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.unnest(uuid[])', current_user);
+		SELECT * FROM pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION %[1]s.unnest(text[]) RETURNS SETOF text LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.unnest(text[])', current_user);
+		SELECT * FROM pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION %[1]s.unnest(jsonb[]) RETURNS SETOF jsonb LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.unnest(jsonb[])', current_user);
+		SELECT * FROM pg_catalog.unnest($1) $$`,
+	`CREATE FUNCTION %[1]s.unnest(timestamptz[]) RETURNS SETOF timestamptz LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.unnest(timestamptz[])', current_user);
+		SELECT * FROM pg_catalog.unnest($1) $$`,
+	// Aggregates: a step function that records each row.
+	`CREATE FUNCTION %[1]s.captured_count(bigint) RETURNS bigint LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.count(*)', current_user);
+		SELECT $1 + 1 $$;
+	CREATE AGGREGATE %[1]s.count(*) (SFUNC = %[1]s.captured_count, STYPE = bigint, INITCOND = '0')`,
+	`CREATE FUNCTION %[1]s.captured_array_agg(text[], text) RETURNS text[] LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.array_agg(text)', current_user);
+		SELECT pg_catalog.array_append($1, $2) $$;
+	CREATE AGGREGATE %[1]s.array_agg(text) (SFUNC = %[1]s.captured_array_agg, STYPE = text[])`,
+	`CREATE FUNCTION %[1]s.captured_string_agg(text, name, text) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.string_agg(name, text)', current_user);
+		SELECT CASE WHEN $1 IS NULL THEN $2::text ELSE pg_catalog.concat($1, $3, $2) END $$;
+	CREATE AGGREGATE %[1]s.string_agg(name, text) (SFUNC = %[1]s.captured_string_agg, STYPE = text)`,
+	`CREATE FUNCTION %[1]s.captured_string_agg(text, text, text) RETURNS text LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.string_agg(text, text)', current_user);
+		SELECT CASE WHEN $1 IS NULL THEN $2 ELSE pg_catalog.concat($1, $3, $2) END $$;
+	CREATE AGGREGATE %[1]s.string_agg(text, text) (SFUNC = %[1]s.captured_string_agg, STYPE = text)`,
+	`CREATE FUNCTION %[1]s.captured_bool_or(boolean, boolean) RETURNS boolean LANGUAGE sql AS $$
+		INSERT INTO public.captured (fn, who) VALUES ('%[1]s.bool_or(boolean)', current_user);
+		SELECT coalesce($1, false) OR $2 $$;
+	CREATE AGGREGATE %[1]s.bool_or(boolean) (SFUNC = %[1]s.captured_bool_or, STYPE = boolean)`,
+}
+
+// exactOverloads plants, in every schema, a function with the signature of each pg_catalog
+// function of those names: a plain function (no aggregate or window function), without OUT
+// parameters or pseudo-types. Such a copy wins wherever the path puts its schema before
+// pg_catalog, as ALTER ROLE ... SET search_path or options=-c search_path=... may.
+const exactOverloads = `DO $gen$
+DECLARE
+	f record;
+	s text;
+	call text;
+BEGIN
+	FOR f IN SELECT p.proname::text AS name, p.proretset AS retset, p.pronargs AS nargs, p.provariadic <> 0 AS variadic,
+			pg_catalog.oidvectortypes(p.proargtypes) AS args, pg_catalog.format_type(p.prorettype, NULL) AS ret
+		FROM pg_catalog.pg_proc p
+		WHERE p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace AND p.proname = ANY (%[1]s::pg_catalog.name[])
+		  AND p.prokind = 'f' AND p.proallargtypes IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type t
+			WHERE t.typtype = 'p' AND ((t.oid = p.prorettype AND t.typname <> 'void') OR t.oid = ANY (p.proargtypes::pg_catalog.oid[])))
+	LOOP
+		SELECT pg_catalog.string_agg(CASE WHEN f.variadic AND i = f.nargs THEN 'VARIADIC ' ELSE '' END || '$' || i, ', ' ORDER BY i)
+			INTO call FROM pg_catalog.generate_series(1, f.nargs) i;
+		FOREACH s IN ARRAY %[2]s::pg_catalog.text[] LOOP
+			EXECUTE pg_catalog.format('CREATE FUNCTION %%I.%%I(%%s) RETURNS %%s%%s LANGUAGE sql AS %%L', s, f.name, f.args,
+				CASE WHEN f.retset THEN 'SETOF ' ELSE '' END, f.ret,
+				pg_catalog.format('INSERT INTO public.captured (fn, who) VALUES (%%L, current_user); SELECT %%s pg_catalog.%%I(%%s)',
+					s || '.' || f.name || '(' || f.args || ')', CASE WHEN f.retset THEN '* FROM' ELSE '' END, f.name,
+					coalesce(call, '')));
+		END LOOP;
+	END LOOP;
+END
+$gen$`
+
+// builtinNames are the pg_catalog functions named in walbox's SQL: every identifier followed by
+// "(" in a string literal of the product's Go code or in its migrations, that names a function of
+// pg_catalog (pg_proc on the server decides). English words in messages that happen to name one
+// ("left(", "position(") are planted too, which does no harm.
+func builtinNames(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	var all []string
+	if err := conn.QueryRow(context.Background(), `SELECT pg_catalog.array_agg(DISTINCT proname::pg_catalog.text)
+		FROM pg_catalog.pg_proc WHERE pronamespace = 'pg_catalog'::pg_catalog.regnamespace`).Scan(&all); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range calledNames(t) {
+		if slices.Contains(all, name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+var callRE = regexp.MustCompile(`(?i)\b([a-z_][a-z0-9_]*)\s*\(`)
+
+// calledNames returns every identifier followed by "(" in the string literals of the product's
+// Go files (tests, the harness and the examples aside) and in its migrations.
+func calledNames(t *testing.T) map[string]bool {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	add := func(s string) {
+		for _, m := range callRE.FindAllStringSubmatch(s, -1) {
+			names[strings.ToLower(m[1])] = true
+		}
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || slices.Contains([]string{"test", "examples", "deploy", "docs", "testdata", "internal/testenv"}, rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(path, ".sql"):
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			add(string(data))
+		case strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go"):
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil {
+						add(s)
+					}
+				}
+				return true
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// The scan finds the calls the hand-written overloads stand for, so that it is known to read the
+// product's SQL.
+func TestBuiltinScanFindsWalboxCalls(t *testing.T) {
+	names := calledNames(t)
+	for _, want := range []string{"to_jsonb", "format", "quote_ident", "unnest", "count", "array_agg", "string_agg", "bool_or",
+		"now", "pg_current_wal_lsn", "pg_advisory_xact_lock", "hashtext", "gen_random_uuid"} {
+		if !names[want] {
+			t.Errorf("the scan of walbox's SQL found no call of %s", want)
+		}
+	}
+}
+
+// The application role owns the database, so it may CREATE in public, and it owns the schema of a
+// mapped table. It plants in both an overload of every built-in walbox's SQL calls, each recording
+// current_user. walbox run, doctor, status, migrate, recover, prune and reshard, as the relay's
+// role and as a superuser, and the producer and consumer libraries, run none of them: walbox pins
+// search_path on its connections (even against the relay role's own setting and an options
+// parameter), and the libraries qualify every name.
+func TestPlantedOverloadsNeverRun(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.SharedRabbit(t)
+	ctx := context.Background()
+	dbName := testenv.UniqueName("app")
+	pg.Exec(t, pg.URL(), "CREATE ROLE app LOGIN")
+	pg.Exec(t, pg.URL(), "CREATE ROLE walbox_relay LOGIN REPLICATION")
+	pg.Exec(t, pg.URL(), "CREATE DATABASE "+dbName+" OWNER app")
+	// The relay role's own setting and the superuser's options put the planted schemas first: only
+	// the pinned search_path keeps exact copies of built-ins from winning.
+	pg.Exec(t, pg.URL(), "ALTER ROLE walbox_relay SET search_path = public, legacy, pg_catalog")
+	asRole := func(role, query string) string {
+		u, err := url.Parse(pg.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User, u.Path, u.RawQuery = url.User(role), "/"+dbName, query
+		return u.String()
+	}
+	super, app, relayURL := asRole("postgres", ""), asRole("app", ""), asRole("walbox_relay", "")
+	superPinnedLater := asRole("postgres", "options="+strings.ReplaceAll(url.QueryEscape("-c search_path=public,legacy,pg_catalog"), "+", "%20"))
+
+	pg.Exec(t, app, `CREATE SCHEMA legacy;
+		CREATE TABLE legacy.events (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type text NOT NULL,
+			aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb NOT NULL DEFAULT '{}',
+			created_at timestamptz NOT NULL DEFAULT now());
+		GRANT USAGE ON SCHEMA legacy TO walbox_relay`)
+	config := filepath.Join(t.TempDir(), "walbox.yaml")
+	if err := os.WriteFile(config, []byte("tables:\n  - table: public.outbox\n  - table: legacy.events\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, pg: pg, rabbit: rabbit, db: super, relayDB: relayURL, relayMQ: rabbit.URL(),
+		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
+	w.conn = pg.Conn(t, super)
+	asSuper := []string{"WALBOX_DATABASE_URL=" + superPinnedLater, "WALBOX_CONFIG=" + config}
+	asRelay := []string{"WALBOX_CONFIG=" + config}
+	if out, code := w.walbox(asSuper, "migrate", "--no-slot", "--relay-role", "walbox_relay"); code != 0 {
+		t.Fatalf("walbox migrate --no-slot as the superuser exited %d:\n%s", code, out)
+	}
+	pg.Exec(t, super, "ALTER PUBLICATION walbox ADD TABLE legacy.events")
+	w.declare()
+
+	// The plant, as the application role.
+	pg.Exec(t, super, `CREATE TABLE public.captured (fn text NOT NULL, who text NOT NULL);
+		ALTER TABLE public.captured OWNER TO app; GRANT INSERT ON public.captured TO PUBLIC`)
+	names := builtinNames(t, w.conn)
+	t.Logf("built-ins named in walbox's SQL: %s", strings.Join(names, " "))
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = `"` + n + `"`
+	}
+	planter := pg.Conn(t, app)
+	arrayOf := func(items []string) string { return "'{" + strings.Join(items, ",") + "}'" }
+	if _, err := planter.Exec(ctx, fmt.Sprintf(exactOverloads, arrayOf(quoted), arrayOf(plantedSchemas))); err != nil {
+		t.Fatalf("plant the exact overloads: %v", err)
+	}
+	for _, s := range plantedSchemas {
+		for _, q := range polymorphicOverloads {
+			if _, err := planter.Exec(ctx, fmt.Sprintf(q, s)); err != nil {
+				t.Fatalf("plant %s: %v", fmt.Sprintf(q, s), err)
+			}
+		}
+	}
+	var planted int
+	if err := w.conn.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
+		JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ANY ($1::pg_catalog.text[])
+		AND pg_catalog.pg_get_userbyid(p.proowner) = 'app'`, plantedSchemas).Scan(&planted); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("planted %d functions and aggregates in %s", planted, strings.Join(plantedSchemas, ", "))
+	// The plant works: the application role's own unqualified call runs it.
+	if _, err := planter.Exec(ctx, "SELECT to_jsonb(NULL::public.walbox_slots)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := capturedCount(t, w.conn); n == 0 {
+		t.Fatal("the application role's own call of to_jsonb(walbox_slots) did not run the planted overload")
+	}
+	pg.Exec(t, super, "TRUNCATE public.captured")
+
+	var seen int
+	check := func(step string) {
+		t.Helper()
+		rows := captured(t, w.conn)
+		if len(rows) > seen {
+			t.Errorf("%s ran planted overloads:\n  %s", step, strings.Join(rows[seen:], "\n  "))
+			seen = len(rows)
+		}
+	}
+	for _, as := range []struct {
+		name string
+		env  []string
+	}{{"the superuser", asSuper}, {"walbox_relay", asRelay}} {
+		out, code := w.walbox(as.env, "migrate", "--relay-role", "walbox_relay")
+		t.Logf("walbox migrate as %s exited %d:\n%s", as.name, code, testenv.Tail(out, 5))
+		check("walbox migrate as " + as.name)
+	}
+
+	// The consumer library handles what the relay publishes, on the caller's pool.
+	if err := migrations.ApplyConsumer(ctx, w.conn); err != nil {
+		t.Errorf("apply the consumer migrations: %v", err)
+	}
+	check("migrations.ApplyConsumer")
+	handled := startConsumer(t, w)
+
+	for i, as := range []struct {
+		name string
+		env  []string
+	}{{"walbox_relay", asRelay}, {"the superuser", asSuper}} {
+		r := w.startRelay(as.env...)
+		r.waitState("streaming", 2*time.Minute)
+		lsn := produce(t, w.conn, i)
+		check("the producer library")
+		waitFor(t, 2*time.Minute, "the record to pass the rows", func() bool { return recordedPast(t, w.conn, w.slot, lsn) })
+		waitFor(t, 2*time.Minute, "the consumer to handle the rows", func() bool { return handled.Load() >= int64(3*(i+1)) })
+		check("the consumer library")
+		for _, cmd := range [][]string{{"status"}, {"doctor", "--relay-role", "walbox_relay"}} {
+			for _, as := range []struct {
+				name string
+				env  []string
+			}{{"the superuser", asSuper}, {"walbox_relay", asRelay}} {
+				out, code := w.walbox(as.env, cmd...)
+				t.Logf("walbox %s as %s exited %d", cmd[0], as.name, code)
+				if code != 0 && cmd[0] == "status" {
+					t.Errorf("walbox status as %s exited %d:\n%s", as.name, code, out)
+				}
+				check("walbox " + cmd[0] + " as " + as.name)
+			}
+		}
+		if code := r.Stop(30 * time.Second); code != 0 {
+			t.Logf("walbox run as %s exited %d", as.name, code)
+		}
+		check("walbox run as " + as.name)
+	}
+
+	for _, cmd := range [][]string{{"prune", "--older-than", "1h"}, {"recover", "--dry-run"}} {
+		for _, as := range []struct {
+			name string
+			env  []string
+		}{{"walbox_relay", asRelay}, {"the superuser", asSuper}} {
+			out, code := w.walbox(as.env, cmd...)
+			t.Logf("walbox %s as %s exited %d:\n%s", strings.Join(cmd, " "), as.name, code, testenv.Tail(out, 5))
+			check("walbox " + cmd[0] + " as " + as.name)
+		}
+	}
+	// A slot dropped: recover republishes the gap from the tables and replaces the slot.
+	pg.Exec(t, super, "SELECT pg_catalog.pg_drop_replication_slot($1)", w.slot)
+	out, code := w.walbox(asSuper, "recover")
+	if code != 0 {
+		t.Errorf("walbox recover as the superuser after the slot was dropped exited %d:\n%s", code, out)
+	}
+	check("walbox recover as the superuser")
+	out, _ = w.walbox(asRelay, "status")
+	check("walbox status as walbox_relay after recover")
+	t.Logf("after recover, walbox status:\n%s", testenv.Tail(out, 8))
+	for _, as := range []struct {
+		name string
+		env  []string
+	}{{"walbox_relay", asRelay}, {"the superuser", asSuper}} {
+		out, code := w.walbox(as.env, "reshard", "--shards", "2")
+		t.Logf("walbox reshard --shards 2 as %s exited %d:\n%s", as.name, code, testenv.Tail(out, 5))
+		check("walbox reshard as " + as.name)
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("SUMMARY %s planted=%d builtins=%d calls_captured=0", t.Name(), planted, len(names))
+}
+
+// produce writes three messages in one transaction through the producer library, on a
+// connection with the default search_path: one row, one logical decoding message, and a row of
+// the mapped table. It returns the server's WAL position after the commit.
+func produce(t *testing.T, conn *pgx.Conn, round int) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	msg := func(kind string) outbox.Message {
+		return outbox.Message{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", round), EventType: "order." + kind,
+			Payload: []byte(`{"round":` + strconv.Itoa(round) + `}`), CreatedAt: time.Now()}
+	}
+	if err := outbox.Write(ctx, tx, msg("written")); err != nil {
+		t.Fatalf("outbox.Write: %v", err)
+	}
+	if err := outbox.Emit(ctx, tx, msg("emitted")); err != nil {
+		t.Fatalf("outbox.Emit: %v", err)
+	}
+	if err := outbox.NewWriter(outbox.Table{Schema: "legacy", Name: "events"}).Write(ctx, tx, msg("mapped")); err != nil {
+		t.Fatalf("write legacy.events: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lsn string
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::pg_catalog.text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// startConsumer runs the consumer library on a queue of its own bound to the world's exchange,
+// until the test ends, and returns the count of messages it handled.
+func startConsumer(t *testing.T, w *world) *atomic.Int64 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool, err := pgxpool.New(ctx, w.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	c, err := consumer.New(pool, consumer.Config{AMQPURL: w.rabbit.URL(), Queue: w.queue + ".consumer",
+		Bindings: []consumer.Binding{{Exchange: w.exchange, Key: "#"}}, OnError: func(err error) { t.Logf("consumer: %v", err) }},
+		func(context.Context, pgx.Tx, consumer.Delivery) error {
+			handled.Add(1)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("consumer: %v", err)
+		}
+		pool.Close()
+	})
+	return &handled
+}
+
+// recordedPast reports whether walbox's record of slot is at or past lsn.
+func recordedPast(t *testing.T, conn *pgx.Conn, slot, lsn string) bool {
+	t.Helper()
+	var ok bool
+	err := conn.QueryRow(context.Background(), `SELECT coalesce((SELECT confirmed_lsn >= $2::pg_catalog.pg_lsn
+		FROM public.walbox_slots WHERE slot_name = $1), false)`, slot, lsn).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// captured returns the calls the planted overloads recorded, oldest first.
+func captured(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	var rows []string
+	err := conn.QueryRow(context.Background(), `SELECT coalesce(pg_catalog.array_agg(fn || ' as ' || who), '{}')
+		FROM public.captured`).Scan(&rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func capturedCount(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	return len(captured(t, conn))
+}
