@@ -299,6 +299,7 @@ type Result struct {
 	// republished from the table, rows committed after it stream from the slot.
 	ConsistentPoint pglogrepl.LSN
 	Rows            int64 // rows selected
+	Held            int64 // rows a stream held already, not published again (StreamPublisher)
 	Published       int64 // rows republished and confirmed
 	Parked          int64 // rows parked, confirmed
 	// LossAccepted: rows of the gap may have been gone from the tables, and the loss was
@@ -353,7 +354,7 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 	}
 	lsn := created.lsn
 	res := Result{ConsistentPoint: lsn, LossAccepted: mayBeGone}
-	if err := r.republish(ctx, created.snapshot, &res); err != nil {
+	if err := r.republish(ctx, g, created.snapshot, &res); err != nil {
 		return res, err
 	}
 	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,
@@ -368,7 +369,7 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 // republish reads the gap's rows in the slot's exported snapshot and publishes them. The
 // replication connection that exported the snapshot stays open and idle meanwhile: the snapshot
 // lives until its next command.
-func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) error {
+func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *Result) error {
 	tx, err := r.source().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -383,10 +384,17 @@ func (r *Recovery) republish(ctx context.Context, snapshot string, res *Result) 
 	}
 	rp := &republisher{pub: pub, dial: r.cfg.Dial, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
 	defer func() { _ = rp.pub.Close() }()
-	if err := r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
+	each := func(t *gapTable, values [][]byte) error {
 		res.Rows++
 		return rp.row(ctx, t, values)
-	}); err != nil {
+	}
+	if sp, ok := pub.(StreamPublisher); ok {
+		rp.dial = nil // a stream session is not redialed: its producer is bound
+		if each, err = r.intoStream(ctx, tx, sp, g, res, rp); err != nil {
+			return err
+		}
+	}
+	if err := r.eachRow(ctx, tx, each); err != nil {
 		return err
 	}
 	if err := rp.wait(ctx); err != nil {

@@ -6,8 +6,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+
+	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -15,7 +19,8 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 	"(walbox status and walbox doctor show such a stop), in keep-rows retention: " +
 	"show the gap since the last recorded position, create the new slot first, republish from the outbox tables, " +
 	"with their original ids, every row that may have committed in the gap, and once the broker confirmed them all, " +
-	"record the new slot so that `walbox run` continues from it. Stop walbox run first. " +
+	"record the new slot so that `walbox run` continues from it; with --stream-url and --stream, into that stream, exactly once. " +
+	"Stop walbox run first. " +
 	"Takes run's database, table (config file tables) and broker settings. The role needs REPLICATION, SELECT on the " +
 	"outbox tables and write on walbox_slots (the role that ran walbox migrate, given REPLICATION)"
 
@@ -27,13 +32,23 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	cfg, eps, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force)
+	target, err := doctorStream(c)
+	if err != nil {
+		return err
+	}
+	cfg, eps, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force, target != nil)
 	if err != nil {
 		return err
 	}
 	fail := c.fail
-	// Every node of --amqp-url, in turn, as walbox run dials them.
+	// Every node of --amqp-url, in turn, as walbox run dials them; or the stream, as run's.
 	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) { return eps.Dial(ctx) }
+	if target != nil {
+		logs.SetLogger(quietStreamClient{})
+		cfg.Dial = func(ctx context.Context) (slots.Publisher, error) {
+			return streampub.Dial(ctx, streampub.Config{URIs: target.URIs, Stream: target.Stream, Slot: cfg.Slot})
+		}
+	}
 	cfg.OnParked = func(p *wire.Parked) {
 		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
 	}
@@ -63,7 +78,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if dry {
 		counts, err := rec.Count(ctx, gap)
 		if counts != nil {
-			showCounts(stdout, gap, counts)
+			showCounts(stdout, gap, counts, target)
 		}
 		if err != nil {
 			return fail(err)
@@ -79,10 +94,18 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "created slot %s at %s; rows committed after that stream from it\n", cfg.Slot, res.ConsistentPoint)
-	if res.LossAccepted {
+	switch {
+	case target != nil:
+		fmt.Fprintf(stdout, "published %d rows into stream %s (%d parked); %d of the %d rows of the gap the stream held already; "+
+			"every one confirmed by the broker, in %s\n", res.Published, target.Stream, res.Parked, res.Held, res.Rows,
+			res.Duration.Round(time.Millisecond))
+		if res.LossAccepted {
+			fmt.Fprintf(stdout, "those were all the gap's rows that were left; those deleted from the outbox tables are lost (--accept-loss)\n")
+		}
+	case res.LossAccepted:
 		fmt.Fprintf(stdout, "republished %d rows (%d parked), confirmed by the broker, in %s: all the gap's rows that were left; "+
 			"those deleted from the outbox tables are lost (--accept-loss)\n", res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
-	} else {
+	default:
 		fmt.Fprintf(stdout, "republished %d rows (%d parked), every one confirmed by the broker, in %s\n",
 			res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
 	}
@@ -90,7 +113,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting) (slots.RecoverConfig, *publisher.Endpoints, bool, error) {
+// recoverConfig reads recover's settings; into a stream (streaming), it needs no AMQP URL.
+func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting,
+	streaming bool) (slots.RecoverConfig, *publisher.Endpoints, bool, error) {
 	var (
 		cfg slots.RecoverConfig
 		eps *publisher.Endpoints
@@ -123,7 +148,7 @@ func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, fo
 	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
 		return cfg, eps, dry, err
 	}
-	if !dry {
+	if !dry && !streaming {
 		eps, err = b.endpoints(c, "walbox")
 	}
 	return cfg, eps, dry, err
@@ -164,7 +189,7 @@ func showGap(w io.Writer, slot string, g slots.Gap) {
 	}
 }
 
-func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {
+func showCounts(w io.Writer, g slots.Gap, counts []slots.Count, target *doctor.StreamConfig) {
 	var total int64
 	for _, c := range counts {
 		total += c.Rows
@@ -176,6 +201,11 @@ func showCounts(w io.Writer, g slots.Gap, counts []slots.Count) {
 			note += fmt.Sprintf(" (%d rows deleted that walbox prune did not delete: rows of the gap may be gone)", c.Deleted)
 		}
 		fmt.Fprintf(w, "  %-22s  %d rows%s\n", c.Table.String(), c.Rows, note)
+	}
+	if target != nil {
+		fmt.Fprintf(w, "dry run: counted %d rows that may have committed after %s; recover %s; nothing changed\n",
+			total, g.Record.ConfirmedLSN, doctor.StreamRecoverPlan(target.Stream))
+		return
 	}
 	fmt.Fprintf(w, "dry run: would republish %d rows that may have committed after %s (counted now: an upper bound, "+
 		"rows committed before it are published again too); nothing changed\n", total, g.Record.ConfirmedLSN)

@@ -175,8 +175,9 @@ var settingTable = []group{
 
 var runOnly = []string{"run"}
 
-// streamCmds take the stream mode's connection: run publishes into the stream, doctor checks it.
-var streamCmds = []string{"run", "doctor"}
+// streamCmds take the stream mode's connection: run publishes into the stream, doctor checks it,
+// recover publishes a lost slot's gap into it.
+var streamCmds = []string{"run", "doctor", "recover"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.
 func specsOf(cmd string) []spec {

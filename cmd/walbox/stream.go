@@ -3,6 +3,8 @@ package main
 import (
 	"strconv"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+
 	"github.com/walbox/walbox/streampub"
 )
 
@@ -55,3 +57,14 @@ func (s *streamSettings) config(lanes *setting) (*streampub.Config, error) {
 	}
 	return cfg, nil
 }
+
+// quietStreamClient drops the stream client's own log lines, which it prints to stdout, for the
+// commands that print their own results: the errors that matter reach them as errors.
+type quietStreamClient struct{}
+
+func (quietStreamClient) Info(string, ...any)  {}
+func (quietStreamClient) Error(string, ...any) {}
+func (quietStreamClient) Debug(string, ...any) {}
+func (quietStreamClient) Warn(string, ...any)  {}
+
+var _ logs.Logger = quietStreamClient{}

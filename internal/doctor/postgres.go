@@ -382,15 +382,15 @@ func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	case !recorded:
 		return passCheck("slot_record", "slot %s was never recorded: walbox may create it", d.slot)
 	case !f.slot.Exists:
-		return failCheck("slot_record", "run `walbox recover` (it republishes the rows committed since from the outbox table)",
+		return failCheck("slot_record", d.recoverFix(),
 			"slot %s was recorded (last confirmed %s at %s) but does not exist: walbox run refuses to recreate it",
 			d.slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339))
 	case f.slot.ConfirmedFlush > rec.ConfirmedLSN:
-		return failCheck("slot_record", "run `walbox recover`",
+		return failCheck("slot_record", d.recoverFix(),
 			"slot %s is at %s, ahead of %s, the last position walbox recorded: it was recreated or advanced behind walbox's back",
 			d.slot, f.slot.ConfirmedFlush, rec.ConfirmedLSN)
 	case f.systemID != "" && rec.SystemID != f.systemID:
-		return failCheck("slot_record", "run `walbox recover` (it republishes the rows committed since from the outbox table)",
+		return failCheck("slot_record", d.recoverFix(),
 			"slot %s was recorded on the server with system identifier %s, but this server is %s (a restore or a new cluster): "+
 				"rows committed on the old server after %s may never have been relayed, and walbox run refuses the slot",
 			d.slot, rec.SystemID, f.systemID, rec.ConfirmedLSN)

@@ -17,6 +17,21 @@ type StreamConfig struct {
 	Stream string
 }
 
+// StreamRecoverPlan is what `walbox recover --stream-url` does with a lost slot's gap, in the
+// words doctor's fix and `recover --dry-run` both use.
+func StreamRecoverPlan(stream string) string {
+	return fmt.Sprintf("publishes into stream %s, exactly once, the rows that may have committed after the recorded position, "+
+		"less those the stream holds already (found by message id), numbered as the relay numbers them", stream)
+}
+
+// recoverFix is the fix of a lost slot: `walbox recover`, with the stream of --stream-url.
+func (d doctor) recoverFix() string {
+	if d.stream == nil {
+		return "run `walbox recover` (it republishes the rows committed since from the outbox table)"
+	}
+	return fmt.Sprintf("run `walbox recover --stream-url ... --stream %s` (it %s)", d.stream.Stream, StreamRecoverPlan(d.stream.Stream))
+}
+
 // streamChecks connects to the stream nodes as `walbox run` does and says whether the stream is
 // there. A missing stream is a warning: run declares it, with its retention settings.
 func (d doctor) streamChecks(ctx context.Context) []Check {

@@ -31,7 +31,8 @@
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
 //     TestSlotReplacedWhileRetrying, TestSlotAdvancedBeforeItIsHeld, TestRecoverDroppedSlot,
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
-//     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone
+//     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone,
+//     TestRecoverIntoStreamKilledAndRunAgain (into a stream, exactly once)
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut

@@ -1,0 +1,120 @@
+package streampub
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+)
+
+// Held returns which of ids (message ids) the stream holds already, in messages of any producer.
+// walbox recover asks it before it publishes the rows of a gap, so that a row the relay stored
+// before its slot was lost, or a recover killed midway stored, is not stored again.
+//
+// It reads the stream back from its end, doubling the span each step. It stops at the stream's
+// first message, or after a span that reaches before from (the position of the slot's last
+// recorded confirm, in a message of this producer or of its LegacyProducerName) and holds none of
+// ids: rows of the gap committed after from, and those recover stored, are all later in the
+// stream. Call it after Bind.
+func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error) {
+	from := Position{Timeline: timeline, LSN: lsn}
+	held := map[string]bool{}
+	last, err := readLastChunk(s.env, &s.cfg, producerOf{name: s.cfg.Producer})
+	if err != nil {
+		return nil, err
+	}
+	hi, step := last.end, int64(1024)
+	for hi > 0 {
+		lo := max(hi-step, 0)
+		r, err := s.readIDs(lo, hi, from, ids, held)
+		if err != nil {
+			return nil, err
+		}
+		if r.first > lo || lo == 0 || r.before && !r.found {
+			return held, nil // the stream's first message (retention), or far enough
+		}
+		hi, step = lo, 2*step
+	}
+	return held, nil
+}
+
+// heldSpan is what a read of offsets lo to hi found: the first offset the broker sent (above lo
+// if retention removed those below), whether a message of this producer lies before the
+// position asked about, and whether any id asked about was found.
+type heldSpan struct {
+	first         int64
+	before, found bool
+}
+
+// readIDs reads offsets lo to hi (exclusive) and notes in held the ids it finds.
+func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool) (heldSpan, error) {
+	var (
+		mu    sync.Mutex
+		r     = heldSpan{first: -1}
+		heard = time.Now()
+		done  = make(chan struct{})
+		ended bool
+	)
+	handle := func(cc stream.ConsumerContext, m *amqp.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ended {
+			return
+		}
+		offset := cc.Consumer.GetOffset()
+		heard = time.Now()
+		if r.first < 0 {
+			r.first = offset
+		}
+		if offset < hi {
+			s.note(m, from, ids, held, &r)
+		}
+		if offset >= hi-1 {
+			ended = true
+			close(done)
+		}
+	}
+	c, err := s.env.NewConsumer(s.cfg.Stream, handle, stream.NewConsumerOptions().
+		SetOffset(stream.OffsetSpecification{}.Offset(lo)).SetClientProvidedName("walbox-recover"))
+	if err != nil {
+		return r, fmt.Errorf("read stream %s: %w", s.cfg.Stream, err)
+	}
+	defer c.Close()
+	tick := time.NewTicker(s.cfg.ScanTimeout / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			mu.Lock()
+			defer mu.Unlock()
+			return r, nil
+		case <-tick.C:
+		}
+		mu.Lock()
+		if time.Since(heard) > s.cfg.ScanTimeout {
+			ended = true
+			mu.Unlock()
+			return r, fmt.Errorf("read stream %s: nothing new for %v reading offsets %d to %d", s.cfg.Stream, s.cfg.ScanTimeout, lo, hi)
+		}
+		mu.Unlock()
+	}
+}
+
+// note notes one message: its id if asked about, and whether it is this producer's and before
+// from.
+func (s *Session) note(m *amqp.Message, from Position, ids, held map[string]bool, r *heldSpan) {
+	if p := m.Properties; p != nil && p.MessageID != nil {
+		if id := fmt.Sprint(p.MessageID); ids[id] {
+			held[id], r.found = true, true
+		}
+	}
+	if p, _ := m.ApplicationProperties[PropProducer].(string); p != s.cfg.Producer && p != LegacyProducerName(s.cfg.Slot) {
+		return
+	}
+	raw, _ := m.ApplicationProperties[PropPosition].(string)
+	if pos, err := parsePosition(raw); err == nil && pos.less(from) {
+		r.before = true
+	}
+}

@@ -1,0 +1,108 @@
+package faults_test
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/doctor"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// A relay publishing into a stream is killed; rows are committed while it is down and its slot
+// is dropped. doctor and `walbox recover --dry-run` show one plan: recover into the stream.
+// `walbox recover --stream-url --stream` is SIGKILLed while it publishes the gap, then run again
+// to the end, and walbox run goes on. The stream then holds every committed row exactly once:
+// the rows the killed relay and the killed recover stored are not stored again. (Before, recover
+// took no --stream-url and republished the gap to the exchange: 943 of 3,041 rows never reached
+// the stream.)
+func TestRecoverIntoStreamKilledAndRunAgain(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.startWriter(checker.WriterConfig{Seed: 61, MaxTx: 40, Pad: 2000})
+
+	// The relay streams, and is killed with messages in flight; rows committed meanwhile are in
+	// no stream once the slot is dropped.
+	r := w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	sr.progress(t, 500, time.Minute)
+	r.Kill()
+	time.Sleep(3 * time.Second)
+	w.dropSlot()
+	time.Sleep(2 * time.Second)
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	committed := wr.Committed()
+	time.Sleep(2 * time.Second) // the killed relay's last messages are stored by now
+	before := sr.count()
+	if gap := len(committed) - before; gap < 2000 {
+		t.Fatalf("%d committed rows, %d in the stream: a gap of %d rows is too small to kill recover in", len(committed), before, gap)
+	}
+	t.Logf("%d rows committed, %d in the stream before recover", len(committed), before)
+
+	// doctor and recover --dry-run show the same plan.
+	plan := doctor.StreamRecoverPlan(name)
+	out, code := w.walbox(env, "recover", "--dry-run")
+	if code != 0 || !strings.Contains(out, plan) || !strings.Contains(out, "missing") {
+		t.Fatalf("walbox recover --dry-run exited %d; want 0, the slot missing and the plan %q:\n%s", code, plan, out)
+	}
+	if got := sr.count(); got != before {
+		t.Fatalf("walbox recover --dry-run stored %d messages", got-before)
+	}
+	out, code = w.walbox(env, "doctor")
+	if code == 0 || !strings.Contains(out, "walbox recover --stream-url ... --stream "+name) || !strings.Contains(out, plan) {
+		t.Fatalf("walbox doctor exited %d; want non-zero, naming recover into stream %s with the plan %q:\n%s", code, name, plan, out)
+	}
+
+	// recover, SIGKILLed once it stored some of the gap.
+	cmd := exec.Command(walboxBin(t), "recover")
+	cmd.Env = w.env(env)
+	p := testenv.Start(t, cmd)
+	waitFor(t, 2*time.Minute, "recover to store rows", func() bool { return sr.count() > before })
+	p.Signal(syscall.SIGSTOP)
+	time.Sleep(time.Second)
+	stored := sr.count() - before
+	p.Kill()
+	if stored >= len(committed)-before {
+		t.Fatalf("recover stored all %d rows of the gap before it was killed: the test proves nothing about a kill", stored)
+	}
+	t.Logf("recover killed with %d of the gap's %d rows stored", stored, len(committed)-before)
+
+	// Run again to the end, then walbox run goes on from the new slot.
+	out, code = w.walbox(env, "recover")
+	if code != 0 || !strings.Contains(out, "into stream "+name) {
+		t.Fatalf("walbox recover exited %d:\n%s", code, out)
+	}
+	t.Logf("walbox recover run again:\n%s", out)
+	wr2 := w.startWriter(checker.WriterConfig{Seed: 62, Name: "after", MaxTx: 10, Pause: 10 * time.Millisecond})
+	r = w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	time.Sleep(2 * time.Second)
+	wr2.stop()
+	if err := wr2.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	all := append(committed, wr2.Committed()...)
+	sr.wait(t, len(all), 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	var deliveries []checker.Delivery
+	for _, m := range sr.messages() {
+		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
+	}
+	rep := checker.Check(all, deliveries)
+	t.Logf("SUMMARY %s %s killed_recover_stored=%d", t.Name(), rep, stored)
+	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
+		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
+			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
+	}
+}
