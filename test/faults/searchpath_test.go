@@ -480,3 +480,120 @@ func capturedCount(t *testing.T, conn *pgx.Conn) int {
 	t.Helper()
 	return len(captured(t, conn))
 }
+
+// plantedRegistry is a walbox_slots and the five record functions, as a role that may CREATE in a
+// mapped table's schema plants them there: the record of the slot far ahead, and every call of a
+// function logged in %[1]s.calls.
+const plantedRegistry = `CREATE TABLE %[1]s.walbox_slots (slot_name text PRIMARY KEY, system_identifier text NOT NULL,
+		timeline integer NOT NULL, origin text NOT NULL, created_lsn pg_lsn, confirmed_lsn pg_lsn NOT NULL, confirmed_xmin xid8,
+		confirmed_at timestamptz NOT NULL DEFAULT now(), first_recorded_at timestamptz NOT NULL DEFAULT now(), coverage text,
+		stop_reason text, stop_lsn pg_lsn, stopped_at timestamptz);
+	GRANT SELECT ON %[1]s.walbox_slots TO PUBLIC;
+	INSERT INTO %[1]s.walbox_slots (slot_name, system_identifier, timeline, origin, confirmed_lsn)
+		SELECT slot_name, system_identifier, timeline, origin, 'FF/FFFFFFFF' FROM public.walbox_slots;
+	CREATE TABLE %[1]s.calls (fn text NOT NULL, who text NOT NULL DEFAULT current_user);
+	GRANT INSERT ON %[1]s.calls TO PUBLIC;
+	CREATE FUNCTION %[1]s.walbox_slot_register(text, text, integer, text, pg_lsn, pg_lsn, xid8) RETURNS boolean LANGUAGE sql AS
+		$$ INSERT INTO %[1]s.calls (fn) VALUES ('walbox_slot_register'); SELECT true $$;
+	CREATE FUNCTION %[1]s.walbox_slot_confirm(text, integer, pg_lsn, xid8) RETURNS pg_lsn LANGUAGE sql AS
+		$$ INSERT INTO %[1]s.calls (fn) VALUES ('walbox_slot_confirm'); SELECT 'FF/FFFFFFFF'::pg_lsn $$;
+	CREATE FUNCTION %[1]s.walbox_slot_coverage(text, text) RETURNS text LANGUAGE sql AS
+		$$ INSERT INTO %[1]s.calls (fn) VALUES ('walbox_slot_coverage'); SELECT $2 $$;
+	CREATE FUNCTION %[1]s.walbox_slot_widen_coverage(text, text, text) RETURNS text LANGUAGE sql AS
+		$$ INSERT INTO %[1]s.calls (fn) VALUES ('walbox_slot_widen_coverage'); SELECT $3 $$;
+	CREATE FUNCTION %[1]s.walbox_slot_stop(text, text, pg_lsn) RETURNS text LANGUAGE sql AS
+		$$ INSERT INTO %[1]s.calls (fn) VALUES ('walbox_slot_stop'); SELECT $2 $$`
+
+// A role that may CREATE in the schema of a mapped table plants a registry there whose record of
+// the slot is far ahead (before issue 33, walbox read the record furthest ahead among the mapped
+// schemas). walbox run reads and writes only the registry of --table's schema, and never calls
+// the planted functions; walbox doctor fails, naming them.
+func TestRecordPlantedInAMappedSchemaIsIgnored(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	planterURL := roleURL(t, pg, w.db, "LOGIN")
+	planter := pgx.Identifier{roleName(t, planterURL)}.Sanitize()
+	pg.Exec(t, w.db, "CREATE SCHEMA legacy AUTHORIZATION "+planter+
+		"; CREATE TABLE legacy.events (LIKE public.outbox INCLUDING ALL); ALTER PUBLICATION walbox ADD TABLE legacy.events")
+	t.Cleanup(func() { pg.Exec(t, w.db, "DROP SCHEMA legacy CASCADE") })
+	config := filepath.Join(t.TempDir(), "walbox.yaml")
+	if err := os.WriteFile(config, []byte("tables:\n  - table: public.outbox\n  - table: legacy.events\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"WALBOX_CONFIG=" + config}
+	r := w.startRelay(env...)
+	r.waitState("streaming", 2*time.Minute)
+	r.Stop(30 * time.Second)
+	pg.Exec(t, planterURL, fmt.Sprintf(plantedRegistry, "legacy"))
+
+	r = w.startRelay(env...)
+	r.waitState("streaming", 2*time.Minute)
+	var lsns []string
+	for round := range 2 {
+		lsns = append(lsns, produce(t, w.conn, round))
+	}
+	last := lsns[len(lsns)-1]
+	waitFor(t, 2*time.Minute, "the slot to pass the rows", func() bool {
+		var ok bool
+		err := w.conn.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $2::pg_catalog.pg_lsn
+			FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, w.slot, last).Scan(&ok)
+		return err == nil && ok
+	})
+	var calls []string
+	if err := w.conn.QueryRow(context.Background(),
+		"SELECT coalesce(pg_catalog.array_agg(fn || ' as ' || who), '{}') FROM legacy.calls").Scan(&calls); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) > 0 {
+		t.Errorf("walbox run called the functions planted in legacy: %s", strings.Join(calls, ", "))
+	}
+	if !recordedPast(t, w.conn, w.slot, last) {
+		t.Errorf("public.walbox_slots did not record the rows walbox run confirmed")
+	}
+	r.Stop(30 * time.Second)
+	// With --table in a schema that holds no registry, run neither creates one there nor takes the
+	// one planted in legacy.
+	pg.Exec(t, w.db, "CREATE SCHEMA elsewhere")
+	out, code := w.walbox(append(env, "WALBOX_TABLE=elsewhere.outbox"), "run")
+	if code != 1 || !strings.Contains(out, "elsewhere.walbox_slots does not exist, but legacy.walbox_slots") {
+		t.Errorf("walbox run with --table in a schema without a registry exited %d, want 1 naming the registry in legacy:\n%s", code, out)
+	}
+	out, _ = w.walbox(env, "doctor")
+	for _, want := range []string{"FAIL  ", "legacy.walbox_slots (owner ", "legacy.walbox_slot_confirm("} {
+		if !strings.Contains(out, want) {
+			t.Errorf("walbox doctor with a registry planted in legacy does not say %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "matches walbox's record") || strings.Contains(out, "FF/FFFFFFFF") {
+		t.Errorf("walbox doctor should judge the slot by public.walbox_slots, not the record planted in legacy:\n%s", out)
+	}
+}
+
+// roleURL creates a role with attrs, dropped with the test, and returns dbURL for it.
+func roleURL(t *testing.T, pg *testenv.Postgres, dbURL, attrs string) string {
+	t.Helper()
+	role := testenv.UniqueName("role")
+	ident := pgx.Identifier{role}.Sanitize()
+	pg.Exec(t, dbURL, "CREATE ROLE "+ident+" "+attrs)
+	t.Cleanup(func() {
+		pg.Exec(t, dbURL, "DROP OWNED BY "+ident)
+		pg.Exec(t, dbURL, "DROP ROLE "+ident)
+	})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+func roleName(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.User.Username()
+}
