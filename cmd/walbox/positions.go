@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -33,7 +34,7 @@ func connectAndCheckPositions(ctx context.Context, dsn string, c *common) error 
 	if len(c.mappings()) == 0 {
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
 		return nil
 	}

@@ -1,6 +1,11 @@
 package pgconnect_test
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/walbox/walbox/internal/pgconnect"
@@ -26,5 +31,46 @@ func TestEveryConfigPinsTheSearchPath(t *testing.T) {
 		if got := rcfg.RuntimeParams["search_path"]; got != pgconnect.SearchPath {
 			t.Errorf("ParseConnConfig(%q): search_path %q, want %q", dsn, got, pgconnect.SearchPath)
 		}
+	}
+}
+
+// Every connection of the product goes through this package: no file of it calls pgx or pgconn
+// to connect, or parses a configuration it then connects with, itself.
+func TestNoConnectionBypassesThePin(t *testing.T) {
+	root := filepath.Join("..", "..")
+	banned := regexp.MustCompile(`\b(pgx\.Connect|pgxpool\.New\w*|pgxpool\.ParseConfig|pgconn\.Connect)\(`)
+	parse := regexp.MustCompile(`\b(pgx|pgconn)\.ParseConfig\(`)
+	connect := regexp.MustCompile(`\b(pgx|pgconn)\.ConnectConfig\(`)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch {
+			case rel != "." && strings.HasPrefix(d.Name(), "."), rel == "test", rel == "examples", rel == "deploy",
+				rel == filepath.Join("internal", "testenv"), rel == filepath.Join("internal", "pgconnect"):
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		src := string(data)
+		if m := banned.FindString(src); m != "" {
+			t.Errorf("%s calls %s: connect through pgconnect, which pins search_path", rel, m)
+		}
+		if parse.MatchString(src) && connect.MatchString(src) {
+			t.Errorf("%s parses a connection string and connects: parse it with pgconnect, which pins search_path", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
