@@ -142,6 +142,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	}
 	defer w.close()
 	defer func() { err = r.noteStop(w, err) }()
+	if err := w.checkOneServer(sctx, sys); err != nil {
+		return false, err
+	}
 	// The same inspection, and the same judgement, as walbox doctor's.
 	srv, err := inspect.ReadServer(sctx, w.conn)
 	if err != nil {

@@ -72,7 +72,7 @@
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst, TestPositionIDsWithARowFilterRefused,
-//     TestRunRefusesAnotherPrefixThanWalboxEmits,
+//     TestRunRefusesAnotherPrefixThanWalboxEmits, TestRunRefusesTwoServers,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,

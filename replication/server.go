@@ -1,0 +1,81 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/inspect"
+)
+
+// errTwoServers means the replication connection and the SQL connection reach different servers:
+// a multi-host URL or a load balancer paired them. walbox would check and record on one server
+// and stream from the other.
+var errTwoServers = errors.New("the replication connection and the SQL connection reach different servers")
+
+// system is what a server says of itself: its system identifier and, on a primary, its timeline.
+type system struct {
+	id       string
+	timeline int32 // 0 on a standby: a standby's SQL shows no replay timeline
+}
+
+// readSystem reads the system identifier and, on a primary, the timeline WAL is written on, which
+// IDENTIFY_SYSTEM reports there too.
+func readSystem(ctx context.Context, q inspect.Querier) (system, error) {
+	var s system
+	var tli *string
+	err := q.QueryRow(ctx, `SELECT s.system_identifier::text, CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL
+			ELSE pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8) END
+		FROM pg_catalog.pg_control_system() AS s`).Scan(&s.id, &tli)
+	if err != nil {
+		return s, fmt.Errorf("read the server's system identifier: %w", err)
+	}
+	if tli != nil {
+		t, err := strconv.ParseUint(*tli, 16, 32)
+		if err != nil {
+			return s, fmt.Errorf("read the server's timeline: %q: %w", *tli, err)
+		}
+		s.timeline = int32(t)
+	}
+	return s, nil
+}
+
+// checkOneServer makes sure the session's connections reach one server, as IDENTIFY_SYSTEM on the
+// replication connection (sys) and the watch's SQL connections report it. Without
+// --replication-url both connections are --database-url's: system identifier and timeline must
+// match. With it, the replication server is a standby of the --database-url primary (or the
+// primary itself): the same system identifier, on that connection and on the SQL connection to
+// the standby; a standby's timeline may trail its primary's for a while.
+func (w *watch) checkOneServer(ctx context.Context, sys pglogrepl.IdentifySystemResult) error {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	primary, err := readSystem(ctx, w.conn)
+	if err != nil {
+		return err
+	}
+	if w.standby == nil {
+		if primary.id != sys.SystemID || primary.timeline != sys.Timeline {
+			return fatal(fmt.Errorf("%w: the replication connection reports system identifier %s, timeline %d; the SQL connection "+
+				"reports %s, timeline %d. A multi-host --database-url or a load balancer paired two servers: point "+
+				"--database-url at one server, the primary", errTwoServers, sys.SystemID, sys.Timeline, primary.id, primary.timeline))
+		}
+		return nil
+	}
+	if primary.id != sys.SystemID {
+		return fatal(fmt.Errorf("%w: the --replication-url server reports system identifier %s, timeline %d; the --database-url "+
+			"server reports %s: it is no standby of that primary. Point --replication-url at a standby of the --database-url "+
+			"server", errTwoServers, sys.SystemID, sys.Timeline, primary.id))
+	}
+	standby, err := readSystem(ctx, w.standby)
+	if err != nil {
+		return fmt.Errorf("standby: %w", err)
+	}
+	if standby.id != sys.SystemID {
+		return fatal(fmt.Errorf("%w: the replication connection to --replication-url reports system identifier %s, timeline %d; "+
+			"the SQL connection to it reports %s. A multi-host --replication-url or a load balancer paired two servers: point "+
+			"--replication-url at one server", errTwoServers, sys.SystemID, sys.Timeline, standby.id))
+	}
+	return nil
+}
