@@ -388,9 +388,10 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 		res.Rows++
 		return rp.row(ctx, t, values)
 	}
+	var stored func() error // checks the stream holds what was published, if into one
 	if sp, ok := pub.(StreamPublisher); ok {
 		rp.dial = nil // a stream session is not redialed: its producer is bound
-		if each, err = r.intoStream(ctx, tx, sp, g, res, rp); err != nil {
+		if each, stored, err = r.intoStream(ctx, tx, sp, g, res, rp); err != nil {
 			return err
 		}
 	}
@@ -399,6 +400,11 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	}
 	if err := rp.wait(ctx); err != nil {
 		return err
+	}
+	if stored != nil {
+		if err := stored(); err != nil {
+			return err
+		}
 	}
 	res.Published, res.Parked = rp.published, rp.parked
 	return tx.Commit(ctx)

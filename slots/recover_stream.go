@@ -24,18 +24,20 @@ type StreamPublisher interface {
 
 // intoStream prepares a recovery into a stream: it binds sp and reads the gap's rows once for
 // their ids, asks the stream which it holds, and returns the function that publishes each
-// other row. A row's position is the new slot's consistent point less one, and its rank among
+// other row, and the one that checks, once the broker confirmed them, that the stream holds
+// them. The broker confirms a message it drops as a duplicate: a killed recover's messages
+// still on their way, numbered otherwise, would make it drop rows. A row's position is the new slot's consistent point less one, and its rank among
 // the rows published: after the relay's messages, which committed before the new slot existed,
 // and before the new slot's, which commit at or after that point. A recover run again (killed
 // midway, or failed) finds the rows it stored by their ids and numbers the rest on from them.
 func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher, g Gap, res *Result,
-	rp *republisher) (func(*gapTable, [][]byte) error, error) {
+	rp *republisher) (each func(*gapTable, [][]byte) error, stored func() error, err error) {
 	system, err := strconv.ParseUint(r.sys.SystemID, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("system identifier %q: %w", r.sys.SystemID, err)
+		return nil, nil, fmt.Errorf("system identifier %q: %w", r.sys.SystemID, err)
 	}
 	if err := sp.Bind(ctx, system, r.sys.DBName); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ids := map[string]bool{}
 	err = r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
@@ -45,25 +47,45 @@ func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := tx.Exec(ctx, "CLOSE ALL"); err != nil {
-		return nil, fmt.Errorf("close the gap's cursors: %w", err)
+		return nil, nil, fmt.Errorf("close the gap's cursors: %w", err)
 	}
 	held, err := sp.Held(g.Record.Timeline, uint64(g.Record.ConfirmedLSN), ids)
 	if err != nil {
-		return nil, fmt.Errorf("read what the stream holds: %w", err)
+		return nil, nil, fmt.Errorf("read what the stream holds: %w", err)
 	}
 	at := uint64(res.ConsistentPoint) - 1
-	var index int
-	return func(t *gapTable, values [][]byte) error {
+	published := map[string]bool{}
+	each = func(t *gapTable, values [][]byte) error {
 		res.Rows++
-		if m, err := t.rows.Message(values); err == nil && held[m.AMQPMessageID()] {
+		m, err := t.rows.Message(values)
+		if err == nil && held[m.AMQPMessageID()] {
 			res.Held++
 			return nil
 		}
-		sp.At(r.sys.Timeline, at, index)
-		index++
-		return rp.row(ctx, t, values)
-	}, nil
+		sp.At(r.sys.Timeline, at, len(published))
+		parked := rp.parked
+		if err := rp.row(ctx, t, values); err != nil {
+			return err
+		}
+		if rp.parked == parked {
+			published[m.AMQPMessageID()] = true
+		}
+		return nil
+	}
+	stored = func() error {
+		found, err := sp.Held(g.Record.Timeline, uint64(g.Record.ConfirmedLSN), published)
+		if err != nil {
+			return fmt.Errorf("read what the stream holds: %w", err)
+		}
+		if missing := len(published) - len(found); missing > 0 {
+			return fmt.Errorf("the broker confirmed %d rows of the gap it did not store (it dropped them as duplicates: "+
+				"another session used their publishing ids, such as a killed recover whose messages arrived late); "+
+				"run walbox recover again: it publishes them anew", missing)
+		}
+		return nil
+	}
+	return each, stored, nil
 }

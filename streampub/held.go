@@ -9,15 +9,16 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 )
 
-// Held returns which of ids (message ids) the stream holds already, in messages of any producer.
+// Held returns which of ids (message ids) the stream holds already, in messages of this producer
+// (or of its LegacyProducerName, from this database system): another database's rows may have
+// the same ids.
 // walbox recover asks it before it publishes the rows of a gap, so that a row the relay stored
 // before its slot was lost, or a recover killed midway stored, is not stored again.
 //
 // It reads the stream back from its end, doubling the span each step. It stops at the stream's
 // first message, or after a span that reaches before from (the position of the slot's last
-// recorded confirm, in a message of this producer or of its LegacyProducerName) and holds none of
-// ids: rows of the gap committed after from, and those recover stored, are all later in the
-// stream. Call it after Bind.
+// recorded confirm) and holds none of ids: rows of the gap committed after from, and those
+// recover stored, are all later in the stream. Call it after Bind.
 func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error) {
 	from := Position{Timeline: timeline, LSN: lsn}
 	held := map[string]bool{}
@@ -102,19 +103,30 @@ func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool
 	}
 }
 
-// note notes one message: its id if asked about, and whether it is this producer's and before
+// note notes one message of this producer: its id if asked about, and whether it lies before
 // from.
 func (s *Session) note(m *amqp.Message, from Position, ids, held map[string]bool, r *heldSpan) {
+	if !s.ours(m) {
+		return
+	}
 	if p := m.Properties; p != nil && p.MessageID != nil {
 		if id := fmt.Sprint(p.MessageID); ids[id] {
 			held[id], r.found = true, true
 		}
 	}
-	if p, _ := m.ApplicationProperties[PropProducer].(string); p != s.cfg.Producer && p != LegacyProducerName(s.cfg.Slot) {
-		return
-	}
 	raw, _ := m.ApplicationProperties[PropPosition].(string)
 	if pos, err := parsePosition(raw); err == nil && pos.less(from) {
 		r.before = true
 	}
+}
+
+// ours reports whether m is this producer's: of its name, or of LegacyProducerName from this
+// database system (or from before messages named their system).
+func (s *Session) ours(m *amqp.Message) bool {
+	p, _ := m.ApplicationProperties[PropProducer].(string)
+	if p == s.cfg.Producer {
+		return true
+	}
+	sys, _ := m.ApplicationProperties[PropSystem].(string)
+	return p == LegacyProducerName(s.cfg.Slot) && (sys == "" || sys == s.system)
 }
