@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
@@ -17,11 +18,17 @@ func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, nex
 	if next == 0 {
 		return 0, nil // the start of any stream
 	}
-	end, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.Last(), lastOfChunk)
-	if err != nil {
-		return 0, fmt.Errorf("stream %s: read the last chunk: %w", c.cfg.Stream, err)
+	end, err := c.end(ctx, env)
+	for reads := 1; err == nil && next > end && reads < endReads; reads++ {
+		// The client may read from a replica, which may lag the leader: look again first.
+		if !sleep(ctx, time.Second) {
+			return 0, ctx.Err()
+		}
+		end, err = c.end(ctx, env)
 	}
-	end++
+	if err != nil {
+		return 0, err
+	}
 	if next <= end {
 		return next, nil
 	}
@@ -53,11 +60,11 @@ func (c *Consumer) gap(ctx context.Context, env *stream.Environment, next, offse
 	case ResetToFirst:
 		oe.ResetTo = offset
 	case ResetToEnd:
-		end, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.Last(), lastOfChunk)
+		end, err := c.end(ctx, env)
 		if err != nil {
-			return fmt.Errorf("stream %s: read the last chunk: %w", c.cfg.Stream, err)
+			return err
 		}
-		oe.ResetTo = end + 1
+		oe.ResetTo = end
 	default:
 		return oe
 	}
@@ -69,6 +76,19 @@ func (c *Consumer) gap(ctx context.Context, env *stream.Environment, next, offse
 		return errors.New("stream consumer " + c.cfg.ConsumerName + ": offset reset: reading again from the new offset")
 	}
 	return nil
+}
+
+// endReads is how often startOffset reads the stream's end before it takes a stored offset for
+// one past it.
+const endReads = 3
+
+// end returns the offset after the stream's last message, from a read of its last chunk.
+func (c *Consumer) end(ctx context.Context, env *stream.Environment) (int64, error) {
+	last, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.Last(), lastOfChunk)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: read the last chunk: %w", c.cfg.Stream, err)
+	}
+	return last + 1, nil
 }
 
 // resetOffset stores to as the next offset if the stored one is still from: another instance
