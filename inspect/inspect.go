@@ -48,6 +48,17 @@ func ServerIdentity(ctx context.Context, q Querier) (string, error) {
 	return id, nil
 }
 
+// SystemID returns the server's system identifier, as IDENTIFY_SYSTEM and walbox's records
+// give it.
+func SystemID(ctx context.Context, q Querier) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, "SELECT system_identifier::pg_catalog.text FROM pg_catalog.pg_control_system()").Scan(&id)
+	if err != nil {
+		return "", fmt.Errorf("read the server's system identifier: %w", err)
+	}
+	return id, nil
+}
+
 // Server is the server's settings that walbox depends on.
 type Server struct {
 	Version, WalLevel, User, Database string

@@ -21,8 +21,13 @@ type SetState struct {
 	Created pglogrepl.LSN
 }
 
-// ReadStates reads every set of shards that publishes the outbox table, in order of shard count.
-func ReadStates(ctx context.Context, conn *pgx.Conn, layout Layout) ([]SetState, error) {
+// ReadStates reads every set of shards that publishes the outbox table, in order of shard count:
+// the records through conn, the slots through slotDB (the standby of --replication-url, where
+// the slots are; nil: conn).
+func ReadStates(ctx context.Context, conn *pgx.Conn, slotDB inspect.Querier, layout Layout) ([]SetState, error) {
+	if slotDB == nil {
+		slotDB = conn
+	}
 	reg := registry.New(conn, layout.Table.Schema)
 	hasRegistry, err := reg.Exists(ctx)
 	if err != nil {
@@ -32,7 +37,7 @@ func ReadStates(ctx context.Context, conn *pgx.Conn, layout Layout) ([]SetState,
 	for _, n := range layout.Counts() {
 		st := SetState{Set: layout.Set(n)}
 		for k := range n {
-			sl, err := inspect.ReadSlot(ctx, conn, st.Set.SlotName(k))
+			sl, err := inspect.ReadSlot(ctx, slotDB, st.Set.SlotName(k))
 			if err != nil {
 				return nil, err
 			}
@@ -92,18 +97,27 @@ func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	return Move{From: a, To: b, Cut: b.Created}, true, nil
 }
 
-// Passed reports whether slot k of the old set has confirmed everything before the cut.
+// Passed reports whether slot k of the old set has confirmed everything before the cut, by
+// walbox's record of it: the record is at or past the cut, holds no stop, and the slot, if it
+// still exists, is not ahead of it. A slot moved past the cut behind walbox's back (anyone with
+// REPLICATION may advance one) proves nothing; walbox records a position before it reports it,
+// so the record passes the cut first.
 func (m Move) Passed(k int) bool {
-	sl := m.From.Slots[k]
-	return sl.Exists && sl.ConfirmedFlush >= m.Cut
+	sl, rec := m.From.Slots[k], m.From.Records[k]
+	return rec != nil && rec.ConfirmedLSN >= m.Cut && !rec.Stop.Stopped() && (!sl.Exists || sl.ConfirmedFlush <= rec.ConfirmedLSN)
 }
 
-// Behind lists the old set's slots that have not passed the cut yet.
+// Behind lists the old set's slots that have not passed the cut yet, at their recorded position.
 func (m Move) Behind() []string {
 	var out []string
 	for k, sl := range m.From.Slots {
-		if !m.Passed(k) {
-			out = append(out, fmt.Sprintf("%s at %s", sl.Name, sl.ConfirmedFlush))
+		if m.Passed(k) {
+			continue
+		}
+		if rec := m.From.Records[k]; rec != nil {
+			out = append(out, fmt.Sprintf("%s at %s", sl.Name, rec.ConfirmedLSN))
+		} else {
+			out = append(out, fmt.Sprintf("%s (no record)", sl.Name))
 		}
 	}
 	return slices.Clip(out)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -14,7 +15,8 @@ import (
 func TestFindMove(t *testing.T) {
 	base := shard.Set{Slot: "walbox", Publication: "walbox"}
 	one := shard.SetState{Set: base, Created: 100,
-		Slots: []inspect.Slot{{Name: "walbox", Exists: true, ConfirmedFlush: 250}}}
+		Slots:   []inspect.Slot{{Name: "walbox", Exists: true, ConfirmedFlush: 250}},
+		Records: []*registry.Record{{Slot: "walbox", ConfirmedLSN: 250}}}
 	two := shard.SetState{Set: shard.Set{Slot: "walbox", Publication: "walbox", N: 2}, Created: 200}
 	for _, sets := range [][]shard.SetState{{one, two}, {two, one}} {
 		m, ok, err := shard.FindMove(sets)
@@ -26,9 +28,27 @@ func TestFindMove(t *testing.T) {
 		}
 	}
 	one.Slots[0].ConfirmedFlush = pglogrepl.LSN(150)
+	one.Records[0].ConfirmedLSN = pglogrepl.LSN(150)
 	m, _, _ := shard.FindMove([]shard.SetState{two, one})
 	if m.Passed(0) || !slices.Equal(m.Behind(), []string{"walbox at 0/96"}) {
 		t.Errorf("a slot confirmed at 150: passed %t, behind %v; want behind", m.Passed(0), m.Behind())
+	}
+	// A slot advanced past the cut behind walbox's back has not passed it: the record says what
+	// walbox confirmed.
+	one.Slots[0].ConfirmedFlush = pglogrepl.LSN(300)
+	if m.Passed(0) {
+		t.Error("a slot at 300 whose record is at 150: passed; want behind")
+	}
+	// A slot whose record passed the cut has, though the slot trails by a status interval, or
+	// was dropped by a retire cut short.
+	one.Records[0].ConfirmedLSN = pglogrepl.LSN(300)
+	one.Slots[0].ConfirmedFlush = pglogrepl.LSN(150)
+	if !m.Passed(0) {
+		t.Error("a slot at 150 whose record is at 300: behind; want passed")
+	}
+	one.Slots[0].Exists = false
+	if !m.Passed(0) {
+		t.Error("a missing slot whose record is at 300: behind; want passed")
 	}
 	if _, ok, err := shard.FindMove([]shard.SetState{one}); ok || err != nil {
 		t.Errorf("one set: ok %t, err %v; want no move", ok, err)

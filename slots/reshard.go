@@ -20,6 +20,11 @@ type ReshardConfig struct {
 	// replication connections that create the new slots.
 	Conn        *pgx.Conn
 	DatabaseURL string
+	// ReplicationURL is as in replication.Config: the slots are the standby's, created there; the
+	// records stay on DatabaseURL. SlotConn is an ordinary connection to it, which reads and
+	// drops the slots. Both empty: the slots are on DatabaseURL.
+	ReplicationURL string
+	SlotConn       *pgx.Conn
 	// Table is the outbox table, and Base holds the base names of slot and publication.
 	Table wire.Table
 	Base  shard.Set
@@ -83,7 +88,7 @@ func Reshard(ctx context.Context, c ReshardConfig) (Resharding, error) {
 	for k := range to.N {
 		slot := to.SlotName(k)
 		made, err := EnsureSlot(ctx, c.DatabaseURL, slot, to.PublicationName(k), c.Tables, registry.New(c.Conn, l.Table.Schema),
-			WithFailoverSlot(c.Failover))
+			WithFailoverSlot(c.Failover), WithReplicationURL(c.ReplicationURL))
 		if err != nil {
 			return Resharding{}, err
 		}
@@ -130,7 +135,7 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 	if from == 0 {
 		return shard.Move{}, fmt.Errorf("%w: %s; no reshard to %d shards is in progress", shard.ErrMismatch, l, c.Shards)
 	}
-	sets, err := shard.ReadStates(ctx, c.Conn, l)
+	sets, err := shard.ReadStates(ctx, c.Conn, c.slotDB(), l)
 	if err != nil {
 		return shard.Move{}, err
 	}
@@ -142,6 +147,14 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 		return shard.Move{}, fmt.Errorf("%w: %s, and the set of %d shards is not the newer one", shard.ErrMismatch, l, c.Shards)
 	}
 	return m, nil
+}
+
+// slotDB is the connection that reads and drops the slots.
+func (c ReshardConfig) slotDB() *pgx.Conn {
+	if c.SlotConn != nil {
+		return c.SlotConn
+	}
+	return c.Conn
 }
 
 // layout reads and checks what publishes the table, and returns the count being moved from.

@@ -1,10 +1,13 @@
 package slots_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
@@ -48,5 +51,70 @@ func TestReshardCreatesTheNewSetBesideTheOld(t *testing.T) {
 	m, err := slots.ReadReshard(t.Context(), cfg)
 	if err != nil || m.Cut != res.Move.Cut {
 		t.Fatalf("ReadReshard = %+v, %v; want the cut %s", m, err, res.Move.Cut)
+	}
+}
+
+// Retire holds each old slot against its record: a slot advanced past the cut behind walbox's
+// back is refused, and it and its record stay, the evidence of the gap. Once the record passed the
+// cut (the relay confirmed it), the old set goes, records and publications too. The old code
+// judged the slot alone, dropped it and forgot its record.
+func TestRetireHoldsEachOldSlotAgainstItsRecord(t *testing.T) {
+	db, conn, slot := setup(t)
+	ctx := t.Context()
+	if _, err := ensure(t, db, conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	cfg := slots.ReshardConfig{Conn: conn, DatabaseURL: db, Table: wire.DefaultTable,
+		Base: shard.Set{Slot: slot, Publication: "walbox"}, Tables: []wire.Table{wire.DefaultTable}, Shards: 2}
+	res, err := slots.Reshard(ctx, cfg)
+	if err != nil || res.Move == nil {
+		t.Fatalf("Reshard to 2 = %+v, %v", res, err)
+	}
+	to := shard.Set{Slot: slot, Publication: "walbox", N: 2}
+	t.Cleanup(func() {
+		for k := range 2 {
+			_ = slots.Drop(context.Background(), conn, to.SlotName(k))
+		}
+	})
+	// Anyone with REPLICATION may move an inactive slot past the cut.
+	if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", slot); err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(conn, "public")
+	retire := func() error {
+		t.Helper()
+		m, err := slots.ReadReshard(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slots.Retire(ctx, cfg, m, func(inspect.Slot) {})
+	}
+	err = retire()
+	if err == nil || !strings.Contains(err.Error(), "ahead of") {
+		t.Fatalf("Retire of a slot advanced behind walbox's back = %v; want a refusal saying it is ahead of its record", err)
+	}
+	if info, _ := inspect.ReadSlot(ctx, conn, slot); !info.Exists {
+		t.Fatal("the refused slot was dropped")
+	}
+	if _, ok, err := reg.Get(ctx, slot); err != nil || !ok {
+		t.Fatalf("the refused slot's record is gone (%v)", err)
+	}
+
+	// The relay confirms past the cut: the record passes it, and the old set may go.
+	info, err := inspect.ReadSlot(ctx, conn, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Confirm(ctx, slot, 1, info.ConfirmedFlush, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := retire(); err != nil {
+		t.Fatalf("Retire once the record passed the cut: %v", err)
+	}
+	if info, _ := inspect.ReadSlot(ctx, conn, slot); info.Exists {
+		t.Error("the retired slot still exists")
+	}
+	if _, ok, _ := reg.Get(ctx, slot); ok {
+		t.Error("the retired slot's record is still there")
 	}
 }

@@ -5,34 +5,38 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
 
 // Retire drops the old set of a reshard (`walbox reshard --retire`) once each of its slots passed
-// the cut and none is streaming: first the slots, each with its record, then the publications,
-// so that a retire cut short can run again. dropped is told about each slot it drops.
-func Retire(ctx context.Context, conn *pgx.Conn, reg *registry.Store, m shard.Move, dropped func(inspect.Slot)) error {
+// the cut by walbox's record of it (shard.Move.Passed) and none is streaming: first the slots,
+// each with its record, then the publications, so that a retire cut short can run again. It
+// holds each slot against its record first, as walbox run would, and refuses the whole set if
+// one does not match: the record of a slot recreated or advanced behind walbox's back, or
+// recorded on another server, is the evidence of a gap, and stays. dropped is told about each
+// slot it drops.
+func Retire(ctx context.Context, c ReshardConfig, m shard.Move, dropped func(inspect.Slot)) error {
+	system, err := inspect.SystemID(ctx, c.Conn)
+	if err != nil {
+		return err
+	}
 	var refuse []string
 	for k, sl := range m.From.Slots {
-		switch {
-		case !sl.Exists && m.From.Records[k] != nil:
-			refuse = append(refuse, fmt.Sprintf("slot %s is missing though recorded (lost? see walbox recover)", sl.Name))
-		case !sl.Exists: // dropped by a retire cut short
-		case !m.Passed(k):
-			refuse = append(refuse, fmt.Sprintf("slot %s is at %s, before the cut %s: keep its relay running", sl.Name, sl.ConfirmedFlush, m.Cut))
-		case sl.Active:
+		if why := retireRefusal(m, k, system); why != "" {
+			refuse = append(refuse, why)
+		} else if sl.Active {
 			refuse = append(refuse, fmt.Sprintf("slot %s is streaming to pid %d: stop its relay (it passed the cut)", sl.Name, deref(sl.ActivePID)))
 		}
 	}
 	if len(refuse) > 0 {
 		return fmt.Errorf("not retiring %s: %s", m.From.Set, strings.Join(refuse, "; "))
 	}
+	reg := registry.New(c.Conn, c.Table.Schema)
 	for _, sl := range m.From.Slots {
 		if sl.Exists {
-			if err := Drop(ctx, conn, sl.Name); err != nil {
+			if err := Drop(ctx, c.slotDB(), sl.Name); err != nil {
 				return err
 			}
 			dropped(sl)
@@ -41,7 +45,32 @@ func Retire(ctx context.Context, conn *pgx.Conn, reg *registry.Store, m shard.Mo
 			return err
 		}
 	}
-	return shard.DropPublications(ctx, conn, m.From.Set)
+	return shard.DropPublications(ctx, c.Conn, m.From.Set)
+}
+
+// retireRefusal says why slot k of the old set may not be retired, or "".
+func retireRefusal(m shard.Move, k int, system string) string {
+	sl, rec := m.From.Slots[k], m.From.Records[k]
+	switch {
+	case rec == nil && !sl.Exists:
+		return "" // dropped and forgotten by a retire cut short
+	case rec == nil:
+		return fmt.Sprintf("slot %s has no record, so nothing tells what walbox confirmed on it", sl.Name)
+	case rec.SystemID != system:
+		return fmt.Sprintf("slot %s was recorded on the server with system identifier %s, not this one (%s): run `walbox recover` for it",
+			sl.Name, rec.SystemID, system)
+	case sl.Exists && sl.ConfirmedFlush > rec.ConfirmedLSN:
+		return fmt.Sprintf("slot %s is at %s, ahead of %s, the last position walbox recorded: it was recreated or advanced behind "+
+			"walbox's back, and rows before the cut may never have been delivered; its record stays. Run `walbox recover` for it",
+			sl.Name, sl.ConfirmedFlush, rec.ConfirmedLSN)
+	case rec.Stop.Stopped():
+		return fmt.Sprintf("walbox run stopped on slot %s at %s (%s): run `walbox recover` for it", sl.Name, rec.Stop.LSN, rec.Stop.Reason)
+	case !sl.Exists && !m.Passed(k):
+		return fmt.Sprintf("slot %s is missing though recorded at %s, before the cut %s (lost? see walbox recover)", sl.Name, rec.ConfirmedLSN, m.Cut)
+	case !m.Passed(k):
+		return fmt.Sprintf("slot %s is recorded at %s, before the cut %s: keep its relay running", sl.Name, rec.ConfirmedLSN, m.Cut)
+	}
+	return ""
 }
 
 func deref(p *int32) int32 {

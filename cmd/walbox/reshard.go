@@ -9,7 +9,6 @@ import (
 
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
-	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
 )
@@ -49,6 +48,10 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
 	fail := c.fail
 	conn, err := pgconnect.Connect(ctx, dsn)
 	if err != nil {
@@ -59,9 +62,16 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fail(err)
 	}
-	r := resharder{out: stdout, cfg: slots.ReshardConfig{Conn: conn, DatabaseURL: dsn, Table: table,
+	r := resharder{out: stdout, cfg: slots.ReshardConfig{Conn: conn, DatabaseURL: dsn, ReplicationURL: replURL, Table: table,
 		Base: shard.Set{Slot: c.slot.value, Publication: c.publication.value}, Tables: relayTables(c, table),
 		Shards: n, Failover: failover(c), Wait: waitFor}}
+	if replURL != "" {
+		// The slots are the standby's: read and dropped there, created there by EnsureSlot.
+		if r.cfg.SlotConn, err = pgconnect.Connect(ctx, replURL); err != nil {
+			return fail(fmt.Errorf("connect to the standby (--replication-url): %w", err))
+		}
+		defer r.cfg.SlotConn.Close(context.Background())
+	}
 	if doRetire {
 		err = r.retire(ctx)
 	} else {
@@ -104,7 +114,7 @@ func (r resharder) retire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = slots.Retire(ctx, r.cfg.Conn, registry.New(r.cfg.Conn, r.cfg.Table.Schema), m, func(sl inspect.Slot) {
+	err = slots.Retire(ctx, r.cfg, m, func(sl inspect.Slot) {
 		fmt.Fprintf(r.out, "dropped replication slot %s (confirmed %s, cut %s)\n", sl.Name, sl.ConfirmedFlush, m.Cut)
 	})
 	if err != nil {

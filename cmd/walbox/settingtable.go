@@ -45,7 +45,7 @@ var settingTable = []group{
 		{flag: "database-password", env: "WALBOX_DATABASE_PASSWORD", cmds: allCommands,
 			help: "password for the database URL's user, kept out of the URL (prefer the `_FILE` form)"},
 		{flag: "replication-url", env: "WALBOX_REPLICATION_URL", unset: "stream from `--database-url`",
-			cmds: []string{"migrate", "run", "status", "doctor", "recover"},
+			cmds: []string{"migrate", "run", "status", "doctor", "recover", "reshard"},
 			help: "a hot standby of `--database-url`'s server (PostgreSQL 16+) to decode on: its slot is streamed from (and created there), " +
 				"while the record and the checks stay on `--database-url`, the primary",
 			see: "ha.md#postgresql-16-decoding-on-a-standby"},

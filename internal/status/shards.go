@@ -36,7 +36,7 @@ func (r *Report) readShards(ctx context.Context, conn *pgx.Conn, layout shard.La
 	if len(ns) == 0 || (len(ns) == 1 && ns[0] == 1) {
 		return nil
 	}
-	sets, err := shard.ReadStates(ctx, conn, layout)
+	sets, err := shard.ReadStates(ctx, conn, nil, layout)
 	if err != nil {
 		return err
 	}
