@@ -73,6 +73,9 @@ func Reshard(ctx context.Context, c ReshardConfig) (Resharding, error) {
 	if err := to.Validate(); err != nil {
 		return Resharding{}, err
 	}
+	if err := checkOneTable(ctx, c, l); err != nil {
+		return Resharding{}, err
+	}
 	if _, err := migrations.ApplyRegistry(ctx, c.Conn, l.Table.Schema); err != nil {
 		return Resharding{}, err
 	}
@@ -147,6 +150,45 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 		return shard.Move{}, fmt.Errorf("%w: %s, and the set of %d shards is not the newer one", shard.ErrMismatch, l, c.Shards)
 	}
 	return m, nil
+}
+
+// checkOneTable refuses a reshard of a configuration that relays other tables beside the outbox
+// table: a set of shards splits that one table, its publications publish nothing else, and
+// retiring the old set would drop the publication that carries the others (see othersOf).
+func checkOneTable(ctx context.Context, c ReshardConfig, l shard.Layout) error {
+	for _, t := range c.Tables {
+		if t != c.Table {
+			return fmt.Errorf("the configuration relays %s beside %s, but a set of shards splits %s alone: "+
+				"its relays would not relay %s. Relay it with a configuration (slot and publication) of its own", t, c.Table, c.Table, t)
+		}
+	}
+	for _, cl := range l.Claims {
+		others, err := othersOf(ctx, c.Conn, cl.Publication, c.Table)
+		if err != nil {
+			return err
+		}
+		if len(others) > 0 {
+			return fmt.Errorf("publication %s also publishes %s: a set of shards splits %s alone, and retiring %s would leave "+
+				"those to no relay. Relay them with a publication and slot of their own first, then remove them from %s",
+				cl.Publication, strings.Join(others, ", "), c.Table, cl.Publication, cl.Publication)
+		}
+	}
+	return nil
+}
+
+// othersOf lists the tables publication publishes besides table.
+func othersOf(ctx context.Context, conn *pgx.Conn, publication string, table wire.Table) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT pg_catalog.quote_ident(schemaname) || '.' || pg_catalog.quote_ident(tablename)
+		FROM pg_catalog.pg_publication_tables WHERE pubname = $1 AND (schemaname, tablename) <> ($2, $3) ORDER BY 1`,
+		publication, table.Schema, table.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read the tables of publication %s: %w", publication, err)
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the tables of publication %s: %w", publication, err)
+	}
+	return others, nil
 }
 
 // slotDB is the connection that reads and drops the slots.

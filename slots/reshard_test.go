@@ -118,3 +118,91 @@ func TestRetireHoldsEachOldSlotAgainstItsRecord(t *testing.T) {
 		t.Error("the retired slot's record is still there")
 	}
 }
+
+// A configuration that relays another table beside the outbox table, through the same
+// publication, is not resharded: the shards would split the outbox table alone, and retiring the
+// old set would drop the publication that carries the other table. Nothing is created. A set
+// made anyway (the other table added after the reshard began) is not retired: its publication
+// stays. The old code created the new set and its retire dropped the publication.
+func TestReshardKeepsThePublicationOfOtherTables(t *testing.T) {
+	db, conn, slot := setup(t)
+	ctx := t.Context()
+	if _, err := ensure(t, db, conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE public.legacy (LIKE public.outbox INCLUDING ALL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE public.legacy"); err != nil {
+		t.Fatal(err)
+	}
+	legacy := wire.Table{Schema: "public", Name: "legacy"}
+	cfg := slots.ReshardConfig{Conn: conn, DatabaseURL: db, Table: wire.DefaultTable,
+		Base: shard.Set{Slot: slot, Publication: "walbox"}, Tables: []wire.Table{wire.DefaultTable, legacy}, Shards: 2}
+	to := shard.Set{Slot: slot, Publication: "walbox", N: 2}
+	t.Cleanup(func() {
+		for k := range 2 {
+			_ = slots.Drop(context.Background(), conn, to.SlotName(k))
+		}
+	})
+	publications := func() (names []string) {
+		t.Helper()
+		rows, err := conn.Query(ctx, "SELECT pubname::text FROM pg_publication ORDER BY 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, n)
+		}
+		return names
+	}
+	for _, tables := range [][]wire.Table{{wire.DefaultTable, legacy}, {wire.DefaultTable}} {
+		cfg.Tables = tables
+		if _, err := slots.Reshard(ctx, cfg); err == nil || !strings.Contains(err.Error(), "legacy") {
+			t.Fatalf("Reshard of tables %v with public.legacy in the publication = %v; want a refusal naming it", tables, err)
+		}
+	}
+	if got := publications(); !slices.Equal(got, []string{"walbox"}) {
+		t.Fatalf("publications after the refusals: %v; want walbox alone", got)
+	}
+
+	// The new set made before the other table joined the publication.
+	if _, err := conn.Exec(ctx, "ALTER PUBLICATION walbox DROP TABLE public.legacy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slots.Reshard(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER PUBLICATION walbox ADD TABLE public.legacy"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := inspect.ReadSlot(ctx, conn, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old relay passed the cut; only the other table holds the set back.
+	if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", slot); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = inspect.ReadSlot(ctx, conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registry.New(conn, "public").Confirm(ctx, slot, 1, info.ConfirmedFlush, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, err := slots.ReadReshard(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slots.Retire(ctx, cfg, m, func(inspect.Slot) {}); err == nil || !strings.Contains(err.Error(), "legacy") {
+		t.Fatalf("Retire with public.legacy in the old publication = %v; want a refusal naming it", err)
+	}
+	if got := publications(); !slices.Contains(got, "walbox") {
+		t.Fatalf("publications after the refused retire: %v; want walbox kept", got)
+	}
+}

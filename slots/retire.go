@@ -30,6 +30,18 @@ func Retire(ctx context.Context, c ReshardConfig, m shard.Move, dropped func(ins
 			refuse = append(refuse, fmt.Sprintf("slot %s is streaming to pid %d: stop its relay (it passed the cut)", sl.Name, deref(sl.ActivePID)))
 		}
 	}
+	for k := range m.From.Set.N {
+		// A publication that carries other tables stays: dropping it would leave them to no relay.
+		pub := m.From.Set.PublicationName(k)
+		others, err := othersOf(ctx, c.Conn, pub, c.Table)
+		if err != nil {
+			return err
+		}
+		if len(others) > 0 {
+			refuse = append(refuse, fmt.Sprintf("publication %s also publishes %s, which no shard relays: relay them with a "+
+				"publication and slot of their own first, then remove them from %s", pub, strings.Join(others, ", "), pub))
+		}
+	}
 	if len(refuse) > 0 {
 		return fmt.Errorf("not retiring %s: %s", m.From.Set, strings.Join(refuse, "; "))
 	}
@@ -68,7 +80,7 @@ func retireRefusal(m shard.Move, k int, system string) string {
 	case !sl.Exists && !m.Passed(k):
 		return fmt.Sprintf("slot %s is missing though recorded at %s, before the cut %s (lost? see walbox recover)", sl.Name, rec.ConfirmedLSN, m.Cut)
 	case !m.Passed(k):
-		return fmt.Sprintf("slot %s is recorded at %s, before the cut %s: keep its relay running", sl.Name, rec.ConfirmedLSN, m.Cut)
+		return fmt.Sprintf("slot %s is at %s by its record, before the cut %s: keep its relay running", sl.Name, rec.ConfirmedLSN, m.Cut)
 	}
 	return ""
 }

@@ -49,9 +49,19 @@ func (d doctor) postgres(ctx context.Context) []Check {
 	}
 	out = append(out, d.positionIDsCheck(ctx, conn)...)
 	out = append(out, d.emitCheck(ctx, conn), d.messageRightsCheck(ctx, conn))
-	out = append(out, slotCheck(f, d.slot))
+	shards, single, err := d.shardSlots(ctx, conn)
+	if err != nil {
+		out = append(out, failCheck("slot", "", "%v", err))
+	}
+	if single {
+		out = append(out, slotCheck(f, d.slot))
+	}
 	out = append(out, d.failoverChecks(ctx, conn, f)...)
-	return append(out, d.recordCheck(ctx, conn, f), d.recordSchemaCheck(ctx, conn), d.rightsCheck(ctx, conn, f))
+	if single {
+		out = append(out, d.recordCheck(ctx, conn, f))
+	}
+	out = append(out, d.shardChecks(ctx, conn, f, shards)...)
+	return append(out, d.recordSchemaCheck(ctx, conn), d.rightsCheck(ctx, conn, f))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {
@@ -368,6 +378,12 @@ func slotCheck(f pgFacts, slot string) Check {
 // that is missing, ahead of the record, recorded on another server, or stopped on (a stop walbox
 // run recorded), is one that run refuses.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
+	return d.recordCheckOf(ctx, conn, f, d.slot)
+}
+
+// recordCheckOf is recordCheck of the slot f holds, named slot.
+func (d doctor) recordCheckOf(ctx context.Context, conn *pgx.Conn, f pgFacts, slot string) Check {
+	d.slot = slot
 	reg := registry.New(conn, d.registry)
 	if ok, err := reg.Exists(ctx); err != nil || !ok {
 		return warnCheck("slot_record", "run `walbox migrate` as the outbox table's owner (walbox run creates it only if its role may)",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/test/checker"
 )
 
@@ -222,4 +223,57 @@ func TestRecoverStandbySlot(t *testing.T) {
 		t.Errorf("lost %d rows over the whole run", rep.Lost)
 	}
 	checkSlotNotAheadOfRecord(t, w, replURL)
+}
+
+// walbox reshard --replication-url creates the new set's slots on the standby, where the relays
+// decode, reads the old and new slots there, and --retire drops the old one there once its record
+// passed the cut. The old code ignored --replication-url: it created the new slots on the primary
+// and judged the standby's old slot missing.
+func TestReshardOnAStandby(t *testing.T) {
+	heavy(t)
+	w, _, _, replURL := standbyPair(t)
+	standbyEnv := "WALBOX_REPLICATION_URL=" + replURL
+	onStandby := func(slot string) (standby, primary bool) {
+		t.Helper()
+		const q = "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)"
+		if err := execRow(t, replURL, q, &standby, slot); err != nil {
+			t.Fatal(err)
+		}
+		if err := execRow(t, w.db, q, &primary, slot); err != nil {
+			t.Fatal(err)
+		}
+		return standby, primary
+	}
+	out, code := w.walbox([]string{standbyEnv}, "reshard", "--shards", "2")
+	if code != 0 || !strings.Contains(out, "cut") {
+		t.Fatalf("walbox reshard --shards 2 --replication-url exited %d:\n%s", code, out)
+	}
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: 2}
+	for k := range 2 {
+		if standby, primary := onStandby(set.SlotName(k)); !standby || primary {
+			t.Fatalf("slot %s: on the standby %t, on the primary %t; want the standby only:\n%s", set.SlotName(k), standby, primary, out)
+		}
+	}
+	// The old relay has not confirmed the cut yet: retire refuses, reading the standby's slot.
+	out, code = w.walbox([]string{standbyEnv}, "reshard", "--shards", "2", "--retire")
+	if code == 0 || !strings.Contains(out, "before the cut") || strings.Contains(out, "missing") {
+		t.Fatalf("walbox reshard --retire before the cut exited %d; want non-zero, the old slot before the cut:\n%s", code, out)
+	}
+	r := w.startRelay(standbyEnv)
+	r.waitState("streaming", time.Minute)
+	waitFor(t, 2*time.Minute, "the old relay to pass the cut", func() bool {
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.created', '{}')`)
+		out, code := w.walbox([]string{standbyEnv}, "reshard", "--shards", "2")
+		return code == 0 && strings.Contains(out, "passed the cut")
+	})
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox run exited %d:\n%s", code, testenv.Tail(r.Output(), 20))
+	}
+	out, code = w.walbox([]string{standbyEnv}, "reshard", "--shards", "2", "--retire")
+	if code != 0 || !strings.Contains(out, "dropped replication slot "+w.slot) {
+		t.Fatalf("walbox reshard --retire exited %d; want the old slot dropped:\n%s", code, out)
+	}
+	if standby, _ := onStandby(w.slot); standby {
+		t.Fatalf("the old slot %s is still on the standby:\n%s", w.slot, out)
+	}
 }
