@@ -52,7 +52,7 @@ var settingTable = []group{
 		{flag: "amqp-url", env: "WALBOX_AMQP_URL", required: true, cmds: dialers,
 			help: "RabbitMQ URL, `amqp://` or `amqps://`; several, comma-separated, for the nodes of a cluster: " +
 				"walbox connects to the first that answers and moves on to the next when the connection is lost " +
-				"(`recover --dry-run` needs none)", see: "setup.md#a-rabbitmq-cluster"},
+				"(`recover --dry-run`, and `run` and `recover` with `--stream-url`, need none)", see: "setup.md#a-rabbitmq-cluster"},
 		{flag: "amqp-password", env: "WALBOX_AMQP_PASSWORD", cmds: dialers,
 			help: "password for the AMQP URL's user, kept out of the URL; it goes into every URL of a cluster (prefer the `_FILE` form)"},
 		{flag: "amqp-ca-file", env: "WALBOX_AMQP_CA_FILE", unset: "system roots", cmds: dialers,
