@@ -96,8 +96,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "created slot %s at %s; rows committed after that stream from it\n", cfg.Slot, res.ConsistentPoint)
 	switch {
 	case target != nil:
+		// A partial gap is never called confirmed in full.
+		confirmed := "every one confirmed by the broker"
+		if res.LossAccepted {
+			confirmed = "confirmed by the broker"
+		}
 		fmt.Fprintf(stdout, "published %d rows into stream %s (%d parked); %d of the %d rows of the gap the stream held already; "+
-			"every one confirmed by the broker, in %s\n", res.Published, target.Stream, res.Parked, res.Held, res.Rows,
+			"%s, in %s\n", res.Published, target.Stream, res.Parked, res.Held, res.Rows, confirmed,
 			res.Duration.Round(time.Millisecond))
 		if res.LossAccepted {
 			fmt.Fprintf(stdout, "those were all the gap's rows that were left; those deleted from the outbox tables are lost (--accept-loss)\n")
