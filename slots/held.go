@@ -54,8 +54,9 @@ func judgeHeld(c HeldConfig, info inspect.Slot, rec registry.Record, recorded bo
 			holder = "nobody: the slot does not exist there"
 		}
 		return refused{fmt.Errorf("%w: slot %s is held by %s, not by this session's walsender (pid %d), on the server "+
-			"walbox reads slots from: the replication connection and that server differ, so the slot's position cannot be "+
-			"vouched for. Point --database-url (and --replication-url) at one server each",
+			"walbox reads slots from: that server is not the one the replication connection reached (two servers of one "+
+			"system behind one URL?), or the walsender is gone, so the position streamed from cannot be vouched for. "+
+			"Point --database-url (and --replication-url) at one server each, then start walbox again",
 			ErrSlotGap, c.Slot, holder, c.PID)}
 	}
 	if !recorded {
