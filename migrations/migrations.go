@@ -153,20 +153,18 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return nil, fmt.Errorf("lock migrations: %w", err)
 	}
-	table := pgx.Identifier{schema, "walbox_migrations"}.Sanitize()
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
-		target     pg_catalog.text        NOT NULL,
-		version    pg_catalog.int4        NOT NULL,
-		name       pg_catalog.text        NOT NULL,
-		applied_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
-		PRIMARY KEY (target, version))`); err != nil {
-		return nil, fmt.Errorf("create %s: %w", table, err)
+	l, err := openLedger(ctx, tx, schema)
+	if err != nil {
+		return nil, err
 	}
 	var applied []string
 	for _, m := range ms {
 		var done bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+" WHERE target = $1::pg_catalog.text AND version = $2::pg_catalog.int4)",
-			target, m.Version).Scan(&done); err != nil {
+		err := l.asOwner(ctx, func() error {
+			return tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+l.table+" WHERE target = $1::pg_catalog.text AND version = $2::pg_catalog.int4)",
+				target, m.Version).Scan(&done)
+		})
+		if err != nil {
 			return nil, fmt.Errorf("check migration %s: %w", m.Name, err)
 		}
 		if done {
@@ -175,8 +173,12 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return nil, fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (target, version, name) VALUES ($1, $2, $3)",
-			target, m.Version, m.Name); err != nil {
+		err = l.asOwner(ctx, func() error {
+			_, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (target, version, name, applied_at) VALUES ($1, $2, $3, pg_catalog.now())",
+				target, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("record migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Name)
@@ -185,6 +187,50 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 		return nil, fmt.Errorf("commit migrations: %w", err)
 	}
 	return applied, nil
+}
+
+// ledger is the table walbox_migrations of one schema.
+type ledger struct {
+	tx            pgx.Tx
+	table         string // quoted, with its schema
+	owner, caller string
+}
+
+// openLedger creates walbox_migrations in schema unless it exists, and reads its owner.
+func openLedger(ctx context.Context, tx pgx.Tx, schema string) (*ledger, error) {
+	l := &ledger{tx: tx, table: pgx.Identifier{schema, "walbox_migrations"}.Sanitize()}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+l.table+` (
+		target     pg_catalog.text        NOT NULL,
+		version    pg_catalog.int4        NOT NULL,
+		name       pg_catalog.text        NOT NULL,
+		applied_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+		PRIMARY KEY (target, version))`); err != nil {
+		return nil, fmt.Errorf("create %s: %w", l.table, err)
+	}
+	err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, current_user::pg_catalog.text
+		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, l.table).Scan(&l.owner, &l.caller)
+	if err != nil {
+		return nil, fmt.Errorf("read the owner of %s: %w", l.table, err)
+	}
+	return l, nil
+}
+
+// asOwner runs fn, which reads or writes the ledger, with the rights of the ledger's owner. A
+// walbox_migrations that another role created first (one that may CREATE in the schema) may carry
+// triggers, defaults, rules or policies: they would otherwise run with the caller's rights, a
+// superuser's under walbox migrate. A caller that may not take the owner's role is refused.
+func (l *ledger) asOwner(ctx context.Context, fn func() error) error {
+	if l.owner == l.caller {
+		return fn()
+	}
+	if _, err := l.tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{l.owner}.Sanitize()); err != nil {
+		return fmt.Errorf("%s belongs to %s, not to %s: run walbox migrate as %s (%w)", l.table, l.owner, l.caller, l.owner, err)
+	}
+	ferr := fn()
+	if _, err := l.tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{l.caller}.Sanitize()); err != nil && ferr == nil {
+		ferr = err
+	}
+	return ferr
 }
 
 func quoteLiteral(s string) string {

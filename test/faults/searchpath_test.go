@@ -597,3 +597,53 @@ func roleName(t *testing.T, dbURL string) string {
 	}
 	return u.User.Username()
 }
+
+// The application role owns the database, so it may create walbox_migrations in public before
+// the first `walbox migrate`, with a trigger that records current_user. The superuser's migrate
+// then reads and writes that table with its owner's rights: the trigger runs as the application
+// role, never as the superuser.
+func TestMigrationsTableOfAnotherRoleRunsNothingAsTheMigrator(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	admin := pg.NewDatabase(t)
+	appURL := roleURL(t, pg, admin, "LOGIN")
+	app := pgx.Identifier{roleName(t, appURL)}.Sanitize()
+	dbName := testenv.UniqueName("app")
+	pg.Exec(t, admin, "CREATE DATABASE "+dbName+" OWNER "+app)
+	t.Cleanup(func() { pg.Exec(t, admin, "DROP DATABASE "+dbName+" WITH (FORCE)") })
+	at := func(dbURL string) string {
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/" + dbName
+		return u.String()
+	}
+	super, appDB := at(admin), at(appURL)
+	pg.Exec(t, appDB, `CREATE TABLE public.captured (fn text NOT NULL, who text NOT NULL);
+		GRANT INSERT ON public.captured TO PUBLIC;
+		CREATE TABLE public.walbox_migrations (target text NOT NULL, version int NOT NULL, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (target, version));
+		CREATE FUNCTION public.planted() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO public.captured (fn, who) VALUES ('walbox_migrations trigger', current_user);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER planted BEFORE INSERT ON public.walbox_migrations FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	w := &world{t: t, pg: pg, db: super, relayDB: super, slot: testenv.UniqueName("slot")}
+	w.conn = pg.Conn(t, super)
+	out, code := w.walbox(nil, "migrate")
+	if code != 0 {
+		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+	}
+	rows := captured(t, w.conn)
+	if len(rows) == 0 {
+		t.Fatal("the planted trigger never ran: walbox migrate did not write public.walbox_migrations")
+	}
+	for _, r := range rows {
+		if !strings.HasSuffix(r, " as "+strings.Trim(app, `"`)) {
+			t.Errorf("the trigger planted on walbox_migrations ran %s, want it to run as the table's owner only", r)
+		}
+	}
+}
