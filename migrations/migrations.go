@@ -83,6 +83,9 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOwner(ctx, conn, cfg.Table, cfg.RelayRole); err != nil {
+		return applied, err
+	}
 	reg, err := ApplyRegistryFor(ctx, conn, cfg.Table.Schema, cfg.RelayRole)
 	return append(applied, reg...), err
 }

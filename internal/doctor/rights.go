@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
 )
 
 // rightsCheck checks that only the owner and the relay roles `walbox migrate --relay-role`
@@ -68,6 +70,16 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 			"and a trigger of its own on walbox_slots runs with the functions' owner's rights", owner, strings.Join(fnOwners, ", "), owner))
 		fixes = append(fixes, fmt.Sprintf("as a superuser, after checking its rows: ALTER TABLE %s OWNER TO %s",
 			quoteIdent(schema)+".walbox_slots", quoteIdent(fnOwners[0])))
+	}
+	if holder, trusted, err := migrations.ReadOwner(ctx, conn, schema, d.tables(), relay); err != nil {
+		return failCheck(name, "", "%v", err)
+	} else if !trusted {
+		problems = append(problems, fmt.Sprintf("walbox_slots belongs to %s, which is no superuser, does not own %s and is not %s: "+
+			"%s created walbox's record before walbox migrate did, or was given it, and can move it past a gap",
+			holder, d.tables()[0], relay, holder))
+		fixes = append(fixes, fmt.Sprintf("as a superuser, after checking its rows and the code of the record functions: "+
+			"give walbox_slots, %s, walbox_migrations and the record functions in schema %s to the owner of %s (ALTER ... OWNER TO)",
+			migrations.RelayRolesTable, quoteIdent(schema), d.tables()[0]))
 	}
 	if rights.RelaysOwner != "" {
 		problems = append(problems, fmt.Sprintf("%s belongs to %s, not to the owner of walbox_slots: %s can name any role a relay role",
@@ -280,4 +292,14 @@ func (d doctor) messageRightsCheck(ctx context.Context, conn *pgx.Conn) Check {
 		" TO the roles that call walbox_emit. Or, if nothing calls walbox_emit, run walbox with --message-prefix none",
 		"PUBLIC may execute pg_logical_emit_message: any role that can log in can write a message with prefix %q, "+
 			"which walbox publishes like an outbox row", d.prefix)
+}
+
+// tables are the outbox tables `walbox run` reads: their owners, and superusers, may own walbox's
+// record.
+func (d doctor) tables() []wire.Table {
+	tables := []wire.Table{cmp.Or(d.table, wire.DefaultTable)}
+	for _, m := range d.mappings {
+		tables = append(tables, m.WithDefaults().Table)
+	}
+	return tables
 }

@@ -1,6 +1,7 @@
 package doctor_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/outbox"
 )
 
 // recordFunctionSigs are the record functions with their arguments, for GRANT and REVOKE.
@@ -290,5 +292,44 @@ func TestRecordRightsSeeMembershipOptions(t *testing.T) {
 	c = find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
 	if c.Status != "fail" || !strings.Contains(c.Message, setOnly+" via "+relay) {
 		t.Errorf("record_rights with %s a member WITH INHERIT FALSE: %s %q, want a failure naming it", setOnly, c.Status, c.Message)
+	}
+}
+
+// A role that may only CREATE in the outbox schema creates walbox's whole record there before the
+// first migrate: walbox_migrations says it is applied, and walbox_slots and the record functions
+// are that role's. migrate (as a superuser) refused nothing and recorded the relay role in it, and
+// doctor took the role for the owner. Now migrate refuses, naming the role, and doctor fails.
+func TestRecordCreatedByAnotherRoleIsRefused(t *testing.T) {
+	e := setup(t)
+	squatURL := e.roleURL(t, "LOGIN")
+	squatter := roleOf(t, squatURL)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	e.pg.Exec(t, e.db, "CREATE SCHEMA squat; GRANT USAGE, CREATE ON SCHEMA squat TO "+pgx.Identifier{squatter}.Sanitize())
+	t.Cleanup(func() { e.pg.Exec(t, e.db, "DROP SCHEMA squat CASCADE") })
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.pg.Conn(t, squatURL), "squat", ""); err != nil {
+		t.Fatal(err)
+	}
+	table := outbox.Table{Schema: "squat", Name: "outbox"}
+	_, err := migrations.Apply(t.Context(), e.conn, migrations.Config{Table: table, Publication: testenv.UniqueName("pub"), RelayRole: relay})
+	if !errors.Is(err, migrations.ErrRecordOwner) || !strings.Contains(err.Error(), "walbox_slots belongs to "+squatter) {
+		t.Errorf("migrate --relay-role %s over a record %s created: error %v, want a refusal naming it", relay, squatter, err)
+	}
+	cfg := e.cfg
+	cfg.Table = table
+	cfg.RelayRole = relay
+	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, "walbox_slots belongs to "+squatter) ||
+		!strings.Contains(c.Fix, "give walbox_slots, walbox_relay_roles, walbox_migrations and the record functions in schema squat") {
+		t.Errorf("record_rights over a record %s created: %s %q (fix %q), want a failure naming it", squatter, c.Status, c.Message, c.Fix)
+	}
+	// What doctor fails is real: the role rewrites a record function at will.
+	e.pg.Exec(t, squatURL, "CREATE OR REPLACE FUNCTION squat.walbox_slot_stop(p_slot text, p_reason text, p_lsn pg_lsn) RETURNS text LANGUAGE sql AS 'SELECT NULL::text'")
+
+	e.pg.Exec(t, e.db, "DROP SCHEMA squat CASCADE; CREATE SCHEMA squat")
+	if _, err := migrations.Apply(t.Context(), e.conn, migrations.Config{Table: table, Publication: testenv.UniqueName("pub"), RelayRole: relay}); err != nil {
+		t.Fatalf("migrate into a schema of its own: %v", err)
+	}
+	if c := find(t, doctor.Run(t.Context(), cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights once the record is the table owner's: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
 	}
 }
