@@ -30,13 +30,14 @@ type Shard struct {
 }
 
 // readShards fills in r.Shards when shards publish the outbox table (a single slot alone is
-// shown as before) and notes what makes the status fail: a shard slot missing or lost.
-func (r *Report) readShards(ctx context.Context, conn *pgx.Conn, layout shard.Layout) error {
+// shown as before) and notes what makes the status fail: a shard slot missing or lost. The slots
+// are read through slotDB, where they are (the standby of --replication-url).
+func (r *Report) readShards(ctx context.Context, conn, slotDB *pgx.Conn, layout shard.Layout) error {
 	ns := layout.Counts()
 	if len(ns) == 0 || (len(ns) == 1 && ns[0] == 1) {
 		return nil
 	}
-	sets, err := shard.ReadStates(ctx, conn, nil, layout)
+	sets, err := shard.ReadStates(ctx, conn, slotDB, layout)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 	if err != nil {
 		return r, err
 	}
-	return r, r.readShards(ctx, conn, layout)
+	return r, r.readShards(ctx, conn, slotDB, layout)
 }
 
 // readRecord holds the slot against walbox's record of it in the outbox table's schema, as

@@ -254,6 +254,11 @@ func TestReshardOnAStandby(t *testing.T) {
 			t.Fatalf("slot %s: on the standby %t, on the primary %t; want the standby only:\n%s", set.SlotName(k), standby, primary, out)
 		}
 	}
+	// walbox status reads the shards' slots where they are too.
+	if out, _ := w.walbox([]string{standbyEnv}, "status"); strings.Contains(out, "(missing)") || strings.Contains(out, "does not exist") ||
+		!strings.Contains(out, set.SlotName(1)) {
+		t.Errorf("walbox status --replication-url does not show the standby's shard slots:\n%s", out)
+	}
 	// The old relay has not confirmed the cut yet: retire refuses, reading the standby's slot.
 	out, code = w.walbox([]string{standbyEnv}, "reshard", "--shards", "2", "--retire")
 	if code == 0 || !strings.Contains(out, "before the cut") || strings.Contains(out, "missing") {
