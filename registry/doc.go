@@ -14,4 +14,8 @@
 // through (migrations.RecordFunctions), which run with the owner's rights so that a relay role
 // with nothing but LOGIN REPLICATION can use them. Only the owner and the relay's role (`walbox
 // migrate --relay-role`) may execute them: whoever may can move a record past a gap.
+//
+// Beside the records, walbox_deletes counts the deletes walbox can explain (Deletes): walbox
+// prune's, and those walbox recover --accept-loss accepted. Recover refuses a gap while the
+// server's statistics count other deletes from an outbox table.
 package registry
