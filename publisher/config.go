@@ -55,11 +55,22 @@ type Config struct {
 	// a durable queue of the same name bound to it. Default Exchange+".parked".
 	ParkExchange string
 
-	// QueueType is the type of the park and alternate queues Dial declares: "classic" (the
-	// default) or "quorum". On a cluster use quorum: a classic queue lives on one node, and while
-	// that node is down no other node can declare it, so no session could open anywhere. The type
-	// of an existing queue cannot change: delete the queue (once empty) to switch.
+	// QueueType is the type of the park and alternate queues Dial declares: QueueAuto (the
+	// default), QueueClassic or QueueQuorum. Auto is quorum when Endpoints has more than one URL,
+	// else classic, and uses an existing queue of another type as it is. On a cluster use quorum:
+	// a classic queue lives on one node, and while that node is down nothing can be parked. A
+	// single URL in front of a cluster (a load balancer) needs QueueQuorum. The type of an
+	// existing queue cannot change: delete the queue (once empty) to switch. With classic or
+	// quorum, an existing queue of the other type fails Dial.
+	//
+	// Dial does not need the queues: one it cannot declare (its node is down) is declared again
+	// when Park needs it, and Park waits until it can be.
 	QueueType string
+
+	// OnQueue, when set, is told the outcome of each declaration of the park and alternate
+	// queues, and each time a message waits to be parked (see QueueState). It is called from the
+	// session's goroutines and must not block.
+	OnQueue func(QueueState)
 
 	// MaxMessageSize is the largest body Publish sends; a larger one is refused with
 	// ErrInvalidMessage before anything is written, since the broker would close the channel.
@@ -99,6 +110,9 @@ type Config struct {
 	// URL). It is cloned, never modified.
 	TLS *tls.Config
 
+	// cluster is set by NewEndpoints when it has more than one URL: QueueAuto is quorum then.
+	cluster bool
+
 	// OnBlocked, when set, is told each time the broker blocks the session's connection (a memory
 	// or disk alarm; reason is the broker's, from connection.blocked) and unblocks it. A session
 	// that ends while blocked tells it blocked false, with the reason SessionEnded. It is
@@ -124,8 +138,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("park exchange %.20q...: longer than 255 bytes", c.ParkExchange)
 	case c.ParkExchange == c.Exchange || c.AlternateExchange == c.Exchange:
 		return fmt.Errorf("park and alternate exchanges must differ from exchange %q", c.Exchange)
-	case c.QueueType != "classic" && c.QueueType != "quorum":
-		return fmt.Errorf("queue type %q: want classic or quorum", c.QueueType)
+	case c.QueueType != QueueAuto && c.QueueType != QueueClassic && c.QueueType != QueueQuorum:
+		return fmt.Errorf("queue type %q: want auto, classic or quorum", c.QueueType)
 	case c.MaxMessageSize < 0:
 		return fmt.Errorf("max message size %d: negative", c.MaxMessageSize)
 	case c.Window < 1 || c.Window > MaxWindow:
@@ -158,7 +172,7 @@ func (c *Config) setDefaults() {
 		c.ParkExchange = c.Exchange + ".parked"
 	}
 	if c.QueueType == "" {
-		c.QueueType = "classic"
+		c.QueueType = DefaultQueueType
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize

@@ -15,6 +15,10 @@
 // where (HeaderParkReason). Dial fills in a zero Config field with its default (DefaultWindow,
 // say).
 //
+// Dial declares the park and alternate queues on channels of their own, and opens the session
+// even when it cannot (a classic queue whose node is down): only Park needs the park queue, and
+// waits for it. Config.QueueType auto makes them quorum queues when Endpoints has several URLs.
+//
 // An exchange a message names is not declared: the session checks once that it exists, with a
 // passive declare on a short-lived channel of its own, before it publishes there. A missing one
 // makes Publish fail with ErrInvalidMessage (so wire.ErrUnpublishable) and the session lives

@@ -42,6 +42,7 @@ type Endpoints struct {
 	next      int      // the URL the next Dial tries first
 	current   *Session // the last session dialed; nil before the first
 	onBlocked func(host string, blocked bool, reason string)
+	onQueue   func(QueueState)
 }
 
 // NewEndpoints returns Endpoints for cfg with each of urls in turn as its URL. It validates
@@ -53,7 +54,7 @@ func NewEndpoints(cfg Config, urls []string) (*Endpoints, error) {
 	e := &Endpoints{cfgs: make([]Config, len(urls))}
 	for i, u := range urls {
 		c := cfg
-		c.URL = u
+		c.URL, c.cluster = u, len(urls) > 1
 		if err := c.Validate(); err != nil {
 			if len(urls) > 1 {
 				err = fmt.Errorf("url %d of %d: %w", i+1, len(urls), err)
@@ -82,7 +83,7 @@ func (e *Endpoints) Configs() []Config { return append([]Config(nil), e.cfgs...)
 // host with its failure. ctx ending stops the round at once.
 func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 	e.mu.Lock()
-	start, onBlocked := e.next, e.onBlocked
+	start, onBlocked, onQueue := e.next, e.onBlocked, e.onQueue
 	e.mu.Unlock()
 	var errs []error
 	for i := range e.cfgs {
@@ -91,6 +92,9 @@ func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 		if onBlocked != nil {
 			h := hostOf(cfg.URL)
 			cfg.OnBlocked = func(blocked bool, reason string) { onBlocked(h, blocked, reason) }
+		}
+		if onQueue != nil {
+			cfg.OnQueue = onQueue
 		}
 		s, err := Dial(ctx, cfg)
 		if err == nil {
@@ -125,6 +129,14 @@ func (e *Endpoints) WatchBlocked(fn func(host string, blocked bool, reason strin
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.onBlocked = fn
+}
+
+// WatchQueues has every session dialed from now on tell fn about its park and alternate queues
+// (see Config.OnQueue). It replaces the OnQueue of the configuration.
+func (e *Endpoints) WatchQueues(fn func(QueueState)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onQueue = fn
 }
 
 // Connected returns the host:port of the live session's broker, or "" when there is none.

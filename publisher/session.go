@@ -61,6 +61,8 @@ type Session struct {
 	tr tracker // owned by run
 
 	exchanges map[string]exchangeVerdict // exchanges rows name, by name; used by Publish only
+
+	park, alternate *sinkQueue // alternate is nil with NoExchange
 }
 
 // Dial connects to the broker, opens a channel in confirm mode and declares the exchange.
@@ -80,6 +82,10 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		dead:      make(chan struct{}),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
+		park:      &sinkQueue{name: cfg.ParkExchange},
+	}
+	if cfg.AlternateExchange != NoExchange {
+		s.alternate = &sinkQueue{name: cfg.AlternateExchange}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -129,18 +135,22 @@ func (s *Session) open(ctx context.Context, uri amqp.URI) error {
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("confirm mode: %w", err)
 	}
-	return s.declare(ch)
+	if err := s.declare(ch); err != nil {
+		return err
+	}
+	return s.declareQueues(ctx)
 }
 
-// declare sets up the park exchange and queue, the alternate exchange and queue, and the exchange.
+// declare sets up the park exchange, the alternate exchange and the exchange. Their queues are
+// declareQueues': the exchanges live on every node, a classic queue on one only.
 func (s *Session) declare(ch *amqp.Channel) error {
-	if err := declareSink(ch, s.cfg.ParkExchange, s.cfg.QueueType); err != nil {
-		return err
+	if err := ch.ExchangeDeclare(s.cfg.ParkExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", s.cfg.ParkExchange, err)
 	}
 	var args amqp.Table
 	if ae := s.cfg.AlternateExchange; ae != NoExchange {
-		if err := declareSink(ch, ae, s.cfg.QueueType); err != nil {
-			return err
+		if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", ae, err)
 		}
 		args = amqp.Table{"alternate-exchange": ae}
 	}
@@ -152,30 +162,6 @@ func (s *Session) declare(ch *amqp.Channel) error {
 				s.cfg.Exchange, s.cfg.AlternateExchange, err)
 		}
 		return fmt.Errorf("declare exchange %s: %w", s.cfg.Exchange, err)
-	}
-	return nil
-}
-
-// declareSink declares a durable fanout exchange and a durable queue of the same name and type
-// bound to it.
-func declareSink(ch *amqp.Channel, name, queueType string) error {
-	if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %s: %w", name, err)
-	}
-	var args amqp.Table
-	if queueType == "quorum" {
-		args = amqp.Table{"x-queue-type": queueType}
-	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("declare queue %s: it exists as another type than %s; delete it once empty, or match "+
-				"the queue type setting: %w", name, queueType, err)
-		}
-		return fmt.Errorf("declare queue %s: %w", name, err)
-	}
-	if err := ch.QueueBind(name, "", name, false, nil); err != nil {
-		return fmt.Errorf("bind queue %s: %w", name, err)
 	}
 	return nil
 }
@@ -267,7 +253,9 @@ func (s *Session) publishAs(ctx context.Context, label uint64, m *wire.Message) 
 
 // Park publishes a message that can never be delivered as written to the park exchange, with
 // headers saying why and where it came from (see ParkedPublishing). It is confirmed like any other message,
-// and takes the next sequence number.
+// and takes the next sequence number. While the park queue cannot be declared (its node is down),
+// Park waits and tries again every second, telling Config.OnQueue; ctx ends the wait, with
+// nothing written and the session usable.
 func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	return s.parkAs(ctx, 0, p)
 }
@@ -276,6 +264,9 @@ func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 func (s *Session) parkAs(ctx context.Context, label uint64, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
+	}
+	if err := s.awaitPark(ctx); err != nil {
+		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
 	}
 	seq, err := s.publish(ctx, label, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
 	if err != nil {

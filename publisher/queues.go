@@ -1,0 +1,214 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Types of the park and alternate queues (Config.QueueType).
+const (
+	// QueueAuto is quorum when Endpoints has more than one URL (the nodes of a cluster), else
+	// classic. An existing queue of another type is used as it is.
+	QueueAuto = "auto"
+	// QueueClassic is a classic queue: it lives on one node.
+	QueueClassic = "classic"
+	// QueueQuorum is a quorum queue: it survives the loss of a minority of the nodes.
+	QueueQuorum = "quorum"
+)
+
+// DefaultQueueType is the default of Config.QueueType.
+const DefaultQueueType = QueueAuto
+
+// queueWait bounds how long Dial waits for the first declaration of each of the park and
+// alternate queues; the declaration goes on after that, and Park waits for it.
+const queueWait = 5 * time.Second
+
+// parkRetry is how often Park tries again to declare a park queue it cannot declare.
+const parkRetry = time.Second
+
+// SinkQueueType returns the type the park and alternate queues are declared as, for the setting
+// queueType with urls broker URLs: auto is quorum with more than one URL, else classic.
+func SinkQueueType(queueType string, urls int) string {
+	switch {
+	case queueType != QueueAuto && queueType != "":
+		return queueType
+	case urls > 1:
+		return QueueQuorum
+	}
+	return QueueClassic
+}
+
+// QueueState is what a session tells Config.OnQueue about the park or the alternate queue.
+type QueueState struct {
+	// Queue is the queue's name.
+	Queue string
+	// Type is the type the session declares it as: QueueClassic or QueueQuorum.
+	Type string
+	// Err is why the queue could not be declared (its node is down, say); nil once it was.
+	Err error
+	// OtherType is set when the queue exists with another type or other arguments than
+	// QueueType asks for, and is used as it is (QueueType auto only).
+	OtherType bool
+	// Waiting is set when a message to park waits for the queue: Park holds until it can be
+	// declared.
+	Waiting bool
+}
+
+// sinkQueue is the park or the alternate queue of a session, declared on a channel of its own
+// so that a failure closes only that channel. A session does not need its queues to publish:
+// only Park waits for the park queue.
+type sinkQueue struct {
+	name string
+
+	mu      sync.Mutex
+	ready   bool
+	err     error
+	pending chan struct{} // non-nil while a declaration is in flight; closed when it ends
+}
+
+// typeMismatch reports whether err is the broker's refusal of a queue declared with other
+// arguments than the existing queue's (its type, say).
+func typeMismatch(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+}
+
+// declareQueues makes the first declaration of the park and alternate queues, waiting for each
+// at most queueWait. A queue that cannot be declared does not fail Dial (its node may be down;
+// Park waits for it), unless it exists as another type than a type QueueType names.
+func (s *Session) declareQueues(ctx context.Context) error {
+	for _, q := range []*sinkQueue{s.park, s.alternate} {
+		if q == nil {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, queueWait)
+		err := s.ensureQueue(wctx, q)
+		cancel()
+		var ae *amqp.Error
+		if typeMismatch(err) && errors.As(err, &ae) {
+			return fmt.Errorf("declare queue %s: it exists as another type than %s; delete it once empty, or match "+
+				"the queue type setting: %w", q.name, s.queueType(), ae)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// queueType is the type the session declares its park and alternate queues as.
+func (s *Session) queueType() string {
+	n := 1
+	if s.cfg.cluster {
+		n = 2
+	}
+	return SinkQueueType(s.cfg.QueueType, n)
+}
+
+// ensureQueue declares q unless it is declared already, or waits for the declaration in flight.
+// ctx ends the wait, not the declaration: that goes on until the broker answers or the
+// connection closes.
+func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
+	q.mu.Lock()
+	if q.ready {
+		q.mu.Unlock()
+		return nil
+	}
+	pending := q.pending
+	if pending == nil {
+		pending = make(chan struct{})
+		q.pending = pending
+		go s.declareQueue(q, pending)
+	}
+	q.mu.Unlock()
+	select {
+	case <-pending:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return s.failure()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ready {
+		return nil
+	}
+	return q.err
+}
+
+// declareQueue declares q once, records the outcome, tells Config.OnQueue and closes done.
+func (s *Session) declareQueue(q *sinkQueue, done chan struct{}) {
+	other, err := s.declareSinkQueue(q.name)
+	q.mu.Lock()
+	q.ready, q.err, q.pending = err == nil, err, nil
+	q.mu.Unlock()
+	if s.cfg.OnQueue != nil {
+		s.cfg.OnQueue(QueueState{Queue: q.name, Type: s.queueType(), Err: err, OtherType: other})
+	}
+	close(done)
+}
+
+// declareSinkQueue declares a durable queue named after its fanout exchange, of the session's
+// queue type, and binds it to that exchange. With QueueType auto an existing queue of another
+// type is kept (other), and bound all the same. Each step has a channel of its own: a refusal
+// closes the channel.
+func (s *Session) declareSinkQueue(name string) (other bool, err error) {
+	var args amqp.Table
+	if t := s.queueType(); t == QueueQuorum {
+		args = amqp.Table{"x-queue-type": t}
+	}
+	err = s.onChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		return err
+	})
+	if typeMismatch(err) && (s.cfg.QueueType == QueueAuto || s.cfg.QueueType == "") {
+		other, err = true, nil
+	}
+	if err != nil {
+		return other, fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	if err := s.onChannel(func(ch *amqp.Channel) error { return ch.QueueBind(name, "", name, false, nil) }); err != nil {
+		return other, fmt.Errorf("bind queue %s: %w", name, err)
+	}
+	return other, nil
+}
+
+// onChannel calls f with a channel of its own, closed afterwards.
+func (s *Session) onChannel(f func(*amqp.Channel) error) error {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	return f(ch)
+}
+
+// awaitPark waits until the park queue is declared: a parked message published while it cannot
+// be (its node is down) would be returned, and the session lost. Each failed try tells
+// Config.OnQueue that a message waits; ctx ends the wait.
+func (s *Session) awaitPark(ctx context.Context) error {
+	for {
+		err := s.ensureQueue(ctx, s.park)
+		if err == nil || ctx.Err() != nil || s.failure() != nil {
+			return err
+		}
+		if s.cfg.OnQueue != nil {
+			s.cfg.OnQueue(QueueState{Queue: s.park.name, Type: s.queueType(), Err: err, Waiting: true})
+		}
+		t := time.NewTimer(parkRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-s.dead:
+			t.Stop()
+			return s.failure()
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package publisher_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
+)
+
+// queueLog records what a session tells Config.OnQueue.
+type queueLog struct {
+	mu     sync.Mutex
+	states []publisher.QueueState
+}
+
+func (l *queueLog) add(st publisher.QueueState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.states = append(l.states, st)
+}
+
+// String lists the states, for failures.
+func (l *queueLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%+v", l.states)
+}
+
+// has reports whether a state of queue matches ok.
+func (l *queueLog) has(queue string, ok func(publisher.QueueState) bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.states {
+		if st.Queue == queue && ok(st) {
+			return true
+		}
+	}
+	return false
+}
+
+// A park queue that cannot be declared does not stop Dial or Publish: only Park waits for it,
+// says so through OnQueue, and parks once it can be declared. Here another connection holds the
+// queue exclusively, which refuses the declaration as a classic queue on a dead node does.
+func TestParkWaitsForAQueueItCannotDeclare(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	exchange := testenv.UniqueName("outbox")
+	parked := exchange + ".parked"
+	conn, err := amqp.Dial(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	holder, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.QueueDeclare(parked, false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var log queueLog
+	s, _ := dial(t, r.URL(), publisher.Config{Exchange: exchange, OnQueue: log.add})
+	if !log.has(parked, func(st publisher.QueueState) bool { return st.Err != nil }) {
+		t.Errorf("OnQueue was not told that %s could not be declared: %+v", parked, &log)
+	}
+	m := newMessage("nobody.listens")
+	if seq, c := publish(t, s, m), next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("a publish while the park queue is missing: Confirm %+v, want seq %d acked", c, seq)
+	}
+
+	type result struct {
+		seq uint64
+		err error
+	}
+	done := make(chan result, 1)
+	p := &wire.Parked{Message: *newMessage(""), Reason: "event_type is empty", Table: "public.outbox", LSN: "0/1"}
+	go func() {
+		seq, err := s.Park(context.Background(), p)
+		done <- result{seq, err}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !log.has(parked, func(st publisher.QueueState) bool { return st.Waiting }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Park never said it waits for %s: %+v", parked, &log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("Park returned (%d, %v) while its queue could not be declared", res.seq, res.err)
+	default:
+	}
+	conn.Close() // the exclusive queue goes with its connection
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Park still waits a minute after its queue became free")
+	}
+	if res.err != nil {
+		t.Fatalf("Park: %v", res.err)
+	}
+	if c := next(t, s); c.Seq != res.seq || c.Err != nil {
+		t.Fatalf("parked message: Confirm %+v, want seq %d acked", c, res.seq)
+	}
+	if d := get(t, admin(t, r.URL()), parked); d.MessageId != p.Message.ID.String() {
+		t.Errorf("park queue holds %s, want %s", d.MessageId, p.Message.ID)
+	}
+	if !log.has(parked, func(st publisher.QueueState) bool { return st.Err == nil && !st.Waiting }) {
+		t.Errorf("OnQueue was not told that %s was declared at last: %+v", parked, &log)
+	}
+}
+
+// QueueType auto is classic with one URL and quorum with several; an existing queue of another
+// type is used as it is, where classic or quorum named outright refuse it.
+func TestSinkQueueTypeAuto(t *testing.T) {
+	for _, tt := range []struct {
+		setting string
+		urls    int
+		want    string
+	}{
+		{"", 1, "classic"}, {"auto", 1, "classic"}, {"auto", 3, "quorum"},
+		{"classic", 3, "classic"}, {"quorum", 1, "quorum"},
+	} {
+		if got := publisher.SinkQueueType(tt.setting, tt.urls); got != tt.want {
+			t.Errorf("SinkQueueType(%q, %d) = %q, want %q", tt.setting, tt.urls, got, tt.want)
+		}
+	}
+	r := testenv.SharedRabbit(t)
+	_, exchange := dial(t, r.URL(), publisher.Config{QueueType: "quorum"})
+	var log queueLog
+	if _, err := publisher.Dial(context.Background(), publisher.Config{URL: r.URL(), Exchange: exchange, OnQueue: log.add}); err != nil {
+		t.Fatalf("Dial with auto over quorum queues: %v", err)
+	}
+	if !log.has(exchange+".parked", func(st publisher.QueueState) bool { return st.OtherType && st.Err == nil }) {
+		t.Errorf("auto over a quorum park queue: OnQueue got %+v, want it kept as another type", &log)
+	}
+}
