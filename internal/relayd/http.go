@@ -19,8 +19,9 @@ import (
 )
 
 // server serves /metrics, /healthz (the process is alive), /readyz (200 when streaming, or as a
-// standby with the body "standby"; 503 otherwise, and while the broker blocks publishing, with
-// "blocked" in the body) and /status (JSON, status.Relay).
+// standby with the body "standby"; 503 otherwise, while the broker blocks publishing, with
+// "blocked" in the body, and while a row waits for its park queue) and /status (JSON,
+// status.Relay).
 func (d *Daemon) server() *http.Server {
 	stats := d.relay.Stats()
 	mux := http.NewServeMux()
@@ -32,6 +33,11 @@ func (d *Daemon) server() *http.Server {
 		if on, reason := d.blocks.blocked(); on {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: blocked by the broker (%s)\n", reason)
+			return
+		}
+		if q := d.queues.waitingFor(); q != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: a row waits to be parked in queue %s, which cannot be declared\n", q)
 			return
 		}
 		switch st := replication.State(stats.State.Load()); st {

@@ -57,6 +57,7 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	blocks  *blockWatch
+	queues  *queueWatch // the park and alternate queues; its methods take nil (a stream has none)
 	// connected names the node the current session is connected to; "" while none is.
 	connected func() string
 }
@@ -92,6 +93,9 @@ func New(cfg Config) (*Daemon, error) {
 		}
 	} else {
 		cfg.Brokers.WatchBlocked(d.blocks.observe)
+		d.queues = newQueueWatch(rc.Logger)
+		cfg.Brokers.WatchQueues(d.queues.observe)
+		d.metrics.WatchQueues(d.queues.unavailable, d.queues.parkWaiting)
 		rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
 		d.connected = cfg.Brokers.Connected
 	}
