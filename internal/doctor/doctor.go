@@ -137,6 +137,8 @@ func (d doctor) brokerChecks(ctx context.Context) []Check {
 // reports whether the broker accepted the connection.
 func (d doctor) dialCheck(ctx context.Context, cfg publisher.Config, declared bool) ([]Check, bool) {
 	addr := amqpHost(cfg.URL)
+	qs := &queueStates{}
+	cfg.OnQueue = qs.add
 	s, err := publisher.Dial(ctx, cfg)
 	if err != nil {
 		msg := err.Error()
@@ -161,8 +163,9 @@ func (d doctor) dialCheck(ctx context.Context, cfg publisher.Config, declared bo
 	if cfg.AlternateExchange != publisher.NoExchange {
 		alt = "alternate exchange " + cfg.AlternateExchange
 	}
-	return append(checks, passCheck("exchange", "exchange %s declared or already there (topic, durable, %s); park exchange %s",
-		cfg.Exchange, alt, cfg.ParkExchange)), true
+	checks = append(checks, passCheck("exchange", "exchange %s declared or already there (topic, durable, %s); park exchange %s",
+		cfg.Exchange, alt, cfg.ParkExchange))
+	return append(checks, d.queueChecks(cfg, qs)...), true
 }
 
 // brokerFix suggests a fix for a failed dial, from its error text.
