@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
@@ -51,6 +52,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cfg.OnParked = func(p *wire.Parked) {
 		fmt.Fprintf(stdout, "parked %s from %s: %s\n", p.Message.AMQPMessageID(), p.Table, p.Reason)
+	}
+	if eps != nil {
+		eps.WatchQueues(parkWaitNotice(stderr))
 	}
 
 	ctx, stop := signalContext(ctx, func() {})
@@ -214,4 +218,18 @@ func showCounts(w io.Writer, g slots.Gap, counts []slots.Count, target *doctor.S
 	}
 	fmt.Fprintf(w, "dry run: would republish %d rows that may have committed after %s (counted now: an upper bound, "+
 		"rows committed before it are published again too); nothing changed\n", total, g.Record.ConfirmedLSN)
+}
+
+// parkWaitNotice says once that a row waits for its park queue, which cannot be declared (its
+// node is down, say): recover waits for it rather than lose the row, and not in silence.
+func parkWaitNotice(w io.Writer) func(publisher.QueueState) {
+	var once sync.Once
+	return func(st publisher.QueueState) {
+		if st.Waiting {
+			once.Do(func() {
+				fmt.Fprintf(w, "waiting to park a row: queue %s cannot be declared (%v); it goes on once the queue is back, "+
+					"or Ctrl-C stops\n", st.Queue, st.Err)
+			})
+		}
+	}
 }

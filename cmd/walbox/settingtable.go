@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
 )
 
 // spec declares one setting of one or more commands. The flags, the environment variables, the
@@ -77,9 +78,11 @@ var settingTable = []group{
 			help: "exchange that keeps messages no queue is bound for; `none`: such a message stalls the stream until a queue is bound"},
 		{flag: "park-exchange", env: "WALBOX_PARK_EXCHANGE", unset: "`<exchange>.parked`", cmds: dialers,
 			help: "exchange for rows that can never be delivered"},
-		{flag: "queue-type", env: "WALBOX_QUEUE_TYPE", def: "classic", cmds: dialers,
-			help: "type of the park and alternate queues walbox declares: `classic` or `quorum` " +
-				"(use quorum on a cluster: a classic queue is unavailable while its node is down)"},
+		{flag: "queue-type", env: "WALBOX_QUEUE_TYPE", def: publisher.DefaultQueueType, cmds: dialers,
+			help: "type of the park and alternate queues walbox declares: `auto`, `classic` or `quorum`; " +
+				"auto is quorum with several --amqp-url nodes, else classic, and keeps an existing queue as it is " +
+				"(one URL in front of a cluster needs quorum: a classic queue is unavailable while its node is down)",
+			see: "setup.md#a-rabbitmq-cluster"},
 		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: "16777216", cmds: dialers,
 			help: "largest message body in bytes (the default is 16 MiB); larger rows are parked " +
 				"(keep at or below the broker's `max_message_size`)"},

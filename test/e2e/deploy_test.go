@@ -39,6 +39,8 @@ var walboxMetrics = map[string]bool{
 	"walbox_active":                         false,
 	"walbox_last_confirm_timestamp_seconds": false,
 	"walbox_broker_blocked":                 false,
+	"walbox_queue_unavailable":              false,
+	"walbox_park_waiting":                   false,
 }
 
 var metricName = regexp.MustCompile(`\bwalbox_[a-z0-9_]+`)
