@@ -1,12 +1,18 @@
 package faults_test
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/testenv"
@@ -17,14 +23,15 @@ import (
 // new leader.
 const failoverBound = 30 * time.Second
 
-// quorumSinks makes walbox declare its park and alternate queues as quorum queues: a classic one
-// is gone from the whole cluster while its node is down, and declaring it then fails everywhere.
+// quorumSinks makes walbox declare its park and alternate queues as quorum queues, as the
+// default (auto) does with several URLs: the subtests other than the kill name it outright.
 const quorumSinks = "WALBOX_QUEUE_TYPE=quorum"
 
 // TestClusterFaults runs walbox against a three-node RabbitMQ cluster with a quorum queue, all
 // nodes in --amqp-url, and takes nodes away from it while a writer commits: the node walbox is
-// connected to is killed, then cut off silently, then every node is restarted in turn. Nothing
-// may be lost, and walbox never exits.
+// connected to is killed (with the default --queue-type, and again with classic park and
+// alternate queues left on it), then cut off silently, then every node is restarted in turn.
+// Nothing may be lost, and walbox never exits.
 func TestClusterFaults(t *testing.T) {
 	heavy(t)
 	cluster := testenv.SharedCluster(t)
@@ -34,6 +41,10 @@ func TestClusterFaults(t *testing.T) {
 	t.Run("the connected node is killed", func(t *testing.T) {
 		defer cluster.StartAll(t)
 		testClusterKill(t, pg, cluster)
+	})
+	t.Run("the connected node is killed with classic park and alternate queues on it", func(t *testing.T) {
+		defer cluster.StartAll(t)
+		testClusterClassicSinks(t, pg, cluster)
 	})
 	t.Run("the connected node is cut off silently", func(t *testing.T) {
 		defer cluster.StartAll(t)
@@ -96,10 +107,20 @@ func nodeOfHost(t *testing.T, cluster *testenv.Cluster, host string) int {
 	return -1
 }
 
+// The default --queue-type (auto) with several URLs declares quorum park and alternate queues:
+// with classic ones, the node walbox is connected to took them down with it, every session on
+// another node failed to declare them, and no confirm came until the node was back (34 s).
 func testClusterKill(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
 	w := clusterWorld(t, pg, cluster, 2)
 	w.relayMQ = strings.Join(cluster.URLs(), ",")
-	wr, v, r := brokerWorld(t, w, 31, quorumSinks)
+	wr, v, r := brokerWorld(t, w, 31)
+	_, ch := dialAMQP(t, cluster.URLs()[2])
+	for _, q := range []string{w.exchange + ".parked", w.exchange + ".unroutable"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			t.Errorf("walbox's %s is not a quorum queue with the default --queue-type and three URLs: %v", q, err)
+			_, ch = dialAMQP(t, cluster.URLs()[2])
+		}
+	}
 	was := connectedTo(t, r)
 	if want := hostOf(t, cluster.URLs()[0]); was != want {
 		t.Errorf("walbox connected to %s first, want the first URL's node %s", was, want)
@@ -117,6 +138,119 @@ func testClusterKill(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluste
 		t.Fatalf("walbox exited:\n%s", testenv.Tail(r.Output(), 30))
 	}
 	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, fmt.Sprintf("failover_to_first_confirm=%v", took.Round(time.Millisecond)))
+}
+
+// declareClassicSinks leaves classic park and alternate queues of w on the node of url, bound to
+// their exchanges, as walbox declared them by default before --queue-type auto.
+func declareClassicSinks(t *testing.T, w *world, url string) {
+	t.Helper()
+	conn, ch := dialAMQP(t, url)
+	defer conn.Close()
+	for _, q := range []string{w.exchange + ".parked", w.exchange + ".unroutable"} {
+		if err := ch.ExchangeDeclare(q, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind(q, "", q, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A cluster that walbox ran on before --queue-type auto keeps its classic park and alternate
+// queues on one node; walbox keeps them as they are. When that node, the one walbox is connected
+// to, is killed, they cannot be declared from any other node: sessions go on without them, and
+// confirms keep coming. A row to park then waits, logged and shown by walbox_park_waiting, and
+// the slot does not pass it; once the node is back the row is parked and nothing is lost.
+func testClusterClassicSinks(t *testing.T, pg *testenv.Postgres, cluster *testenv.Cluster) {
+	w := clusterWorld(t, pg, cluster, 2)
+	w.relayMQ = strings.Join(cluster.URLs(), ",")
+	declareClassicSinks(t, w, cluster.URLs()[0])
+	out, code := w.walbox(nil, "doctor")
+	for _, want := range []string{"FAIL  queue " + w.exchange + ".parked is not a quorum queue",
+		"FAIL  queue " + w.exchange + ".unroutable is not a quorum queue", "delete_queue " + w.exchange + ".parked --if-empty"} {
+		if code != 1 || !strings.Contains(out, want) {
+			t.Errorf("walbox doctor on a cluster with classic park and alternate queues exited %d, want 1 and %q:\n%s", code, want, out)
+		}
+	}
+	wr, v, r := brokerWorld(t, w, 35)
+	was := connectedTo(t, r)
+	if want := hostOf(t, cluster.URLs()[0]); was != want {
+		t.Fatalf("walbox connected to %s first, want the first URL's node %s, where the classic queues are", was, want)
+	}
+	if !strings.Contains(r.Output(), "is not a quorum queue") {
+		t.Errorf("walbox did not warn of its classic park queue on a cluster:\n%s", testenv.Tail(r.Output(), 20))
+	}
+	confirmed := mustStatus(t, r).Confirmed
+	start := time.Now()
+	cluster.Node(0).Kill(t)
+	now, took := failover(t, r, was, confirmed, start)
+	t.Logf("killed %s with the classic queues; first confirm through %s %v later", was, now, took.Round(time.Millisecond))
+	w.progress(v, 300, 90*time.Second)
+
+	// A row that can only be parked, while its queue is on the dead node.
+	bad := uuid.NewString()
+	if _, err := w.conn.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'bad', 'bad', '', '{}')`, bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "walbox to say a row waits to be parked", func() bool {
+		return strings.Contains(r.Output(), "a row waits to be parked") && r.gauge("walbox_park_waiting") == 1 &&
+			strings.Contains(r.readyz(), "a row waits to be parked in queue "+w.exchange+".parked")
+	})
+	if st := mustStatus(t, r); st.Parked != 0 {
+		t.Errorf("walbox counts %d rows parked while the park queue's node is down", st.Parked)
+	}
+	cluster.Node(0).Start(t)
+	cluster.StartAll(t)
+	waitFor(t, 2*time.Minute, "the waiting row parked", func() bool {
+		st, err := r.status()
+		return err == nil && st.Parked == 1 && r.gauge("walbox_park_waiting") == 0
+	})
+	w.progress(v, 300, 90*time.Second)
+	wr.stop()
+	if r.Exited() {
+		t.Fatalf("walbox exited:\n%s", testenv.Tail(r.Output(), 30))
+	}
+	w.verdict(wr.Writer, v, 2*time.Minute, 1, 1, fmt.Sprintf("failover_to_first_confirm=%v", took.Round(time.Millisecond)))
+	conn, ch := dialAMQP(t, cluster.URLs()[2])
+	defer conn.Close()
+	d, ok, err := ch.Get(w.exchange+".parked", true)
+	if err != nil || !ok || d.MessageId != bad {
+		t.Errorf("park queue: got %q (found %t, %v), want the bad row %s", d.MessageId, ok, err, bad)
+	}
+}
+
+// readyz returns the relay's /readyz body, "" when it cannot be read.
+func (r *relay) readyz() string {
+	resp, err := http.Get("http://" + r.addr + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// gauge reads the unlabelled gauge name from the relay's /metrics; -1 when it cannot be read.
+func (r *relay) gauge(name string) float64 {
+	resp, err := http.Get("http://" + r.addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // Each node behind a fault proxy; the proxy of the connected node stops forwarding without a
