@@ -218,15 +218,18 @@ func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogre
 // Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
 // gap has been dealt with. It takes the rights of the registry's owner, not the relay's.
 func (s *Store) Reset(ctx context.Context, r Record) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` AS t (slot_name, system_identifier, timeline, origin,
+	err := s.asOwner(ctx, func() error {
+		_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` AS t (slot_name, system_identifier, timeline, origin,
 			created_lsn, confirmed_lsn, confirmed_xmin)
 		VALUES ($1, $2, $3, $4, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)
 		ON CONFLICT (slot_name) DO UPDATE SET system_identifier = excluded.system_identifier,
 			timeline = excluded.timeline, origin = excluded.origin, created_lsn = excluded.created_lsn,
 			confirmed_lsn = excluded.confirmed_lsn, confirmed_xmin = excluded.confirmed_xmin,
-			confirmed_at = now(), first_recorded_at = now(), coverage = NULL,
+			confirmed_at = pg_catalog.now(), first_recorded_at = pg_catalog.now(), coverage = NULL,
 			stop_reason = NULL, stop_lsn = NULL, stopped_at = NULL`,
-		r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin))
+			r.Slot, r.SystemID, r.Timeline, r.Origin, lsnArg(r.CreatedLSN), r.ConfirmedLSN.String(), xminArg(r.ConfirmedXmin))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("reset the record of slot %s: %w", r.Slot, err)
 	}
@@ -277,8 +280,46 @@ func xminArg(x uint64) any {
 // Forget deletes the slot's record, once the slot itself was dropped on purpose (walbox reshard
 // retiring a set of shards), so that the name may be used again. It takes the owner's rights.
 func (s *Store) Forget(ctx context.Context, slot string) error {
-	if _, err := s.db.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot_name = $1", slot); err != nil {
+	err := s.asOwner(ctx, func() error {
+		_, err := s.db.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot_name = $1", slot)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("forget slot %s: %w", slot, err)
 	}
 	return nil
+}
+
+// asOwner runs fn, a direct write of the registry table, with the rights of the table's owner
+// when this role may take them (a superuser, or a member of the owner) and is not the owner. A
+// trigger, rule or policy on walbox_slots then runs as its owner, never as a superuser running
+// walbox recover or reshard. Only a connection or a transaction switches roles; on a pool, or
+// when the table is missing, fn runs as it is.
+func (s *Store) asOwner(ctx context.Context, fn func() error) error {
+	switch s.db.(type) {
+	case *pgx.Conn, pgx.Tx:
+	default:
+		return fn()
+	}
+	var owner, caller string
+	var member bool
+	err := s.db.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, current_user::pg_catalog.text,
+			pg_catalog.pg_has_role(c.relowner, 'MEMBER')
+		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, s.table).Scan(&owner, &caller, &member)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fn()
+	case err != nil:
+		return fmt.Errorf("read the owner of %s: %w", s.Table(), err)
+	case owner == caller || !member:
+		return fn()
+	}
+	if _, err := s.db.Exec(ctx, "SET ROLE "+pgx.Identifier{owner}.Sanitize()); err != nil {
+		return fmt.Errorf("take the role of %s, the owner of %s: %w", owner, s.Table(), err)
+	}
+	ferr := fn()
+	if _, err := s.db.Exec(ctx, "SET ROLE "+pgx.Identifier{caller}.Sanitize()); err != nil && ferr == nil {
+		ferr = fmt.Errorf("return to role %s after writing %s: %w", caller, s.Table(), err)
+	}
+	return ferr
 }

@@ -606,11 +606,58 @@ func TestMigrationsTableOfAnotherRoleRunsNothingAsTheMigrator(t *testing.T) {
 	heavy(t)
 	pg := testenv.SharedPostgres(t)
 	testenv.RequireOwn(t, pg)
+	super, appDB, app := appOwnedDatabase(t, pg)
+	pg.Exec(t, appDB, `CREATE TABLE public.walbox_migrations (target text NOT NULL, version int NOT NULL, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (target, version));
+		CREATE TRIGGER planted BEFORE INSERT ON public.walbox_migrations FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	w := &world{t: t, pg: pg, db: super, relayDB: super, slot: testenv.UniqueName("slot")}
+	w.conn = pg.Conn(t, super)
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+	}
+	ranOnlyAs(t, w.conn, app, "walbox_migrations")
+}
+
+// The application role owns the database and runs `walbox migrate` itself, so it owns
+// walbox_slots, and it adds a trigger to it. `walbox recover`, run by a superuser after the slot
+// was dropped, writes the record with the table's owner's rights: the trigger runs as the
+// application role, never as the superuser.
+func TestRecordTableTriggerRunsNothingAsRecover(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.SharedRabbit(t)
+	super, appDB, app := appOwnedDatabase(t, pg)
+	w := &world{t: t, pg: pg, rabbit: rabbit, db: super, relayDB: super, relayMQ: rabbit.URL(), slot: testenv.UniqueName("slot"),
+		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
+	w.conn = pg.Conn(t, super)
+	if out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + appDB}, "migrate", "--no-slot"); code != 0 {
+		t.Fatalf("walbox migrate --no-slot as the database's owner exited %d:\n%s", code, out)
+	}
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+	}
+	w.declare()
+	pg.Exec(t, appDB, `CREATE TRIGGER planted BEFORE INSERT OR UPDATE ON public.walbox_slots
+		FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	pg.Exec(t, super, "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.placed', '{}')")
+	pg.Exec(t, super, "SELECT pg_catalog.pg_drop_replication_slot($1)", w.slot)
+	if out, code := w.walbox(nil, "recover"); code != 0 {
+		t.Fatalf("walbox recover as the superuser exited %d:\n%s", code, out)
+	}
+	ranOnlyAs(t, w.conn, app, "walbox_slots")
+}
+
+// appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
+// may insert into, and the trigger function public.planted, which records current_user there. It
+// returns the database's URL for the superuser and for the role, and the role's name.
+func appOwnedDatabase(t *testing.T, pg *testenv.Postgres) (super, appDB, app string) {
+	t.Helper()
 	admin := pg.NewDatabase(t)
 	appURL := roleURL(t, pg, admin, "LOGIN")
-	app := pgx.Identifier{roleName(t, appURL)}.Sanitize()
+	app = roleName(t, appURL)
 	dbName := testenv.UniqueName("app")
-	pg.Exec(t, admin, "CREATE DATABASE "+dbName+" OWNER "+app)
+	pg.Exec(t, admin, "CREATE DATABASE "+dbName+" OWNER "+pgx.Identifier{app}.Sanitize())
 	t.Cleanup(func() { pg.Exec(t, admin, "DROP DATABASE "+dbName+" WITH (FORCE)") })
 	at := func(dbURL string) string {
 		u, err := url.Parse(dbURL)
@@ -620,30 +667,27 @@ func TestMigrationsTableOfAnotherRoleRunsNothingAsTheMigrator(t *testing.T) {
 		u.Path = "/" + dbName
 		return u.String()
 	}
-	super, appDB := at(admin), at(appURL)
+	super, appDB = at(admin), at(appURL)
 	pg.Exec(t, appDB, `CREATE TABLE public.captured (fn text NOT NULL, who text NOT NULL);
 		GRANT INSERT ON public.captured TO PUBLIC;
-		CREATE TABLE public.walbox_migrations (target text NOT NULL, version int NOT NULL, name text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (target, version));
 		CREATE FUNCTION public.planted() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			INSERT INTO public.captured (fn, who) VALUES ('walbox_migrations trigger', current_user);
+			INSERT INTO public.captured (fn, who) VALUES (TG_TABLE_NAME || ' trigger', current_user);
 			RETURN NEW;
-		END $$;
-		CREATE TRIGGER planted BEFORE INSERT ON public.walbox_migrations FOR EACH ROW EXECUTE FUNCTION public.planted()`)
-	w := &world{t: t, pg: pg, db: super, relayDB: super, slot: testenv.UniqueName("slot")}
-	w.conn = pg.Conn(t, super)
-	out, code := w.walbox(nil, "migrate")
-	if code != 0 {
-		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
-	}
-	rows := captured(t, w.conn)
+		END $$`)
+	return super, appDB, app
+}
+
+// ranOnlyAs fails the test unless the trigger planted on table ran, and only as role.
+func ranOnlyAs(t *testing.T, conn *pgx.Conn, role, table string) {
+	t.Helper()
+	rows := captured(t, conn)
 	if len(rows) == 0 {
-		t.Fatal("the planted trigger never ran: walbox migrate did not write public.walbox_migrations")
+		t.Fatalf("the trigger planted on %s never ran: walbox did not write it", table)
 	}
 	for _, r := range rows {
-		if !strings.HasSuffix(r, " as "+strings.Trim(app, `"`)) {
-			t.Errorf("the trigger planted on walbox_migrations ran %s, want it to run as the table's owner only", r)
+		if r != table+" trigger as "+role {
+			t.Errorf("the trigger planted on %s ran %s; want it to run as the table's owner, %s, only", table, r, role)
 		}
 	}
 }
