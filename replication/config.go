@@ -46,6 +46,14 @@ type SystemBound interface {
 	Bind(ctx context.Context, system uint64, database string) error
 }
 
+// Guarded is implemented by a Publisher that holds messages back and writes them later (a
+// Flusher, package streampub). The relay gives it the session's check, which it calls right
+// before each write to the broker, from the goroutine that publishes. An error from the check
+// means the session is over: the publisher writes nothing and fails the call.
+type Guarded interface {
+	Guard(check func() error)
+}
+
 // Dialer opens a new publishing session.
 type Dialer func(ctx context.Context) (Publisher, error)
 

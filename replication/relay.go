@@ -223,6 +223,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		start:   slot.ConfirmedFlush,
 		heard:   lastRead,
 		silence: silence,
+		lapse:   newLapse(srv.SenderTimeout),
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		origin:  origin,

@@ -40,6 +40,7 @@ type reporter struct {
 	pos      positions
 	send     func(pglogrepl.StandbyStatusUpdate) error // writes a status update to the connection
 	heard    *heardClock
+	lapse    *lapse      // told of each status update sent; nil in tests
 	reader   *reader     // read only through its locked methods; nil in tests
 	onFail   func(error) // called on the reporter's goroutine when it ends in an error
 
@@ -301,6 +302,9 @@ func (r *reporter) report() error {
 	})
 	if err != nil {
 		return fmt.Errorf("send status update: %w", err)
+	}
+	if r.lapse != nil {
+		r.lapse.sent()
 	}
 	if w != r.reported {
 		r.log.Debug("confirmed position", "slot", r.slot, "lsn", w.String())

@@ -39,6 +39,7 @@ type stream struct {
 	rep     *reporter
 	heard   *heardClock   // when the connection last read bytes from the server
 	silence time.Duration // how long the server may stay silent, having been asked to reply
+	lapse   *lapse        // whether the connection may still hold the slot (lapse.go)
 
 	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter
 	// fails; every publish call's context derives from it.
@@ -201,9 +202,12 @@ func (s *stream) begin(ctx context.Context) {
 	s.clock.begin(s.gone, s.cfg.StatusInterval)
 	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.connFailed)
 	s.rep = newReporter(s.cfg, s.watch, s.conn, mark{w: s.start})
-	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence = s.stats, s.heard, s.reader, s.silence
+	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence, s.rep.lapse = s.stats, s.heard, s.reader, s.silence, s.lapse
 	s.rep.onFail = s.connFailed
 	s.rep.start()
+	if g, ok := s.pub.(Guarded); ok {
+		g.Guard(s.over)
+	}
 }
 
 func (s *stream) end() {
@@ -366,6 +370,21 @@ func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, w
 	waited = err != nil && errors.Is(err, ctx.Err()) && context.Cause(ctx) == errStatusDue &&
 		!errors.Is(err, wire.ErrSessionClosed)
 	return seq, waited, err
+}
+
+// over returns why the session may no longer write to the broker, or nil: the connection gone,
+// or the process stopped longer than the server waits for a status update (lapse.go). A Guarded
+// publisher asks it right before each write.
+func (s *stream) over() error {
+	var g connGone
+	if errors.As(context.Cause(s.gone), &g) {
+		return g
+	}
+	if s.lapse != nil && !s.lapse.held() {
+		s.connFailed(errLapsed)
+		return connGone{errLapsed}
+	}
+	return nil
 }
 
 // park sets aside a row that can never become a deliverable message, so that the stream moves

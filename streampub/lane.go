@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 	"github.com/walbox/walbox/wire"
@@ -59,11 +60,12 @@ func (s *Session) newLane(streamName, name string) (*lane, error) {
 
 // send writes msg with publishing id, to be confirmed as seq. A batching lane holds it until
 // flush (or until the next message would not fit in the frame); another writes it at once.
-func (l *lane) send(msg message.StreamMessage, id int64, seq uint64) error {
-	size, err := l.encode(msg)
+func (l *lane) send(m *amqp.AMQP10, id int64, seq uint64) error {
+	body, err := l.encode(m)
 	if err != nil {
 		return err
 	}
+	size, msg := len(body)+maxFrameOverhead, encoded{m, body}
 	if l.batch && (l.pendingBytes+size > l.maxFrame-maxFrameOverhead || len(l.pending) >= maxBatch) {
 		if err := l.flush(); err != nil {
 			return err
@@ -77,31 +79,56 @@ func (l *lane) send(msg message.StreamMessage, id int64, seq uint64) error {
 		l.pendingBytes += size
 		return nil
 	}
+	if err := l.guard(); err != nil {
+		return err
+	}
 	if err := l.producer.Send(msg); err != nil {
 		return fmt.Errorf("send: %w: %v", wire.ErrSessionClosed, err)
 	}
 	return nil
 }
 
-// encode returns msg's size in a publish frame; a message that cannot be encoded or is too large
-// for the frame wraps wire.ErrUnpublishable.
-func (l *lane) encode(msg message.StreamMessage) (int, error) {
-	body, err := msg.MarshalBinary()
-	if err != nil {
-		return 0, fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
+// guard asks the session's check (Session.Guard) whether it may write.
+func (l *lane) guard() error {
+	if l.s.guard == nil {
+		return nil
 	}
-	size := len(body) + maxFrameOverhead
-	if size > l.maxFrame {
-		return 0, fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+	if err := l.s.guard(); err != nil {
+		return fmt.Errorf("send: %w: %w", wire.ErrSessionClosed, err)
 	}
-	return size, nil
+	return nil
 }
+
+// encode returns m's body; a message that cannot be encoded or is too large for the frame wraps
+// wire.ErrUnpublishable.
+func (l *lane) encode(m *amqp.AMQP10) ([]byte, error) {
+	body, err := m.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
+	}
+	if len(body)+maxFrameOverhead > l.maxFrame {
+		return nil, fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+	}
+	return body, nil
+}
+
+// encoded is a message with its body encoded once: the client encodes each message it sends,
+// and the write then only copies the body.
+type encoded struct {
+	*amqp.AMQP10
+	body []byte
+}
+
+func (e encoded) MarshalBinary() ([]byte, error) { return e.body, nil }
 
 // flush writes the messages held, in one frame: the broker stores them as one chunk, which
 // consumers read far faster than a chunk per message.
 func (l *lane) flush() error {
 	if len(l.pending) == 0 {
 		return nil
+	}
+	if err := l.guard(); err != nil {
+		return err
 	}
 	err := l.producer.BatchSend(l.pending)
 	clear(l.pending)

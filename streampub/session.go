@@ -23,6 +23,7 @@ type Session struct {
 	anchor anchor
 
 	system string   // the database system identifier, set by Bind; "" for none
+	guard  func() error // called before each write; nil for none (Guard)
 	pos    Position // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
@@ -151,6 +152,11 @@ func (s *Session) Producer() (name, continued string) {
 	}
 	return s.cfg.Producer, continued
 }
+
+// Guard sets check, which the session calls right before each write to the broker
+// (replication.Guarded): an error fails the write, which then sends nothing. The relay checks
+// there that its replication connection may still hold the slot.
+func (s *Session) Guard(check func() error) { s.guard = check }
 
 // At sets the position of the message the next Publish sends (replication.Positioner).
 func (s *Session) At(timeline int32, lsn uint64, index int) {

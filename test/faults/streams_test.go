@@ -265,3 +265,52 @@ func TestStreamTwoClustersWithTheDefaultSlotName(t *testing.T) {
 		t.Errorf("%d messages in the stream, want the %d rows committed", n, total)
 	}
 }
+
+// A relay stopped (SIGSTOP) in the middle of a backlog, until the server drops its connection
+// and another relay takes the slot, must write nothing it held when it resumes: in a failover
+// those rows may be only the old primary's, and their ids the new relay's. Here the backlog is
+// messages of walbox_emit, which the relay that takes over does not relay (message prefix none):
+// it stores nothing, so the broker would store whatever the resumed relay wrote. The stream
+// gains nothing once it resumes: the relay finds that it sent no status update for longer than
+// the server waits for one, and writes nothing more.
+func TestStreamRelayResumedAfterTakeoverWritesNothing(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "2s"))
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	emitted := w.newWriter(checker.WriterConfig{Seed: 36, Emit: 1})
+	const backlog = 40_000
+	for range backlog / 1000 {
+		if err := emitted.Tx(t.Context(), 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A silence bound far above the stop: the relay's check of the server's silence, which may
+	// or may not win the race at the resume, is out of the way.
+	old := w.startRelay(append(env, "WALBOX_SERVER_TIMEOUT=5m")...)
+	sr.wait(t, 2000, 2*time.Minute)
+	old.Signal(syscall.SIGSTOP)
+	waitFor(t, time.Minute, "the server to drop the stopped relay", func() bool {
+		var active bool
+		err := execRow(t, w.db, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", &active, w.slot)
+		return err == nil && !active
+	})
+	taker := w.startRelay(append(env, "WALBOX_MESSAGE_PREFIX=none")...)
+	taker.waitState("streaming", time.Minute)
+	time.Sleep(2 * time.Second) // the taker relays none of the backlog
+	before := sr.count()
+
+	old.Signal(syscall.SIGCONT)
+	waitFor(t, time.Minute, "the resumed relay to wait as a standby", func() bool { return old.state() == "standby" })
+	time.Sleep(3 * time.Second) // anything it wrote would be in the stream by now
+	if after := sr.count(); after != before {
+		t.Errorf("the stream went from %d to %d messages once the stopped relay resumed: it wrote what it held\n%s", before, after, old.Output())
+	}
+	if before >= backlog {
+		t.Errorf("the relay stored the whole backlog before it was stopped: the test proved nothing")
+	}
+}
