@@ -190,6 +190,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 			return false, bindError(err)
 		}
 	}
+	if err := checkAnchor(sctx, conn, pub, origin, r.cfg.ReplicationURL != ""); err != nil {
+		return false, anchorError(err)
+	}
 
 	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
 		return false, err
@@ -200,6 +203,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	w.limit, w.replayed = slot.ConfirmedFlush, slot.ConfirmedFlush
+	if err := anchorMoved(sctx, pub); err != nil {
+		return false, err
+	}
 	endSetup()
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)

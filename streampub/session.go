@@ -27,6 +27,7 @@ type Session struct {
 	pos    Position // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
+	known  int64  // the producer's last id known to Bind, of its own name (Moved)
 	seq    uint64 // the last sequence number handed out
 
 	mu       sync.Mutex
@@ -113,6 +114,9 @@ func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 		a.legacy = legacy.name
 	}
 	s.cfg.Producer, s.system, s.anchor, s.nextID = p.name, system, a, a.id+1
+	if a.legacy == "" {
+		s.known = a.id
+	}
 	if s.main, err = s.newLane(s.cfg.Stream, p.name); err != nil {
 		return err
 	}
@@ -142,6 +146,23 @@ func declare(env *stream.Environment, name string, cfg *Config) error {
 // message, its position: what this session skips.
 func (s *Session) Anchor() (id int64, pos Position, found bool) {
 	return s.anchor.id, s.anchor.pos, s.anchor.found
+}
+
+// Last returns the position of the anchor, the last message the stream holds of this producer
+// (replication.Anchored); found is false when there is none.
+func (s *Session) Last() (timeline int32, commitLSN uint64, found bool) {
+	return s.anchor.pos.Timeline, s.anchor.pos.LSN, s.anchor.found
+}
+
+// Moved asks the broker again for the producer's last id, and reports whether it stored messages
+// of the producer since Bind read the anchor (replication.Anchored): another relay held the slot
+// meanwhile. The session's numbering is then stale: its first rows would get ids the broker has.
+func (s *Session) Moved(context.Context) (bool, error) {
+	id, err := s.env.QuerySequence(s.cfg.Producer, s.cfg.Stream)
+	if err != nil {
+		return false, fmt.Errorf("query sequence of producer %s: %w", s.cfg.Producer, err)
+	}
+	return id > s.known, nil
 }
 
 // Producer returns the producer's name, and the name whose last message the anchor is when the

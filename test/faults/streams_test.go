@@ -3,7 +3,11 @@ package faults_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -312,5 +316,83 @@ func TestStreamRelayResumedAfterTakeoverWritesNothing(t *testing.T) {
 	}
 	if before >= backlog {
 		t.Errorf("the relay stored the whole backlog before it was stopped: the test proved nothing")
+	}
+}
+
+// The data directory is restored from a copy taken before the stream got its last rows. The
+// restored server has the same system identifier and timeline, and its new rows take LSNs at or
+// before the stream's last row: walbox would confirm them as stored without sending them. It
+// stops instead, naming the cause and the way out, and the slot stays where it was.
+func TestStreamRestoredDatabaseStopsTheRelay(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	write := func(seed uint64, txs int) {
+		t.Helper()
+		wr := w.newWriter(checker.WriterConfig{Seed: seed})
+		for range txs {
+			if err := wr.Tx(t.Context(), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wr.Close()
+	}
+	relayAll := func(n int) {
+		t.Helper()
+		r := w.startRelay(env...)
+		sr.wait(t, n, 2*time.Minute)
+		time.Sleep(time.Second) // the slot catches up with the confirms
+		if code := r.Stop(time.Minute); code != 0 {
+			t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
+		}
+	}
+	data := filepath.Join(pg.Dir(), "data")
+	backup := filepath.Join(t.TempDir(), "data")
+	copyDir := func(from, to string) {
+		t.Helper()
+		if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+			t.Fatalf("cp -a %s %s: %v\n%s", from, to, err, out)
+		}
+	}
+
+	write(41, 20)
+	relayAll(100)
+	pg.Stop(t, "fast")
+	copyDir(data, backup)
+	pg.Start(t)
+	write(42, 20)
+	relayAll(200)
+	pg.Stop(t, "fast")
+	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(backup, data)
+	pg.Start(t)
+	write(43, 10) // new rows, at LSNs the stream's last rows had
+	var before string
+	if err := execRow(t, w.db, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &before, w.slot); err != nil {
+		t.Fatal(err)
+	}
+
+	r := w.startRelay(env...)
+	code := r.Wait(2 * time.Minute)
+	out := r.Output()
+	if code == 0 || !strings.Contains(out, "WAL does not have") || !strings.Contains(out, "restored") {
+		t.Errorf("walbox run exited %d; want a stop naming the restored data directory:\n%s", code, out)
+	}
+	var after string
+	if err := execRow(t, w.db, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &after, w.slot); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("the slot moved from %s to %s: rows of the restored server were confirmed unsent", before, after)
+	}
+	if n := sr.count(); n != 200 {
+		t.Errorf("%d messages in the stream, want the 200 relayed before the restore", n)
 	}
 }
