@@ -57,6 +57,12 @@ type Rights struct {
 	SchemaOwners []string
 	// Holders are the other roles that may move the record, PUBLIC first.
 	Holders []Holder
+	// RoleGranters are the roles that may log in and make themselves members of any role but a
+	// superuser, the relay role and the record's owner among them: before PostgreSQL 16, a role
+	// with CREATEROLE may, and so may its members (Via names it). Superusers and members of the
+	// record's owner are left out. None on PostgreSQL 16 and later, where CREATEROLE gives only
+	// ADMIN on the roles a role created, a membership Holders already counts.
+	RoleGranters []Holder
 }
 
 // querier is a connection or a transaction.
@@ -117,6 +123,21 @@ const schemaOwnersQuery = registryObjects + `
 	 WHERE NOT x.rolsuper AND x.oid >= 16384 AND pg_catalog.pg_has_role(x.oid, ns.nspowner, 'MEMBER')
 	   AND EXISTS (SELECT 1 FROM obj o WHERE NOT pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'))
 	 ORDER BY 1`
+
+// roleGrantersQuery lists the roles, but superusers and members of the owner of walbox_slots in
+// schema $1, that may log in and have CREATEROLE or are members of a role that has it, with those
+// roles, on PostgreSQL 15 and older.
+const roleGrantersQuery = `SELECT x.rolname::pg_catalog.text,
+		ARRAY(SELECT c.rolname::pg_catalog.text FROM pg_catalog.pg_roles c
+			WHERE c.rolcreaterole AND NOT c.rolsuper AND c.oid <> x.oid AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER') ORDER BY 1)
+	FROM pg_catalog.pg_roles x
+	WHERE pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000
+	  AND x.rolcanlogin AND NOT x.rolsuper
+	  AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles c
+			WHERE c.rolcreaterole AND NOT c.rolsuper AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER'))
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class s JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+			WHERE n.nspname = $1 AND s.relname = 'walbox_slots' AND pg_catalog.pg_has_role(x.oid, s.relowner, 'MEMBER'))
+	ORDER BY 1`
 
 // ReadRights reads who may move walbox's record in schema. Any role may call it; what it cannot
 // read (walbox_relay_roles) it reports as not known.
@@ -187,6 +208,9 @@ func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 		r.Superusers = append(r.Superusers, s)
 	}
 	sort.Strings(r.Superusers)
+	if r.RoleGranters, err = readRoleGranters(ctx, q, schema); err != nil {
+		return Rights{}, err
+	}
 	rows, err = q.Query(ctx, schemaOwnersQuery, schema, RecordFunctions, recordTables, tableWrites)
 	if err != nil {
 		return Rights{}, fmt.Errorf("read the owner of schema %s: %w", schema, err)
@@ -195,6 +219,26 @@ func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 		return Rights{}, fmt.Errorf("read the owner of schema %s: %w", schema, err)
 	}
 	return r, nil
+}
+
+func readRoleGranters(ctx context.Context, q querier, schema string) ([]Holder, error) {
+	rows, err := q.Query(ctx, roleGrantersQuery, schema)
+	if err != nil {
+		return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+	}
+	defer rows.Close()
+	var granters []Holder
+	for rows.Next() {
+		var h Holder
+		if err := rows.Scan(&h.Role, &h.Via); err != nil {
+			return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+		}
+		granters = append(granters, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+	}
+	return granters, nil
 }
 
 // readRelayRoles returns the recorded relay roles in schema that still exist, by their current

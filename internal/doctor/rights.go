@@ -144,6 +144,26 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		fixes = append(fixes, fmt.Sprintf("as a superuser: ALTER SCHEMA %s OWNER TO %s, or make the schema's owner the owner of walbox's record",
 			quoteIdent(schema), quoteIdent(owner)))
 	}
+	if len(rights.RoleGranters) > 0 {
+		var who, alters []string
+		for _, g := range rights.RoleGranters {
+			holders, w := g.Via, g.Role
+			if len(holders) == 0 {
+				holders = []string{g.Role}
+			} else {
+				w += " via " + strings.Join(g.Via, ", ")
+			}
+			who = append(who, w)
+			for _, h := range holders {
+				if alter := "ALTER ROLE " + quoteIdent(h) + " NOCREATEROLE"; !slices.Contains(alters, alter) {
+					alters = append(alters, alter)
+				}
+			}
+		}
+		problems = append(problems, strings.Join(who, ", ")+" may grant itself any role but a superuser, the relay role and the owner "+
+			"of walbox's record among them (CREATEROLE before PostgreSQL 16), and then move the record")
+		fixes = append(fixes, "as a superuser: "+strings.Join(alters, "; ")+" (PostgreSQL 16 limits CREATEROLE to the roles a role created)")
+	}
 	var denied []string
 	for _, role := range append([]string{relay}, rights.Relays...) {
 		if slices.Contains(denied, role) {

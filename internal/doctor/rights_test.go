@@ -333,3 +333,39 @@ func TestRecordCreatedByAnotherRoleIsRefused(t *testing.T) {
 		t.Errorf("record_rights once the record is the table owner's: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
 	}
 }
+
+// Before PostgreSQL 16, a role with CREATEROLE may grant itself any role but a superuser: it makes
+// itself a member of the relay role and moves the record. doctor passed it; now it fails it, and a
+// member of such a role, naming the ALTER ROLE that takes CREATEROLE away.
+func TestRecordRightsSeeCreateRoleBefore16(t *testing.T) {
+	e := setup(t)
+	var version int
+	if err := e.conn.QueryRow(t.Context(), "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version >= 160000 {
+		t.Skip("PostgreSQL 16 and later limit CREATEROLE to the roles a role created (TestRecordRightsSeeMembershipOptions)")
+	}
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	creatorURL := e.roleURL(t, "LOGIN CREATEROLE")
+	creator := roleOf(t, creatorURL)
+	group := roleOf(t, e.roleURL(t, "NOLOGIN CREATEROLE"))
+	member := roleOf(t, e.roleURL(t, "LOGIN NOINHERIT"))
+	e.pg.Exec(t, e.db, "GRANT "+group+" TO "+member)
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, creator+", "+member+" via "+group+" may grant itself any role") && !strings.Contains(c.Message, member+" via "+group+", "+creator+" may grant itself any role") {
+		t.Errorf("record_rights with %s CREATEROLE and %s a member of %s: %s %q, want a failure naming both", creator, member, group, c.Status, c.Message)
+	}
+	if !strings.Contains(c.Fix, "ALTER ROLE "+creator+" NOCREATEROLE") || !strings.Contains(c.Fix, "ALTER ROLE "+group+" NOCREATEROLE") {
+		t.Errorf("record_rights fix %q: want ALTER ROLE ... NOCREATEROLE for %s and %s", c.Fix, creator, group)
+	}
+	// What doctor fails is real: the role makes itself the relay role and moves the record.
+	e.pg.Exec(t, creatorURL, "GRANT "+relay+" TO "+creator+"; SET ROLE "+relay+"; SELECT public.walbox_slot_confirm('"+e.cfg.Slot+"', 1, '0/1', NULL)")
+	e.pg.Exec(t, e.db, "REVOKE "+relay+" FROM "+creator+"; ALTER ROLE "+creator+" NOCREATEROLE; ALTER ROLE "+group+" NOCREATEROLE")
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights once no role has CREATEROLE: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+	}
+}
