@@ -37,17 +37,19 @@ func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string)
 	e := Emit{Function: table.Schema + "." + outbox.EmitFunction, Prefix: prefix}
 	var src string
 	err := q.QueryRow(ctx, `
-		SELECT current_setting('server_version_num')::int,
+		SELECT pg_catalog.current_setting('server_version_num')::int,
 		       p.oid IS NOT NULL,
-		       coalesce(position(format('pg_logical_emit_message(true, %L,', $3::text) IN p.prosrc) > 0, false),
 		       coalesce(p.prosrc, '')
 		  FROM (SELECT 1) one
-		  LEFT JOIN pg_proc p ON p.proname = $2
-		   AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)`,
-		table.Schema, outbox.EmitFunction, prefix).Scan(&e.Version, &e.Exists, &e.Matches, &src)
+		  LEFT JOIN pg_catalog.pg_proc p ON p.proname = $2
+		   AND p.pronamespace = (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1)`,
+		table.Schema, outbox.EmitFunction).Scan(&e.Version, &e.Exists, &src)
 	if err != nil {
 		return e, fmt.Errorf("look up %s: %w", e.Function, err)
 	}
+	// The literal as walbox migrate writes it: quotes doubled, a backslash as it is (SQL's
+	// format('%L') would write E'...' with backslashes doubled, and never match it).
+	e.Matches = strings.Contains(src, "pg_logical_emit_message(true, '"+strings.ReplaceAll(prefix, "'", "''")+"',")
 	if m := emitted.FindStringSubmatch(src); m != nil {
 		e.Emits = strings.ReplaceAll(m[1], "''", "'")
 	}

@@ -20,6 +20,14 @@ func TestReadEmitReadsThePrefixItWrites(t *testing.T) {
 		MessagePrefix: "it's"}); err != nil {
 		t.Fatal(err)
 	}
+	// A backslash stays as it is in the literal migrate writes; format's %L would write E'a\\b'.
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA back"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(t.Context(), conn, migrations.Config{Table: wire.Table{Schema: "back", Name: "outbox"},
+		MessagePrefix: `app\events`}); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		schema, prefix, emits string
 		want                  error
@@ -29,6 +37,8 @@ func TestReadEmitReadsThePrefixItWrites(t *testing.T) {
 		{"public", "", "walbox", nil},
 		{"other", "it's", "it's", nil},
 		{"other", "walbox", "it's", inspect.ErrEmitPrefix},
+		{"back", `app\events`, `app\events`, nil},
+		{"back", `app\\events`, `app\events`, inspect.ErrEmitPrefix},
 	} {
 		e, err := inspect.ReadEmit(t.Context(), conn, wire.Table{Schema: c.schema, Name: "outbox"}, c.prefix)
 		if err != nil {
