@@ -57,6 +57,10 @@ func (d doctor) queueCheck(name, queue string, qs *queueStates) Check {
 				"and while that node is down no row can be parked", queue, len(d.brokers))
 	case st.OtherType:
 		return passCheck(name, "queue %s exists with another type than %s; walbox keeps it as it is", queue, st.Type)
+	case st.Type == publisher.QueueClassic && len(d.brokers) > 1:
+		return warnCheck(name, "use --queue-type auto or quorum, and replace the queue (delete it once empty)",
+			"queue %s is classic (--queue-type classic), though walbox is given %d brokers: while its node is down, "+
+				"a row to park waits", queue, len(d.brokers))
 	case st.Type == publisher.QueueClassic && len(d.brokers) == 1:
 		return passCheck(name, "queue %s declared or already there (classic: one broker URL; in front of a cluster, "+
 			"set --queue-type quorum)", queue)
