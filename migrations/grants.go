@@ -24,12 +24,12 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 		return fmt.Errorf("begin grants: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)", int64(lockKey)); err != nil {
 		return fmt.Errorf("lock migrations: %w", err)
 	}
 	if relayRole != "" {
 		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", relayRole).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1::pg_catalog.text)", relayRole).Scan(&exists); err != nil {
 			return fmt.Errorf("look up role %s: %w", relayRole, err)
 		}
 		if !exists {
@@ -77,8 +77,8 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	var still []string
 	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname || ' (owner ' || pg_catalog.pg_get_userbyid(p.proowner) || ')'
 		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname = ANY($2)
-		  AND pg_catalog.has_function_privilege('public'::name, p.oid, 'EXECUTE') ORDER BY 1)`, schema, RecordFunctions).Scan(&still); err != nil {
+		WHERE n.nspname = $1::pg_catalog.text AND p.proname = ANY($2::pg_catalog.text[])
+		  AND pg_catalog.has_function_privilege('public'::pg_catalog.name, p.oid, 'EXECUTE') ORDER BY 1)`, schema, RecordFunctions).Scan(&still); err != nil {
 		return fmt.Errorf("read the record functions: %w", err)
 	}
 	if len(still) > 0 {
@@ -101,18 +101,19 @@ type recordFunction struct {
 }
 
 func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]recordFunction, error) {
-	rows, err := tx.Query(ctx, `SELECT p.proname, pg_get_function_identity_arguments(p.oid),
-			ARRAY(SELECT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
+	rows, err := tx.Query(ctx, `SELECT p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid),
+			ARRAY(SELECT r.rolname FROM pg_catalog.aclexplode(p.proacl) a JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
 				WHERE a.privilege_type = 'EXECUTE'
-				  AND a.grantee <> p.proowner AND r.rolname <> current_user AND r.rolname <> $3
-				  AND ($3 <> '' OR a.grantee IN (SELECT d.grantee FROM pg_default_acl x CROSS JOIN LATERAL aclexplode(x.defaclacl) d
+				  AND a.grantee <> p.proowner AND r.rolname <> current_user AND r.rolname <> $3::pg_catalog.text
+				  AND ($3::pg_catalog.text <> '' OR a.grantee IN (SELECT d.grantee FROM pg_catalog.pg_default_acl x
+					CROSS JOIN LATERAL pg_catalog.aclexplode(x.defaclacl) d
 					WHERE x.defaclrole = p.proowner AND x.defaclobjtype = 'f' AND x.defaclnamespace IN (0, p.pronamespace)
 					  AND d.privilege_type = 'EXECUTE'))
 				ORDER BY 1),
-			ARRAY(SELECT DISTINCT r.rolname FROM aclexplode(p.proacl) a JOIN pg_roles r ON r.oid = a.grantee
+			ARRAY(SELECT DISTINCT r.rolname FROM pg_catalog.aclexplode(p.proacl) a JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
 				WHERE a.privilege_type = 'EXECUTE' AND a.is_grantable AND a.grantee <> p.proowner ORDER BY 1)
-		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname = ANY($2)
+		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1::pg_catalog.text AND p.proname = ANY($2::pg_catalog.text[])
 		ORDER BY 1, 2`, schema, RecordFunctions, relayRole)
 	if err != nil {
 		return nil, fmt.Errorf("read the record functions: %w", err)
@@ -135,11 +136,12 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 
 // recordWriters lists the grantees (PUBLIC as such, others quoted) of any right on walbox_slots in
 // schema, or on one of its columns, but SELECT and the owner's own.
-const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-	FROM pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
-		SELECT t.attacl FROM pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
-	CROSS JOIN LATERAL aclexplode(acl.acl) a
-	WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
+const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+		ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+	FROM pg_catalog.pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
+		SELECT t.attacl FROM pg_catalog.pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
+	CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) a
+	WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
 	ORDER BY 1)`
 
 // restrictTable takes every right on walbox_slots but SELECT from every role but the owner:
@@ -185,9 +187,9 @@ func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]st
 	}
 	if relayRole != "" {
 		for _, q := range []string{`DELETE FROM ` + table + ` w
-			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1)`,
+			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1::pg_catalog.text)`,
 			`INSERT INTO ` + table + ` (role_oid, role_name)
-			SELECT r.oid, r.rolname::text FROM pg_catalog.pg_roles r WHERE r.rolname = $1
+			SELECT r.oid, r.rolname::pg_catalog.text FROM pg_catalog.pg_roles r WHERE r.rolname = $1::pg_catalog.text
 			ON CONFLICT (role_oid) DO UPDATE SET role_name = excluded.role_name, recorded_at = pg_catalog.now()`} {
 			if _, err := tx.Exec(ctx, q, relayRole); err != nil {
 				return nil, fmt.Errorf("record the relay role in %s: %w", table, err)
@@ -209,7 +211,7 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 		FROM pg_catalog.pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
 			SELECT t.attacl FROM pg_catalog.pg_attribute t WHERE t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL) acl(acl)
 		CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) a
-		WHERE c.oid = $1::regclass AND a.grantee <> c.relowner ORDER BY 1)`, table).Scan(&grantees); err != nil {
+		WHERE c.oid = $1::pg_catalog.regclass AND a.grantee <> c.relowner ORDER BY 1)`, table).Scan(&grantees); err != nil {
 		return fmt.Errorf("read the rights on %s: %w", table, err)
 	}
 	var stmts []string
