@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/consumer/streamconsumer"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/outbox"
@@ -322,6 +323,8 @@ func TestPlantedOverloadsNeverRun(t *testing.T) {
 	}
 	check("migrations.ApplyConsumer")
 	handled := startConsumer(t, w)
+	runStreamConsumerBriefly(t, w.db)
+	check("the stream consumer library")
 
 	for i, as := range []struct {
 		name string
@@ -450,6 +453,46 @@ func startConsumer(t *testing.T, w *world) *atomic.Int64 {
 		pool.Close()
 	})
 	return &handled
+}
+
+// runStreamConsumerBriefly runs the stream consumer library on dbURL against a broker that is not
+// there: before it dials, it creates its offset table and reads the stored offset.
+func runStreamConsumerBriefly(t *testing.T, dbURL string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	failed := make(chan error, 1)
+	c, err := streamconsumer.New(pool, streamconsumer.Config{URIs: []string{"rabbitmq-stream://guest:guest@127.0.0.1:1/%2f"},
+		Stream: "planted", ConsumerName: "planted", OnError: func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}}, func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case err := <-failed:
+		t.Logf("stream consumer without a broker: %v", err)
+	case err := <-done:
+		t.Fatalf("the stream consumer stopped: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the stream consumer did not try the broker within a minute")
+	}
+	cancel()
+	<-done
+	var created bool
+	if err := pool.QueryRow(context.Background(), "SELECT pg_catalog.to_regclass('public.walbox_stream_offsets') IS NOT NULL").Scan(&created); err != nil || !created {
+		t.Errorf("the stream consumer did not create its offset table (%v)", err)
+	}
 }
 
 // recordedPast reports whether walbox's record of slot is at or past lsn.
