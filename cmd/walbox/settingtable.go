@@ -68,7 +68,7 @@ var settingTable = []group{
 				"`auto` (PostgreSQL 17 and later), `on` (refused before 17) or `off`",
 			see: "ha.md#postgresql-17-failover-slots-recommended"},
 		{flag: "publication", env: "WALBOX_PUBLICATION", def: "walbox", cmds: allCommands, help: "publication that contains the outbox table"},
-		{flag: "table", env: "WALBOX_TABLE", def: "public.outbox", cmds: allCommands, help: "outbox table, `schema.name`"},
+		{flag: "table", env: "WALBOX_TABLE", def: "public.outbox", cmds: allCommands, help: "outbox table, `schema.name`; its schema holds walbox's record of its slots, the one `walbox migrate` created"},
 		{flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", def: outbox.DefaultMessagePrefix, cmds: allCommands,
 			help: "prefix of the logical decoding messages `walbox_emit` writes, relayed like rows (PostgreSQL 14+); `none` relays none"},
 	}},
