@@ -27,6 +27,17 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)", int64(lockKey)); err != nil {
 		return fmt.Errorf("lock migrations: %w", err)
 	}
+	if err := restrictRegistry(ctx, tx, schema, relayRole); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit grants: %w", err)
+	}
+	return nil
+}
+
+// restrictRegistry is RestrictRegistry in tx, which holds the migrations' lock.
+func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) error {
 	if relayRole != "" {
 		var exists bool
 		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1::pg_catalog.text)", relayRole).Scan(&exists); err != nil {
@@ -83,9 +94,6 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	}
 	if len(still) > 0 {
 		return fmt.Errorf("PUBLIC may still execute %s: run walbox migrate as their owner", strings.Join(still, ", "))
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit grants: %w", err)
 	}
 	return nil
 }

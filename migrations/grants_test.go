@@ -58,3 +58,34 @@ func TestApplyRunsNoOverloadOnTheCallersConnection(t *testing.T) {
 		t.Errorf("migrations.Apply ran the application role's overloads: %v", ran)
 	}
 }
+
+// The record functions were created, PUBLIC's to execute, in one transaction and restricted in the
+// next. Between the two commits any role could record a slot (walbox_slot_register) before walbox
+// did; and when the second failed (here: walbox_relay_roles made first by another role), PUBLIC kept
+// EXECUTE for good. Now both happen in one transaction: a refused migrate leaves no function.
+func TestRefusedMigrateLeavesNoFunctionPublicMayExecute(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	db := pg.NewDatabase(t)
+	squatter := testenv.UniqueName("squatter")
+	ident := pgx.Identifier{squatter}.Sanitize()
+	pg.Exec(t, db, "CREATE ROLE "+ident+" LOGIN; CREATE SCHEMA squat; GRANT USAGE, CREATE ON SCHEMA squat TO "+ident)
+	t.Cleanup(func() { pg.Exec(t, db, "DROP SCHEMA squat CASCADE; DROP OWNED BY "+ident+"; DROP ROLE "+ident) })
+	pg.Exec(t, db, "SET ROLE "+ident+"; CREATE TABLE squat.walbox_relay_roles (role_oid oid PRIMARY KEY, role_name text NOT NULL)")
+
+	conn := pg.Conn(t, db)
+	if _, err := migrations.ApplyRegistry(t.Context(), conn, "squat"); err == nil {
+		t.Fatal("migrate with walbox_relay_roles made by another role: no error, want a refusal")
+	}
+	var public []string
+	if err := conn.QueryRow(t.Context(), `SELECT ARRAY(SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'squat' AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1)`).Scan(&public); err != nil {
+		t.Fatal(err)
+	}
+	if len(public) > 0 {
+		t.Errorf("after a refused migrate, PUBLIC may execute %v", public)
+	}
+}

@@ -79,7 +79,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	applied, err := run(ctx, conn, cfg.Table.Schema, "outbox:"+cfg.Table.String(), ms)
+	applied, err := run(ctx, conn, cfg.Table.Schema, "outbox:"+cfg.Table.String(), ms, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -105,11 +105,12 @@ func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	if err != nil {
 		return nil, err
 	}
-	applied, err := run(ctx, conn, schema, "registry:"+schema, ms)
-	if err != nil {
-		return nil, err
-	}
-	return applied, RestrictRegistry(ctx, conn, schema, relayRole)
+	// The grants are restricted in the transaction that creates the functions: committed on
+	// their own, they would be PUBLIC's to execute until the next transaction, or for good if it
+	// failed.
+	return run(ctx, conn, schema, "registry:"+schema, ms, func(tx pgx.Tx) error {
+		return restrictRegistry(ctx, tx, schema, relayRole)
+	})
 }
 
 // load reads the migrations in dir, ordered by the version their names start with, and expands
@@ -146,8 +147,9 @@ func load(fsys fs.FS, dir string, vars map[string]string) ([]migration, error) {
 }
 
 // run applies ms for target in one transaction, holding the advisory lock. It records them in
-// walbox_migrations in schema, the schema of what they create.
-func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration) ([]string, error) {
+// walbox_migrations in schema, the schema of what they create. finish, unless nil, runs last in
+// the same transaction.
+func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration, finish func(pgx.Tx) error) ([]string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin migration: %w", err)
@@ -185,6 +187,11 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 			return nil, fmt.Errorf("record migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Name)
+	}
+	if finish != nil {
+		if err := finish(tx); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("commit migrations: %w", err)
