@@ -25,7 +25,7 @@
 //     given both hosts)
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
 //     TestStandbyPromotedUnderReplicationURL, TestPromotedStandbyRecordNotBehindSlot,
-//     TestReplacedStandbySlotRefused,
+//     TestReplacedStandbySlotRefused, TestSlotOnAStandbyAdvancedBeforeItIsHeld,
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,

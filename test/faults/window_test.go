@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/test/checker"
 )
@@ -138,4 +139,82 @@ func newHoldProxy(t *testing.T, upstream string) *holdProxy {
 		}
 	}()
 	return p
+}
+
+// The same window with --replication-url: the slot lives on a standby (PostgreSQL 16+ decodes
+// there), the record on the primary. A REPLICATION role advances the standby's slot past rows
+// the standby replayed and walbox never delivered, while walbox dials the broker. walbox reads the
+// slot again on the standby once it holds it, stops with the gap, and a restart refuses it too.
+func TestSlotOnAStandbyAdvancedBeforeItIsHeld(t *testing.T) {
+	heavy(t)
+	w, _, _, replURL := standbyPair(t)
+	standbyEnv := "WALBOX_REPLICATION_URL=" + replURL
+	v := w.startVerifier()
+	cw := w.newWriter(checker.WriterConfig{Seed: 48})
+	if err := cw.Tx(t.Context(), 10); err != nil { // the rows the advance skips
+		t.Fatal(err)
+	}
+	written := w.walLSN()
+	waitFor(t, time.Minute, "the standby to replay the rows", func() bool {
+		var ok bool
+		return execRow(t, replURL, "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &ok, written.String()) == nil && ok
+	})
+	slotLSN := func() pglogrepl.LSN {
+		var at pglogrepl.LSN
+		if err := readLSN(replURL, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &at, w.slot); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	checked := slotLSN()
+
+	role := testenv.UniqueName("mover")
+	w.exec("CREATE ROLE " + role + " LOGIN REPLICATION")
+	u, err := url.Parse(replURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	waitFor(t, time.Minute, "the role on the standby", func() bool {
+		var ok bool
+		return execRow(t, u.String(), "SELECT true", &ok) == nil
+	})
+
+	hold := newHoldProxy(t, hostOf(t, w.rabbit.URL()))
+	w.relayMQ = withHost(t, w.rabbit.URL(), hold.addr)
+	r := w.startRelay(standbyEnv)
+	select {
+	case <-hold.held: // the slot was checked; START_REPLICATION waits for the broker
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("walbox never dialled the broker:\n%s", testenv.Tail(r.Output(), 20))
+	}
+	var moved string
+	if err := execRow(t, u.String(), "SELECT end_lsn::text FROM pg_replication_slot_advance($1, pg_last_wal_replay_lsn())", &moved, w.slot); err != nil {
+		t.Fatalf("advance the standby's slot as %s: %v", role, err)
+	}
+	advanced := slotLSN()
+	if advanced <= checked || advanced < written {
+		t.Fatalf("the standby's slot is at %s after the advance, not past the rows (%s, checked at %s)", advanced, written, checked)
+	}
+	close(hold.release)
+
+	w.relayMQ = w.rabbit.URL()
+	for i, rr := range []*relay{r, w.startRelay(standbyEnv)} { // the process that was held, then a restart
+		code := rr.Wait(2 * time.Minute)
+		out := rr.Output()
+		if code == 0 || !strings.Contains(out, "slot "+w.slot+" is at "+advanced.String()) || !strings.Contains(out, "walbox recover") {
+			t.Fatalf("relay %d exited %d on a standby's slot advanced to %s; want non-zero and the gap with its way out:\n%s",
+				i, code, advanced, testenv.Tail(out, 20))
+		}
+		t.Logf("relay %d exited %d: %s", i, code, lastLine(out, "relay stopped"))
+	}
+	if !strings.Contains(r.Output(), "before walbox held it") {
+		t.Errorf("the held relay did not say the slot moved before it held it:\n%s", testenv.Tail(r.Output(), 20))
+	}
+	if got := slotLSN(); got != advanced {
+		t.Errorf("walbox moved the advanced slot from %s to %s", advanced, got)
+	}
+	if n := v.Count(); n != 0 {
+		t.Errorf("%d messages delivered from a slot past the rows", n)
+	}
 }
