@@ -64,7 +64,7 @@ type Config struct {
 	// quorum, an existing queue of the other type fails Dial.
 	//
 	// Dial does not need the queues: one it cannot declare (its node is down) is declared again
-	// when Park needs it, and Park waits until it can be.
+	// every few seconds while the session lives, and Park waits until the park queue is.
 	QueueType string
 
 	// OnQueue, when set, is told the outcome of each declaration of the park and alternate

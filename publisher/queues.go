@@ -31,6 +31,10 @@ const queueWait = 5 * time.Second
 // parkRetry is how often Park tries again to declare a park queue it cannot declare.
 const parkRetry = time.Second
 
+// queueRetry is how often a session tries again to declare a queue it could not, while nothing
+// waits for it.
+const queueRetry = 5 * time.Second
+
 // SinkQueueType returns the type the park and alternate queues are declared as, for the setting
 // queueType with urls broker URLs: auto is quorum with more than one URL, else classic.
 func SinkQueueType(queueType string, urls int) string {
@@ -99,6 +103,36 @@ func (s *Session) declareQueues(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// retryQueues declares again, every queueRetry while the session lives, each queue the first
+// declaration could not: Config.OnQueue then hears that it is back, and a message to park later
+// need not wait.
+func (s *Session) retryQueues() {
+	for _, q := range []*sinkQueue{s.park, s.alternate} {
+		if q == nil || s.declared(q) {
+			continue
+		}
+		go func() {
+			t := time.NewTicker(queueRetry)
+			defer t.Stop()
+			for !s.declared(q) {
+				select {
+				case <-s.dead:
+					return
+				case <-t.C:
+					_ = s.ensureQueue(context.Background(), q) // ends when the session does
+				}
+			}
+		}()
+	}
+}
+
+// declared reports whether q is declared.
+func (s *Session) declared(q *sinkQueue) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready
 }
 
 // queueType is the type the session declares its park and alternate queues as.

@@ -142,3 +142,43 @@ func TestSinkQueueTypeAuto(t *testing.T) {
 		t.Errorf("auto over a quorum park queue: OnQueue got %+v, want it kept as another type", &log)
 	}
 }
+
+// A queue the session could not declare is declared again while the session lives, without a
+// message to park: OnQueue hears that it is back.
+func TestSessionDeclaresAQueueAgainOnceItCan(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	exchange := testenv.UniqueName("outbox")
+	unroutable := exchange + ".unroutable"
+	conn, err := amqp.Dial(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	holder, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.QueueDeclare(unroutable, false, false, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var log queueLog
+	s, _ := dial(t, r.URL(), publisher.Config{Exchange: exchange, OnQueue: log.add})
+	if !log.has(unroutable, func(st publisher.QueueState) bool { return st.Err != nil }) {
+		t.Fatalf("OnQueue was not told that %s could not be declared: %v", unroutable, &log)
+	}
+	conn.Close()
+	deadline := time.Now().Add(time.Minute)
+	for !log.has(unroutable, func(st publisher.QueueState) bool { return st.Err == nil }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never declared again: %v", unroutable, &log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m := newMessage("nobody.listens")
+	if seq, c := publish(t, s, m), next(t, s); c.Seq != seq || c.Err != nil {
+		t.Fatalf("an unroutable message once the alternate queue is back: Confirm %+v, want seq %d acked", c, seq)
+	}
+	if d := get(t, admin(t, r.URL()), unroutable); d.MessageId != m.ID.String() {
+		t.Errorf("alternate queue holds %s, want %s", d.MessageId, m.ID)
+	}
+}

@@ -105,6 +105,7 @@ func Dial(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	go s.run()
+	s.retryQueues()
 	return s, nil
 }
 
