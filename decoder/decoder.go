@@ -14,7 +14,7 @@ type Kind uint8
 
 const (
 	// KindSkip: nothing for the caller (Relation, Type, Origin, Update, Delete, Truncate and
-	// logical decoding messages of another prefix).
+	// non-transactional logical decoding messages of another prefix).
 	KindSkip Kind = iota
 	// KindBegin: a transaction starts; FinalLSN, CommitTime and Xid are set.
 	KindBegin
@@ -22,9 +22,13 @@ const (
 	KindRow
 	// KindCommit: the transaction ends; CommitLSN, EndLSN and CommitTime are set.
 	KindCommit
+	// KindOtherMessage: a transactional logical decoding message of another prefix (or any, with
+	// no prefix set). It carries nothing for the caller, but it is one of the transaction's
+	// changes, whatever the prefix: a caller that numbers them counts it (replication.Positioner).
+	KindOtherMessage
 )
 
-// String returns "skip", "begin", "row" or "commit".
+// String returns "skip", "begin", "row", "commit" or "other message".
 func (k Kind) String() string {
 	switch k {
 	case KindSkip:
@@ -35,6 +39,8 @@ func (k Kind) String() string {
 		return "row"
 	case KindCommit:
 		return "commit"
+	case KindOtherMessage:
+		return "other message"
 	}
 	return "unknown"
 }

@@ -69,8 +69,10 @@
 // "headers", "created_at": "<ISO 8601 timestamptz>"}, each field with the column's meaning and
 // rules above (id and event_type required). Content that breaks them, and a message that is not
 // transactional (sent when written, even if its transaction then rolled back), is an ErrBadRow
-// error whose Partial holds what could be decoded. Messages of any other prefix are skipped.
+// error whose Partial holds what could be decoded. A transactional message of any other prefix
+// gives a KindOtherMessage event: it carries nothing, but it is one of the transaction's changes.
 //
-// Any other message (Relation, Type, Origin, Update, Delete, Truncate, logical decoding
-// message of another prefix) is checked for well-formedness and gives a KindSkip event.
+// Any other message (Relation, Type, Origin, Update, Delete, Truncate, a non-transactional
+// logical decoding message of another prefix) is checked for well-formedness and gives a
+// KindSkip event.
 package decoder

@@ -23,7 +23,8 @@ func (d *Decoder) WithMessagePrefix(prefix string) *Decoder {
 const messageVersion = 1
 
 // decodeMessage decodes a logical decoding message: flags (1 = transactional), LSN, prefix,
-// content. A message with another prefix is skipped.
+// content. A transactional message with another prefix is KindOtherMessage; a non-transactional
+// one is skipped.
 func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 	flags := r.uint8()
 	r.lsn()
@@ -33,6 +34,9 @@ func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 		return Event{}, err
 	}
 	if d.prefix == "" || string(prefix) != d.prefix {
+		if flags&1 != 0 {
+			return Event{Kind: KindOtherMessage}, nil
+		}
 		return Event{}, nil
 	}
 	m, bad := emitted(content)

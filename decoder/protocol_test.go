@@ -35,8 +35,17 @@ func validMessages() map[string][]byte {
 	}
 }
 
+// A transactional logical decoding message of another prefix is one of the transaction's
+// changes: the relay counts it among a row's position, whatever its message prefix.
+func TestDecodeCountsTransactionalMessagesOfAnotherPrefix(t *testing.T) {
+	ev, err := newDecoder(t, outboxCols).Decode(0, validMessages()["logical message"])
+	if err != nil || ev.Kind != decoder.KindOtherMessage {
+		t.Fatalf("Decode: kind %v, %v; want %v", ev.Kind, err, decoder.KindOtherMessage)
+	}
+}
+
 func TestDecodeSkipsMessagesWithoutRows(t *testing.T) {
-	for _, name := range []string{"relation", "type", "origin", "update", "update with old", "delete", "truncate", "logical message", "empty logical msg"} {
+	for _, name := range []string{"relation", "type", "origin", "update", "update with old", "delete", "truncate", "empty logical msg"} {
 		t.Run(name, func(t *testing.T) {
 			mustSkip(t, newDecoder(t, outboxCols), validMessages()[name])
 		})

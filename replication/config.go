@@ -31,8 +31,10 @@ type blockable interface {
 // Positioner is implemented by a Publisher that needs to know where each message comes from
 // (package streampub numbers messages by it, for the broker's deduplication). Before each Publish
 // the stream calls At with the timeline and LSN of the transaction's commit record (Begin's
-// FinalLSN) and the row's index among the transaction's rows and emitted messages, counted from
-// 0 whether or not this relay publishes them. The server sends a transaction again exactly as
+// FinalLSN) and the row's index among the transaction's rows and transactional logical decoding
+// messages of any prefix, counted from 0 whether or not this relay publishes them: the message
+// prefix does not change it (on PostgreSQL 14+, where the relay asks for messages whatever the
+// prefix). The server sends a transaction again exactly as
 // before, so a row has the same position on every replay, and positions grow in commit order.
 type Positioner interface {
 	At(timeline int32, commitLSN uint64, index int)

@@ -194,7 +194,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, anchorError(err)
 	}
 
-	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.cfg.messagePrefix() != "", slot.ConfirmedFlush); err != nil {
+	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.askMessages(conn, pub), slot.ConfirmedFlush); err != nil {
 		return false, err
 	}
 	// The session holds the slot from here on, and nothing else moves it: what must be read
@@ -346,4 +346,16 @@ func (b *backoff) next(progressed bool) time.Duration {
 		b.cur = min(2*b.cur, b.max)
 	}
 	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+// askMessages reports whether the session asks the server for logical decoding messages: with a
+// message prefix, and for a Positioner on a server that can send them (PostgreSQL 14+) whatever
+// the prefix, since a row's index counts the transaction's messages of every prefix. A prefix
+// changed between two sessions then numbers the rows of a transaction the same way.
+func (r *Relay) askMessages(conn *pgconn.PgConn, pub Publisher) bool {
+	if r.cfg.messagePrefix() != "" {
+		return true
+	}
+	_, positioned := pub.(Positioner)
+	return positioned && slots.ServerMajor(conn) >= 14
 }

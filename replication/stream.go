@@ -313,6 +313,8 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		}
 		s.stats.published()
 		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
+	case decoder.KindOtherMessage:
+		s.index++ // a change of the transaction, whatever the message prefix (see Positioner)
 	case decoder.KindCommit:
 		s.led.Commit(ev.EndLSN)
 		s.moved = s.led.Watermark()

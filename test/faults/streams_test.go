@@ -396,3 +396,67 @@ func TestStreamRestoredDatabaseStopsTheRelay(t *testing.T) {
 		t.Errorf("%d messages in the stream, want the 200 relayed before the restore", n)
 	}
 }
+
+// A relay is killed in the middle of one large transaction of rows and walbox_emit messages, so
+// that the stream holds part of it. The relay that goes on relays no messages (message prefix
+// none): a row's index still counts the transaction's messages, so it skips exactly the rows
+// stored and stores the rest. Without the messages in the index, the rows the first relay had
+// not stored took the indexes of rows it had, and were lost.
+func TestStreamPrefixChangedInsideATransactionLosesNoRow(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.newWriter(checker.WriterConfig{Seed: 38, Emit: 0.5})
+	const n = 30_000
+	if err := wr.Tx(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	first := w.startRelay(env...)
+	sr.wait(t, 1000, 2*time.Minute)
+	first.Kill()
+	stored := sr.count()
+	t.Logf("killed with %d of the transaction's %d rows and messages in the stream", stored, n)
+	if stored >= n {
+		t.Fatal("the whole transaction was stored before the kill: the test proved nothing")
+	}
+	w.startRelay(append(env, "WALBOX_MESSAGE_PREFIX=none")...)
+	var rows int
+	for _, r := range wr.Committed() {
+		if !r.Emitted {
+			rows++
+		}
+	}
+	seen := map[string]int{}
+	var msgs []*amqp.Message
+	waitFor(t, 3*time.Minute, "every row of the transaction in the stream", func() bool {
+		msgs = sr.messages()
+		clear(seen)
+		for _, m := range msgs {
+			seen[fmt.Sprint(m.Properties.MessageID)]++
+		}
+		for _, r := range wr.Committed() {
+			if !r.Emitted && seen[r.ID] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	msgs = sr.messages()
+	clear(seen)
+	for _, m := range msgs {
+		seen[fmt.Sprint(m.Properties.MessageID)]++
+	}
+	for id, k := range seen {
+		if k > 1 {
+			t.Errorf("message %s stored %d times", id, k)
+			break
+		}
+	}
+	t.Logf("%d rows and %d messages in the transaction; %d stored", rows, n-rows, len(msgs))
+}
