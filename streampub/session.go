@@ -22,9 +22,9 @@ type Session struct {
 	park   *lane // the park stream's producer: at least once
 	anchor anchor
 
-	system string   // the database system identifier, set by Bind; "" for none
+	system string       // the database system identifier, set by Bind; "" for none
 	guard  func() error // called before each write; nil for none (Guard)
-	pos    Position // the next message's position, set by At
+	pos    Position     // the next message's position, set by At
 	posSet bool
 	nextID int64  // the next message's publishing id
 	known  int64  // the producer's last id known to Bind, of its own name (Moved)
