@@ -38,6 +38,9 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if n == 0 {
 		return badSetting(shardsSetting, "required: the number of shards to move to")
 	}
+	if err := checkPositionShards(c, n, shardsSetting); err != nil {
+		return err
+	}
 	var waitFor time.Duration
 	if wait.value != "" {
 		if waitFor, err = wait.duration(); err != nil {

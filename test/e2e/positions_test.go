@@ -11,7 +11,7 @@ import (
 
 // TestPositionIDsWithARowFilterRefused: position ids (message-id: position) number a row among
 // the rows its publication sends, so shards, or any row filter, would give two messages one id.
-// migrate, run and doctor refuse the combination, each in one line naming the setting.
+// migrate, run, reshard and doctor refuse the combination, each in one line naming the setting.
 func TestPositionIDsWithARowFilterRefused(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
@@ -53,6 +53,12 @@ func TestPositionIDsWithARowFilterRefused(t *testing.T) {
 	t.Run("doctor on shards", func(t *testing.T) {
 		r := w.doctor([]string{onSharded, positions})
 		r.wantFail(t, "position_ids", "message-id: column")
+	})
+
+	t.Run("reshard --shards 2", func(t *testing.T) {
+		out, code := w.walbox([]string{positions}, "reshard", "--shards", "2")
+		wantExit(t, code, 2, out)
+		oneLine(t, out, "--shards", "message-id: position")
 	})
 
 	// The single slot's publication given a row filter by hand.
