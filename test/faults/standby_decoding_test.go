@@ -259,6 +259,11 @@ func TestReshardOnAStandby(t *testing.T) {
 		!strings.Contains(out, set.SlotName(1)) {
 		t.Errorf("walbox status --replication-url does not show the standby's shard slots:\n%s", out)
 	}
+	// So does walbox doctor, each with its record.
+	if out, _ := w.walbox([]string{standbyEnv}, "doctor"); strings.Contains(out, set.SlotName(1)+" does not exist") ||
+		!strings.Contains(out, "slot "+set.SlotName(1)+" matches walbox's record") {
+		t.Errorf("walbox doctor --replication-url does not check the standby's shard slots against their records:\n%s", out)
+	}
 	// The old relay has not confirmed the cut yet: retire refuses, reading the standby's slot.
 	out, code = w.walbox([]string{standbyEnv}, "reshard", "--shards", "2", "--retire")
 	if code == 0 || !strings.Contains(out, "before the cut") || strings.Contains(out, "missing") {
