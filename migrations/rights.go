@@ -31,8 +31,9 @@ type Holder struct {
 	Grant []string
 	// Write lists the registry tables it may write to, truncate or add a trigger to.
 	Write []string
-	// Via lists the roles it is a member of that hold one of these rights (the relay role,
-	// pg_write_all_data); none when it holds them itself.
+	// Via lists the roles it is a direct member of, through which it holds one of these rights
+	// (the relay role, pg_write_all_data, or a member of one): the memberships to revoke. None
+	// when it holds them only itself.
 	Via []string
 }
 
@@ -73,23 +74,40 @@ type querier interface {
 
 // registryObjects are the record functions and tables in schema $1, once for each right that
 // moves the record, with their owners. Functions named $2, tables $3, rights on a table $4.
+// Only a superuser, a predefined role (pg_write_all_data), an object's owner, a role named in its
+// ACL, and their members may hold a right: allowed judges only the first four (seeds), and
+// holdersQuery the members of those that hold one, so that the work grows with the roles the
+// grants name, not with every role squared.
 const registryObjects = `WITH ns AS (
 		SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
 	obj AS (
-		SELECT p.oid, p.proname::text AS name, p.proowner AS owner, x.priv, true AS fn
+		SELECT p.oid, p.proname::text AS name, p.proowner AS owner, x.priv, true AS fn, p.proacl AS acl
 		  FROM pg_catalog.pg_proc p JOIN ns ON ns.oid = p.pronamespace
 		 CROSS JOIN (VALUES ('EXECUTE'), ('EXECUTE WITH GRANT OPTION')) x(priv)
 		 WHERE p.proname = ANY($2::text[])
 		UNION ALL
-		SELECT c.oid, c.relname::text, c.relowner, x.priv, false
+		SELECT c.oid, c.relname::text, c.relowner, x.priv, false, c.relacl
 		  FROM pg_catalog.pg_class c JOIN ns ON ns.oid = c.relnamespace
 		 CROSS JOIN pg_catalog.unnest($4::text[]) x(priv)
 		 WHERE c.relname = ANY($3::text[]) AND c.relkind IN ('r', 'p')),
+	acl AS (
+		SELECT o.acl FROM obj o
+		UNION ALL
+		SELECT t.attacl FROM obj o JOIN pg_catalog.pg_attribute t ON t.attrelid = o.oid
+		 WHERE NOT o.fn AND t.attnum > 0 AND t.attacl IS NOT NULL),
+	seeds AS (
+		SELECT r.oid FROM pg_catalog.pg_roles r
+		 WHERE r.rolsuper OR r.oid < 16384 OR r.oid IN (SELECT o.owner FROM obj o)
+		    OR r.oid IN (SELECT a.grantee FROM acl CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) a)),
 	allowed AS (
-		SELECT r.oid AS role, o.oid, o.priv FROM pg_catalog.pg_roles r CROSS JOIN obj o
+		SELECT r.oid AS role, o.oid, o.priv FROM seeds r CROSS JOIN obj o
 		 WHERE CASE WHEN o.fn THEN pg_catalog.has_function_privilege(r.oid, o.oid, o.priv)
 		            WHEN o.priv IN ('INSERT', 'UPDATE') THEN pg_catalog.has_any_column_privilege(r.oid, o.oid, o.priv)
 		            ELSE pg_catalog.has_table_privilege(r.oid, o.oid, o.priv) END),
+	members AS MATERIALIZED (
+		SELECT x.oid, x.rolname, x.rolsuper FROM pg_catalog.pg_roles x
+		 WHERE (x.oid >= 16384 OR x.rolsuper)
+		   AND EXISTS (SELECT 1 FROM (SELECT DISTINCT a.role FROM allowed a) a WHERE pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER'))),
 	everyone AS (
 		SELECT o.oid, o.priv FROM obj o
 		 WHERE CASE WHEN o.fn THEN pg_catalog.has_function_privilege('public', o.oid, o.priv)
@@ -98,17 +116,17 @@ const registryObjects = `WITH ns AS (
 	`
 
 // holdersQuery lists, for each role that may use a right on a registry object, whether it is a
-// superuser and a member of the object's owner, and the other roles it holds the right through.
+// superuser and a member of the object's owner, and the roles it is a direct member of that it
+// holds the right through (the memberships to revoke).
 // Predefined roles (oids below 16384, such as pg_write_all_data) are left out: their members are
 // listed. A right PUBLIC has is listed once, as PUBLIC.
 const holdersQuery = registryObjects + `
 	SELECT x.rolname::text, x.rolsuper, o.name, o.priv, o.fn, pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'),
-	       ARRAY(SELECT DISTINCT v.rolname::text FROM allowed a JOIN pg_catalog.pg_roles v ON v.oid = a.role
-	              WHERE a.oid = o.oid AND a.priv = o.priv AND a.role <> x.oid
-	                AND pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER') ORDER BY 1)
-	  FROM pg_catalog.pg_roles x CROSS JOIN obj o
-	 WHERE (x.oid >= 16384 OR x.rolsuper)
-	   AND NOT EXISTS (SELECT 1 FROM everyone e WHERE e.oid = o.oid AND e.priv = o.priv)
+	       ARRAY(SELECT DISTINCT v.rolname::text FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles v ON v.oid = m.roleid
+	              WHERE m.member = x.oid AND EXISTS (SELECT 1 FROM allowed a WHERE a.oid = o.oid AND a.priv = o.priv
+	                AND pg_catalog.pg_has_role(m.roleid, a.role, 'MEMBER')) ORDER BY 1)
+	  FROM members x CROSS JOIN obj o
+	 WHERE NOT EXISTS (SELECT 1 FROM everyone e WHERE e.oid = o.oid AND e.priv = o.priv)
 	   AND EXISTS (SELECT 1 FROM allowed a WHERE a.oid = o.oid AND a.priv = o.priv
 	                 AND pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER'))
 	UNION ALL
@@ -127,16 +145,19 @@ const schemaOwnersQuery = registryObjects + `
 // roleGrantersQuery lists the roles, but superusers and members of the owner of walbox_slots in
 // schema $1, that may log in and have CREATEROLE or are members of a role that has it, with those
 // roles, on PostgreSQL 15 and older.
-const roleGrantersQuery = `SELECT x.rolname::pg_catalog.text,
-		ARRAY(SELECT c.rolname::pg_catalog.text FROM pg_catalog.pg_roles c
-			WHERE c.rolcreaterole AND NOT c.rolsuper AND c.oid <> x.oid AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER') ORDER BY 1)
+const roleGrantersQuery = `WITH creators AS MATERIALIZED (
+		SELECT c.oid, c.rolname::pg_catalog.text AS name FROM pg_catalog.pg_roles c
+		 WHERE c.rolcreaterole AND NOT c.rolsuper
+		   AND pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000),
+	owner AS MATERIALIZED (
+		SELECT s.relowner AS oid FROM pg_catalog.pg_class s JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
+		 WHERE n.nspname = $1 AND s.relname = 'walbox_slots')
+	SELECT x.rolname::pg_catalog.text,
+		ARRAY(SELECT c.name FROM creators c WHERE c.oid <> x.oid AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER') ORDER BY 1)
 	FROM pg_catalog.pg_roles x
-	WHERE pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000
-	  AND x.rolcanlogin AND NOT x.rolsuper
-	  AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles c
-			WHERE c.rolcreaterole AND NOT c.rolsuper AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER'))
-	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class s JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
-			WHERE n.nspname = $1 AND s.relname = 'walbox_slots' AND pg_catalog.pg_has_role(x.oid, s.relowner, 'MEMBER'))
+	WHERE x.rolcanlogin AND NOT x.rolsuper
+	  AND EXISTS (SELECT 1 FROM creators c WHERE pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER'))
+	  AND NOT EXISTS (SELECT 1 FROM owner s WHERE pg_catalog.pg_has_role(x.oid, s.oid, 'MEMBER'))
 	ORDER BY 1`
 
 // ReadRights reads who may move walbox's record in schema. Any role may call it; what it cannot

@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -367,5 +368,61 @@ func TestRecordRightsSeeCreateRoleBefore16(t *testing.T) {
 	e.pg.Exec(t, e.db, "REVOKE "+relay+" FROM "+creator+"; ALTER ROLE "+creator+" NOCREATEROLE; ALTER ROLE "+group+" NOCREATEROLE")
 	if c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights"); c.Status != "pass" {
 		t.Errorf("record_rights once no role has CREATEROLE: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+	}
+}
+
+// A role reaches pg_write_all_data through a group: the fix revokes the membership it holds, the
+// group, and the group's in pg_write_all_data. Applied, doctor passes.
+func TestRecordRightsFixRevokesTheMembershipsHeld(t *testing.T) {
+	e := setup(t)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	group, member := roleOf(t, e.roleURL(t, "NOLOGIN")), roleOf(t, e.roleURL(t, "LOGIN NOINHERIT"))
+	e.pg.Exec(t, e.db, "GRANT pg_write_all_data TO "+group+"; GRANT "+group+" TO "+member)
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, member+" via "+group) || !strings.Contains(c.Fix, "REVOKE "+group+" FROM "+member) {
+		t.Fatalf("record_rights with %s a member of %s, a member of pg_write_all_data: %s %q (fix %q), want a failure naming %s via %s",
+			member, group, c.Status, c.Message, c.Fix, member, group)
+	}
+	for _, step := range strings.Split(c.Fix, "; then ") {
+		if strings.HasPrefix(step, "REVOKE ") {
+			e.pg.Exec(t, e.db, step)
+		}
+	}
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights"); c.Status != "pass" {
+		t.Errorf("record_rights after the fix's REVOKEs: %s %q (fix %q), want pass", c.Status, c.Message, c.Fix)
+	}
+}
+
+// doctor judges every role against every right, within its time limit (Timeout) for all of its
+// PostgreSQL checks. With 10,000 roles it gave up reading the rights (16 s here); it now judges
+// only the roles that grants, owners and superusers reach, and still names a member of the
+// relay role among them.
+func TestRecordRightsWithTenThousandRoles(t *testing.T) {
+	e := setup(t)
+	relay := roleOf(t, e.roleURL(t, "LOGIN REPLICATION"))
+	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "public", relay); err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.UniqueName("many")
+	batch := func(verb string, from int) string {
+		return `DO $$ BEGIN FOR i IN ` + strconv.Itoa(from) + `..` + strconv.Itoa(from+999) +
+			` LOOP EXECUTE pg_catalog.format('` + verb + ` ROLE ` + prefix + `_%s', i); END LOOP; END $$`
+	}
+	t.Cleanup(func() {
+		for from := 1; from <= 10000; from += 1000 { // one transaction each: locks for 10,000 roles exceed the lock table
+			e.pg.Exec(t, e.db, batch("DROP", from))
+		}
+	})
+	for from := 1; from <= 10000; from += 1000 {
+		e.pg.Exec(t, e.db, batch("CREATE", from))
+	}
+	member := prefix + "_5000"
+	e.pg.Exec(t, e.db, "GRANT "+relay+" TO "+member)
+	c := find(t, doctor.Run(t.Context(), e.cfg), "record_rights")
+	if c.Status != "fail" || !strings.Contains(c.Message, member+" via "+relay) {
+		t.Errorf("record_rights with 10,000 roles and %s a member of %s: %s %q, want a failure naming it", member, relay, c.Status, c.Message)
 	}
 }
