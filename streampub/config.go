@@ -23,6 +23,10 @@ type Config struct {
 	// Producer, if set, is the producer's name instead, the key of the broker's deduplication:
 	// Dial then declares it at once, checks no database system and continues from no other name.
 	Producer string
+	// SkipBefore, if set, is a reshard's cut: the session confirms at once, and sends nothing
+	// for, a message whose commit LSN is below it. The old set of shards delivers every row
+	// committed before the cut, and the new set's slots may hold some of them too.
+	SkipBefore uint64
 	// MaxAge and MaxBytes are the retention of a stream Dial declares; zero means none.
 	MaxAge   time.Duration
 	MaxBytes int64

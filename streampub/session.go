@@ -199,7 +199,7 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if s.anchor.found && !s.anchor.pos.less(s.pos) {
+	if s.anchor.found && !s.anchor.pos.less(s.pos) || s.pos.LSN < s.cfg.SkipBefore {
 		// Only a message the stream could hold is in it: one too large was parked, or its
 		// session died before the park stream had it, and it must be parked again.
 		msg.SetPublishingId(s.anchor.id)

@@ -9,9 +9,12 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/streampub"
 )
 
 // runSettings are the settings of `walbox run`.
@@ -99,6 +102,9 @@ func (r *runSettings) config(ctx context.Context, stderr io.Writer) (relayd.Conf
 	}
 	if err := applyShard(ctx, &rc, r.c, r.shards, r.shardK, rc.Logger); err != nil {
 		return cfg, "", err
+	}
+	if cfg.Stream != nil {
+		r.skipBeforeCut(ctx, rc, cfg.Stream)
 	}
 	if err := r.checkPositions(ctx, rc); err != nil {
 		return cfg, "", err
@@ -209,4 +215,20 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, configError{err.Error()}
 	}
 	return cfg, pcfg, nil
+}
+
+// skipBeforeCut makes a stream relay of a set that a reshard moves into skip the rows committed
+// before the cut (reshardCut). A cut that cannot be read is warned of: rows the old set
+// delivers may then be stored twice.
+func (r *runSettings) skipBeforeCut(ctx context.Context, rc replication.Config, scfg *streampub.Config) {
+	cut, err := reshardCut(ctx, rc, r.c)
+	switch {
+	case err != nil:
+		rc.Logger.Warn("could not read a reshard in progress: rows the old shards deliver may be stored twice",
+			"error", redact.Text(err.Error(), r.c.secrets()...))
+	case cut > 0:
+		scfg.SkipBefore = cut
+		rc.Logger.Info("a reshard moves into this relay's set: rows committed before its cut are the old set's, and are not stored again",
+			"slot", rc.Slot, "cut", pglogrepl.LSN(cut).String())
+	}
 }

@@ -138,3 +138,28 @@ func shardLabel(cfg replication.Config) string {
 	}
 	return fmt.Sprintf("%d/%d", cfg.Shard, cfg.Shards)
 }
+
+// reshardCut returns the cut of a reshard in progress into the set of the relay cfg (its shards,
+// or the single slot), read from walbox's record of the slots; 0 when no reshard moves into it.
+// The old set delivers every row committed before the cut: a stream relay of the new set skips
+// them (streampub.Config.SkipBefore), or the stream would hold them twice.
+func reshardCut(ctx context.Context, cfg replication.Config, c *common) (uint64, error) {
+	conn, err := pgconnect.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	layout, err := readLayout(ctx, conn, c)
+	if err != nil || len(layout.Counts()) < 2 {
+		return 0, err
+	}
+	sets, err := shard.ReadStates(ctx, conn, nil, layout)
+	if err != nil {
+		return 0, err
+	}
+	m, moving, err := shard.FindMove(sets)
+	if err != nil || !moving || m.To.Set.N != max(cfg.Shards, 1) {
+		return 0, err
+	}
+	return uint64(m.Cut), nil
+}
