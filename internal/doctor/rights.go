@@ -267,10 +267,10 @@ func deniedFunctions(ctx context.Context, conn *pgx.Conn, schema, role string) (
 func readRecordOwners(ctx context.Context, conn *pgx.Conn, schema string) (string, []string, error) {
 	var owner string
 	var others []string
-	err := conn.QueryRow(ctx, `SELECT r.rolname::text, ARRAY(SELECT DISTINCT pg_get_userbyid(p.proowner)::text FROM pg_proc p
-			WHERE p.pronamespace = c.relnamespace AND p.proname = ANY($2) AND p.proowner <> c.relowner AND NOT r.rolsuper ORDER BY 1)
-		FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
-		WHERE c.oid = to_regclass(quote_ident($1) || '.walbox_slots')`, schema, migrations.RecordFunctions).Scan(&owner, &others)
+	err := conn.QueryRow(ctx, `SELECT r.rolname::text, ARRAY(SELECT DISTINCT pg_catalog.pg_get_userbyid(p.proowner)::text FROM pg_catalog.pg_proc p
+			WHERE p.pronamespace = c.relnamespace AND p.proname = ANY($2::text[]) AND p.proowner <> c.relowner AND NOT r.rolsuper ORDER BY 1)
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+		WHERE n.nspname = $1::text AND c.relname = 'walbox_slots'`, schema, migrations.RecordFunctions).Scan(&owner, &others)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, nil
 	}
@@ -299,8 +299,8 @@ func (d doctor) messageRightsCheck(ctx context.Context, conn *pgx.Conn) Check {
 	var public bool
 	var sigs []string
 	err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.bool_or(pg_catalog.has_function_privilege('public'::name, p.oid, 'EXECUTE')), false),
-			coalesce(array_agg(format('pg_logical_emit_message(%s)', pg_get_function_identity_arguments(p.oid)) ORDER BY p.oid), '{}')
-		FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace`).Scan(&public, &sigs)
+			coalesce(pg_catalog.array_agg(pg_catalog.format('pg_logical_emit_message(%s)', pg_catalog.pg_get_function_identity_arguments(p.oid)) ORDER BY p.oid), '{}')
+		FROM pg_catalog.pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace`).Scan(&public, &sigs)
 	if err != nil {
 		return failCheck(name, "", "read the rights on pg_logical_emit_message: %v", err)
 	}
