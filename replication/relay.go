@@ -142,7 +142,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	}
 	defer w.close()
 	defer func() { err = r.noteStop(w, err) }()
-	if err := w.checkOneServer(sctx, sys); err != nil {
+	if err := w.checkOneServer(sctx, conn, sys); err != nil {
 		return false, err
 	}
 	// The same inspection, and the same judgement, as walbox doctor's.

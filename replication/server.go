@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 )
 
@@ -47,8 +48,10 @@ func readSystem(ctx context.Context, q inspect.Querier) (system, error) {
 // --replication-url both connections are --database-url's: system identifier and timeline must
 // match. With it, the replication server is a standby of the --database-url primary (or the
 // primary itself): the same system identifier, on that connection and on the SQL connection to
-// the standby; a standby's timeline may trail its primary's for a while.
-func (w *watch) checkOneServer(ctx context.Context, sys pglogrepl.IdentifySystemResult) error {
+// the standby; a standby's timeline may trail its primary's for a while. Last, the replication
+// connection and the SQL connection that reads the slot must reach one running server (see
+// serverStart): two standbys of one primary, or a restored copy, share the rest.
+func (w *watch) checkOneServer(ctx context.Context, repl *pgconn.PgConn, sys pglogrepl.IdentifySystemResult) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
 	primary, err := readSystem(ctx, w.conn)
@@ -77,5 +80,43 @@ func (w *watch) checkOneServer(ctx context.Context, sys pglogrepl.IdentifySystem
 			"the SQL connection to it reports %s. A multi-host --replication-url or a load balancer paired two servers: point "+
 			"--replication-url at one server", errTwoServers, sys.SystemID, sys.Timeline, standby.id))
 	}
-	return nil
+	return w.checkOneStart(ctx, repl)
+}
+
+// startQuery reads when the server's postmaster started, in UTC to the microsecond: two servers
+// of one system (standbys of one primary, a restored copy, two promoted standbys) share their
+// system identifier and may share their timeline, never their start. It runs as SQL on the logical
+// replication connection (a walsender with a database takes SQL before START_REPLICATION) and on
+// an ordinary one alike.
+const startQuery = `SELECT pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.pg_postmaster_start_time()), ` +
+	`'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+
+// checkOneStart makes sure the replication connection and the SQL connection that reads the slot
+// (slotDB) reach one running server: a multi-host URL or a load-balanced service (a read-only
+// service over several standbys, say) may pair two servers of one system. walbox would check the
+// slot on one and stream from the other.
+func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
+	res, err := repl.Exec(ctx, startQuery).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read the replication server's start time: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return errors.New("read the replication server's start time: no row")
+	}
+	replStart := string(res[0].Rows[0][0])
+	var sqlStart string
+	if err := w.slotDB().QueryRow(ctx, startQuery).Scan(&sqlStart); err != nil {
+		return fmt.Errorf("read the server's start time: %w", err)
+	}
+	if replStart == sqlStart {
+		return nil
+	}
+	url := "--database-url"
+	if w.standby != nil {
+		url = "--replication-url"
+	}
+	return fatal(fmt.Errorf("%w: the replication connection to %s reaches a server started at %s; the SQL connection to it "+
+		"reaches one started at %s, of the same system. A multi-host %s or a load-balanced service paired two servers "+
+		"(two standbys of one primary, or a restored copy): point %s at one server",
+		errTwoServers, url, replStart, sqlStart, url, url))
 }

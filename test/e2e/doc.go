@@ -26,6 +26,7 @@
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
 //     TestStandbyPromotedUnderReplicationURL, TestPromotedStandbyRecordNotBehindSlot,
 //     TestReplacedStandbySlotRefused, TestSlotOnAStandbyAdvancedBeforeItIsHeld,
+//     TestRunRefusesTwoStandbysBehindOneURL (a read-only service over two standbys),
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,
