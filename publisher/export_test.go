@@ -26,3 +26,6 @@ func SocketWrites(s *Session) int {
 
 // LaneOf lets the tests pick aggregate ids by lane.
 var LaneOf = laneOf
+
+// SinkQueueType is sinkQueueType, for the external tests.
+var SinkQueueType = sinkQueueType

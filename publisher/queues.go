@@ -35,9 +35,9 @@ const parkRetry = time.Second
 // waits for it.
 const queueRetry = 5 * time.Second
 
-// SinkQueueType returns the type the park and alternate queues are declared as, for the setting
+// sinkQueueType returns the type the park and alternate queues are declared as, for the setting
 // queueType with urls broker URLs: auto is quorum with more than one URL, else classic.
-func SinkQueueType(queueType string, urls int) string {
+func sinkQueueType(queueType string, urls int) string {
 	switch {
 	case queueType != QueueAuto && queueType != "":
 		return queueType
@@ -141,7 +141,7 @@ func (s *Session) queueType() string {
 	if s.cfg.cluster {
 		n = 2
 	}
-	return SinkQueueType(s.cfg.QueueType, n)
+	return sinkQueueType(s.cfg.QueueType, n)
 }
 
 // ensureQueue declares q unless it is declared already, or waits for the declaration in flight.

@@ -129,7 +129,7 @@ func TestSinkQueueTypeAuto(t *testing.T) {
 		{"classic", 3, "classic"}, {"quorum", 1, "quorum"},
 	} {
 		if got := publisher.SinkQueueType(tt.setting, tt.urls); got != tt.want {
-			t.Errorf("SinkQueueType(%q, %d) = %q, want %q", tt.setting, tt.urls, got, tt.want)
+			t.Errorf("sinkQueueType(%q, %d) = %q, want %q", tt.setting, tt.urls, got, tt.want)
 		}
 	}
 	r := testenv.SharedRabbit(t)

@@ -48,16 +48,16 @@ func CheckPositionFilters(ctx context.Context, q Querier, base Set, maps []wire.
 		}
 		for _, c := range l.Claims {
 			if c.Filter != "" {
-				return PositionFilterError(t, c.Publication, c.Filter)
+				return positionFilterError(t, c.Publication, c.Filter)
 			}
 		}
 	}
 	return nil
 }
 
-// PositionFilterError is the refusal of position ids on table, which publication publishes with
+// positionFilterError is the refusal of position ids on table, which publication publishes with
 // the row filter filter.
-func PositionFilterError(table wire.Table, publication, filter string) error {
+func positionFilterError(table wire.Table, publication, filter string) error {
 	return fmt.Errorf("%w: table %s takes its message ids from positions (message-id: position), but publication %s "+
 		"publishes it with the row filter WHERE %s; a row's id counts only the rows the filter passes, so two filters "+
 		"give one id to two messages. Map an id column (message-id: column), or drop the row filter",
@@ -79,7 +79,7 @@ func CheckPositionPublication(ctx context.Context, q Querier, publication string
 		}
 		for _, f := range filters {
 			if f != "" {
-				return PositionFilterError(t, publication, f)
+				return positionFilterError(t, publication, f)
 			}
 		}
 	}
