@@ -134,7 +134,7 @@ func (c *Consumer) session(ctx context.Context) error {
 				continue // delivered again with its chunk
 			}
 			if r.offset > next && stored {
-				if err := c.gap(ctx, env, next, r.offset); err != nil {
+				if err := c.gap(ctx, next, r.offset); err != nil {
 					return err
 				}
 			}

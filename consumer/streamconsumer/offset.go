@@ -8,6 +8,8 @@ import (
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
 )
 
 // startOffset checks the stored offset next against the stream's end and returns where to
@@ -50,11 +52,22 @@ func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, nex
 	return oe.ResetTo, nil
 }
 
-// gap handles the stream's next message after next arriving at offset: retention removed the
-// messages between. It refuses (an *OffsetError), or resets the stored offset to offset
-// (ResetToFirst: the session goes on), or to the stream's end (ResetToEnd: an error, so that
-// the next session starts there).
-func (c *Consumer) gap(ctx context.Context, env *stream.Environment, next, offset int64) error {
+// gap handles the stream's next message after next arriving at offset. The offsets between may
+// hold entries that are no message: a named producer's state at the start of each segment, an
+// offset another application stored in the stream. Those are passed over. If instead retention
+// removed next, gap refuses (an *OffsetError), or resets the stored offset to offset
+// (ResetToFirst: the session goes on), or to the stream's end (ResetToEnd: an error, so that the
+// next session starts there).
+func (c *Consumer) gap(ctx context.Context, next, offset int64) error {
+	// The session's connection delivers no more until its handler returns: read on another.
+	env, err := stream.NewEnvironment(streamconn.Options().SetUris(c.cfg.URIs))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer env.Close()
+	if held, err := c.holds(ctx, env, next); err != nil || held {
+		return err
+	}
 	oe := &OffsetError{Consumer: c.cfg.ConsumerName, Stream: c.cfg.Stream, Stored: next, First: offset, End: -1, ResetTo: -1}
 	switch c.cfg.OffsetReset {
 	case ResetToFirst:
@@ -76,6 +89,26 @@ func (c *Consumer) gap(ctx context.Context, env *stream.Environment, next, offse
 		return errors.New("stream consumer " + c.cfg.ConsumerName + ": offset reset: reading again from the new offset")
 	}
 	return nil
+}
+
+// holds reports whether the stream still holds offset: its first message is at or before it.
+// An offset below the first message may be an entry that is no message at the start of the first
+// segment; the broker's statistics (3.11 and later) then tell by the first entry's offset. Without
+// them it is taken for one retention removed.
+func (c *Consumer) holds(ctx context.Context, env *stream.Environment, offset int64) (bool, error) {
+	first, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.First(), firstMessage)
+	if err != nil {
+		return false, fmt.Errorf("stream %s: read the first message: %w", c.cfg.Stream, err)
+	}
+	if first <= offset {
+		return true, nil
+	}
+	if stats, err := env.StreamStats(c.cfg.Stream); err == nil {
+		if first, err := stats.FirstOffset(); err == nil {
+			return first <= offset, nil
+		}
+	}
+	return false, nil
 }
 
 // endReads is how often startOffset reads the stream's end before it takes a stored offset for

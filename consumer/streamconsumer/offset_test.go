@@ -30,7 +30,14 @@ type offsetEnv struct {
 func newOffsetEnv(t *testing.T) *offsetEnv {
 	t.Helper()
 	skipShort(t)
-	r := testenv.StartRabbitStream(t)
+	oe := newOffsetEnvOn(t, testenv.StartRabbitStream(t), testenv.UniqueName("events"))
+	oe.declare(t)
+	return oe
+}
+
+// newOffsetEnvOn is newOffsetEnv on the broker r and the stream name, which it does not declare.
+func newOffsetEnvOn(t *testing.T, r *testenv.Rabbit, name string) *offsetEnv {
+	t.Helper()
 	pg := testenv.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	conn := pg.Conn(t, dbURL)
@@ -47,11 +54,9 @@ func newOffsetEnv(t *testing.T) *offsetEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Close() })
-	oe := &offsetEnv{streamEnv: &streamEnv{pool: pool, dbURL: dbURL, uri: r.StreamURL(), stream: testenv.UniqueName("events")},
+	return &offsetEnv{streamEnv: &streamEnv{pool: pool, dbURL: dbURL, uri: r.StreamURL(), stream: name},
 		env: env, opts: stream.NewStreamOptions().SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(20000)).
 			SetMaxLengthBytes(stream.ByteCapacity{}.B(40000))}
-	oe.declare(t)
-	return oe
 }
 
 func (oe *offsetEnv) declare(t *testing.T) {
