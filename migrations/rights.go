@@ -35,6 +35,10 @@ type Holder struct {
 	// (the relay role, pg_write_all_data, or a member of one): the memberships to revoke. None
 	// when it holds them only itself.
 	Via []string
+	// Powers, for an almost superuser (Rights.AlmostSuperusers), say what makes it one:
+	// "CREATEROLE" (its own), "CREATEROLE of r" (a role it is a member of), or the predefined role
+	// (pg_execute_server_program, pg_write_server_files) it is a member of.
+	Powers []string
 }
 
 // Rights says who may move walbox's record in one schema. It is judged by effective rights
@@ -58,12 +62,13 @@ type Rights struct {
 	SchemaOwners []string
 	// Holders are the other roles that may move the record, PUBLIC first.
 	Holders []Holder
-	// RoleGranters are the roles that may log in and make themselves members of any role but a
-	// superuser, the relay role and the record's owner among them: before PostgreSQL 16, a role
-	// with CREATEROLE may, and so may its members (Via names it). Superusers and members of the
-	// record's owner are left out. None on PostgreSQL 16 and later, where CREATEROLE gives only
-	// ADMIN on the roles a role created, a membership Holders already counts.
-	RoleGranters []Holder
+	// AlmostSuperusers are the roles that may log in and act as a superuser, or make themselves
+	// members of any role but a superuser, the relay role and the record's owner among them: a
+	// role with CREATEROLE before PostgreSQL 16 (from 16 on, CREATEROLE gives only ADMIN on the
+	// roles a role created, a membership Holders counts), a member of pg_execute_server_program
+	// (it runs programs as the server's operating system user) or of pg_write_server_files. Their
+	// members count too (Via). Superusers and members of the record's owner are left out.
+	AlmostSuperusers []Holder
 }
 
 // querier is a connection or a transaction.
@@ -142,21 +147,25 @@ const schemaOwnersQuery = registryObjects + `
 	   AND EXISTS (SELECT 1 FROM obj o WHERE NOT pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'))
 	 ORDER BY 1`
 
-// roleGrantersQuery lists the roles, but superusers and members of the owner of walbox_slots in
-// schema $1, that may log in and have CREATEROLE or are members of a role that has it, with those
-// roles, on PostgreSQL 15 and older.
-const roleGrantersQuery = `WITH creators AS MATERIALIZED (
-		SELECT c.oid, c.rolname::pg_catalog.text AS name FROM pg_catalog.pg_roles c
-		 WHERE c.rolcreaterole AND NOT c.rolsuper
-		   AND pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000),
+// almostSuperusersQuery lists the roles, but superusers and members of the owner of walbox_slots
+// in schema $1, that may log in and hold a power (Holder.Powers) themselves or through a
+// membership: their powers, the direct memberships that lead to one, and whether they have
+// CREATEROLE themselves.
+const almostSuperusersQuery = `WITH powers AS MATERIALIZED (
+		SELECT c.oid, c.rolname::pg_catalog.text AS name, c.rolcreaterole AS createrole FROM pg_catalog.pg_roles c
+		 WHERE NOT c.rolsuper AND ((c.rolcreaterole AND pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000)
+		    OR c.rolname IN ('pg_execute_server_program', 'pg_write_server_files'))),
 	owner AS MATERIALIZED (
 		SELECT s.relowner AS oid FROM pg_catalog.pg_class s JOIN pg_catalog.pg_namespace n ON n.oid = s.relnamespace
 		 WHERE n.nspname = $1 AND s.relname = 'walbox_slots')
 	SELECT x.rolname::pg_catalog.text,
-		ARRAY(SELECT c.name FROM creators c WHERE c.oid <> x.oid AND pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER') ORDER BY 1)
+		ARRAY(SELECT CASE WHEN p.oid = x.oid THEN 'CREATEROLE' WHEN p.createrole THEN 'CREATEROLE of ' || p.name ELSE p.name END
+			FROM powers p WHERE pg_catalog.pg_has_role(x.oid, p.oid, 'MEMBER') ORDER BY p.oid <> x.oid, 1),
+		ARRAY(SELECT DISTINCT v.rolname::pg_catalog.text FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles v ON v.oid = m.roleid
+			WHERE m.member = x.oid AND EXISTS (SELECT 1 FROM powers p WHERE pg_catalog.pg_has_role(m.roleid, p.oid, 'MEMBER')) ORDER BY 1)
 	FROM pg_catalog.pg_roles x
 	WHERE x.rolcanlogin AND NOT x.rolsuper
-	  AND EXISTS (SELECT 1 FROM creators c WHERE pg_catalog.pg_has_role(x.oid, c.oid, 'MEMBER'))
+	  AND EXISTS (SELECT 1 FROM powers p WHERE pg_catalog.pg_has_role(x.oid, p.oid, 'MEMBER'))
 	  AND NOT EXISTS (SELECT 1 FROM owner s WHERE pg_catalog.pg_has_role(x.oid, s.oid, 'MEMBER'))
 	ORDER BY 1`
 
@@ -229,7 +238,7 @@ func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 		r.Superusers = append(r.Superusers, s)
 	}
 	sort.Strings(r.Superusers)
-	if r.RoleGranters, err = readRoleGranters(ctx, q, schema); err != nil {
+	if r.AlmostSuperusers, err = readAlmostSuperusers(ctx, q, schema); err != nil {
 		return Rights{}, err
 	}
 	rows, err = q.Query(ctx, schemaOwnersQuery, schema, RecordFunctions, recordTables, tableWrites)
@@ -242,24 +251,24 @@ func readRights(ctx context.Context, q querier, schema string) (Rights, error) {
 	return r, nil
 }
 
-func readRoleGranters(ctx context.Context, q querier, schema string) ([]Holder, error) {
-	rows, err := q.Query(ctx, roleGrantersQuery, schema)
+func readAlmostSuperusers(ctx context.Context, q querier, schema string) ([]Holder, error) {
+	rows, err := q.Query(ctx, almostSuperusersQuery, schema)
 	if err != nil {
-		return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+		return nil, fmt.Errorf("read the almost superusers: %w", err)
 	}
 	defer rows.Close()
-	var granters []Holder
+	var roles []Holder
 	for rows.Next() {
 		var h Holder
-		if err := rows.Scan(&h.Role, &h.Via); err != nil {
-			return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+		if err := rows.Scan(&h.Role, &h.Powers, &h.Via); err != nil {
+			return nil, fmt.Errorf("read the almost superusers: %w", err)
 		}
-		granters = append(granters, h)
+		roles = append(roles, h)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the roles with CREATEROLE: %w", err)
+		return nil, fmt.Errorf("read the almost superusers: %w", err)
 	}
-	return granters, nil
+	return roles, nil
 }
 
 // readRelayRoles returns the recorded relay roles in schema that still exist, by their current

@@ -208,13 +208,14 @@ func warnRights(ctx context.Context, w io.Writer, conn *pgx.Conn, schema string)
 		fmt.Fprintf(w, "warning: %s may %s%s: it can move walbox's record past a gap (walbox doctor fails until it may not)\n",
 			h.Role, strings.Join(what, " and "), via)
 	}
-	for _, g := range r.RoleGranters {
+	for _, h := range r.AlmostSuperusers {
 		via := ""
-		if len(g.Via) > 0 {
-			via = " as a member of " + strings.Join(g.Via, ", ")
+		if len(h.Via) > 0 {
+			via = " as a member of " + strings.Join(h.Via, ", ")
 		}
-		fmt.Fprintf(w, "warning: %s may grant itself any role but a superuser%s (CREATEROLE before PostgreSQL 16): "+
-			"it can make itself the relay role and move walbox's record past a gap (walbox doctor fails until it may not)\n", g.Role, via)
+		fmt.Fprintf(w, "warning: %s may act as a superuser, or grant itself any role but a superuser%s (%s): "+
+			"it can make itself the relay role and move walbox's record past a gap (walbox doctor fails until it may not)\n",
+			h.Role, via, strings.Join(h.Powers, ", "))
 	}
 	for _, o := range r.SchemaOwners {
 		fmt.Fprintf(w, "warning: %s owns schema %s, or is a member of its owner: it may drop walbox's record and create its own "+

@@ -144,25 +144,23 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		fixes = append(fixes, fmt.Sprintf("as a superuser: ALTER SCHEMA %s OWNER TO %s, or make the schema's owner the owner of walbox's record",
 			quoteIdent(schema), quoteIdent(owner)))
 	}
-	if len(rights.RoleGranters) > 0 {
-		var who, alters []string
-		for _, g := range rights.RoleGranters {
-			holders, w := g.Via, g.Role
-			if len(holders) == 0 {
-				holders = []string{g.Role}
-			} else {
-				w += " via " + strings.Join(g.Via, ", ")
+	if len(rights.AlmostSuperusers) > 0 {
+		var who, steps []string
+		for _, h := range rights.AlmostSuperusers {
+			w := h.Role
+			if len(h.Via) > 0 {
+				w += " via " + strings.Join(h.Via, ", ")
+				steps = append(steps, "REVOKE "+quoteRoles(h.Via)+" FROM "+quoteIdent(h.Role))
 			}
-			who = append(who, w)
-			for _, h := range holders {
-				if alter := "ALTER ROLE " + quoteIdent(h) + " NOCREATEROLE"; !slices.Contains(alters, alter) {
-					alters = append(alters, alter)
-				}
+			if slices.Contains(h.Powers, "CREATEROLE") {
+				steps = append(steps, "ALTER ROLE "+quoteIdent(h.Role)+" NOCREATEROLE")
 			}
+			who = append(who, w+" ("+strings.Join(h.Powers, ", ")+")")
 		}
-		problems = append(problems, strings.Join(who, ", ")+" may grant itself any role but a superuser, the relay role and the owner "+
-			"of walbox's record among them (CREATEROLE before PostgreSQL 16), and then move the record")
-		fixes = append(fixes, "as a superuser: "+strings.Join(alters, "; ")+" (PostgreSQL 16 limits CREATEROLE to the roles a role created)")
+		problems = append(problems, strings.Join(who, ", ")+" may act as a superuser, or grant itself any role but a superuser, "+
+			"the relay role and the owner of walbox's record among them, and then move the record")
+		fixes = append(fixes, "as a superuser: "+strings.Join(steps, "; ")+
+			" (CREATEROLE counts before PostgreSQL 16, which limits it to the roles a role created)")
 	}
 	var denied []string
 	for _, role := range append([]string{relay}, rights.Relays...) {
