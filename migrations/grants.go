@@ -24,6 +24,9 @@ func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 		return fmt.Errorf("begin grants: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := pinSearchPath(ctx, tx); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int8)", int64(lockKey)); err != nil {
 		return fmt.Errorf("lock migrations: %w", err)
 	}

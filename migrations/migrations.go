@@ -155,6 +155,9 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 		return nil, fmt.Errorf("begin migration: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := pinSearchPath(ctx, tx); err != nil {
+		return nil, err
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return nil, fmt.Errorf("lock migrations: %w", err)
 	}
@@ -241,6 +244,18 @@ func (l *ledger) asOwner(ctx context.Context, fn func() error) error {
 		ferr = err
 	}
 	return ferr
+}
+
+// pinSearchPath sets search_path to pg_catalog, pg_temp until tx ends. The migrations run on the
+// caller's connection, whose path may put public first. There an operator planted with an exact
+// match (oid = regclass, name || name, oid = integer) wins over pg_catalog's, which needs a cast;
+// so does a function. With the path pinned, every unqualified name in the migrations and in the
+// statements around them resolves in pg_catalog, and the caller's path is back after the commit.
+func pinSearchPath(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"); err != nil {
+		return fmt.Errorf("pin search_path: %w", err)
+	}
+	return nil
 }
 
 func quoteLiteral(s string) string {

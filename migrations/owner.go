@@ -18,7 +18,7 @@ var ErrRecordOwner = errors.New("walbox's record belongs to another role")
 const ownerQuery = `SELECT o.rolname::pg_catalog.text,
 		o.rolsuper OR CASE WHEN $3::pg_catalog.text = '' THEN false ELSE pg_catalog.pg_has_role(o.oid, $3::pg_catalog.text, 'MEMBER') END
 		OR EXISTS (SELECT 1 FROM pg_catalog.unnest($2::pg_catalog.text[]) t(name)
-			JOIN pg_catalog.pg_class tc ON tc.oid = pg_catalog.to_regclass(t.name)
+			JOIN pg_catalog.pg_class tc ON tc.oid = pg_catalog.to_regclass(t.name)::pg_catalog.oid
 			WHERE pg_catalog.pg_has_role(o.oid, tc.relowner, 'MEMBER'))
 	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	JOIN pg_catalog.pg_roles o ON o.oid = c.relowner

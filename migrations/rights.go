@@ -102,7 +102,7 @@ const registryObjects = `WITH ns AS (
 		 WHERE NOT o.fn AND t.attnum > 0 AND t.attacl IS NOT NULL),
 	seeds AS (
 		SELECT r.oid FROM pg_catalog.pg_roles r
-		 WHERE r.rolsuper OR r.oid < 16384 OR r.oid IN (SELECT o.owner FROM obj o)
+		 WHERE r.rolsuper OR r.oid < 16384::pg_catalog.oid OR r.oid IN (SELECT o.owner FROM obj o)
 		    OR r.oid IN (SELECT a.grantee FROM acl CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) a)),
 	allowed AS (
 		SELECT r.oid AS role, o.oid, o.priv FROM seeds r CROSS JOIN obj o
@@ -111,7 +111,7 @@ const registryObjects = `WITH ns AS (
 		            ELSE pg_catalog.has_table_privilege(r.oid, o.oid, o.priv) END),
 	members AS MATERIALIZED (
 		SELECT x.oid, x.rolname, x.rolsuper FROM pg_catalog.pg_roles x
-		 WHERE (x.oid >= 16384 OR x.rolsuper)
+		 WHERE (x.oid >= 16384::pg_catalog.oid OR x.rolsuper)
 		   AND EXISTS (SELECT 1 FROM (SELECT DISTINCT a.role FROM allowed a) a WHERE pg_catalog.pg_has_role(x.oid, a.role, 'MEMBER'))),
 	everyone AS (
 		SELECT o.oid, o.priv FROM obj o
@@ -143,7 +143,7 @@ const holdersQuery = registryObjects + `
 // owner, and are no member of the owner of some registry object in it.
 const schemaOwnersQuery = registryObjects + `
 	SELECT x.rolname::text FROM pg_catalog.pg_roles x CROSS JOIN ns
-	 WHERE NOT x.rolsuper AND x.oid >= 16384 AND pg_catalog.pg_has_role(x.oid, ns.nspowner, 'MEMBER')
+	 WHERE NOT x.rolsuper AND x.oid >= 16384::pg_catalog.oid AND pg_catalog.pg_has_role(x.oid, ns.nspowner, 'MEMBER')
 	   AND EXISTS (SELECT 1 FROM obj o WHERE NOT pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'))
 	 ORDER BY 1`
 
