@@ -303,7 +303,11 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 // server then streams from the advanced position. It returns the slot as held, the position the
 // server streams from: the checked one, or one moved no further than the record.
 func (r *Relay) checkHeld(ctx context.Context, conn *pgconn.PgConn, w *watch, checked inspect.Slot) (inspect.Slot, error) {
-	held, err := slots.CheckHeld(ctx, slots.HeldConfig{Slot: r.cfg.Slot, PID: conn.PID(), SlotDB: w.slotDB(),
+	pid := w.walsender
+	if pid == 0 {
+		pid = conn.PID()
+	}
+	held, err := slots.CheckHeld(ctx, slots.HeldConfig{Slot: r.cfg.Slot, PID: pid, SlotDB: w.slotDB(),
 		Registry: w.reg, Checked: checked})
 	if err != nil {
 		return checked, r.slotError(err)

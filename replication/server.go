@@ -83,29 +83,35 @@ func (w *watch) checkOneServer(ctx context.Context, repl *pgconn.PgConn, sys pgl
 	return w.checkOneStart(ctx, repl)
 }
 
-// startQuery reads when the server's postmaster started, in UTC to the microsecond: two servers
+// startTime reads when the server's postmaster started, in UTC to the microsecond: two servers
 // of one system (standbys of one primary, a restored copy, two promoted standbys) share their
 // system identifier and may share their timeline, never their start. It runs as SQL on the logical
 // replication connection (a walsender with a database takes SQL before START_REPLICATION) and on
 // an ordinary one alike.
-const startQuery = `SELECT pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.pg_postmaster_start_time()), ` +
+const startTime = `pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.pg_postmaster_start_time()), ` +
 	`'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
 
 // checkOneStart makes sure the replication connection and the SQL connection that reads the slot
 // (slotDB) reach one running server: a multi-host URL or a load-balanced service (a read-only
 // service over several standbys, say) may pair two servers of one system. walbox would check the
-// slot on one and stream from the other.
+// slot on one and stream from the other. It also keeps the walsender's process id as the server
+// gives it (w.walsender), which slots.CheckHeld finds holding the slot.
 func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
-	res, err := repl.Exec(ctx, startQuery).ReadAll()
+	res, err := repl.Exec(ctx, "SELECT "+startTime+", pg_catalog.pg_backend_pid()").ReadAll()
 	if err != nil {
 		return fmt.Errorf("read the replication server's start time: %w", err)
 	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 2 {
 		return errors.New("read the replication server's start time: no row")
 	}
 	replStart := string(res[0].Rows[0][0])
+	pid, err := strconv.ParseUint(string(res[0].Rows[0][1]), 10, 32)
+	if err != nil {
+		return fmt.Errorf("read the walsender's process id: %w", err)
+	}
+	w.walsender = uint32(pid)
 	var sqlStart string
-	if err := w.slotDB().QueryRow(ctx, startQuery).Scan(&sqlStart); err != nil {
+	if err := w.slotDB().QueryRow(ctx, "SELECT "+startTime).Scan(&sqlStart); err != nil {
 		return fmt.Errorf("read the server's start time: %w", err)
 	}
 	if replStart == sqlStart {

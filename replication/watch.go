@@ -39,6 +39,9 @@ type watch struct {
 	// primaryToo is set when the replication server is conn's server itself: a standby given as
 	// --replication-url that was promoted, with --database-url pointed at it.
 	primaryToo bool
+	// walsender is the process id of the session's walsender, as the server gives it (see
+	// checkOneStart); 0 until read.
+	walsender uint32
 
 	reg         *registry.Store
 	slot        string

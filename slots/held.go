@@ -2,6 +2,7 @@ package slots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,15 +27,31 @@ type HeldConfig struct {
 // returns it. Prepare checks the slot while it is free, and any role with REPLICATION may advance
 // a free slot (pg_replication_slot_advance); the server then starts at the advanced position,
 // whatever position START_REPLICATION asked for. Once the session's walsender holds the slot
-// nobody else can move it, so this read is the one the session streams from. It refuses a slot
-// that this session's walsender does not hold (another process's, or another server's) and one
-// that moved past the position walbox recorded: rows committed in between may have been skipped.
+// nobody else can move it, so this read is the one the session streams from. A slot the
+// session's walsender does not hold, while the server runs no process of its id, is
+// ErrWalsenderGone: the walsender ended in between, which a retry gets past. It refuses a slot
+// that this session's walsender, still running, does not hold (another server's?) and one that
+// moved past the position walbox recorded: rows committed in between may have been skipped.
 // The record holds what the broker confirmed, so a slot moved no further than it is no gap. The
 // slot stays where it was moved, so Prepare refuses it at the next start as well.
 func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
 	info, err := inspect.ReadSlot(ctx, c.SlotDB, c.Slot)
 	if err != nil {
 		return info, err
+	}
+	if !heldBy(info, c.PID) {
+		// The walsender that START_REPLICATION reached is gone (terminated, or its connection
+		// cut) if the server runs no process of its id: the session ended, and the next one
+		// checks the slot again before it streams, or waits while another process holds it.
+		var alive bool
+		if err := c.SlotDB.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
+			int64(c.PID)).Scan(&alive); err != nil {
+			return info, fmt.Errorf("look up the session's walsender: %w", err)
+		}
+		if !alive {
+			return info, fmt.Errorf("slot %s: %w (pid %d) before walbox read the slot again, which %s holds now; starting again",
+				c.Slot, ErrWalsenderGone, c.PID, holder(info))
+		}
 	}
 	rec, recorded, err := c.Registry.Get(ctx, c.Slot)
 	if err != nil {
@@ -43,21 +60,34 @@ func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
 	return info, judgeHeld(c, info, rec, recorded)
 }
 
+// ErrWalsenderGone means the session's walsender ended between START_REPLICATION and the read of
+// the slot that follows it: the session is over, and nothing was streamed. Starting again is safe.
+var ErrWalsenderGone = errors.New("the session's walsender ended")
+
+// heldBy reports whether the slot, as read, is held by the process pid.
+func heldBy(info inspect.Slot, pid uint32) bool {
+	return info.Exists && info.ActivePID != nil && uint32(*info.ActivePID) == pid
+}
+
+// holder names the process that holds the slot as read, for messages.
+func holder(info inspect.Slot) string {
+	switch {
+	case !info.Exists:
+		return "nobody: the slot does not exist there"
+	case info.ActivePID != nil:
+		return fmt.Sprintf("pid %d", *info.ActivePID)
+	}
+	return "no process"
+}
+
 // judgeHeld holds the slot as read once held against the session's walsender and the record.
 func judgeHeld(c HeldConfig, info inspect.Slot, rec registry.Record, recorded bool) error {
-	if !info.Exists || info.ActivePID == nil || uint32(*info.ActivePID) != c.PID {
-		holder := "no process"
-		if info.ActivePID != nil {
-			holder = fmt.Sprintf("pid %d", *info.ActivePID)
-		}
-		if !info.Exists {
-			holder = "nobody: the slot does not exist there"
-		}
+	if !heldBy(info, c.PID) {
 		return refused{fmt.Errorf("%w: slot %s is held by %s, not by this session's walsender (pid %d), on the server "+
 			"walbox reads slots from: that server is not the one the replication connection reached (two servers of one "+
-			"system behind one URL?), or the walsender is gone, so the position streamed from cannot be vouched for. "+
+			"system behind one URL?), so the position streamed from cannot be vouched for. "+
 			"Point --database-url (and --replication-url) at one server each, then start walbox again",
-			ErrSlotGap, c.Slot, holder, c.PID)}
+			ErrSlotGap, c.Slot, holder(info), c.PID)}
 	}
 	if !recorded {
 		return refused{fmt.Errorf("%w: the record of slot %s was deleted while walbox started on it. Run `walbox recover`",
