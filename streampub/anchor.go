@@ -46,10 +46,15 @@ func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, err
 		if last.found {
 			return a.at(last, p), nil
 		}
-		if last.start <= 0 || last.start > from && from >= 0 {
-			// Read back to the first offset (retention may have removed the ones before):
-			// nothing of this producer is left.
-			return a, nil
+		if last.start <= 0 {
+			return a, nil // read back to the stream's start: nothing of this producer is left
+		}
+		if from >= 0 && last.start > from {
+			// The broker began above from: retention removed the offsets before, or they
+			// hold no message (see atStart).
+			if start, err := atStart(env, cfg, last.start); err != nil || start {
+				return a, err
+			}
 		}
 		// Read back twice as far as the last step, up to where the last step started.
 		step := max(2*(last.end-last.start), 1024)
@@ -113,6 +118,30 @@ func (s *span) take(offset int64, m *amqp.Message, p producerOf) error {
 		s.pos, s.id, s.found, s.system = pos, id, true, system
 	}
 	return nil
+}
+
+// atStart reports whether offset is the stream's first message. Some offsets hold no message: a
+// named producer's state at the start of each segment, an offset an application stored in the
+// stream. A read from one of them begins at the next message, as a read from below the stream's
+// first offset does; only the first message tells the two apart.
+func atStart(env *stream.Environment, cfg *Config, offset int64) (bool, error) {
+	got := make(chan int64, 1)
+	c, err := env.NewConsumer(cfg.Stream, func(cc stream.ConsumerContext, _ *amqp.Message) {
+		select {
+		case got <- cc.Consumer.GetOffset():
+		default:
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()).SetClientProvidedName("walbox-anchor"))
+	if err != nil {
+		return false, fmt.Errorf("read stream %s: %w", cfg.Stream, err)
+	}
+	defer c.Close()
+	select {
+	case first := <-got:
+		return first >= offset, nil
+	case <-time.After(cfg.ScanTimeout):
+		return false, fmt.Errorf("read stream %s: no first message within %v", cfg.Stream, cfg.ScanTimeout)
+	}
 }
 
 // readLastChunk reads the stream's last chunk whole.

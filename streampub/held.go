@@ -33,8 +33,14 @@ func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[str
 		if err != nil {
 			return nil, err
 		}
-		if r.first > lo || lo == 0 || r.before && !r.found {
-			return held, nil // the stream's first message (retention), or far enough
+		if lo == 0 || r.before && !r.found {
+			return held, nil // the stream's start, or far enough
+		}
+		if r.first > lo {
+			// Retention removed the offsets before, or they hold no message (atStart).
+			if start, err := atStart(s.env, &s.cfg, r.first); err != nil || start {
+				return held, err
+			}
 		}
 		hi, step = lo, 2*step
 	}
