@@ -62,6 +62,8 @@ func (d *Daemon) server() *http.Server {
 // status is what the relay is doing, as /status answers.
 func (d *Daemon) status() status.Relay {
 	s := d.relay.Stats()
+	// A publish held up while a row waits for its park queue is no block by the broker.
+	blocked := d.blocks.active() || s.Blocked.Load() && d.queues.waitingFor() == ""
 	return status.Relay{
 		Broker:        d.connected(),
 		State:         replication.State(s.State.Load()).String(),
@@ -75,7 +77,7 @@ func (d *Daemon) status() status.Relay {
 		ConfirmedLSN:  pglogrepl.LSN(s.ConfirmedLSN.Load()).String(),
 		ReceivedLSN:   pglogrepl.LSN(s.ReceivedLSN.Load()).String(),
 		ServerWALLSN:  pglogrepl.LSN(s.ServerLSN.Load()).String(),
-		BrokerBlocked: s.Blocked.Load() || d.blocks.active(),
+		BrokerBlocked: blocked,
 	}
 }
 
