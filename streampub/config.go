@@ -7,6 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
+	"github.com/walbox/walbox/wire"
 )
 
 // Config configures publishing sessions into a stream.
@@ -120,4 +125,19 @@ func checkURI(raw string) error {
 		return fmt.Errorf("stream url %s: no host", u.Redacted())
 	}
 	return nil
+}
+
+// Exists reports whether the stream name exists on the nodes of uris. walbox recover asks it
+// rather than declare a stream: a wrong --stream would take the gap's rows.
+func Exists(uris []string, name string) (bool, error) {
+	env, err := stream.NewEnvironment(streamconn.Options().SetUris(uris))
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
+	}
+	defer env.Close()
+	ok, err := env.StreamExists(name)
+	if err != nil {
+		return false, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return ok, nil
 }

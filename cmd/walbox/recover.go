@@ -73,6 +73,11 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "no gap: slot %s continues from the recorded position; nothing to do\n", cfg.Slot)
 		return nil
 	}
+	if target != nil {
+		if err := streamThere(c, target); err != nil {
+			return fail(err)
+		}
+	}
 	if prefix := relayedPrefix(c.messagePrefix.value); prefix != "" {
 		// Nothing but the slot ever held them: say so before anything claims the gap closed.
 		fmt.Fprintf(stdout, "messages written with %s (or any logical decoding message with prefix %q) have no row: "+
@@ -119,6 +124,21 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
 	}
 	fmt.Fprintf(stdout, "recorded slot %s at %s: start walbox run\n", cfg.Slot, res.ConsistentPoint)
+	return nil
+}
+
+// streamThere refuses a stream that does not exist: recover does not declare one, since a
+// wrong --stream would take the gap's rows where no consumer reads them.
+func streamThere(c *common, target *doctor.StreamConfig) error {
+	ok, err := streampub.Exists(target.URIs, target.Stream)
+	if err != nil {
+		return fmt.Errorf("stream url: %w", err)
+	}
+	if !ok {
+		return badSetting(c.s.get("stream"), "stream %s does not exist; give the stream walbox run publishes to. "+
+			"recover does not declare one: a wrong name would take the gap's rows. "+
+			"If the stream was deleted, declare it again first (a queue of type stream)", target.Stream)
+	}
 	return nil
 }
 

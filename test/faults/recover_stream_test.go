@@ -10,6 +10,7 @@ import (
 
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/test/checker"
 )
 
@@ -104,5 +105,46 @@ func TestRecoverIntoStreamKilledAndRunAgain(t *testing.T) {
 	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
 		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
 			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
+	}
+}
+
+// `walbox recover` given a stream that does not exist (a typo, or --stream left at its default
+// while run publishes elsewhere) exits 2 naming it, before it touches the slot, and declares no
+// stream: the gap's rows would have gone where no consumer reads them, and recover would have
+// reset the record. (Before, it declared the stream, published the gap into it and exited 0.)
+func TestRecoverRefusesAStreamThatDoesNotExist(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.startWriter(checker.WriterConfig{Seed: 63, MaxTx: 10})
+	r := w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	sr.progress(t, 50, time.Minute)
+	r.Kill()
+	w.dropSlot()
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	wrong := name + "s"
+	for _, args := range [][]string{{"recover", "--dry-run", "--stream", wrong}, {"recover", "--stream", wrong}} {
+		out, code := w.walbox(env, args...)
+		if code != 2 || !strings.Contains(out, "--stream (WALBOX_STREAM): stream "+wrong+" does not exist") {
+			t.Errorf("walbox %s exited %d; want 2, naming stream %s:\n%s", strings.Join(args, " "), code, wrong, out)
+		}
+	}
+	if exists, _, _ := w.slotInfo(); exists {
+		t.Error("recover created the slot though it refused the stream")
+	}
+	ok, err := streampub.Exists([]string{rabbit.StreamURL()}, wrong)
+	if err != nil || ok {
+		t.Errorf("stream %s exists: %v (%v); recover declared it", wrong, ok, err)
+	}
+	if out, code := w.walbox(env, "recover"); code != 0 || !strings.Contains(out, "into stream "+name) {
+		t.Fatalf("walbox recover into stream %s exited %d:\n%s", name, code, out)
 	}
 }
