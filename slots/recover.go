@@ -128,6 +128,9 @@ type Recovery struct {
 	reg    *registry.Store
 	sys    pglogrepl.IdentifySystemResult
 	tables []*gapTable
+	// rewrite selects, on pg_class, a table changed by a transaction that may have committed
+	// after the recorded position (the gap's condition on xmin); empty with AllRows.
+	rewrite string
 }
 
 // OpenRecovery connects to the database twice (a replication and an ordinary connection).
@@ -277,6 +280,10 @@ type Count struct {
 	// Deleted is the rows deleted from the table that walbox cannot explain
 	// (registry.Deletes.Unexplained): rows of the gap may be among them.
 	Deleted int64
+	// Rewritten: the table, or one of its partitions, got a new catalog row from a transaction
+	// that may have committed after the recorded position. TRUNCATE does that, and the
+	// statistics do not count its rows; so do VACUUM FULL, CLUSTER and most ALTER TABLEs.
+	Rewritten bool
 }
 
 // Count counts the rows Recover would republish if it ran now: an upper bound, since rows
@@ -438,12 +445,23 @@ func rowsGone(counts []Count) error {
 		deleted []string
 		empty   = true
 	)
+	var rewritten []string
 	for _, c := range counts {
 		there += c.Rows
 		empty = empty && c.Rows == 0 && c.Empty
 		if c.Deleted > 0 {
 			deleted = append(deleted, fmt.Sprintf("%s (%d rows of the gap there, %d rows deleted)", c.Table, c.Rows, c.Deleted))
 		}
+		if c.Rewritten {
+			rewritten = append(rewritten, fmt.Sprintf("%s (%d rows of the gap there)", c.Table, c.Rows))
+		}
+	}
+	if len(rewritten) > 0 {
+		return fmt.Errorf("%w: rows of the gap may be gone: %s was truncated, rewritten or altered (TRUNCATE, VACUUM FULL, "+
+			"CLUSTER, ALTER TABLE) by a transaction that may have committed after the recorded position. "+
+			"The statistics do not count the rows a TRUNCATE takes. Only %d rows of the gap are left to republish. "+
+			"If no rows went, or to republish those and accept the loss of the others, run again with --accept-loss",
+			errRowsGone, strings.Join(rewritten, ", "), there)
 	}
 	if empty && len(deleted) == 0 {
 		return fmt.Errorf("%w: the outbox tables are empty. If producers delete rows as they insert them "+

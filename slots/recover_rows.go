@@ -60,6 +60,9 @@ func (r *Recovery) prepare(ctx context.Context, g Gap) error {
 		tables = append(tables, t)
 	}
 	r.tables = tables
+	if !r.cfg.AllRows {
+		r.rewrite = cond
+	}
 	return nil
 }
 
@@ -173,8 +176,29 @@ func (r *Recovery) count(ctx context.Context, q interface {
 			return nil, err
 		}
 		counts[i].Deleted = d.Unexplained()
+		if counts[i].Rewritten, err = r.rewritten(ctx, t.mapping.Table); err != nil {
+			return nil, err
+		}
 	}
 	return counts, nil
+}
+
+// rewritten reports whether the table, or one of its partitions, has a catalog row written by a
+// transaction that may have committed after the recorded position: a TRUNCATE in the gap gives
+// the table a new file, and so a new pg_class row, and the statistics do not count its rows. A
+// dropped partition leaves no trace here.
+func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
+	if r.rewrite == "" {
+		return false, nil
+	}
+	var changed bool
+	err := r.db.QueryRow(ctx, `SELECT coalesce(pg_catalog.bool_or(`+r.rewrite+`), false) FROM pg_catalog.pg_class
+		WHERE oid IN (SELECT pg_catalog.to_regclass($1)::pg_catalog.oid
+			UNION SELECT p.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p)`, t.Quoted()).Scan(&changed)
+	if err != nil {
+		return false, fmt.Errorf("read the catalog row of %s: %w", t, err)
+	}
+	return changed, nil
 }
 
 // eachRow calls fn with the text values of every row of the gap, across the tables in the order
