@@ -42,8 +42,9 @@ func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string)
 		       coalesce(p.prosrc, '')
 		  FROM (SELECT 1) one
 		  LEFT JOIN pg_catalog.pg_proc p ON p.proname = $2
-		   AND p.pronamespace = (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1)`,
-		table.Schema, outbox.EmitFunction).Scan(&e.Version, &e.Exists, &src)
+		   AND p.pronamespace = (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1)
+		   AND p.proargtypes = $3::pg_catalog.oidvector`,
+		table.Schema, outbox.EmitFunction, emitArgTypes).Scan(&e.Version, &e.Exists, &src)
 	if err != nil {
 		return e, fmt.Errorf("look up %s: %w", e.Function, err)
 	}
@@ -55,6 +56,11 @@ func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string)
 	}
 	return e, nil
 }
+
+// emitArgTypes is the signature walbox migrate gives the emit function, as type oids: (text,
+// text, text, jsonb, jsonb, uuid, timestamptz). Another function of the name in the schema (a
+// wrapper of the application's, say) is an overload, and not the one to read.
+const emitArgTypes = "25 25 25 3802 3802 2950 1184"
 
 // emitted finds the prefix in the body walbox migrate writes: pg_logical_emit_message(true, 'p', ...).
 var emitted = regexp.MustCompile(`pg_logical_emit_message\(true, '((?:[^']|'')*)',`)

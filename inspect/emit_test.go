@@ -28,6 +28,11 @@ func TestReadEmitReadsThePrefixItWrites(t *testing.T) {
 		MessagePrefix: `app\events`}); err != nil {
 		t.Fatal(err)
 	}
+	// An overload of the application's beside it: a wrapper that emits nothing itself.
+	if _, err := conn.Exec(t.Context(), `CREATE FUNCTION back.walbox_emit(n int) RETURNS int
+		LANGUAGE sql AS 'SELECT n'`); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		schema, prefix, emits string
 		want                  error
