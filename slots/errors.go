@@ -29,6 +29,9 @@ var (
 	// errPositionIDs means a table's message ids come from stream positions, which rows read
 	// from the table do not have.
 	errPositionIDs = errors.New("message ids come from stream positions")
+	// errStreamAhead means the stream holds this relay's messages at or past the new slot's
+	// start: rows published there would be taken for stored.
+	errStreamAhead = errors.New("the stream is ahead of this server")
 )
 
 // classify maps the server's errors about a slot to the errors of this package.

@@ -20,6 +20,9 @@ type StreamPublisher interface {
 	// Held returns which of ids (message ids) the stream holds, reading it back from its end
 	// to before the position (timeline, lsn).
 	Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error)
+	// Skips reports whether Publish would take a message at (timeline, lsn, index) for one the
+	// stream holds, and names the position of the producer's last message.
+	Skips(timeline int32, lsn uint64, index int) (last string, skips bool)
 }
 
 // intoStream prepares a recovery into a stream: it binds sp and reads the gap's rows once for
@@ -39,6 +42,15 @@ func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher
 	if err := sp.Bind(ctx, system, r.sys.DBName); err != nil {
 		return nil, nil, err
 	}
+	at := uint64(res.ConsistentPoint) - 1
+	if last, skips := sp.Skips(r.sys.Timeline, at, 0); skips {
+		return nil, nil, fmt.Errorf("%w: the stream's last message of this relay lies at position %s, "+
+			"at or past the new slot's start on timeline %d at %s: this server's WAL is behind what the stream holds "+
+			"(a server restored from a backup, a standby that lags the one an earlier recover ran on, "+
+			"or a failover that lost WAL the relay had published). Rows numbered here would be taken for stored and dropped. "+
+			"Recover once the server's WAL is past that position, or into another stream",
+			errStreamAhead, last, r.sys.Timeline, res.ConsistentPoint)
+	}
 	ids := map[string]bool{}
 	err = r.eachRow(ctx, tx, func(t *gapTable, values [][]byte) error {
 		if m, err := t.rows.Message(values); err == nil {
@@ -56,7 +68,6 @@ func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher
 	if err != nil {
 		return nil, nil, fmt.Errorf("read what the stream holds: %w", err)
 	}
-	at := uint64(res.ConsistentPoint) - 1
 	published := map[string]bool{}
 	each = func(t *gapTable, values [][]byte) error {
 		res.Rows++

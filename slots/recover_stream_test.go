@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -64,6 +68,8 @@ func (f *fakeStream) Held(_ int32, _ uint64, ids map[string]bool) (map[string]bo
 	}
 	return out, nil
 }
+
+func (f *fakeStream) Skips(int32, uint64, int) (string, bool) { return "", false }
 
 var _ slots.StreamPublisher = (*fakeStream)(nil)
 
@@ -135,5 +141,75 @@ func TestRecoverIntoStreamSkipsHeldRowsAndChecksTheBrokerStoredTheRest(t *testin
 	}
 	if f.bound == "" {
 		t.Error("the stream publisher was not bound to the database")
+	}
+}
+
+// The stream holds a message of this relay at a position past the new slot's start: the server
+// is behind what the stream holds (restored from a backup, say). Recover refuses before it
+// publishes, naming both positions, and leaves the record alone. (Before, every row was taken
+// for stored and confirmed unsent; the read back then failed the recovery as rows the broker
+// dropped as duplicates, and told the user to run recover again, which did the same.)
+func TestRecoverIntoStreamRefusesAStreamAheadOfTheServer(t *testing.T) {
+	db, conn, slot := setup(t)
+	if _, err := ensure(t, db, conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', g::text, 'order.created', '{}' FROM pg_catalog.generate_series(1, 5) g`); err != nil {
+		t.Fatal(err)
+	}
+	if err := slots.Drop(t.Context(), conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		system   uint64
+		timeline int32
+		database string
+	)
+	if err := conn.QueryRow(t.Context(), `SELECT s.system_identifier, c.timeline_id, pg_catalog.current_database()
+		FROM pg_catalog.pg_control_system() s, pg_catalog.pg_control_checkpoint() c`).Scan(&system, &timeline, &database); err != nil {
+		t.Fatal(err)
+	}
+	rabbit := testenv.StartRabbitStream(t)
+	cfg := streampub.Config{URIs: []string{rabbit.StreamURL()}, Stream: testenv.UniqueName("events"), Slot: slot}
+	relay, err := streampub.Dial(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Bind(t.Context(), system, database); err != nil {
+		t.Fatal(err)
+	}
+	relay.At(timeline, 0xFF00000000, 0) // far past this server's WAL
+	if _, err := relay.Publish(t.Context(), &wire.Message{ID: uuid.New(), EventType: "e", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-relay.Confirms(); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	_ = relay.Close()
+
+	rec, err := slots.OpenRecovery(t.Context(), slots.RecoverConfig{DatabaseURL: db, Slot: slot,
+		Dial: func(ctx context.Context) (slots.Publisher, error) { return streampub.Dial(ctx, cfg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	g, err := rec.Inspect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rec.Recover(t.Context(), g)
+	if err == nil || !strings.Contains(err.Error(), "the stream is ahead of this server") ||
+		!strings.Contains(err.Error(), "FF/0/0") {
+		t.Fatalf("Recover: %v; want a refusal naming the stream's last position", err)
+	}
+	if res.Published != 0 {
+		t.Errorf("%d rows published", res.Published)
+	}
+	if r, _, _ := registry.New(conn, "public").Get(t.Context(), slot); r.Origin == registry.OriginRecovered {
+		t.Error("the record was reset")
 	}
 }

@@ -179,6 +179,13 @@ func (s *Session) Producer() (name, continued string) {
 // there that its replication connection may still hold the slot.
 func (s *Session) Guard(check func() error) { s.guard = check }
 
+// Skips reports whether Publish would take a message at position (timeline, lsn, index) for
+// one the stream holds: it lies at or before the anchor. It names the anchor's position.
+func (s *Session) Skips(timeline int32, lsn uint64, index int) (anchor string, skips bool) {
+	at := Position{Timeline: timeline, LSN: lsn, Index: index}
+	return s.anchor.pos.String(), s.anchor.found && !s.anchor.pos.less(at)
+}
+
 // At sets the position of the message the next Publish sends (replication.Positioner).
 func (s *Session) At(timeline int32, lsn uint64, index int) {
 	s.pos, s.posSet = Position{Timeline: timeline, LSN: lsn, Index: index}, true
