@@ -1,6 +1,7 @@
 package streampub
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -26,41 +27,79 @@ type producerOf struct {
 	name, system string
 }
 
+// anchorReads bounds the reads of the stream that one anchor search makes while what it reads
+// falls short of the broker's last id, anchorPause apart.
+const (
+	anchorReads = 5
+	anchorPause = 500 * time.Millisecond
+)
+
+// errIncompleteRead means the stream's members that the reads reached did not show the
+// producer's last message: a replica lags behind the leader, or another writer stored messages
+// under this name without walbox's properties.
+var errIncompleteRead = errors.New("the stream read does not reach the producer's last message")
+
 // findAnchor asks the broker for the last publishing id of the producer p.name and reads the
 // stream back from its end until it finds that producer's last message (of p.system, if set).
+//
+// The last id comes from the stream's leader; the client reads from a replica when the stream
+// has one, and a replica may lag. A read that shows the producer's messages only below the last
+// id, or none of them back to offset 0, fell short: the search reads again, through another
+// subscription (the client picks a member at random), and fails if none reaches the last id.
+// It takes "no anchor" only when nothing of the producer is left back to the first offset the
+// stream keeps, and that offset is past 0: retention removed it.
 func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, error) {
+	for n := 1; ; n++ {
+		a, complete, err := searchAnchor(env, cfg, p)
+		if err != nil || complete {
+			return a, err
+		}
+		if n == anchorReads {
+			return a, fmt.Errorf("stream %s: %w: %d reads found producer %s's messages only below its last id %d",
+				cfg.Stream, errIncompleteRead, n, p.name, a.id)
+		}
+		time.Sleep(anchorPause)
+	}
+}
+
+// searchAnchor is one search of findAnchor; complete is false when the read fell short.
+func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor, complete bool, err error) {
 	id, err := env.QuerySequence(p.name, cfg.Stream)
 	if err != nil {
-		return anchor{}, fmt.Errorf("query sequence of producer %s: %w", p.name, err)
+		return anchor{}, false, fmt.Errorf("query sequence of producer %s: %w", p.name, err)
 	}
-	a := anchor{id: id}
+	a = anchor{id: id}
 	if id <= 0 {
-		return a, nil // the producer never stored a message
+		return a, true, nil // the producer never stored a message
 	}
 	last, err := readLastChunk(env, cfg, p)
 	if err != nil {
-		return a, err
+		return a, false, err
 	}
 	from := int64(-1)
 	for {
 		if last.found {
-			return a.at(last, p), nil
+			// Below the last id: the messages above are not in what was read.
+			return a.at(last, p), p.system != "" || last.id >= id, nil
 		}
 		if last.start <= 0 {
-			return a, nil // read back to the stream's start: nothing of this producer is left
+			// Read back to offset 0: the producer stored messages, so the read fell short,
+			// unless only one system's are sought under a shared name (p.system).
+			return a, p.system != "", nil
 		}
 		if from >= 0 && last.start > from {
 			// The broker began above from: retention removed the offsets before, or they
-			// hold no message (see atStart).
+			// hold no message (see atStart). At the stream's first message, past 0, nothing
+			// of this producer is left: retention removed it.
 			if start, err := atStart(env, cfg, last.start); err != nil || start {
-				return a, err
+				return a, err == nil, err
 			}
 		}
 		// Read back twice as far as the last step, up to where the last step started.
 		step := max(2*(last.end-last.start), 1024)
 		from = max(last.start-step, 0)
 		if last, err = readRange(env, cfg, p, from, last.start); err != nil {
-			return a, err
+			return a, false, err
 		}
 	}
 }

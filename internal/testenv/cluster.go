@@ -63,6 +63,23 @@ func StartCluster(tb TB) *Cluster {
 	return c
 }
 
+// StartStreamCluster forms a cluster of the caller's own, like StartCluster, whose nodes have the
+// stream plugin, each with its stream listener (Rabbit.StreamURL). A stream declared on it has a
+// replica on each other node.
+func StartStreamCluster(tb TB) *Cluster {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
+	}
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
+	c, err := formCluster(true)
+	if err != nil {
+		tb.Fatalf("testenv: rabbitmq stream cluster: %v", err)
+	}
+	tb.Cleanup(c.shutdown)
+	return c
+}
+
 // NewCluster starts a cluster as StartCluster does, for a program rather than a test (the
 // benchmark): it returns an error instead of failing a test, and Close kills the nodes and
 // removes their directories. It ignores WALBOX_TEST_AMQP_URL.
@@ -77,7 +94,10 @@ func NewCluster() (*Cluster, error) {
 func (c *Cluster) Close() { c.shutdown() }
 
 // startCluster boots the nodes side by side, then joins the second and later ones to the first.
-func startCluster() (*Cluster, error) {
+func startCluster() (*Cluster, error) { return formCluster(false) }
+
+// formCluster is startCluster, with the stream plugin on every node when stream is set.
+func formCluster(stream bool) (*Cluster, error) {
 	start := time.Now()
 	c := &Cluster{nodes: make([]*Rabbit, ClusterSize)}
 	cookie := UniqueName("cookie")
@@ -87,7 +107,7 @@ func startCluster() (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.nodes[i], errs[i] = startRabbitNode(nil, cookie, "", "")
+			c.nodes[i], errs[i] = startNode(&Rabbit{cookie: cookie, stream: stream})
 		}()
 	}
 	wg.Wait()
