@@ -215,3 +215,63 @@ func TestRecoverIntoAStreamTwoClustersShare(t *testing.T) {
 			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
 	}
 }
+
+// A relay decodes on a hot standby (--replication-url) into a stream; it is killed and the
+// standby's slot dropped. walbox recover --replication-url --stream-url creates the new slot on
+// the standby, reads the gap there, and publishes it under the relay's producer name; the relay
+// then numbers on after it. The stream holds every committed row once.
+func TestRecoverIntoAStreamFromAStandby(t *testing.T) {
+	heavy(t)
+	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
+	testenv.RequireOwn(t, primary)
+	standby := testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, primary, rabbit)
+	replURL := withHost(t, w.db, hostOf(t, standby.URL()))
+	waitFor(t, time.Minute, "the database on the standby", func() bool {
+		var n int
+		return execRow(t, replURL, "SELECT count(*) FROM public.outbox", &n) == nil
+	})
+	w.slot = testenv.UniqueName("slot")
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_REPLICATION_URL=" + replURL, "WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	if out, code := w.walbox(env, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate --replication-url exited %d:\n%s", code, out)
+	}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.startWriter(checker.WriterConfig{Seed: 66, MaxTx: 10, Pause: 5 * time.Millisecond})
+	r := w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	sr.progress(t, 300, time.Minute)
+	r.Kill()
+	waitFor(t, 30*time.Second, "the standby's slot dropped", func() bool {
+		var ok bool
+		return execRow(t, replURL, "SELECT true FROM pg_drop_replication_slot($1)", &ok, w.slot) == nil
+	})
+	time.Sleep(time.Second) // the gap grows
+	out, code := w.walbox(env, "recover")
+	if code != 0 || !strings.Contains(out, "into stream "+name) {
+		t.Fatalf("walbox recover --replication-url --stream-url exited %d:\n%s", code, out)
+	}
+	t.Logf("walbox recover:\n%s", out)
+	r = w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	sr.progress(t, 200, time.Minute)
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	committed := wr.Committed()
+	sr.wait(t, len(committed), 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	var deliveries []checker.Delivery
+	for _, m := range sr.messages() {
+		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
+	}
+	rep := checker.Check(committed, deliveries)
+	t.Logf("SUMMARY %s %s", t.Name(), rep)
+	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
+		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
+			len(deliveries), len(committed), rep.Lost, rep.Phantom, rep.Duplicated)
+	}
+}
