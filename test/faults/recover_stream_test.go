@@ -10,6 +10,7 @@ import (
 
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/test/checker"
 )
@@ -256,6 +257,53 @@ func TestRecoverIntoAStreamFromAStandby(t *testing.T) {
 	t.Logf("walbox recover:\n%s", out)
 	r = w.startRelay(env...)
 	r.waitState("streaming", time.Minute)
+	sr.progress(t, 200, time.Minute)
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	committed := wr.Committed()
+	sr.wait(t, len(committed), 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	var deliveries []checker.Delivery
+	for _, m := range sr.messages() {
+		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
+	}
+	rep := checker.Check(committed, deliveries)
+	t.Logf("SUMMARY %s %s", t.Name(), rep)
+	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
+		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
+			len(deliveries), len(committed), rep.Lost, rep.Phantom, rep.Duplicated)
+	}
+}
+
+// Two shards publish into one stream, each under its slot's producer name. Shard 0's slot is
+// dropped while shard 1 goes on; walbox recover of shard 0's slot and publication into the stream
+// publishes only shard 0's rows of the gap (the publication's row filter), under shard 0's name,
+// and shard 0's relay numbers on after them. The stream holds every committed row once.
+func TestRecoverIntoAStreamShardsShare(t *testing.T) {
+	heavy(t)
+	const n = 2
+	rabbit := testenv.StartRabbitStream(t)
+	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, n)
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	relays := []*relay{w.startShard(0, n, env...), w.startShard(1, n, env...)}
+	wr := w.startWriter(checker.WriterConfig{Seed: 67, Aggregates: 40, MaxTx: 10, Pause: 5 * time.Millisecond})
+	sr.progress(t, 400, time.Minute)
+	relays[0].Kill()
+	s0 := w.in(t)
+	s0.slot = set.SlotName(0)
+	s0.dropSlot()
+	sr.progress(t, 200, time.Minute) // shard 1's rows, after shard 0's last
+	out, code := w.walbox(env, "recover", "--slot", set.SlotName(0), "--publication", set.PublicationName(0))
+	if code != 0 || !strings.Contains(out, "into stream "+name) {
+		t.Fatalf("walbox recover of shard 0 exited %d:\n%s", code, out)
+	}
+	t.Logf("walbox recover:\n%s", out)
+	w.startShard(0, n, env...).waitState("streaming", time.Minute)
 	sr.progress(t, 200, time.Minute)
 	wr.stop()
 	if err := wr.Flush(t.Context()); err != nil {
