@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/ownertrust"
 )
 
 // RecordFunctions are the functions that move walbox's record of a slot (walbox_slots). They run
@@ -197,6 +198,12 @@ func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]st
 		return nil, err
 	}
 	if relayRole != "" {
+		// Its owner is walbox_slots' (checked above), but a trigger of an owner not trusted to run
+		// code as this role (an application role that migrated first, a superuser migrating now)
+		// would run with this role's rights.
+		if err := ownertrust.Check(ctx, tx, table, "migrate --relay-role"); err != nil {
+			return nil, err
+		}
 		for _, q := range []string{`DELETE FROM ` + table + ` w
 			WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = w.role_oid AND r.rolname = $1::pg_catalog.text)`,
 			`INSERT INTO ` + table + ` (role_oid, role_name)

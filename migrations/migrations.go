@@ -13,6 +13,7 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/ownertrust"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -167,11 +168,7 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 	}
 	var applied []string
 	for _, m := range ms {
-		var done bool
-		err := l.asOwner(ctx, func() error {
-			return tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+l.table+" WHERE target = $1::pg_catalog.text AND version = $2::pg_catalog.int4)",
-				target, m.Version).Scan(&done)
-		})
+		done, err := l.done(ctx, target, m.Version)
 		if err != nil {
 			return nil, fmt.Errorf("check migration %s: %w", m.Name, err)
 		}
@@ -181,12 +178,7 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return nil, fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
-		err = l.asOwner(ctx, func() error {
-			_, err := tx.Exec(ctx, "INSERT INTO "+l.table+" (target, version, name, applied_at) VALUES ($1, $2, $3, pg_catalog.now())",
-				target, m.Version, m.Name)
-			return err
-		})
-		if err != nil {
+		if err := l.record(ctx, target, m); err != nil {
 			return nil, fmt.Errorf("record migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Name)
@@ -204,9 +196,14 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 
 // ledger is the table walbox_migrations of one schema.
 type ledger struct {
-	tx            pgx.Tx
-	table         string // quoted, with its schema
-	owner, caller string
+	tx    pgx.Tx
+	table string // quoted, with its schema
+	// ignored is set when the table belongs to a role not trusted to run code as this one
+	// (ownertrust): a role that may CREATE in the schema and made it first. Its rows are that
+	// role's say, and a trigger, default or rule on it would run with this role's rights (a
+	// superuser's under walbox migrate). Every migration is idempotent: all of them run, and
+	// none is recorded.
+	ignored bool
 }
 
 // openLedger creates walbox_migrations in schema unless it exists, and reads its owner.
@@ -220,30 +217,33 @@ func openLedger(ctx context.Context, tx pgx.Tx, schema string) (*ledger, error) 
 		PRIMARY KEY (target, version))`); err != nil {
 		return nil, fmt.Errorf("create %s: %w", l.table, err)
 	}
-	err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, current_user::pg_catalog.text
-		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, l.table).Scan(&l.owner, &l.caller)
+	owner, err := ownertrust.Read(ctx, tx, l.table)
 	if err != nil {
-		return nil, fmt.Errorf("read the owner of %s: %w", l.table, err)
+		return nil, err
 	}
+	l.ignored = !owner.Trusted
 	return l, nil
 }
 
-// asOwner runs fn, which reads or writes the ledger, with the rights of the ledger's owner. A
-// walbox_migrations that another role created first (one that may CREATE in the schema) may carry
-// triggers, defaults, rules or policies: they would otherwise run with the caller's rights, a
-// superuser's under walbox migrate. A caller that may not take the owner's role is refused.
-func (l *ledger) asOwner(ctx context.Context, fn func() error) error {
-	if l.owner == l.caller {
-		return fn()
+// done reports whether the ledger records version for target.
+func (l *ledger) done(ctx context.Context, target string, version int) (bool, error) {
+	if l.ignored {
+		return false, nil
 	}
-	if _, err := l.tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{l.owner}.Sanitize()); err != nil {
-		return fmt.Errorf("%s belongs to %s, not to %s: run walbox migrate as %s (%w)", l.table, l.owner, l.caller, l.owner, err)
+	var done bool
+	err := l.tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+l.table+" WHERE target = $1::pg_catalog.text AND version = $2::pg_catalog.int4)",
+		target, version).Scan(&done)
+	return done, err
+}
+
+// record records m for target in the ledger.
+func (l *ledger) record(ctx context.Context, target string, m migration) error {
+	if l.ignored {
+		return nil
 	}
-	ferr := fn()
-	if _, err := l.tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{l.caller}.Sanitize()); err != nil && ferr == nil {
-		ferr = err
-	}
-	return ferr
+	_, err := l.tx.Exec(ctx, "INSERT INTO "+l.table+" (target, version, name, applied_at) VALUES ($1, $2, $3, pg_catalog.now())",
+		target, m.Version, m.Name)
+	return err
 }
 
 // pinSearchPath sets search_path to pg_catalog, pg_temp until tx ends. The migrations run on the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/ownertrust"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -107,6 +108,11 @@ func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table)
 // record sets the table's explained count in walbox_deletes to explained(c), c being what the
 // statistics and walbox_deletes hold now.
 func record(ctx context.Context, db Querier, schema string, t wire.Table, explained func(c count) int64) error {
+	// A trigger of an owner not trusted to run code as this role (a superuser running prune on a
+	// registry the application's role migrated) would run with its rights.
+	if err := ownertrust.Check(ctx, db, deletesTable(schema), "prune or recover"); err != nil {
+		return err
+	}
 	c, err := readCount(ctx, db, schema, t, " FOR UPDATE")
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/internal/ownertrust"
 )
 
 // Origins of a record: how walbox came to know the slot.
@@ -216,9 +217,10 @@ func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogre
 }
 
 // Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
-// gap has been dealt with. It takes the rights of the registry's owner, not the relay's.
+// gap has been dealt with. It writes walbox_slots itself, not through the record functions, and
+// refuses a table whose owner is not trusted to run code as this role (asOwner).
 func (s *Store) Reset(ctx context.Context, r Record) error {
-	err := s.asOwner(ctx, func() error {
+	err := s.asOwner(ctx, "recover", func() error {
 		_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` AS t (slot_name, system_identifier, timeline, origin,
 			created_lsn, confirmed_lsn, confirmed_xmin)
 		VALUES ($1, $2, $3, $4, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)
@@ -278,9 +280,10 @@ func xminArg(x uint64) any {
 }
 
 // Forget deletes the slot's record, once the slot itself was dropped on purpose (walbox reshard
-// retiring a set of shards), so that the name may be used again. It takes the owner's rights.
+// retiring a set of shards), so that the name may be used again. Like Reset, it refuses an owner not trusted
+// to run code as this role.
 func (s *Store) Forget(ctx context.Context, slot string) error {
-	err := s.asOwner(ctx, func() error {
+	err := s.asOwner(ctx, "reshard", func() error {
 		_, err := s.db.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot_name = $1", slot)
 		return err
 	})
@@ -290,36 +293,12 @@ func (s *Store) Forget(ctx context.Context, slot string) error {
 	return nil
 }
 
-// asOwner runs fn, a direct write of the registry table, with the rights of the table's owner
-// when this role may take them (a superuser, or a member of the owner) and is not the owner. A
-// trigger, rule or policy on walbox_slots then runs as its owner, never as a superuser running
-// walbox recover or reshard. Only a connection or a transaction switches roles; on a pool, or
-// when the table is missing, fn runs as it is.
-func (s *Store) asOwner(ctx context.Context, fn func() error) error {
-	switch s.db.(type) {
-	case *pgx.Conn, pgx.Tx:
-	default:
-		return fn()
+// asOwner runs fn, a direct write of the registry table, if its owner is trusted to run code as
+// this role (ownertrust): a trigger of an application role that owns walbox_slots never runs as
+// a superuser running walbox recover or reshard. Otherwise it returns the error naming the owner.
+func (s *Store) asOwner(ctx context.Context, command string, fn func() error) error {
+	if err := ownertrust.Check(ctx, s.db, s.table, command); err != nil {
+		return err
 	}
-	var owner, caller string
-	var member bool
-	err := s.db.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, current_user::pg_catalog.text,
-			pg_catalog.pg_has_role(c.relowner, 'MEMBER')
-		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, s.table).Scan(&owner, &caller, &member)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fn()
-	case err != nil:
-		return fmt.Errorf("read the owner of %s: %w", s.Table(), err)
-	case owner == caller || !member:
-		return fn()
-	}
-	if _, err := s.db.Exec(ctx, "SET ROLE "+pgx.Identifier{owner}.Sanitize()); err != nil {
-		return fmt.Errorf("take the role of %s, the owner of %s: %w", owner, s.Table(), err)
-	}
-	ferr := fn()
-	if _, err := s.db.Exec(ctx, "SET ROLE "+pgx.Identifier{caller}.Sanitize()); err != nil && ferr == nil {
-		ferr = fmt.Errorf("return to role %s after writing %s: %w", caller, s.Table(), err)
-	}
-	return ferr
+	return fn()
 }

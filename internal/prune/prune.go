@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/ownertrust"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
@@ -99,6 +100,11 @@ func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 			err = fmt.Errorf("%s.walbox_deletes does not exist: prune records there what it deletes, so that walbox recover "+
 				"can tell its deletes from others. Run walbox migrate first", j.Table.Schema)
 		}
+		return res, err
+	}
+	// A DELETE trigger or rule of an owner not trusted to run code as this role (the application's
+	// role, with prune run by a superuser) would run with this role's rights.
+	if err := ownertrust.Check(ctx, conn, j.Table.Quoted(), "prune"); err != nil {
 		return res, err
 	}
 	res.Rows = 0

@@ -642,29 +642,45 @@ func roleName(t *testing.T, dbURL string) string {
 }
 
 // The application role owns the database, so it may create walbox_migrations in public before
-// the first `walbox migrate`, with a trigger that records current_user. The superuser's migrate
-// then reads and writes that table with its owner's rights: the trigger runs as the application
-// role, never as the superuser.
+// the first `walbox migrate`, with a trigger that takes back the session's own role (RESET ROLE,
+// which undoes a SET ROLE in a superuser's session) and records current_user, and rows that say
+// the registry is migrated. The superuser's migrate neither writes that table nor believes it:
+// the trigger never runs, and the registry is created.
 func TestMigrationsTableOfAnotherRoleRunsNothingAsTheMigrator(t *testing.T) {
 	heavy(t)
 	pg := testenv.SharedPostgres(t)
 	testenv.RequireOwn(t, pg)
-	super, appDB, app := appOwnedDatabase(t, pg)
+	super, appDB, _ := appOwnedDatabase(t, pg)
 	pg.Exec(t, appDB, `CREATE TABLE public.walbox_migrations (target text NOT NULL, version int NOT NULL, name text NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (target, version));
+		INSERT INTO public.walbox_migrations (target, version, name)
+			SELECT 'registry:public', v, 'planted' FROM unnest(ARRAY[1, 2, 3, 5, 6, 7]) v;
 		CREATE TRIGGER planted BEFORE INSERT ON public.walbox_migrations FOR EACH ROW EXECUTE FUNCTION public.planted()`)
 	w := &world{t: t, pg: pg, db: super, relayDB: super, slot: testenv.UniqueName("slot")}
 	w.conn = pg.Conn(t, super)
-	if out, code := w.walbox(nil, "migrate"); code != 0 {
-		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+	for range 2 {
+		if out, code := w.walbox(nil, "migrate"); code != 0 {
+			t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+		}
 	}
-	ranOnlyAs(t, w.conn, app, "walbox_migrations")
+	if rows := captured(t, w.conn); len(rows) > 0 {
+		t.Errorf("the trigger planted on walbox_migrations ran: %s", strings.Join(rows, ", "))
+	}
+	var registry bool
+	if err := w.conn.QueryRow(context.Background(), `SELECT pg_catalog.to_regclass('public.walbox_slots') IS NOT NULL
+		AND pg_catalog.to_regprocedure('public.walbox_slot_confirm(text, integer, pg_lsn, xid8)') IS NOT NULL`).Scan(&registry); err != nil {
+		t.Fatal(err)
+	}
+	if !registry {
+		t.Error("walbox migrate took the planted rows of walbox_migrations for its own and created no registry")
+	}
 }
 
 // The application role owns the database and runs `walbox migrate` itself, so it owns
-// walbox_slots, and it adds a trigger to it. `walbox recover`, run by a superuser after the slot
-// was dropped, writes the record with the table's owner's rights: the trigger runs as the
-// application role, never as the superuser.
+// walbox_slots and walbox_relay_roles, and it adds a trigger to each that takes back the
+// session's own role (RESET ROLE) and records current_user. `walbox recover` and `walbox migrate
+// --relay-role`, run by a superuser, refuse to write those tables, naming their owner and the way
+// out: the triggers never run. Run by the owner, recover does its work.
 func TestRecordTableTriggerRunsNothingAsRecover(t *testing.T) {
 	heavy(t)
 	pg := testenv.SharedPostgres(t)
@@ -674,6 +690,7 @@ func TestRecordTableTriggerRunsNothingAsRecover(t *testing.T) {
 	w := &world{t: t, pg: pg, rabbit: rabbit, db: super, relayDB: super, relayMQ: rabbit.URL(), slot: testenv.UniqueName("slot"),
 		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
 	w.conn = pg.Conn(t, super)
+	relay := roleName(t, roleURL(t, pg, super, "LOGIN REPLICATION"))
 	if out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + appDB}, "migrate", "--no-slot"); code != 0 {
 		t.Fatalf("walbox migrate --no-slot as the database's owner exited %d:\n%s", code, out)
 	}
@@ -681,18 +698,47 @@ func TestRecordTableTriggerRunsNothingAsRecover(t *testing.T) {
 		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
 	}
 	w.declare()
-	pg.Exec(t, appDB, `CREATE TRIGGER planted BEFORE INSERT OR UPDATE ON public.walbox_slots
-		FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	pg.Exec(t, appDB, `CREATE TRIGGER planted BEFORE INSERT OR UPDATE OR DELETE ON public.walbox_slots
+			FOR EACH ROW EXECUTE FUNCTION public.planted();
+		CREATE TRIGGER planted BEFORE INSERT OR UPDATE OR DELETE ON public.walbox_relay_roles
+			FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	out, code := w.walbox(nil, "migrate", "--relay-role", relay)
+	if code == 0 || !strings.Contains(out, "public.walbox_relay_roles belongs to "+app) || !strings.Contains(out, "ALTER TABLE public.walbox_relay_roles OWNER TO") {
+		t.Errorf("walbox migrate --relay-role as the superuser exited %d, want a refusal naming %s and the way out:\n%s", code, app, out)
+	}
 	pg.Exec(t, super, "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.placed', '{}')")
 	pg.Exec(t, super, "SELECT pg_catalog.pg_drop_replication_slot($1)", w.slot)
-	if out, code := w.walbox(nil, "recover"); code != 0 {
-		t.Fatalf("walbox recover as the superuser exited %d:\n%s", code, out)
+	out, code = w.walbox(nil, "recover")
+	if code == 0 || !strings.Contains(out, "public.walbox_slots belongs to "+app) || !strings.Contains(out, "run walbox recover as "+app) {
+		t.Errorf("walbox recover as the superuser exited %d, want a refusal naming %s and the way out:\n%s", code, app, out)
+	}
+	if rows := captured(t, w.conn); len(rows) > 0 {
+		t.Errorf("the triggers planted on the application role's registry ran: %s", strings.Join(rows, ", "))
+	}
+	// The way out: the owner, given REPLICATION, runs recover itself; its trigger runs as itself.
+	pg.Exec(t, super, "ALTER ROLE "+pgx.Identifier{app}.Sanitize()+" REPLICATION")
+	if out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + appDB}, "recover"); code != 0 {
+		t.Fatalf("walbox recover as the owner exited %d:\n%s", code, out)
 	}
 	ranOnlyAs(t, w.conn, app, "walbox_slots")
+
+	// prune, run by the superuser, deletes no row of the application role's table: its DELETE
+	// trigger would run as the superuser.
+	pg.Exec(t, super, "TRUNCATE public.captured")
+	pg.Exec(t, appDB, "CREATE TRIGGER planted BEFORE DELETE ON public.outbox FOR EACH ROW EXECUTE FUNCTION public.planted()")
+	time.Sleep(2 * time.Second) // the row is older than --older-than
+	out, code = w.walbox(nil, "prune", "--older-than", "1s")
+	if code == 0 || !strings.Contains(out, "run walbox prune as "+app) {
+		t.Errorf("walbox prune as the superuser exited %d, want a refusal naming %s:\n%s", code, app, out)
+	}
+	if rows := captured(t, w.conn); len(rows) > 0 {
+		t.Errorf("walbox prune as the superuser ran the application role's trigger: %s", strings.Join(rows, ", "))
+	}
 }
 
 // appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
-// may insert into, and the trigger function public.planted, which records current_user there. It
+// may insert into, and the trigger function public.planted, which takes back the session's own
+// role if it may (RESET ROLE) and records current_user there. It
 // returns the database's URL for the superuser and for the role, and the role's name.
 func appOwnedDatabase(t *testing.T, pg *testenv.Postgres) (super, appDB, app string) {
 	t.Helper()
@@ -715,7 +761,15 @@ func appOwnedDatabase(t *testing.T, pg *testenv.Postgres) (super, appDB, app str
 		GRANT INSERT ON public.captured TO PUBLIC;
 		CREATE FUNCTION public.planted() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
+			BEGIN
+				RESET ROLE;
+			EXCEPTION WHEN OTHERS THEN
+				NULL;
+			END;
 			INSERT INTO public.captured (fn, who) VALUES (TG_TABLE_NAME || ' trigger', current_user);
+			IF TG_OP = 'DELETE' THEN
+				RETURN OLD;
+			END IF;
 			RETURN NEW;
 		END $$`)
 	return super, appDB, app
