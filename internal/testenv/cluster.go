@@ -38,7 +38,7 @@ func SharedCluster(tb TB) *Cluster {
 	sharedCLMu.Lock()
 	defer sharedCLMu.Unlock()
 	if sharedCL == nil && sharedCLErr == nil {
-		sharedCL, sharedCLErr = startCluster()
+		sharedCL, sharedCLErr = startCluster("")
 	}
 	if sharedCLErr != nil {
 		tb.Fatalf("testenv: shared rabbitmq cluster: %v", sharedCLErr)
@@ -48,14 +48,14 @@ func SharedCluster(tb TB) *Cluster {
 
 // StartCluster forms a cluster of the caller's own, like SharedCluster, and registers its
 // shutdown with tb.Cleanup: for a program that needs a cluster outside a test binary (the
-// benchmark) or a test that must own every node. With WALBOX_TEST_AMQP_URL set it skips.
-func StartCluster(tb TB) *Cluster {
+// benchmark) or a test that must own every node. RabbitVersion selects the nodes' version; the
+// other options are ignored. With WALBOX_TEST_AMQP_URL set it skips.
+func StartCluster(tb TB, opts ...RabbitOption) *Cluster {
 	tb.Helper()
 	if os.Getenv(EnvAMQPURL) != "" {
 		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
 	}
-	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
-	c, err := startCluster()
+	c, err := startCluster(rabbitRoot(tb, rabbitConfig{version: rabbitConfigOf(opts).version}))
 	if err != nil {
 		tb.Fatalf("testenv: rabbitmq cluster: %v", err)
 	}
@@ -72,7 +72,7 @@ func StartStreamCluster(tb TB) *Cluster {
 		tb.Skipf("needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
 	}
 	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
-	c, err := formCluster(true)
+	c, err := formCluster("", true)
 	if err != nil {
 		tb.Fatalf("testenv: rabbitmq stream cluster: %v", err)
 	}
@@ -87,17 +87,18 @@ func NewCluster() (*Cluster, error) {
 	if _, err := exec.LookPath(RabbitBin("rabbitmq-server")); err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	return startCluster()
+	return startCluster("")
 }
 
 // Close kills the nodes of a cluster NewCluster started and removes their directories.
 func (c *Cluster) Close() { c.shutdown() }
 
-// startCluster boots the nodes side by side, then joins the second and later ones to the first.
-func startCluster() (*Cluster, error) { return formCluster(false) }
+// startCluster boots the nodes side by side, in root unless it is "", then joins the second and
+// later ones to the first.
+func startCluster(root string) (*Cluster, error) { return formCluster(root, false) }
 
 // formCluster is startCluster, with the stream plugin on every node when stream is set.
-func formCluster(stream bool) (*Cluster, error) {
+func formCluster(root string, stream bool) (*Cluster, error) {
 	start := time.Now()
 	c := &Cluster{nodes: make([]*Rabbit, ClusterSize)}
 	cookie := UniqueName("cookie")
@@ -107,7 +108,7 @@ func formCluster(stream bool) (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.nodes[i], errs[i] = startNode(&Rabbit{cookie: cookie, stream: stream})
+			c.nodes[i], errs[i] = startNode(&Rabbit{cookie: cookie, root: root, stream: stream})
 		}()
 	}
 	wg.Wait()
