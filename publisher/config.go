@@ -68,8 +68,9 @@ type Config struct {
 	QueueType string
 
 	// OnQueue, when set, is told the outcome of each declaration of the park and alternate
-	// queues, and each time a message waits to be parked (see QueueState). It is called from the
-	// session's goroutines and must not block.
+	// queues, that a declaration Dial gave up waiting for has no answer yet, and each time a
+	// message waits to be parked (see QueueState). It is called from the session's goroutines
+	// and must not block.
 	OnQueue func(QueueState)
 
 	// MaxMessageSize is the largest body Publish sends; a larger one is refused with

@@ -53,7 +53,8 @@ type QueueState struct {
 	Queue string
 	// Type is the type the session declares it as: QueueClassic or QueueQuorum.
 	Type string
-	// Err is why the queue could not be declared (its node is down, say); nil once it was.
+	// Err is why the queue could not be declared (its node is down, say), or that its
+	// declaration has had no answer yet (errUnanswered); nil once it was declared.
 	Err error
 	// OtherType is set when the queue exists with another type or other arguments than
 	// QueueType asks for, and is used as it is (QueueType auto only).
@@ -73,6 +74,43 @@ type sinkQueue struct {
 	ready   bool
 	err     error
 	pending chan struct{} // non-nil while a declaration is in flight; closed when it ends
+	since   time.Time     // when the declaration in flight began
+}
+
+// unansweredFor returns how long the declaration of q in flight has had no answer; 0 when none is
+// in flight.
+func unansweredFor(q *sinkQueue) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pending == nil {
+		return 0
+	}
+	return time.Since(q.since)
+}
+
+// errUnanswered marks the state of a queue whose declaration has had no answer for a while. On
+// RabbitMQ 4.0 the declaration of a classic queue whose node is down fails only after more than
+// a minute ("due to timeout"); until then the queue counts as unavailable.
+var errUnanswered = errors.New("no answer from the broker")
+
+// tellUnlessDeclared tells Config.OnQueue st, unless q has been declared meanwhile. It tells
+// while it holds q's lock, so the news of a declaration that ends at that moment comes after.
+func (s *Session) tellUnlessDeclared(q *sinkQueue, st QueueState) {
+	if s.cfg.OnQueue == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ready {
+		return
+	}
+	if errors.Is(st.Err, errUnanswered) {
+		if q.pending == nil {
+			return // the answer came meanwhile, and was told
+		}
+		st.Err = fmt.Errorf("declare queue %s: %w for %v", q.name, errUnanswered, time.Since(q.since).Round(time.Second))
+	}
+	s.cfg.OnQueue(st)
 }
 
 // typeMismatch reports whether err is the broker's refusal of a queue declared with other
@@ -84,7 +122,8 @@ func typeMismatch(err error) bool {
 
 // declareQueues makes the first declaration of the park and alternate queues, waiting for each
 // at most queueWait. A queue that cannot be declared does not fail Dial (its node may be down;
-// Park waits for it), unless it exists as another type than a type QueueType names.
+// Park waits for it), unless it exists as another type than a type QueueType names. One whose
+// declaration has no answer by then counts as unavailable: Config.OnQueue hears it.
 func (s *Session) declareQueues(ctx context.Context) error {
 	for _, q := range []*sinkQueue{s.park, s.alternate} {
 		if q == nil {
@@ -100,6 +139,9 @@ func (s *Session) declareQueues(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			s.tellUnlessDeclared(q, QueueState{Queue: q.name, Type: s.queueType(), Err: errUnanswered})
 		}
 	}
 	return nil
@@ -156,7 +198,7 @@ func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
 	pending := q.pending
 	if pending == nil {
 		pending = make(chan struct{})
-		q.pending = pending
+		q.pending, q.since = pending, time.Now()
 		go s.declareQueue(q, pending)
 	}
 	q.mu.Unlock()
@@ -224,16 +266,29 @@ func (s *Session) onChannel(f func(*amqp.Channel) error) error {
 
 // awaitPark waits until the park queue is declared: a parked message published while it cannot
 // be (its node is down) would be returned, and the session lost. Each failed try tells
-// Config.OnQueue that a message waits; ctx ends the wait.
+// Config.OnQueue that a message waits, and so does each call made while a declaration has had no
+// answer for parkRetry; ctx ends the wait.
 func (s *Session) awaitPark(ctx context.Context) error {
 	for {
-		err := s.ensureQueue(ctx, s.park)
-		if err == nil || ctx.Err() != nil || s.failure() != nil {
+		if unansweredFor(s.park) >= parkRetry {
+			s.tellUnlessDeclared(s.park, QueueState{Queue: s.park.name, Type: s.queueType(), Err: errUnanswered, Waiting: true})
+		}
+		tctx, cancel := context.WithTimeout(ctx, parkRetry)
+		err := s.ensureQueue(tctx, s.park)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if f := s.failure(); f != nil {
+			return f
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if s.cfg.OnQueue != nil {
-			s.cfg.OnQueue(QueueState{Queue: s.park.name, Type: s.queueType(), Err: err, Waiting: true})
+		if errors.Is(err, context.DeadlineExceeded) {
+			continue // the declaration in flight goes on; the next turn says so
 		}
+		s.tellUnlessDeclared(s.park, QueueState{Queue: s.park.name, Type: s.queueType(), Err: err, Waiting: true})
 		t := time.NewTimer(parkRetry)
 		select {
 		case <-t.C:

@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -181,4 +182,82 @@ func TestSessionDeclaresAQueueAgainOnceItCan(t *testing.T) {
 	if d := get(t, admin(t, r.URL()), unroutable); d.MessageId != m.ID.String() {
 		t.Errorf("alternate queue holds %s, want %s", d.MessageId, m.ID)
 	}
+}
+
+// On RabbitMQ 4.0 the declaration of a classic queue whose node is down has no answer for over a
+// minute, then fails "due to timeout" (3.10 refuses it at once). Meanwhile the queue counts as
+// unavailable as soon as Dial gives up waiting for it, and a message to park is told as waiting
+// before the broker's answer, not a minute later. Once the node is back, Park parks.
+func TestParkWaitIsToldWhileTheDeclarationHasNoAnswer(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("starts a RabbitMQ 4.0 cluster")
+	}
+	c := testenv.StartCluster(t, testenv.RabbitVersion("4.0"))
+	exchange := testenv.UniqueName("outbox")
+	parked := exchange + ".parked"
+	ch := admin(t, c.URLs()[0])
+	if err := ch.ExchangeDeclare(parked, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(parked, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(parked, "", parked, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Node(0).Kill(t)
+	defer c.StartAll(t)
+
+	var log queueLog
+	s, _ := dial(t, c.URLs()[1], publisher.Config{Exchange: exchange, QueueType: publisher.QueueClassic,
+		AlternateExchange: publisher.NoExchange, OnQueue: log.add})
+	answered := func(st publisher.QueueState) bool {
+		var ae *amqp.Error
+		return errors.As(st.Err, &ae)
+	}
+	if log.has(parked, answered) {
+		t.Skipf("the broker answered the declaration of %s within Dial's wait: %v", parked, &log)
+	}
+	if !log.has(parked, func(st publisher.QueueState) bool { return st.Err != nil }) {
+		t.Errorf("Dial returned without telling that %s has no answer: %v", parked, &log)
+	}
+
+	done := make(chan error, 1)
+	p := &wire.Parked{Message: *newMessage(""), Reason: "event_type is empty", Table: "public.outbox", LSN: "0/1"}
+	go func() {
+		_, err := s.Park(context.Background(), p)
+		done <- err
+	}()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !log.has(parked, func(st publisher.QueueState) bool { return st.Waiting }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Park never said it waits for %s: %v", parked, &log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.mu.Lock()
+	for _, st := range log.states {
+		if st.Waiting {
+			break
+		}
+		if answered(st) {
+			t.Errorf("Park said it waits only after the broker answered: %+v", log.states)
+			break
+		}
+	}
+	log.mu.Unlock()
+
+	c.Node(0).Start(t)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Park: %v", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("Park still waits five minutes after the queue's node came back: %v", &log)
+	}
+	if c := next(t, s); c.Err != nil {
+		t.Fatalf("parked message: Confirm %+v, want it acked", c)
+	}
+	t.Logf("told: %v", &log)
 }
