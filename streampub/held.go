@@ -10,8 +10,8 @@ import (
 )
 
 // Held returns which of ids (message ids) the stream holds already, in messages of this producer
-// (or of its LegacyProducerName, from this database system): another database's rows may have
-// the same ids.
+// (or of its LegacyProducerName that name this database system): another database's rows may
+// have the same ids.
 // walbox recover asks it before it publishes the rows of a gap, so that a row the relay stored
 // before its slot was lost, or a recover killed midway stored, is not stored again.
 //
@@ -127,12 +127,13 @@ func (s *Session) note(m *amqp.Message, from Position, ids, held map[string]bool
 }
 
 // ours reports whether m is this producer's: of its name, or of LegacyProducerName from this
-// database system (or from before messages named their system).
+// database system, as Bind continues from. A message of the old name that names no system may be
+// another cluster's with the same slot name: its ids say nothing of this database's rows.
 func (s *Session) ours(m *amqp.Message) bool {
 	p, _ := m.ApplicationProperties[PropProducer].(string)
 	if p == s.cfg.Producer {
 		return true
 	}
 	sys, _ := m.ApplicationProperties[PropSystem].(string)
-	return p == LegacyProducerName(s.cfg.Slot) && (sys == "" || sys == s.system)
+	return p == LegacyProducerName(s.cfg.Slot) && sys != "" && sys == s.system
 }

@@ -54,3 +54,30 @@ func TestHeldFindsThisProducersMessagesByID(t *testing.T) {
 		t.Errorf("Held: %v; want the rows at offsets 100 and 1600 only", held)
 	}
 }
+
+// A message under the name walbox gave the producer before (walbox-<slot>) that names no
+// database system is not taken for this relay's: another cluster with the same slot name wrote
+// under that name too, and its rows may have this database's ids. The relay's continuation from
+// that name reads only its own system's messages; Held does the same, so recover publishes the
+// row (a duplicate at worst) instead of skipping it (lost).
+func TestHeldTakesNoOldNameMessageWithoutASystem(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs RabbitMQ")
+	}
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	old := cfg
+	old.Producer = streampub.LegacyProducerName(cfg.Slot) // bound to no system: no walbox-system
+	p, m := row(1000, 0)
+	m.MessageID = "shared-1"
+	publishAll(t, dial(t, old), []streampub.Position{p}, []*wire.Message{m})
+
+	s := dial(t, cfg)
+	held, err := s.Held(1, 500, map[string]bool{"shared-1": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held["shared-1"] {
+		t.Error("Held took a message of the old name without a database system for this relay's")
+	}
+}
