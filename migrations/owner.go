@@ -52,9 +52,9 @@ func checkOwner(ctx context.Context, conn *pgx.Conn, table wire.Table, relayRole
 	if err != nil || trusted {
 		return err
 	}
-	return fmt.Errorf("%w: %s.walbox_slots belongs to %s, which is no superuser and does not own %s: %s can move the record past a gap; "+
+	return fmt.Errorf("%w: %s belongs to %s, which is no superuser and does not own %s: %s can move the record past a gap; "+
 		"as a superuser, after checking its rows and the code of the record functions, give walbox_slots, walbox_relay_roles, "+
 		"walbox_migrations and the record functions in schema %s to the owner of %s (ALTER ... OWNER TO); "+
 		"if %s is the role walbox run logs in as, name it with --relay-role",
-		ErrRecordOwner, pgx.Identifier{table.Schema}.Sanitize(), owner, table, owner, table.Schema, table, owner)
+		ErrRecordOwner, table.Schema+".walbox_slots", owner, table, owner, table.Schema, table, owner)
 }

@@ -198,6 +198,17 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 			"run `walbox migrate --relay-role %s` as the outbox table's owner",
 			errRecordDenied, role, strings.Join(denied, ", "), shellWord(role)))
 	}
+	// A record made by another role before walbox migrate did is that role's to move.
+	owner, trusted, err := migrations.ReadOwner(ctx, w.conn, w.reg.Schema(), w.tables, role)
+	if err != nil {
+		return err
+	}
+	if !trusted {
+		return fatal(fmt.Errorf("%w: %s belongs to %s, which is no superuser, owns no outbox table walbox relays and is not this role (%s): "+
+			"%s can move the record past a gap; as a superuser, after checking its rows and the code of the record functions, "+
+			"give walbox_slots, walbox_relay_roles, walbox_migrations and the record functions in schema %s to the outbox table's owner",
+			migrations.ErrRecordOwner, w.reg.Table(), owner, role, owner, w.reg.Schema()))
+	}
 	return nil
 }
 

@@ -98,6 +98,36 @@ func TestRunRefusesARoleThatCannotRecordAStop(t *testing.T) {
 	}
 }
 
+// A role that may CREATE in the outbox schema made walbox's record before walbox migrate did, so
+// walbox_slots and the record functions are its own (as if given them here). walbox run streamed
+// on that record; now it stops at start, exit 1, naming the role, and so does migrate.
+func TestRunRefusesARecordOfAnotherOwner(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	role := testenv.UniqueName("relay")
+	relayURL := roleURL(t, pg, w.db, role, "LOGIN REPLICATION")
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 0 {
+		t.Fatalf("walbox migrate --relay-role exited %d:\n%s", code, out)
+	}
+	squatter := testenv.UniqueName("squatter")
+	roleURL(t, pg, w.db, squatter, "LOGIN")
+	pg.Exec(t, w.db, `DO $$ DECLARE f regprocedure; BEGIN
+		EXECUTE 'ALTER TABLE public.walbox_slots OWNER TO `+squatter+`';
+		FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'walbox\_slot\_%' LOOP
+			EXECUTE 'ALTER FUNCTION ' || f || ' OWNER TO `+squatter+`';
+		END LOOP; END $$`)
+	t.Cleanup(func() { pg.Exec(t, w.db, "REASSIGN OWNED BY "+squatter+" TO CURRENT_USER") })
+	want := "public.walbox_slots belongs to " + squatter
+	out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + relayURL}, "run")
+	if code != 1 || !strings.Contains(out, want) {
+		t.Errorf("walbox run over a record %s owns: exit %d, want 1 saying %q\n%s", squatter, code, want, out)
+	}
+	if out, code := w.walbox(nil, "migrate", "--relay-role", role); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("walbox migrate over a record %s owns: exit %d, want 1 saying %q\n%s", squatter, code, want, out)
+	}
+}
+
 // `walbox migrate --relay-role` takes back the grants it may, and names the roles it may not: a
 // member of the relay role can move the record as the relay can. migrate still succeeds; doctor,
 // run as the owner, passes the relay role it recorded and fails the member, naming it.
