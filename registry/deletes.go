@@ -16,9 +16,12 @@ import (
 // horizon, so never rows of a gap) and deletes walbox recover --accept-loss accepted. The
 // statistics count deletes since they began: they restart after a crash or pg_stat_reset, and
 // the explained count then restarts too. A delete reaches them within seconds, once the deleting
-// session reports it. They do not count TRUNCATE.
+// session reports it. They do not count TRUNCATE, nor deletes made on another server before a
+// standby was promoted.
 type Deletes struct {
 	Table wire.Table
+	// Began is when the statistics began counting; zero if the server does not say.
+	Began time.Time
 	// Seen is the rows deleted from the table (its partitions) since the statistics began.
 	Seen int64
 	// Explained is how many of those walbox prune deleted or walbox recover accepted.
@@ -33,17 +36,29 @@ func (d Deletes) Unexplained() int64 { return max(0, d.Seen-d.Explained) }
 func deletesTable(schema string) string { return pgx.Identifier{schema, "walbox_deletes"}.Sanitize() }
 
 // statsSQL reads the rows deleted from the table $1 (a quoted name), summed over its partitions,
-// and when the database's statistics were last reset.
+// and when the statistics began counting them (statsSince).
 const statsSQL = `SELECT coalesce((SELECT pg_catalog.sum(pg_catalog.pg_stat_get_tuples_deleted(r.relid)) FROM (
 			SELECT pg_catalog.to_regclass($1) AS relid
 			UNION SELECT p.relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p WHERE p.isleaf) AS r), 0)::pg_catalog.int8,
-	(SELECT d.stats_reset FROM pg_catalog.pg_stat_database AS d WHERE d.datname = pg_catalog.current_database())`
+	` + statsSince
+
+// statsSince is the SQL for when the server's statistics last began counting: the later of the
+// database's reset (pg_stat_reset, a table's reset) and the archiver's. A crash drops every
+// table's counts and leaves the database's reset time as it was (none, often), but resets the
+// archiver's to the end of crash recovery; the archiver's also says when a new server, a standby
+// promoted later, first started.
+const statsSince = `GREATEST(
+		(SELECT d.stats_reset FROM pg_catalog.pg_stat_database AS d WHERE d.datname = pg_catalog.current_database()),
+		(SELECT a.stats_reset FROM pg_catalog.pg_stat_archiver AS a))`
 
 // ReadDeletes reads the server's statistics of the rows deleted from the table, and what walbox
 // recorded of them in walbox_deletes, beside walbox_slots in schema (nothing, where that does
 // not exist).
 func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table) (Deletes, error) {
 	c, err := readCount(ctx, db, schema, t, "")
+	if c.reset != nil {
+		c.Began = *c.reset
+	}
 	return c.Deletes, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,6 +132,7 @@ type Recovery struct {
 	// rewrite selects, on pg_class, a table changed by a transaction that may have committed
 	// after the recorded position (the gap's condition on xmin); empty with AllRows.
 	rewrite string
+	record  registry.Record // the gap's record, read by prepare
 }
 
 // OpenRecovery connects to the database twice (a replication and an ordinary connection).
@@ -284,6 +286,9 @@ type Count struct {
 	// that may have committed after the recorded position. TRUNCATE does that, and the
 	// statistics do not count its rows; so do VACUUM FULL, CLUSTER and most ALTER TABLEs.
 	Rewritten bool
+	// Unseen says why deletes from the table may have gone uncounted since the gap may have
+	// begun, or is empty: the statistics began again, or the server switched timelines.
+	Unseen string
 }
 
 // Count counts the rows Recover would republish if it ran now: an upper bound, since rows
@@ -445,8 +450,11 @@ func rowsGone(counts []Count) error {
 		deleted []string
 		empty   = true
 	)
-	var rewritten []string
+	var rewritten, unseen []string
 	for _, c := range counts {
+		if c.Unseen != "" && !slices.Contains(unseen, c.Unseen) {
+			unseen = append(unseen, c.Unseen)
+		}
 		there += c.Rows
 		empty = empty && c.Rows == 0 && c.Empty
 		if c.Deleted > 0 {
@@ -455,6 +463,12 @@ func rowsGone(counts []Count) error {
 		if c.Rewritten {
 			rewritten = append(rewritten, fmt.Sprintf("%s (%d rows of the gap there)", c.Table, c.Rows))
 		}
+	}
+	if len(unseen) > 0 {
+		return fmt.Errorf("%w: rows of the gap may be gone without walbox seeing it: %s. "+
+			"Only %d rows of the gap are left to republish. If no outbox rows were deleted by hand or by producers that "+
+			"delete rows as they insert them, or to republish those and accept the loss of the others, run again with --accept-loss",
+			errRowsGone, strings.Join(unseen, "; "), there)
 	}
 	if len(rewritten) > 0 {
 		return fmt.Errorf("%w: rows of the gap may be gone: %s was truncated, rewritten or altered (TRUNCATE, VACUUM FULL, "+

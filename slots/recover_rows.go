@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
@@ -60,6 +61,7 @@ func (r *Recovery) prepare(ctx context.Context, g Gap) error {
 		tables = append(tables, t)
 	}
 	r.tables = tables
+	r.record = g.Record
 	if !r.cfg.AllRows {
 		r.rewrite = cond
 	}
@@ -176,11 +178,31 @@ func (r *Recovery) count(ctx context.Context, q interface {
 			return nil, err
 		}
 		counts[i].Deleted = d.Unexplained()
+		counts[i].Unseen = r.unseen(d.Began)
 		if counts[i].Rewritten, err = r.rewritten(ctx, t.mapping.Table); err != nil {
 			return nil, err
 		}
 	}
 	return counts, nil
+}
+
+// unseen says why deletes may have gone uncounted since the gap may have begun, given when the
+// statistics began counting, or "". Rows of the gap committed after the record's first position,
+// reached before the record began; deletes before the statistics began are not in them. A
+// server that switched timelines since the record's last confirm counts none of the deletes made
+// on the server it took over from.
+func (r *Recovery) unseen(began time.Time) string {
+	rec := r.record
+	switch {
+	case rec.Timeline != 0 && rec.Timeline != r.sys.Timeline:
+		return fmt.Sprintf("the server is on timeline %d and walbox last confirmed on timeline %d: a standby promoted (or a backup "+
+			"restored) since counts none of the deletes made before on the server it took over from", r.sys.Timeline, rec.Timeline)
+	case !began.IsZero() && began.After(rec.FirstRecorded):
+		return fmt.Sprintf("the server's statistics began counting again at %s (a crash, pg_stat_reset, or a server started since), "+
+			"after walbox's record of slot %s began at %s: deletes before then are not counted",
+			began.UTC().Format(time.RFC3339), rec.Slot, rec.FirstRecorded.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // rewritten reports whether the table, or one of its partitions, has a catalog row written by a
