@@ -9,7 +9,10 @@
 //
 // A Publisher may do more than wire.Publisher asks. A Flusher is told when the stream has
 // nothing more to publish for now. A Positioner learns where each message comes from, and a
-// SystemBound the server's system identifier and the slot's database (package streampub is both).
+// SystemBound the server's system identifier and the slot's database. An Anchored publisher has
+// its anchor checked against the server's WAL and read again once the slot is held; a Guarded
+// one asks the session before each write whether it may still hold the slot (package streampub
+// is all of these).
 //
 // # States
 //
