@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -200,4 +201,36 @@ func (c *Cluster) shutdown() {
 			n.shutdown()
 		}
 	}
+}
+
+// HoldBackReplica makes one replica of the stream named name lag, until resume: the leader's
+// node stops feeding it new chunks (it suspends its osiris replica readers for that node). The
+// replica stays up, and a reader it serves sees the stream as it was. The leader and the other
+// replica still make a quorum, so publishing goes on.
+func (c *Cluster) HoldBackReplica(tb TB, name string) (resume func()) {
+	tb.Helper()
+	out := c.nodes[0].Ctl(tb, "eval", fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), `+
+		`#{leader_node := L, replica_nodes := [R | _]} = amqqueue:get_type_state(Q), {L, R}.`, name))
+	names := regexp.MustCompile(`'([^']+)'`).FindAllStringSubmatch(out, -1)
+	if len(names) != 2 {
+		tb.Fatalf("testenv: members of stream %s: %s", name, out)
+	}
+	var leader *Rabbit
+	for _, n := range c.nodes {
+		if n.node == names[0][1] {
+			leader = n
+		}
+	}
+	if leader == nil {
+		tb.Fatalf("testenv: no node named %s", names[0][1])
+	}
+	feeders := func(op string) string {
+		return fmt.Sprintf(`[sys:%s(P) || P <- erlang:processes(), {dictionary, D} <- [erlang:process_info(P, dictionary)], `+
+			`lists:member({'$initial_call', {osiris_replica_reader, init, 1}}, D), `+
+			`lists:any(fun(E) -> is_pid(E) andalso node(E) =:= '%s' end, tuple_to_list(sys:get_state(P)))].`, op, names[1][1])
+	}
+	if out := leader.Ctl(tb, "eval", feeders("suspend")); !strings.Contains(out, "ok") {
+		tb.Fatalf("testenv: no replica reader of %s feeds %s: %s", name, names[1][1], out)
+	}
+	return func() { leader.Ctl(tb, "eval", feeders("resume")) }
 }

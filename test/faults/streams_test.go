@@ -545,3 +545,78 @@ func TestStreamReshardStoresNoRowBeforeTheCutTwice(t *testing.T) {
 		t.Errorf("rows before the cut %d, after %d: the test proved little", before, after)
 	}
 }
+
+// The stream fault test on a three-node cluster: two databases publish into one stream, and
+// their relays are SIGKILLed again and again while one replica of the stream is held back. Each
+// new session reads its anchor; the client reads from a replica, at random, and the one held
+// back shows an old end. The stream then holds every committed row of both databases exactly
+// once, each database's in commit order. Taking what the lagging replica showed for the anchor,
+// a session stored its replay again.
+func TestStreamOnThreeNodesWithALaggingReplica(t *testing.T) {
+	heavy(t)
+	cluster := testenv.StartStreamCluster(t)
+	var urls []string
+	for _, n := range cluster.Nodes() {
+		urls = append(urls, n.StreamURL())
+	}
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + strings.Join(urls, ","), "WALBOX_STREAM=" + name}
+	sr := readStream(t, urls[0], name)
+	pg := testenv.SharedPostgres(t)
+	type db struct {
+		w  *world
+		wr *writer
+		r  *relay
+	}
+	var dbs []*db
+	for i := range 2 {
+		d := &db{w: newWorld(t, pg, cluster.Node(i))}
+		d.wr = d.w.startWriter(checker.WriterConfig{Seed: uint64(time.Now().UnixNano()) + uint64(i), MaxTx: 10,
+			Pause: 10 * time.Millisecond, Rollback: 0.1, Emit: 0.2})
+		d.r = d.w.startRelay(env...)
+		dbs = append(dbs, d)
+	}
+	sr.progress(t, 300, 2*time.Minute)
+	resume := cluster.HoldBackReplica(t, name)
+	for i := range 6 {
+		time.Sleep(time.Second)
+		for _, d := range dbs {
+			d.r.Kill()
+			d.r = d.w.startRelay(env...)
+		}
+		t.Logf("kill %d", i+1)
+	}
+	time.Sleep(2 * time.Second)
+	resume()
+	sr.progress(t, 300, 2*time.Minute)
+	total := 0
+	for _, d := range dbs {
+		d.wr.stop()
+		if err := d.wr.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		total += len(d.wr.Committed())
+	}
+	sr.wait(t, total, 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	producers := map[string][]*amqp.Message{}
+	for _, m := range sr.messages() {
+		p, _ := m.ApplicationProperties["walbox-producer"].(string)
+		producers[p] = append(producers[p], m)
+	}
+	if len(producers) != 2 {
+		t.Fatalf("producers in the stream: %d, want one per database", len(producers))
+	}
+	for _, d := range dbs {
+		var of []*amqp.Message
+		for p, msgs := range producers {
+			if strings.Contains(p, "-"+d.w.slot+"-") {
+				of = msgs
+			}
+		}
+		checkStream(t, d.wr.Committed(), of, d.wr.Stats())
+	}
+	if n := sr.count(); n != total {
+		t.Errorf("%d messages in the stream, want the %d rows committed", n, total)
+	}
+}
