@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -56,9 +57,13 @@ type QueueState struct {
 	// Err is why the queue could not be declared (its node is down, say), or that its
 	// declaration has had no answer yet (errUnanswered); nil once it was declared.
 	Err error
-	// OtherType is set when the queue exists with another type or other arguments than
-	// QueueType asks for, and is used as it is (QueueType auto only).
+	// OtherType is set when the queue exists with another type than QueueType asks for, and is
+	// used as it is (QueueType auto only).
 	OtherType bool
+	// OtherArgument names the argument the broker found different when the queue exists with
+	// other arguments than the session declares (an x-max-length set by hand, say). The queue is
+	// used as it is; its type is then unknown, since the broker names one difference only.
+	OtherArgument string
 	// Waiting is set when a message to park waits for the queue: Park holds until it can be
 	// declared.
 	Waiting bool
@@ -113,11 +118,28 @@ func (s *Session) tellUnlessDeclared(q *sinkQueue, st QueueState) {
 	s.cfg.OnQueue(st)
 }
 
-// typeMismatch reports whether err is the broker's refusal of a queue declared with other
-// arguments than the existing queue's (its type, say).
+// typeMismatch reports whether err is the broker's refusal of a queue declared with another
+// type than the existing queue's.
 func typeMismatch(err error) bool {
+	arg, ok := mismatch(err)
+	return ok && (arg == "x-queue-type" || arg == "")
+}
+
+// inequivalentArg finds the argument the broker names in its refusal of a declaration.
+var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
+
+// mismatch reports whether err is the broker's refusal of a queue declared with other arguments
+// than the existing queue's, and the argument it names ("" when it names none). The broker
+// checks the other arguments before x-queue-type, and names the first that differs.
+func mismatch(err error) (arg string, ok bool) {
 	var ae *amqp.Error
-	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return "", false
+	}
+	if m := inequivalentArg.FindStringSubmatch(ae.Reason); m != nil {
+		return m[1], true
+	}
+	return "", true
 }
 
 // declareQueues makes the first declaration of the park and alternate queues, waiting for each
@@ -219,39 +241,47 @@ func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
 
 // declareQueue declares q once, records the outcome, tells Config.OnQueue and closes done.
 func (s *Session) declareQueue(q *sinkQueue, done chan struct{}) {
-	other, err := s.declareSinkQueue(q.name)
+	st := s.declareSinkQueue(q.name)
 	q.mu.Lock()
-	q.ready, q.err, q.pending = err == nil, err, nil
+	q.ready, q.err, q.pending = st.Err == nil, st.Err, nil
 	q.mu.Unlock()
 	if s.cfg.OnQueue != nil {
-		s.cfg.OnQueue(QueueState{Queue: q.name, Type: s.queueType(), Err: err, OtherType: other})
+		s.cfg.OnQueue(st)
 	}
 	close(done)
 }
 
 // declareSinkQueue declares a durable queue named after its fanout exchange, of the session's
-// queue type, and binds it to that exchange. With QueueType auto an existing queue of another
-// type is kept (other), and bound all the same. Each step has a channel of its own: a refusal
-// closes the channel.
-func (s *Session) declareSinkQueue(name string) (other bool, err error) {
+// queue type, and binds it to that exchange. An existing queue with other arguments (but for
+// x-queue-type) is kept as it is (OtherArgument), and so is one of another type with QueueType
+// auto (OtherType); either is bound all the same. Each step has a channel of its own: a refusal
+// closes the channel. The outcome is what Config.OnQueue is told.
+func (s *Session) declareSinkQueue(name string) QueueState {
+	st := QueueState{Queue: name, Type: s.queueType()}
 	var args amqp.Table
-	if t := s.queueType(); t == QueueQuorum {
-		args = amqp.Table{"x-queue-type": t}
+	if st.Type == QueueQuorum {
+		args = amqp.Table{"x-queue-type": st.Type}
 	}
-	err = s.onChannel(func(ch *amqp.Channel) error {
+	err := s.onChannel(func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(name, true, false, false, false, args)
 		return err
 	})
-	if typeMismatch(err) && (s.cfg.QueueType == QueueAuto || s.cfg.QueueType == "") {
-		other, err = true, nil
+	if arg, ok := mismatch(err); ok {
+		switch {
+		case !typeMismatch(err):
+			st.OtherArgument, err = arg, nil
+		case s.cfg.QueueType == QueueAuto || s.cfg.QueueType == "":
+			st.OtherType, err = true, nil
+		}
 	}
 	if err != nil {
-		return other, fmt.Errorf("declare queue %s: %w", name, err)
+		st.Err = fmt.Errorf("declare queue %s: %w", name, err)
+		return st
 	}
 	if err := s.onChannel(func(ch *amqp.Channel) error { return ch.QueueBind(name, "", name, false, nil) }); err != nil {
-		return other, fmt.Errorf("bind queue %s: %w", name, err)
+		st.Err = fmt.Errorf("bind queue %s: %w", name, err)
 	}
-	return other, nil
+	return st
 }
 
 // onChannel calls f with a channel of its own, closed afterwards.

@@ -261,3 +261,47 @@ func TestParkWaitIsToldWhileTheDeclarationHasNoAnswer(t *testing.T) {
 	}
 	t.Logf("told: %v", &log)
 }
+
+// A park queue that exists with other arguments than walbox declares (here a quorum queue capped
+// by hand with x-max-length) is used as it is, whatever the queue type setting: the broker refuses
+// the declaration naming that argument, not the type. Dial failed on it with quorum named
+// outright ("exists as another type"), and auto told it as another type (not a quorum queue).
+func TestAQueueWithOtherArgumentsIsUsedAsItIs(t *testing.T) {
+	r := testenv.SharedRabbit(t)
+	for _, queueType := range []string{publisher.QueueQuorum, publisher.QueueAuto} {
+		exchange := testenv.UniqueName("outbox")
+		parked := exchange + ".parked"
+		ch := admin(t, r.URL())
+		if err := ch.ExchangeDeclare(parked, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(parked, true, false, false, false,
+			amqp.Table{"x-queue-type": "quorum", "x-max-length": int32(1000)}); err != nil {
+			t.Fatal(err)
+		}
+		var log queueLog
+		s, err := publisher.Dial(context.Background(), publisher.Config{URL: r.URL(), Exchange: exchange,
+			QueueType: queueType, AlternateExchange: publisher.NoExchange, OnQueue: log.add})
+		if err != nil {
+			t.Fatalf("--queue-type %s: Dial over a quorum park queue with an x-max-length: %v", queueType, err)
+		}
+		defer s.Close()
+		if !log.has(parked, func(st publisher.QueueState) bool {
+			return st.Err == nil && st.OtherArgument == "x-max-length" && !st.OtherType
+		}) {
+			t.Errorf("--queue-type %s: OnQueue got %v, want the queue kept for its other x-max-length, not another type",
+				queueType, &log)
+		}
+		p := &wire.Parked{Message: *newMessage(""), Reason: "event_type is empty", Table: "public.outbox", LSN: "0/1"}
+		seq, err := s.Park(context.Background(), p)
+		if err != nil {
+			t.Fatalf("--queue-type %s: Park: %v", queueType, err)
+		}
+		if c := next(t, s); c.Seq != seq || c.Err != nil {
+			t.Fatalf("--queue-type %s: parked message: Confirm %+v, want seq %d acked", queueType, c, seq)
+		}
+		if d := get(t, admin(t, r.URL()), parked); d.MessageId != p.Message.ID.String() {
+			t.Errorf("--queue-type %s: park queue holds %s, want %s", queueType, d.MessageId, p.Message.ID)
+		}
+	}
+}

@@ -55,6 +55,14 @@ func (d doctor) queueCheck(name, queue string, qs *queueStates) Check {
 			"declares it as quorum. For the park queue a new --park-exchange name works too", queue),
 			"queue %s is not a quorum queue, though walbox is given %d brokers: a classic queue lives on one node, "+
 				"and while that node is down no row can be parked", queue, len(d.brokers))
+	case st.OtherArgument != "" && len(d.brokers) > 1:
+		return warnCheck(name, fmt.Sprintf("check its type (rabbitmqctl list_queues name type); if it is classic, delete it "+
+			"once empty (rabbitmqctl delete_queue %s --if-empty) and walbox declares it as %s", queue, st.Type),
+			"queue %s exists with another %s than walbox declares; walbox uses it as it is, and cannot tell its type", queue,
+			st.OtherArgument)
+	case st.OtherArgument != "":
+		return passCheck(name, "queue %s exists with another %s than walbox declares; walbox uses it as it is", queue,
+			st.OtherArgument)
 	case st.OtherType:
 		return passCheck(name, "queue %s exists with another type than %s; walbox keeps it as it is", queue, st.Type)
 	case st.Type == publisher.QueueClassic && len(d.brokers) > 1:

@@ -19,7 +19,7 @@ type queueWatch struct {
 	mu      sync.Mutex
 	down    map[string]bool // queues by name: the last declaration failed
 	waiting string          // the park queue a row waits for; "" while none waits
-	typed   map[string]bool // queues already logged as kept with another type
+	typed   map[string]bool // queues already logged as kept with another type or other arguments
 }
 
 func newQueueWatch(log *slog.Logger) *queueWatch {
@@ -52,10 +52,16 @@ func (w *queueWatch) observe(st publisher.QueueState) {
 			w.waiting = ""
 		}
 		w.down[st.Queue] = false
-		if st.OtherType && st.Type == publisher.QueueQuorum && !w.typed[st.Queue] {
+		switch {
+		case w.typed[st.Queue]:
+		case st.OtherType && st.Type == publisher.QueueQuorum:
 			w.typed[st.Queue] = true
 			w.log.Warn("queue is not a quorum queue, though walbox is given several brokers: while its node is down, "+
 				"nothing can be parked; walbox doctor says how to replace it", "queue", st.Queue)
+		case st.OtherArgument != "":
+			w.typed[st.Queue] = true
+			w.log.Warn("queue exists with other arguments than walbox declares; walbox uses it as it is",
+				"queue", st.Queue, "argument", st.OtherArgument, "declared_as", st.Type)
 		}
 	}
 }

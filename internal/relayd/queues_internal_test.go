@@ -58,4 +58,9 @@ func TestQueueWatchLogsEachChangeOnce(t *testing.T) {
 	if got := count("is not a quorum queue"); got != 1 {
 		t.Errorf("%d warnings of a queue kept as classic, want 1 (the park queue, asked as quorum):\n%s", got, out.String())
 	}
+	w.observe(publisher.QueueState{Queue: alt, Type: "quorum", OtherArgument: "x-max-length"})
+	w.observe(publisher.QueueState{Queue: alt, Type: "quorum", OtherArgument: "x-max-length"})
+	if got := count("exists with other arguments than walbox declares"); got != 1 || !strings.Contains(out.String(), "argument=x-max-length") {
+		t.Errorf("%d warnings of a queue kept with other arguments, want 1 naming x-max-length:\n%s", got, out.String())
+	}
 }
