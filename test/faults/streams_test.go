@@ -128,6 +128,9 @@ type streamReader struct {
 	env       *stream.Environment
 	mu        sync.Mutex
 	msgs      []*amqp.Message
+	// next is the offset after the last message kept: some offsets hold no message (a named
+	// producer's state at each segment's start).
+	next int64
 }
 
 // readStream starts reading the stream name, waiting for the stream to be declared.
@@ -152,13 +155,13 @@ func (sr *streamReader) start() error {
 		return err
 	}
 	sr.mu.Lock()
-	from := int64(len(sr.msgs))
+	from := sr.next
 	sr.mu.Unlock()
 	_, err = env.NewConsumer(sr.name, func(ctx stream.ConsumerContext, m *amqp.Message) {
 		sr.mu.Lock()
 		defer sr.mu.Unlock()
-		if ctx.Consumer.GetOffset() == int64(len(sr.msgs)) {
-			sr.msgs = append(sr.msgs, m)
+		if o := ctx.Consumer.GetOffset(); o >= sr.next {
+			sr.msgs, sr.next = append(sr.msgs, m), o+1
 		}
 	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Offset(from)))
 	if err != nil {
