@@ -462,3 +462,49 @@ func TestRecoverRefusesAGapAfterTheStatisticsBeganAgain(t *testing.T) {
 		t.Fatalf("walbox recover of a later gap exited %d; want 0 and every one confirmed:\n%s", code, out)
 	}
 }
+
+// A promoted standby counts none of the deletes made on the old primary. walbox is stopped, 10
+// rows are committed and deleted by hand on the primary, 5 more come, and the standby is promoted
+// without the slot. On the old code recover, pointed at the promoted server, republished the 5
+// rows and said every one confirmed; it must refuse, naming the timelines.
+func TestRecoverRefusesAGapAcrossAPromotion(t *testing.T) {
+	heavy(t)
+	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
+	testenv.RequireOwn(t, primary)
+	standby := testenv.StartStandby(t, primary, "standby1")
+	w := newWorld(t, primary, testenv.SharedRabbit(t))
+	promoted := withHost(t, w.db, hostOf(t, standby.URL()))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+	}
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', g::text, 'order.gone', '{}' FROM generate_series(1, 10) g`)
+	w.exec(`DELETE FROM outbox WHERE event_type = 'order.gone'`)
+	for i := range 5 {
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'order.after', '{}')`, itoa(i))
+	}
+	w.waitDeletes(10)
+	waitFor(t, time.Minute, "the standby to replay the rows", func() bool {
+		var n int
+		return execRow(t, promoted, "SELECT count(*) FROM public.outbox WHERE event_type = 'order.after'", &n) == nil && n == 5
+	})
+	standby.Promote(t)
+	waitFor(t, time.Minute, "the promoted server to take writes", func() bool {
+		var ro bool
+		return execRow(t, promoted, "SELECT pg_is_in_recovery()", &ro) == nil && !ro
+	})
+	env := []string{"WALBOX_DATABASE_URL=" + promoted}
+	for _, args := range [][]string{{"--dry-run"}, nil} {
+		out, code := w.walbox(env, append([]string{"recover"}, args...)...)
+		if code == 0 || !strings.Contains(out, "timeline 2") || !strings.Contains(out, "--accept-loss") ||
+			strings.Contains(out, "every one confirmed") {
+			t.Fatalf("walbox recover %v on the promoted server exited %d; want non-zero, naming the timelines and --accept-loss:\n%s", args, code, out)
+		}
+	}
+	out, code := w.walbox(env, "recover", "--accept-loss")
+	if code != 0 || !strings.Contains(out, "republished 5 rows") || strings.Contains(out, "every one confirmed") {
+		t.Fatalf("walbox recover --accept-loss exited %d; want 0, the 5 rows left republished, the loss named:\n%s", code, out)
+	}
+}
