@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -50,6 +51,9 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 		if !exists {
 			return fmt.Errorf("relay role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", relayRole)
 		}
+	}
+	if err := checkDefiners(ctx, tx, schema); err != nil {
+		return err
 	}
 	relays, err := recordRelay(ctx, tx, schema, relayRole)
 	if err != nil {
@@ -245,4 +249,37 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 		}
 	}
 	return nil
+}
+
+// checkDefiners refuses record functions whose owner does not trust the owner of walbox_slots
+// (ownertrust): they write it with their owner's rights, so a trigger, rule or default of the
+// table's owner runs with them. A walbox_slots made by the outbox table's owner before the first
+// migrate, which a superuser ran, got record functions of the superuser: the relay's every confirm
+// then ran the table owner's trigger as the superuser.
+func checkDefiners(ctx context.Context, tx pgx.Tx, schema string) error {
+	var table, owner string
+	var definers []string
+	err := tx.QueryRow(ctx, `SELECT c.oid::pg_catalog.regclass::pg_catalog.text, o.rolname::pg_catalog.text,
+			ARRAY(SELECT DISTINCT pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text
+				FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) c.relnamespace
+				  AND p.proname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]) AND p.prosecdef
+				  AND p.proowner OPERATOR(pg_catalog.<>) o.oid AND NOT o.rolsuper
+				  AND NOT pg_catalog.pg_has_role(o.oid, p.proowner, 'MEMBER')
+				ORDER BY 1)
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) c.relowner
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text)
+			OPERATOR(pg_catalog.||) '.walbox_slots')::pg_catalog.oid`, schema, RecordFunctions).Scan(&table, &owner, &definers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the owners of the record functions: %w", err)
+	}
+	if len(definers) == 0 {
+		return nil
+	}
+	d := strings.Join(definers, ", ")
+	return fmt.Errorf("%w: %s belongs to %s, but the record functions that write it run as %s: a trigger, rule or default of %s on it "+
+		"would run as %s at every confirm; run walbox migrate as %s, or, after checking its triggers, rules and defaults, as a superuser: "+
+		"ALTER TABLE %s OWNER TO %s", ErrRecordOwner, table, owner, d, owner, d, owner, table, pgx.Identifier{definers[0]}.Sanitize())
 }

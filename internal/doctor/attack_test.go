@@ -1,6 +1,7 @@
 package doctor_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -113,8 +114,9 @@ func TestRecordTableWritesAreTheOwners(t *testing.T) {
 }
 
 // A role that may CREATE in the outbox schema creates walbox_slots before the first migrate. The
-// migrations then keep its table, and the record functions write a table that role owns: it can
-// move the record, and a trigger of its own runs with the functions' owner's rights. doctor fails.
+// migrations would keep its table, and the record functions would write a table that role owns: a
+// trigger of its own would run with the functions' owner's rights. migrate refuses; given the
+// table after migrate, the role can move the record, and doctor fails.
 func TestRecordTableOfAnotherOwnerFails(t *testing.T) {
 	e := setup(t)
 	squatter := roleOf(t, e.roleURL(t, "LOGIN"))
@@ -123,9 +125,17 @@ func TestRecordTableOfAnotherOwnerFails(t *testing.T) {
 		slot_name text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, origin text NOT NULL,
 		created_lsn pg_lsn, confirmed_lsn pg_lsn NOT NULL, confirmed_xmin xid8,
 		confirmed_at timestamptz NOT NULL DEFAULT now(), first_recorded_at timestamptz NOT NULL DEFAULT now())`)
+	// migrate refuses to create record functions, of the superuser, that write the squatter's table.
+	_, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", "")
+	if !errors.Is(err, migrations.ErrRecordOwner) || !strings.Contains(err.Error(), "squat.walbox_slots belongs to "+squatter) {
+		t.Fatalf("migrate the registry in squat: error %v, want a refusal naming %s", err, squatter)
+	}
+	// The same state, reached by giving the table to the squatter after migrate.
+	e.pg.Exec(t, e.db, "ALTER TABLE squat.walbox_slots OWNER TO CURRENT_USER")
 	if _, err := migrations.ApplyRegistryFor(t.Context(), e.conn, "squat", ""); err != nil {
 		t.Fatalf("migrate the registry in squat: %v", err)
 	}
+	e.pg.Exec(t, e.db, "ALTER TABLE squat.walbox_slots OWNER TO "+pgx.Identifier{squatter}.Sanitize())
 	cfg := e.cfg
 	cfg.Table.Schema = "squat"
 	c := find(t, doctor.Run(t.Context(), cfg), "record_rights")

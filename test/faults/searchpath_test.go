@@ -736,6 +736,42 @@ func TestRecordTableTriggerRunsNothingAsRecover(t *testing.T) {
 	}
 }
 
+// The application role owns the database and made the outbox table and walbox_slots itself, with
+// a trigger on walbox_slots, before a superuser's first `walbox migrate`. The record functions
+// that migrate creates would run as the superuser, and run the trigger with its rights at every
+// confirm: migrate refuses, naming both owners, and the trigger never runs.
+func TestRecordFunctionsRunNoTriggerOfTheTablesOwner(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	super, appDB, app := appOwnedDatabase(t, pg)
+	pg.Exec(t, appDB, `CREATE TABLE public.outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type text NOT NULL,
+			aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb NOT NULL DEFAULT '{}',
+			created_at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE public.walbox_slots (slot_name text PRIMARY KEY, system_identifier text NOT NULL,
+			timeline integer NOT NULL, origin text NOT NULL, created_lsn pg_lsn, confirmed_lsn pg_lsn NOT NULL, confirmed_xmin xid8,
+			confirmed_at timestamptz NOT NULL DEFAULT now(), first_recorded_at timestamptz NOT NULL DEFAULT now(), coverage text,
+			stop_reason text, stop_lsn pg_lsn, stopped_at timestamptz);
+		CREATE TRIGGER planted BEFORE INSERT OR UPDATE ON public.walbox_slots FOR EACH ROW EXECUTE FUNCTION public.planted()`)
+	w := &world{t: t, pg: pg, db: super, relayDB: super, slot: testenv.UniqueName("slot")}
+	w.conn = pg.Conn(t, super)
+	t.Cleanup(func() {
+		w.conn.Exec(context.Background(), "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", w.slot) //nolint:errcheck // the slot may not exist
+	})
+	out, code := w.walbox(nil, "migrate")
+	if code == 0 || !strings.Contains(out, "public.walbox_slots belongs to "+app+", but the record functions that write it run as") {
+		t.Errorf("walbox migrate as the superuser over the application role's walbox_slots exited %d, want a refusal naming both owners:\n%s", code, out)
+	}
+	if rows := captured(t, w.conn); len(rows) > 0 {
+		t.Errorf("the trigger planted on walbox_slots ran: %s", strings.Join(rows, ", "))
+	}
+	// The way out the refusal names: the superuser checks the table and takes it.
+	pg.Exec(t, super, "DROP TRIGGER planted ON public.walbox_slots; ALTER TABLE public.walbox_slots OWNER TO CURRENT_USER")
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate as the superuser, once it owns walbox_slots, exited %d:\n%s", code, out)
+	}
+}
+
 // appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
 // may insert into, and the trigger function public.planted, which takes back the session's own
 // role if it may (RESET ROLE) and records current_user there. It
