@@ -64,7 +64,7 @@ func (w *watch) checkOneServer(ctx context.Context, repl *pgconn.PgConn, sys pgl
 				"reports %s, timeline %d. A multi-host --database-url or a load balancer paired two servers: point "+
 				"--database-url at one server, the primary", errTwoServers, sys.SystemID, sys.Timeline, primary.id, primary.timeline))
 		}
-		return nil
+		return w.checkOneStart(ctx, repl)
 	}
 	if primary.id != sys.SystemID {
 		return fatal(fmt.Errorf("%w: the --replication-url server reports system identifier %s, timeline %d; the --database-url "+
@@ -123,6 +123,6 @@ func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
 	}
 	return fatal(fmt.Errorf("%w: the replication connection to %s reaches a server started at %s; the SQL connection to it "+
 		"reaches one started at %s, of the same system. A multi-host %s or a load-balanced service paired two servers "+
-		"(two standbys of one primary, or a restored copy): point %s at one server",
+		"(standbys of one primary, promoted or not, or a restored copy): point %s at one server",
 		errTwoServers, url, replStart, sqlStart, url, url))
 }

@@ -27,6 +27,7 @@
 //     TestStandbyPromotedUnderReplicationURL, TestPromotedStandbyRecordNotBehindSlot,
 //     TestReplacedStandbySlotRefused, TestSlotOnAStandbyAdvancedBeforeItIsHeld,
 //     TestRunRefusesTwoStandbysBehindOneURL (a read-only service over two standbys),
+//     TestRunRefusesTwoPromotedStandbysBehindOneURL (a split brain behind --database-url),
 //     TestStandbyDecodingSparesThePrimary (the primary's CPU per message),
 //     TestRecoverStandbySlot
 //   - slot lost or replaced: TestSlotDroppedUnderRelay, TestSlotInvalidated,

@@ -151,3 +151,47 @@ func readStartup(c net.Conn) ([]byte, error) {
 		return append(head, rest...), nil
 	}
 }
+
+// Two standbys of one primary, both promoted (a split brain), behind one --database-url (a
+// load-balanced read-write service): the same system identifier and the same timeline. walbox's
+// replication connection reaches one, its SQL connection the other. It must stop before it
+// touches a slot, saying that two servers answer the URL, not send the user to walbox recover.
+func TestRunRefusesTwoPromotedStandbysBehindOneURL(t *testing.T) {
+	heavy(t)
+	primary := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, primary)
+	w := newWorld(t, primary, testenv.SharedRabbit(t))
+	var urls []string
+	for _, name := range []string{"standby1", "standby2"} {
+		s := testenv.StartStandby(t, primary, name)
+		u := withHost(t, w.db, hostOf(t, s.URL()))
+		waitFor(t, time.Minute, "the database on "+name, func() bool {
+			var n int
+			return execRow(t, u, "SELECT count(*) FROM public.walbox_slots", &n) == nil && n > 0
+		})
+		s.Promote(t)
+		urls = append(urls, u)
+	}
+	lb := newSplitProxy(t, hostOf(t, urls[0]), hostOf(t, urls[1]))
+	w.relayDB = withHost(t, w.db, lb.addr)
+	r := w.startRelay()
+	code := r.Wait(2 * time.Minute)
+	out := r.Output()
+	if code == 0 || !strings.Contains(out, "reach different servers") || !strings.Contains(out, "--database-url") {
+		t.Fatalf("walbox run exited %d with its connections on two promoted standbys; want a stop naming two servers behind --database-url:\n%s",
+			code, testenv.Tail(out, 20))
+	}
+	if strings.Contains(out, "walbox recover") {
+		t.Errorf("walbox sends the user to walbox recover for a URL that reaches two servers:\n%s", testenv.Tail(out, 20))
+	}
+	t.Logf("walbox run exited %d: %s", code, lastLine(out, "relay stopped"))
+	for i, u := range urls {
+		var n int
+		if err := execRow(t, u, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", &n, w.slot); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("walbox created slot %s on promoted standby %d", w.slot, i+1)
+		}
+	}
+}
