@@ -142,18 +142,22 @@ func mismatch(err error) (arg string, ok bool) {
 	return "", true
 }
 
-// declareQueues makes the first declaration of the park and alternate queues, waiting for each
-// at most queueWait. A queue that cannot be declared does not fail Dial (its node may be down;
+// declareQueues makes the first declaration of the park and alternate queues, side by side,
+// waiting for them at most queueWait. A queue that cannot be declared does not fail Dial (its node may be down;
 // Park waits for it), unless it exists as another type than a type QueueType names. One whose
 // declaration has no answer by then counts as unavailable: Config.OnQueue hears it.
 func (s *Session) declareQueues(ctx context.Context) error {
+	var qs []*sinkQueue
 	for _, q := range []*sinkQueue{s.park, s.alternate} {
-		if q == nil {
-			continue
+		if q != nil {
+			s.begin(q) // both at once: each may take queueWait
+			qs = append(qs, q)
 		}
-		wctx, cancel := context.WithTimeout(ctx, queueWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, queueWait)
+	defer cancel()
+	for _, q := range qs {
 		err := s.ensureQueue(wctx, q)
-		cancel()
 		var ae *amqp.Error
 		if typeMismatch(err) && errors.As(err, &ae) {
 			return fmt.Errorf("declare queue %s: it exists as another type than %s; delete it once empty, or match "+
@@ -212,18 +216,10 @@ func (s *Session) queueType() string {
 // ctx ends the wait, not the declaration: that goes on until the broker answers or the
 // connection closes.
 func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
-	q.mu.Lock()
-	if q.ready {
-		q.mu.Unlock()
+	pending := s.begin(q)
+	if pending == nil {
 		return nil
 	}
-	pending := q.pending
-	if pending == nil {
-		pending = make(chan struct{})
-		q.pending, q.since = pending, time.Now()
-		go s.declareQueue(q, pending)
-	}
-	q.mu.Unlock()
 	select {
 	case <-pending:
 	case <-ctx.Done():
@@ -237,6 +233,21 @@ func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
 		return nil
 	}
 	return q.err
+}
+
+// begin starts a declaration of q unless q is declared or one is in flight. It returns the
+// channel closed when the declaration in flight ends, nil when q is declared.
+func (s *Session) begin(q *sinkQueue) chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ready {
+		return nil
+	}
+	if q.pending == nil {
+		q.pending, q.since = make(chan struct{}), time.Now()
+		go s.declareQueue(q, q.pending)
+	}
+	return q.pending
 }
 
 // declareQueue declares q once, records the outcome, tells Config.OnQueue and closes done.

@@ -186,31 +186,33 @@ func TestSessionDeclaresAQueueAgainOnceItCan(t *testing.T) {
 
 // On RabbitMQ 4.0 the declaration of a classic queue whose node is down has no answer for over a
 // minute, then fails "due to timeout" (3.10 refuses it at once). Meanwhile the queue counts as
-// unavailable as soon as Dial gives up waiting for it, and a message to park is told as waiting
-// before the broker's answer, not a minute later. Once the node is back, Park parks.
+// unavailable as soon as Dial gives up waiting for it (for the park and alternate queues side by
+// side), and a message to park is told as waiting before the broker's answer, not a minute
+// later. Once the node is back, Park parks.
 func TestParkWaitIsToldWhileTheDeclarationHasNoAnswer(t *testing.T) {
 	if testenv.Short() {
 		t.Skip("starts a RabbitMQ 4.0 cluster")
 	}
 	c := testenv.StartCluster(t, testenv.RabbitVersion("4.0"))
 	exchange := testenv.UniqueName("outbox")
-	parked := exchange + ".parked"
+	parked, unroutable := exchange+".parked", exchange+".unroutable"
 	ch := admin(t, c.URLs()[0])
-	if err := ch.ExchangeDeclare(parked, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(parked, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(parked, "", parked, false, nil); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{parked, unroutable} {
+		if err := ch.ExchangeDeclare(q, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind(q, "", q, false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.Node(0).Kill(t)
 	defer c.StartAll(t)
 
 	var log queueLog
-	s, _ := dial(t, c.URLs()[1], publisher.Config{Exchange: exchange, QueueType: publisher.QueueClassic,
-		AlternateExchange: publisher.NoExchange, OnQueue: log.add})
+	s, _ := dial(t, c.URLs()[1], publisher.Config{Exchange: exchange, QueueType: publisher.QueueClassic, OnQueue: log.add})
 	answered := func(st publisher.QueueState) bool {
 		var ae *amqp.Error
 		return errors.As(st.Err, &ae)
@@ -218,8 +220,10 @@ func TestParkWaitIsToldWhileTheDeclarationHasNoAnswer(t *testing.T) {
 	if log.has(parked, answered) {
 		t.Skipf("the broker answered the declaration of %s within Dial's wait: %v", parked, &log)
 	}
-	if !log.has(parked, func(st publisher.QueueState) bool { return st.Err != nil }) {
-		t.Errorf("Dial returned without telling that %s has no answer: %v", parked, &log)
+	for _, q := range []string{parked, unroutable} {
+		if !log.has(q, func(st publisher.QueueState) bool { return st.Err != nil }) {
+			t.Errorf("Dial returned without telling that %s has no answer: %v", q, &log)
+		}
 	}
 
 	done := make(chan error, 1)
