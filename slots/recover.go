@@ -283,8 +283,8 @@ type Count struct {
 	// (registry.Deletes.Unexplained): rows of the gap may be among them.
 	Deleted int64
 	// Rewritten: the table, or one of its partitions, got a new catalog row from a transaction
-	// that may have committed after the recorded position. TRUNCATE does that, and the
-	// statistics do not count its rows; so do VACUUM FULL, CLUSTER and most ALTER TABLEs.
+	// that may have committed after the recorded position, and has another file than its first.
+	// TRUNCATE does that, and the statistics do not count its rows; so do VACUUM FULL and CLUSTER.
 	Rewritten bool
 	// Unseen says why deletes from the table may have gone uncounted since the gap may have
 	// begun, or is empty: the statistics began again, or the server switched timelines.

@@ -206,16 +206,18 @@ func (r *Recovery) unseen(began time.Time) string {
 }
 
 // rewritten reports whether the table, or one of its partitions, has a catalog row written by a
-// transaction that may have committed after the recorded position: a TRUNCATE in the gap gives
-// the table a new file, and so a new pg_class row, and the statistics do not count its rows. A
-// dropped partition leaves no trace here.
+// transaction that may have committed after the recorded position, and a file other than the one
+// it was created with: a TRUNCATE in the gap gives the table a new file, and so a new pg_class
+// row, and the statistics do not count its rows. A table keeps its first file, numbered as its
+// oid, until TRUNCATE, VACUUM FULL or CLUSTER; so a partition created in the gap, or a GRANT on
+// a table never rewritten, is no sign. A dropped partition leaves no trace here.
 func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
 	if r.rewrite == "" {
 		return false, nil
 	}
 	var changed bool
 	err := r.db.QueryRow(ctx, `SELECT coalesce(pg_catalog.bool_or(`+r.rewrite+`), false) FROM pg_catalog.pg_class
-		WHERE oid IN (SELECT pg_catalog.to_regclass($1)::pg_catalog.oid
+		WHERE relfilenode OPERATOR(pg_catalog.<>) 0 AND relfilenode OPERATOR(pg_catalog.<>) oid AND oid IN (SELECT pg_catalog.to_regclass($1)::pg_catalog.oid
 			UNION SELECT p.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p)`, t.Quoted()).Scan(&changed)
 	if err != nil {
 		return false, fmt.Errorf("read the catalog row of %s: %w", t, err)
