@@ -13,8 +13,12 @@ import (
 // once, and shown by walbox_queue_unavailable until a session declares it. A row to park while
 // its queue cannot be declared waits, and the slot does not move past it: that is logged once,
 // and walbox_park_waiting is 1 meanwhile.
+//
+// A relay that becomes a standby waits for no row: the process that took the slot over does, and
+// says so itself.
 type queueWatch struct {
-	log *slog.Logger
+	log     *slog.Logger
+	standby func() bool // the relay waits as a standby; nil: never
 
 	mu      sync.Mutex
 	down    map[string]bool // queues by name: the last declaration failed
@@ -22,8 +26,8 @@ type queueWatch struct {
 	typed   map[string]bool // queues already logged as kept with another type or other arguments
 }
 
-func newQueueWatch(log *slog.Logger) *queueWatch {
-	return &queueWatch{log: log, down: map[string]bool{}, typed: map[string]bool{}}
+func newQueueWatch(log *slog.Logger, standby func() bool) *queueWatch {
+	return &queueWatch{log: log, standby: standby, down: map[string]bool{}, typed: map[string]bool{}}
 }
 
 // observe takes one session's news of a queue; it is the sessions' OnQueue.
@@ -77,11 +81,15 @@ func (w *queueWatch) unavailable() map[string]bool {
 func (w *queueWatch) parkWaiting() bool { return w.waitingFor() != "" }
 
 // waitingFor returns the park queue a row waits for, "" while none does (and on a nil watch).
+// The session that waited ended when the relay became a standby: no row waits then.
 func (w *queueWatch) waitingFor() string {
 	if w == nil {
 		return ""
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.standby != nil && w.standby() {
+		w.waiting = ""
+	}
 	return w.waiting
 }

@@ -15,7 +15,7 @@ import (
 // and both end when a session declares that queue. The real-server case is TestClusterFaults.
 func TestQueueWatchLogsEachChangeOnce(t *testing.T) {
 	var out bytes.Buffer
-	w := newQueueWatch(slog.New(slog.NewTextHandler(&out, nil)))
+	w := newQueueWatch(slog.New(slog.NewTextHandler(&out, nil)), nil)
 	count := func(msg string) int { return strings.Count(out.String(), msg) }
 	down := errors.New("home node is down")
 	park, alt := "outbox.parked", "outbox.unroutable"

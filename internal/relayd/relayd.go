@@ -83,9 +83,9 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
-	d.blocks = &blockWatch{log: rc.Logger,
-		confirmed: func() uint64 { return d.relay.Stats().Confirmed.Load() },
-		standby:   func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStandby }}
+	standby := func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStandby }
+	d.blocks = &blockWatch{log: rc.Logger, confirmed: func() uint64 { return d.relay.Stats().Confirmed.Load() },
+		standby: standby}
 	d.metrics.WatchBlocked(d.blocks.active)
 	if cfg.Stream != nil {
 		if err := d.dialStream(&rc); err != nil {
@@ -93,7 +93,7 @@ func New(cfg Config) (*Daemon, error) {
 		}
 	} else {
 		cfg.Brokers.WatchBlocked(d.blocks.observe)
-		d.queues = newQueueWatch(rc.Logger)
+		d.queues = newQueueWatch(rc.Logger, standby)
 		cfg.Brokers.WatchQueues(d.queues.observe)
 		d.metrics.WatchQueues(d.queues.unavailable, d.queues.parkWaiting)
 		rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
