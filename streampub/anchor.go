@@ -12,9 +12,10 @@ import (
 
 // anchor is the producer's last stored message: its publishing id and position.
 type anchor struct {
-	id    int64    // the last stored publishing id for the producer; 0 for none
-	pos   Position // the position of that message
-	found bool     // pos is known: the message was found in the stream
+	id     int64    // the last stored publishing id for the producer; 0 for none
+	pos    Position // the position of that message
+	found  bool     // pos is known: the message was found in the stream
+	offset int64    // the message's offset, if found
 	// system is the message's database system identifier; "" if it has none
 	system string
 	// legacy is the name searched when the producer had no message of its own, else ""
@@ -115,7 +116,7 @@ func (a anchor) at(s span, p producerOf) anchor {
 	if s.id < a.id && p.system == "" {
 		return a
 	}
-	return anchor{id: s.id, pos: s.pos, found: true, system: s.system}
+	return anchor{id: s.id, pos: s.pos, found: true, offset: s.offset, system: s.system}
 }
 
 // span is what a read of part of the stream found: offsets start (inclusive) to end
@@ -124,6 +125,7 @@ type span struct {
 	start, end int64
 	pos        Position // of the producer's last message in the span
 	id         int64    // that message's publishing id
+	offset     int64    // its offset
 	system     string   // and its database system identifier, "" for none
 	found      bool
 }
@@ -154,7 +156,7 @@ func (s *span) take(offset int64, m *amqp.Message, p producerOf) error {
 	// The producer's last message has its highest id: the broker stores its ids only growing.
 	// (Its position is the highest too, unless an earlier database system's are in the stream.)
 	if !s.found || id > s.id {
-		s.pos, s.id, s.found, s.system = pos, id, true, system
+		s.pos, s.id, s.found, s.offset, s.system = pos, id, true, offset, system
 	}
 	return nil
 }

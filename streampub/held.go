@@ -1,6 +1,7 @@
 package streampub
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,14 +23,24 @@ import (
 func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error) {
 	from := Position{Timeline: timeline, LSN: lsn}
 	held := map[string]bool{}
-	last, err := readLastChunk(s.env, &s.cfg, producerOf{name: s.cfg.Producer})
+	p := producerOf{name: s.cfg.Producer}
+	last, err := readLastChunk(s.env, &s.cfg, p)
 	if err != nil {
 		return nil, err
 	}
 	hi, step := last.end, int64(1024)
+	// The client reads from a replica, which may lag: read at least to the producer's last
+	// message, found where the read reaches the broker's last id (findAnchor).
+	a, err := findAnchor(s.env, &s.cfg, p)
+	if err != nil {
+		return nil, err
+	}
+	if a.found {
+		hi = max(hi, a.offset+1)
+	}
 	for hi > 0 {
 		lo := max(hi-step, 0)
-		r, err := s.readIDs(lo, hi, from, ids, held)
+		r, err := s.readIDsAgain(lo, hi, from, ids, held)
 		if err != nil {
 			return nil, err
 		}
@@ -53,6 +64,22 @@ func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[str
 type heldSpan struct {
 	first         int64
 	before, found bool
+}
+
+// errStalled means a read of the stream got no further for the scan timeout: the member the
+// client subscribed to may be a replica that lags.
+var errStalled = errors.New("nothing new")
+
+// readIDsAgain is readIDs, read again through another subscription (the client picks a member
+// at random) when a read stalls short of hi, up to anchorReads times.
+func (s *Session) readIDsAgain(lo, hi int64, from Position, ids, held map[string]bool) (heldSpan, error) {
+	for n := 1; ; n++ {
+		r, err := s.readIDs(lo, hi, from, ids, held)
+		if !errors.Is(err, errStalled) || n == anchorReads {
+			return r, err
+		}
+		time.Sleep(anchorPause)
+	}
 }
 
 // readIDs reads offsets lo to hi (exclusive) and notes in held the ids it finds.
@@ -103,7 +130,7 @@ func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool
 		if time.Since(heard) > s.cfg.ScanTimeout {
 			ended = true
 			mu.Unlock()
-			return r, fmt.Errorf("read stream %s: nothing new for %v reading offsets %d to %d", s.cfg.Stream, s.cfg.ScanTimeout, lo, hi)
+			return r, fmt.Errorf("read stream %s: %w for %v reading offsets %d to %d", s.cfg.Stream, errStalled, s.cfg.ScanTimeout, lo, hi)
 		}
 		mu.Unlock()
 	}
