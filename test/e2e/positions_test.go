@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
 )
@@ -61,10 +63,24 @@ func TestPositionIDsWithARowFilterRefused(t *testing.T) {
 		oneLine(t, out, "--shards", "message-id: position")
 	})
 
-	// The single slot's publication given a row filter by hand.
+	// The single slot's publication given a row filter by hand, while a relay runs: the relay
+	// stops, since its publication changed under it (the table's entry is a new one); started
+	// again, it refuses the filter as a bad setting (below).
+	relay := w.startRelay(positions)
+	relay.WaitFor("streaming", time.Minute, func() bool { return strings.Contains(relay.Output(), "msg=streaming") })
 	if _, err := w.conn.Exec(ctx, `ALTER PUBLICATION walbox SET TABLE public.outbox WHERE (event_type <> 'skip')`); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("a row filter added while running", func(t *testing.T) {
+		if _, err := w.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1`, w.slot); err != nil {
+			t.Fatal(err)
+		}
+		if code := relay.Wait(2 * time.Minute); code == 0 || !strings.Contains(relay.Output(), `publication "walbox"`) {
+			t.Errorf("walbox run exited %d once its publication filtered rows with position ids, want a refusal "+
+				"naming the publication:\n%s", code, testenv.Tail(relay.Output(), 10))
+		}
+	})
 	t.Run("run with a row filter", func(t *testing.T) {
 		out, code := w.walbox([]string{positions}, "run")
 		wantExit(t, code, 2, out)
