@@ -52,7 +52,7 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 			return fmt.Errorf("relay role %q does not exist: create it first (CREATE ROLE ... LOGIN REPLICATION)", relayRole)
 		}
 	}
-	if err := checkDefiners(ctx, tx, schema); err != nil {
+	if err := CheckDefiners(ctx, tx, schema); err != nil {
 		return err
 	}
 	relays, err := recordRelay(ctx, tx, schema, relayRole)
@@ -251,15 +251,16 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 	return nil
 }
 
-// checkDefiners refuses record functions whose owner does not trust the owner of walbox_slots
+// CheckDefiners refuses (ErrRecordOwner) record functions whose owner does not trust the owner of walbox_slots
 // (ownertrust): they write it with their owner's rights, so a trigger, rule or default of the
 // table's owner runs with them. A walbox_slots made by the outbox table's owner before the first
 // migrate, which a superuser ran, got record functions of the superuser: the relay's every confirm
 // then ran the table owner's trigger as the superuser.
-func checkDefiners(ctx context.Context, tx pgx.Tx, schema string) error {
+// walbox run checks it at each session, for a registry migrated before migrate checked it.
+func CheckDefiners(ctx context.Context, q querier, schema string) error {
 	var table, owner string
 	var definers []string
-	err := tx.QueryRow(ctx, `SELECT c.oid::pg_catalog.regclass::pg_catalog.text, o.rolname::pg_catalog.text,
+	err := q.QueryRow(ctx, `SELECT c.oid::pg_catalog.regclass::pg_catalog.text, o.rolname::pg_catalog.text,
 			ARRAY(SELECT DISTINCT pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text
 				FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) c.relnamespace
 				  AND p.proname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]) AND p.prosecdef

@@ -209,6 +209,10 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 			"give walbox_slots, walbox_relay_roles, walbox_migrations and the record functions in schema %s to the outbox table's owner",
 			migrations.ErrRecordOwner, w.reg.Table(), owner, role, owner, w.reg.Schema()))
 	}
+	// Record functions of another owner than walbox_slots' run its triggers with their rights.
+	if err := migrations.CheckDefiners(ctx, w.conn, w.reg.Schema()); err != nil {
+		return fatal(err)
+	}
 	return nil
 }
 

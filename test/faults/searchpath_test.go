@@ -770,6 +770,24 @@ func TestRecordFunctionsRunNoTriggerOfTheTablesOwner(t *testing.T) {
 	if out, code := w.walbox(nil, "migrate"); code != 0 {
 		t.Fatalf("walbox migrate as the superuser, once it owns walbox_slots, exited %d:\n%s", code, out)
 	}
+
+	// A registry left in that state (migrated before migrate checked it): walbox run refuses it
+	// before it calls a record function.
+	pg.Exec(t, super, "ALTER TABLE public.walbox_slots OWNER TO "+pgx.Identifier{app}.Sanitize())
+	pg.Exec(t, appDB, `CREATE TRIGGER planted BEFORE INSERT OR UPDATE ON public.walbox_slots FOR EACH ROW EXECUTE FUNCTION public.planted();
+		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.placed', '{}')`)
+	rabbit := testenv.SharedRabbit(t)
+	w.rabbit, w.relayMQ, w.exchange, w.queue, w.binding = rabbit, rabbit.URL(), testenv.UniqueName("ex"), testenv.UniqueName("q"), "#"
+	w.declare()
+	r := w.startRelay()
+	waitFor(t, 2*time.Minute, "walbox run to stop, or the trigger to run", func() bool { return r.Exited() || capturedCount(t, w.conn) > 0 })
+	if rows := captured(t, w.conn); len(rows) > 0 {
+		t.Errorf("walbox run ran the trigger planted on walbox_slots: %s", strings.Join(rows, ", "))
+	}
+	if !r.Exited() || !strings.Contains(r.Output(), "public.walbox_slots belongs to "+app+", but the record functions that write it run as") {
+		t.Errorf("walbox run over record functions of another owner than walbox_slots: want a refusal naming both owners:\n%s", testenv.Tail(r.Output(), 10))
+	}
+	r.Stop(30 * time.Second)
 }
 
 // appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
