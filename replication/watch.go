@@ -213,7 +213,31 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 	if err := migrations.CheckDefiners(ctx, w.conn, w.reg.Schema()); err != nil {
 		return fatal(err)
 	}
-	return nil
+	return w.refuseForeignDefiners(ctx)
+}
+
+// refuseForeignDefiners refuses, to a superuser, record functions of a role that is no superuser.
+// Their owner's code runs inside them, in this session: before PostgreSQL 18 a deferred trigger
+// it queues fires at commit as the session's role, and a statement it prepares outlives the call.
+// The application's role that migrated would run code as the superuser at every confirm.
+func (w *watch) refuseForeignDefiners(ctx context.Context) error {
+	var role string
+	var owners []string
+	err := w.conn.QueryRow(ctx, `SELECT current_user::pg_catalog.text, ARRAY(SELECT DISTINCT o.rolname::pg_catalog.text
+			FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) p.proowner
+			WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace($1::pg_catalog.text)::pg_catalog.oid
+			  AND p.proname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]) AND NOT o.rolsuper
+			  AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
+			ORDER BY 1)`, pgx.Identifier{w.reg.Schema()}.Sanitize(), migrations.RecordFunctions).Scan(&role, &owners)
+	if err != nil {
+		return fmt.Errorf("read the owners of the record functions in %s: %w", w.reg.Schema(), err)
+	}
+	if len(owners) == 0 {
+		return nil
+	}
+	return fatal(fmt.Errorf("%w: the record functions in %s belong to %s, and %s is a superuser: code of %s runs inside them, "+
+		"in this session, at every confirm; run walbox run as the relay role (walbox migrate --relay-role <role>)",
+		migrations.ErrRecordOwner, w.reg.Schema(), strings.Join(owners, ", "), role, strings.Join(owners, ", ")))
 }
 
 // shellWord quotes s for a shell command line unless it needs no quoting.

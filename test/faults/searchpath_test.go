@@ -790,6 +790,50 @@ func TestRecordFunctionsRunNoTriggerOfTheTablesOwner(t *testing.T) {
 	r.Stop(30 * time.Second)
 }
 
+// The application role owns the database and ran `walbox migrate` itself, so the record
+// functions run with its rights. It adds a deferred trigger to walbox_slots: before PostgreSQL 18
+// that fires at the commit of the relay's confirm, with the session's role. walbox run, run by a
+// superuser, refuses such a registry, and the trigger never runs as the superuser.
+func TestRunAsASuperuserRefusesTheApplicationsRecordFunctions(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.SharedRabbit(t)
+	super, appDB, app := appOwnedDatabase(t, pg)
+	w := &world{t: t, pg: pg, rabbit: rabbit, db: super, relayDB: super, relayMQ: rabbit.URL(), slot: testenv.UniqueName("slot"),
+		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
+	w.conn = pg.Conn(t, super)
+	if out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + appDB}, "migrate", "--no-slot"); code != 0 {
+		t.Fatalf("walbox migrate --no-slot as the database's owner exited %d:\n%s", code, out)
+	}
+	if out, code := w.walbox(nil, "migrate"); code != 0 {
+		t.Fatalf("walbox migrate as the superuser exited %d:\n%s", code, out)
+	}
+	w.declare()
+	pg.Exec(t, appDB, `CREATE CONSTRAINT TRIGGER planted AFTER INSERT OR UPDATE ON public.walbox_slots
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.planted();
+		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.placed', '{}')`)
+	r := w.startRelay()
+	waitFor(t, 2*time.Minute, "walbox run to stop, or the trigger to run", func() bool {
+		for _, row := range captured(t, w.conn) {
+			if !strings.HasSuffix(row, " as "+app) {
+				return true
+			}
+		}
+		return r.Exited()
+	})
+	for _, row := range captured(t, w.conn) {
+		if !strings.HasSuffix(row, " as "+app) {
+			t.Errorf("walbox run as the superuser ran the application role's deferred trigger: %s", row)
+		}
+	}
+	if !r.Exited() || !strings.Contains(r.Output(), "the record functions in public belong to "+app) {
+		t.Errorf("walbox run as the superuser over the application role's record functions: want a refusal naming %s:\n%s",
+			app, testenv.Tail(r.Output(), 10))
+	}
+	r.Stop(30 * time.Second)
+}
+
 // appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
 // may insert into, and the trigger function public.planted, which takes back the session's own
 // role if it may (RESET ROLE) and records current_user there. It
