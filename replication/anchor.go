@@ -22,10 +22,10 @@ type Anchored interface {
 	Moved(ctx context.Context) (bool, error)
 }
 
-// ErrAnchorGap means the broker holds rows of this relay from WAL the server does not have: a
+// errAnchorGap means the broker holds rows of this relay from WAL the server does not have: a
 // restored data directory, or an old primary brought back. New rows would take positions at or
 // before the stored ones and be confirmed without being sent.
-var ErrAnchorGap = errors.New("the stream holds rows this server's WAL does not have")
+var errAnchorGap = errors.New("the stream holds rows this server's WAL does not have")
 
 // errAnchorMoved means the broker stored messages of this relay's producer after the session
 // read its anchor: the session starts over, with the new anchor.
@@ -60,7 +60,7 @@ func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o deco
 	return anchorGap(tl, pglogrepl.LSN(lsn), o, sys.XLogPos)
 }
 
-// anchorGap returns an ErrAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the
+// anchorGap returns an errAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the
 // WAL of the server whose history is o and whose WAL ends at end on its current timeline: on a
 // timeline the history does not have, or at or past where the server's WAL on it ends.
 func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN) error {
@@ -70,7 +70,7 @@ func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN)
 		}
 		return fmt.Errorf("%w: the last stored row was committed at %s on timeline %d, and this server's WAL ends at %s: "+
 			"its data directory was restored from a copy older than the stream, or it is an old primary brought back. "+
-			"%s", ErrAnchorGap, lsn, tl, end, gapWayOut)
+			"%s", errAnchorGap, lsn, tl, end, gapWayOut)
 	}
 	for _, h := range o.History {
 		if h.Timeline != tl {
@@ -80,19 +80,19 @@ func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN)
 			return nil
 		}
 		return fmt.Errorf("%w: the last stored row was committed at %s on timeline %d, and this server left timeline %d at %s "+
-			"(its history): those rows were lost in a failover or a restore. %s", ErrAnchorGap, lsn, tl, tl, h.End, gapWayOut)
+			"(its history): those rows were lost in a failover or a restore. %s", errAnchorGap, lsn, tl, tl, h.End, gapWayOut)
 	}
 	return fmt.Errorf("%w: the last stored row was committed on timeline %d, which is not in the history of this server "+
-		"(timeline %d): it is an old primary brought back, or a restored copy. %s", ErrAnchorGap, tl, o.Timeline, gapWayOut)
+		"(timeline %d): it is an old primary brought back, or a restored copy. %s", errAnchorGap, tl, o.Timeline, gapWayOut)
 }
 
-// gapWayOut is the way out of an ErrAnchorGap.
+// gapWayOut is the way out of an errAnchorGap.
 const gapWayOut = "walbox stops rather than take new rows for stored ones. Point it at the server that wrote those rows " +
 	"(the current primary). If they are gone for good, publish into a new stream (--stream) or from a new slot"
 
 // anchorError makes a gap the end of the relay; other errors end the session.
 func anchorError(err error) error {
-	if errors.Is(err, ErrAnchorGap) {
+	if errors.Is(err, errAnchorGap) {
 		return fatal(err)
 	}
 	return err

@@ -6,16 +6,16 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// ForeignAnchorError means that the producer's last message carries another database system's
+// foreignAnchorError means that the producer's last message carries another database system's
 // identifier: a name derived from this system's was used by another writer. Numbering on from
 // it could give this system's rows ids the broker already stored for the other's.
-type ForeignAnchorError struct {
+type foreignAnchorError struct {
 	Stream, Producer string
 	// System is this session's database system identifier, Found the message's ("" for none).
 	System, Found string
 }
 
-func (e *ForeignAnchorError) Error() string {
+func (e *foreignAnchorError) Error() string {
 	found := e.Found
 	if found == "" {
 		found = "none"
@@ -25,4 +25,4 @@ func (e *ForeignAnchorError) Error() string {
 }
 
 // Unwrap makes the error wire.ErrConflict: the relay stops on it.
-func (e *ForeignAnchorError) Unwrap() error { return wire.ErrConflict }
+func (e *foreignAnchorError) Unwrap() error { return wire.ErrConflict }

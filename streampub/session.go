@@ -74,7 +74,7 @@ func (s *Session) open(ctx context.Context) error {
 // has one: that message's id and position are its anchor. The broker knows no id of the new name,
 // so its first message, numbered one past that id, is stored; the old name is read no more once
 // the new one has a message. An anchor of another system's identifier under this name stops the
-// session (ErrForeignAnchor): the name was meant to be this relay's alone.
+// session (an error that is wire.ErrConflict): the name was meant to be this relay's alone.
 func (s *Session) Bind(ctx context.Context, system uint64, database string) error {
 	if s.main != nil {
 		return errors.New("bind: the session is bound already")
@@ -88,7 +88,7 @@ func (s *Session) Bind(ctx context.Context, system uint64, database string) erro
 		return err
 	}
 	if s.anchor.found && s.anchor.system != sys {
-		return &ForeignAnchorError{Stream: s.cfg.Stream, Producer: name, System: sys, Found: s.anchor.system}
+		return &foreignAnchorError{Stream: s.cfg.Stream, Producer: name, System: sys, Found: s.anchor.system}
 	}
 	return nil
 }
