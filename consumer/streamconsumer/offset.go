@@ -22,8 +22,9 @@ func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, nex
 	}
 	end, err := c.end(ctx, env)
 	for reads := 1; err == nil && next > end && reads < endReads; reads++ {
-		// The client may read from a replica, which may lag the leader: look again first.
-		if !sleep(ctx, time.Second) {
+		// The client may read from a replica, which may lag the leader: look again first,
+		// through a new subscription, on a member the client picks at random.
+		if !sleep(ctx, endPause) {
 			return 0, ctx.Err()
 		}
 		end, err = c.end(ctx, env)
@@ -111,9 +112,13 @@ func (c *Consumer) holds(ctx context.Context, env *stream.Environment, offset in
 	return false, nil
 }
 
-// endReads is how often startOffset reads the stream's end before it takes a stored offset for
-// one past it.
-const endReads = 3
+// startOffset reads the stream's end up to endReads times, endPause apart, before it takes a
+// stored offset for one past it. A replica that lags for good is picked by every read with a
+// chance of one in 2^30, with two replicas; a lag of a few seconds is waited out.
+const (
+	endReads = 30
+	endPause = 100 * time.Millisecond
+)
 
 // end returns the offset after the stream's last message, from a read of its last chunk.
 func (c *Consumer) end(ctx context.Context, env *stream.Environment) (int64, error) {
