@@ -12,8 +12,9 @@ import (
 )
 
 // Deletes is what the server's statistics count of the rows deleted from an outbox table, beside
-// what walbox explains of them: rows walbox prune deleted (all below every relaying slot's
-// horizon, so never rows of a gap) and deletes walbox recover --accept-loss accepted. The
+// what walbox explains of them for one slot: rows walbox prune deleted (all below every relaying
+// slot's horizon, so never rows of a gap) and deletes walbox recover --accept-loss accepted for
+// that slot. The
 // statistics count deletes since they began: they restart after a crash or pg_stat_reset, and
 // the explained count then restarts too. A delete reaches them within seconds, once the deleting
 // session reports it. They do not count TRUNCATE, nor deletes made on another server before a
@@ -24,7 +25,7 @@ type Deletes struct {
 	Began time.Time
 	// Seen is the rows deleted from the table (its partitions) since the statistics began.
 	Seen int64
-	// Explained is how many of those walbox prune deleted or walbox recover accepted.
+	// Explained is how many of those walbox prune deleted or walbox recover accepted for the slot.
 	Explained int64
 }
 
@@ -52,20 +53,25 @@ const statsSince = `GREATEST(
 		(SELECT a.stats_reset FROM pg_catalog.pg_stat_archiver AS a))`
 
 // ReadDeletes reads the server's statistics of the rows deleted from the table, and what walbox
-// recorded of them in walbox_deletes, beside walbox_slots in schema (nothing, where that does
-// not exist).
-func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table) (Deletes, error) {
+// recorded of them for slot in walbox_deletes, beside walbox_slots in schema (nothing, where that
+// does not exist).
+func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table, slot string) (Deletes, error) {
 	c, err := readCount(ctx, db, schema, t, "")
 	if c.reset != nil {
 		c.Began = *c.reset
 	}
-	return c.Deletes, err
+	d := c.Deletes
+	d.Explained = c.pruned + c.accepted[slot]
+	return d, err
 }
 
-// count is a table's Deletes with the statistics' reset time.
+// count is what the statistics and walbox_deletes hold of a table: the statistics' reset time,
+// the rows prune deleted, and the deletes accepted per slot.
 type count struct {
 	Deletes
-	reset *time.Time
+	reset    *time.Time
+	pruned   int64
+	accepted map[string]int64
 }
 
 // readCount reads the statistics and the table's row of walbox_deletes, with lock (" FOR
@@ -82,9 +88,10 @@ func readCount(ctx context.Context, db Querier, schema string, t wire.Table, loc
 	var (
 		reset           *time.Time
 		seen, explained int64
+		accepted        map[string]int64
 	)
-	err = db.QueryRow(ctx, "SELECT stats_reset, seen, explained FROM "+deletesTable(schema)+" WHERE table_name = $1"+lock, t.String()).
-		Scan(&reset, &seen, &explained)
+	err = db.QueryRow(ctx, "SELECT stats_reset, seen, explained, accepted FROM "+deletesTable(schema)+" WHERE table_name = $1"+lock, t.String()).
+		Scan(&reset, &seen, &explained, &accepted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, nil
 	}
@@ -93,7 +100,7 @@ func readCount(ctx context.Context, db Querier, schema string, t wire.Table, loc
 	}
 	// Statistics that went back, or were reset, began again: what was explained is not in them.
 	if sameTime(c.reset, reset) && c.Seen >= seen {
-		c.Explained = explained
+		c.pruned, c.accepted = explained, accepted
 	}
 	return c, nil
 }
@@ -111,18 +118,21 @@ func DeletesExist(ctx context.Context, db Querier, schema string) (bool, error) 
 // CountPruned records that walbox prune deleted n rows from the table. Call it in the transaction
 // that deleted them (db), so that no delete of prune's goes unrecorded.
 func CountPruned(ctx context.Context, db Querier, schema string, t wire.Table, n int64) error {
-	return record(ctx, db, schema, t, func(c count) int64 { return c.Explained + n })
+	return record(ctx, db, schema, t, func(c *count) { c.pruned += n })
 }
 
-// AcceptDeletes records every delete the statistics count now as explained: walbox recover
-// --accept-loss accepted the loss of whatever rows they took.
-func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table) error {
-	return record(ctx, db, schema, t, func(c count) int64 { return max(c.Explained, c.Seen) })
+// AcceptDeletes records every delete the statistics count now as explained for slot: walbox
+// recover --accept-loss accepted the loss of whatever rows they took from its gap. Other slots
+// relaying the table still count them: their gaps may hold other rows among them.
+func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table, slot string) error {
+	return record(ctx, db, schema, t, func(c *count) {
+		c.accepted[slot] = max(c.accepted[slot], c.Seen-c.pruned)
+	})
 }
 
-// record sets the table's explained count in walbox_deletes to explained(c), c being what the
-// statistics and walbox_deletes hold now.
-func record(ctx context.Context, db Querier, schema string, t wire.Table, explained func(c count) int64) error {
+// record changes, by change, what walbox_deletes holds of the table, read together with the
+// statistics now.
+func record(ctx context.Context, db Querier, schema string, t wire.Table, change func(c *count)) error {
 	// A trigger of an owner not trusted to run code as this role (a superuser running prune on a
 	// registry the application's role migrated) would run with its rights.
 	if err := ownertrust.Check(ctx, db, deletesTable(schema), "prune or recover"); err != nil {
@@ -132,9 +142,15 @@ func record(ctx context.Context, db Querier, schema string, t wire.Table, explai
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, "INSERT INTO "+deletesTable(schema)+` AS t (table_name, stats_reset, seen, explained) VALUES ($1, $2, $3, $4)
+	if c.accepted == nil {
+		c.accepted = map[string]int64{}
+	}
+	change(&c)
+	_, err = db.Exec(ctx, "INSERT INTO "+deletesTable(schema)+` AS t (table_name, stats_reset, seen, explained, accepted)
+		VALUES ($1, $2, $3, $4, $5::pg_catalog.jsonb)
 		ON CONFLICT (table_name) DO UPDATE SET stats_reset = excluded.stats_reset, seen = excluded.seen,
-			explained = excluded.explained, updated_at = pg_catalog.now()`, t.String(), c.reset, c.Seen, explained(c))
+			explained = excluded.explained, accepted = excluded.accepted, updated_at = pg_catalog.now()`,
+		t.String(), c.reset, c.Seen, c.pruned, c.accepted)
 	if err != nil {
 		return fmt.Errorf("record the deletes from %s in %s.walbox_deletes: %w", t, schema, err)
 	}

@@ -510,7 +510,7 @@ func (r *Recovery) ensureDeletes(ctx context.Context) error {
 // acceptDeletes records the deletes the statistics count now as accepted, once the loss was.
 func (r *Recovery) acceptDeletes(ctx context.Context) error {
 	for _, m := range r.cfg.Mappings {
-		if err := registry.AcceptDeletes(ctx, r.db, r.reg.Schema(), m.Table); err != nil {
+		if err := registry.AcceptDeletes(ctx, r.db, r.reg.Schema(), m.Table, r.cfg.Slot); err != nil {
 			return err
 		}
 	}

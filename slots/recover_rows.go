@@ -173,7 +173,7 @@ func (r *Recovery) count(ctx context.Context, q interface {
 			return nil, fmt.Errorf("count the rows of %s: %w", t.mapping.Table, err)
 		}
 		// Deletes happen on the primary, and its statistics count them.
-		d, err := registry.ReadDeletes(ctx, r.db, r.reg.Schema(), t.mapping.Table)
+		d, err := registry.ReadDeletes(ctx, r.db, r.reg.Schema(), t.mapping.Table, r.cfg.Slot)
 		if err != nil {
 			return nil, err
 		}

@@ -520,3 +520,41 @@ func TestRecoverRefusesAGapAcrossAPromotion(t *testing.T) {
 		t.Fatalf("walbox recover --accept-loss exited %d; want 0, the 5 rows left republished, the loss named:\n%s", code, out)
 	}
 }
+
+// A loss accepted for one slot is that slot's only. Two relays stream one table through slots A
+// and B; both stop, 10 rows are committed and deleted by hand, 5 more come, and both slots are
+// dropped. recover --accept-loss for A takes the loss of A's gap; recover for B must still
+// refuse: B's gap held the 10 rows too. On the old code the acceptance was the table's, and
+// recover for B said every one confirmed.
+func TestRecoverAcceptedLossIsOneSlots(t *testing.T) {
+	heavy(t)
+	a := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	b := a.in(t)
+	b.slot = testenv.UniqueName("slot")
+	for _, w := range []*world{a, b} {
+		r := w.startRelay()
+		r.waitState("streaming", time.Minute)
+		if code := r.Stop(time.Minute); code != 0 {
+			t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+		}
+	}
+	a.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', g::text, 'order.gone', '{}' FROM generate_series(1, 10) g`)
+	a.exec(`DELETE FROM outbox WHERE event_type = 'order.gone'`)
+	for i := range 5 {
+		a.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'order.after', '{}')`, itoa(i))
+	}
+	a.waitDeletes(10)
+	a.dropSlot()
+	b.dropSlot()
+	if out, code := a.walbox(nil, "recover"); code == 0 || !strings.Contains(out, "10 rows deleted") {
+		t.Fatalf("walbox recover of slot A exited %d; want non-zero, naming the 10 rows deleted:\n%s", code, out)
+	}
+	if out, code := a.walbox(nil, "recover", "--accept-loss"); code != 0 || !strings.Contains(out, "republished 5 rows") {
+		t.Fatalf("walbox recover --accept-loss of slot A exited %d; want 0, the 5 rows left republished:\n%s", code, out)
+	}
+	out, code := b.walbox(nil, "recover")
+	if code == 0 || !strings.Contains(out, "10 rows deleted") || strings.Contains(out, "every one confirmed") {
+		t.Fatalf("walbox recover of slot B, after the loss was accepted for A, exited %d; want non-zero, naming the 10 rows deleted:\n%s", code, out)
+	}
+}
