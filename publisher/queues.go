@@ -284,6 +284,14 @@ func (s *Session) declareSinkQueue(name string) QueueState {
 		case s.cfg.QueueType == QueueAuto || s.cfg.QueueType == "":
 			st.OtherType, err = true, nil
 		}
+		if err == nil {
+			// The broker judged the arguments by its records alone (RabbitMQ 4.0 does so even while
+			// the queue's node is down); a passive declaration asks the queue itself.
+			err = s.onChannel(func(ch *amqp.Channel) error {
+				_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+				return err
+			})
+		}
 	}
 	if err != nil {
 		st.Err = fmt.Errorf("declare queue %s: %w", name, err)
