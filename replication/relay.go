@@ -170,7 +170,13 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := checkEmit(sctx, w.conn, &r.cfg); err != nil {
 		return false, err
 	}
-	silence := r.serverSilence(srv.SenderTimeout)
+	// The walsender's own wal_sender_timeout: with --replication-url it runs on another server,
+	// and a connection may set its own. The SQL connection's may be far longer.
+	wst, err := senderTimeout(sctx, conn)
+	if err != nil {
+		return false, err
+	}
+	silence := r.serverSilence(wst)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)
 	if err != nil {
 		return false, err
@@ -229,7 +235,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		start:   slot.ConfirmedFlush,
 		heard:   lastRead,
 		silence: silence,
-		lapse:   newLapse(srv.SenderTimeout),
+		lapse:   newLapse(wst),
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		origin:  origin,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -125,4 +126,22 @@ func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
 		"reaches one started at %s, of the same system. A multi-host %s or a load-balanced service paired two servers "+
 		"(standbys of one primary, promoted or not, or a restored copy): point %s at one server",
 		errTwoServers, url, replStart, sqlStart, url, url))
+}
+
+// senderTimeout reads wal_sender_timeout as the walsender of repl has it: the server drops
+// repl after that much silence. With --replication-url the walsender runs on another server
+// than the SQL connection, and a connection may set its own (options=-c wal_sender_timeout=...).
+func senderTimeout(ctx context.Context, repl *pgconn.PgConn) (time.Duration, error) {
+	res, err := repl.Exec(ctx, "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'wal_sender_timeout'").ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read the walsender's wal_sender_timeout: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("read the walsender's wal_sender_timeout: no row")
+	}
+	ms, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read the walsender's wal_sender_timeout: %w", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

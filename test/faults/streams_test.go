@@ -323,6 +323,56 @@ func TestStreamRelayResumedAfterTakeoverWritesNothing(t *testing.T) {
 	}
 }
 
+// The same stop, where only the replication connection has a short wal_sender_timeout: the
+// walsender drops the stopped relay after its own timeout, not the one the SQL connection reads
+// (with --replication-url the walsender runs on another server; here the replication URL sets
+// its own). Bound to three quarters of the SQL connection's 10 minutes, the resumed relay took
+// itself for the slot's holder and wrote what it held.
+func TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "10min"))
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	sep := "?"
+	if strings.Contains(w.relayDB, "?") {
+		sep = "&"
+	}
+	replURL := w.relayDB + sep + "options=-c%20wal_sender_timeout%3D2s"
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	emitted := w.newWriter(checker.WriterConfig{Seed: 39, Emit: 1})
+	const backlog = 40_000
+	for range backlog / 1000 {
+		if err := emitted.Tx(t.Context(), 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := w.startRelay(append(env, "WALBOX_SERVER_TIMEOUT=5m", "WALBOX_REPLICATION_URL="+replURL)...)
+	sr.wait(t, 2000, 2*time.Minute)
+	old.Signal(syscall.SIGSTOP)
+	waitFor(t, time.Minute, "the server to drop the stopped relay", func() bool {
+		var active bool
+		err := execRow(t, w.db, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", &active, w.slot)
+		return err == nil && !active
+	})
+	taker := w.startRelay(append(env, "WALBOX_MESSAGE_PREFIX=none")...)
+	taker.waitState("streaming", time.Minute)
+	time.Sleep(2 * time.Second) // the taker relays none of the backlog
+	before := sr.count()
+
+	old.Signal(syscall.SIGCONT)
+	waitFor(t, time.Minute, "the resumed relay to wait as a standby", func() bool { return old.state() == "standby" })
+	time.Sleep(3 * time.Second) // anything it wrote would be in the stream by now
+	if after := sr.count(); after != before {
+		t.Errorf("the stream went from %d to %d messages once the stopped relay resumed: it wrote what it held\n%s", before, after, old.Output())
+	}
+	if before >= backlog {
+		t.Errorf("the relay stored the whole backlog before it was stopped: the test proved nothing")
+	}
+}
+
 // The data directory is restored from a copy taken before the stream got its last rows. The
 // restored server has the same system identifier and timeline, and its new rows take LSNs at or
 // before the stream's last row: walbox would confirm them as stored without sending them. It
