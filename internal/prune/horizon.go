@@ -40,7 +40,8 @@ func (h Horizon) String() string {
 
 // ReadHorizon finds the slots that relay the table and returns the oldest transaction horizon
 // their records hold. The slots are those of every set of shards named after base that publishes
-// the table (the single slot included), and every slot whose record says it covers the table.
+// the table (the single slot included), and every slot whose record says it covers the table or
+// says nothing yet (coveringSlots).
 // A slot without a record, or a record without a usable horizon, leaves no horizon: nothing
 // tells which rows it confirmed. The records are read in the table's schema only, where walbox
 // migrate created them (--table).
@@ -114,7 +115,9 @@ func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base s
 	return names, nil
 }
 
-// coveringSlots returns the slots whose records, in reg, say that they cover the table.
+// coveringSlots returns the slots whose records, in reg, say that they cover the table, and
+// those whose records say nothing yet: walbox recover resets a record without coverage, which the
+// relay records again only once it runs, and the slot may relay the table meanwhile.
 func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, reg *registry.Store) ([]string, error) {
 	var oid *uint32
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", table.Quoted()).Scan(&oid); err != nil {
@@ -127,8 +130,8 @@ func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, reg *r
 	if err != nil || !ok {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, "SELECT slot_name, coverage FROM "+pgx.Identifier{reg.Schema(), "walbox_slots"}.Sanitize()+
-		" WHERE coverage IS NOT NULL ORDER BY slot_name")
+	rows, err := conn.Query(ctx, "SELECT slot_name, coalesce(coverage, '') FROM "+pgx.Identifier{reg.Schema(), "walbox_slots"}.Sanitize()+
+		" ORDER BY slot_name")
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
 	}
@@ -139,7 +142,7 @@ func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, reg *r
 		if err := rows.Scan(&name, &coverage); err != nil {
 			return nil, fmt.Errorf("read %s: %w", reg.Table(), err)
 		}
-		if inspect.CoverageNames(coverage, *oid) && !slices.Contains(names, name) {
+		if (coverage == "" || inspect.CoverageNames(coverage, *oid)) && !slices.Contains(names, name) {
 			names = append(names, name)
 		}
 	}

@@ -558,3 +558,43 @@ func TestRecoverAcceptedLossIsOneSlots(t *testing.T) {
 		t.Fatalf("walbox recover of slot B, after the loss was accepted for A, exited %d; want non-zero, naming the 10 rows deleted:\n%s", code, out)
 	}
 }
+
+// prune keeps the rows a recovered slot has not confirmed. Two relays stream one table through
+// slots A and B. B's slot is lost and recovered; its record then says nothing of what it covers
+// until B runs again. Rows come, A confirms them, and prune runs with A's settings. On the old
+// code it found only A and deleted the rows, which B's new slot had not confirmed: were that slot
+// lost too, recover would miss them and call prune's deletes explained.
+func TestPruneKeepsRowsARecoveredSlotHasNotConfirmed(t *testing.T) {
+	heavy(t)
+	a := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	b := a.in(t)
+	b.slot = testenv.UniqueName("slot")
+	r := b.startRelay()
+	r.waitState("streaming", time.Minute)
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+	}
+	b.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'order.before', '{}')`)
+	b.dropSlot()
+	if out, code := b.walbox(nil, "recover"); code != 0 {
+		t.Fatalf("walbox recover of slot B exited %d:\n%s", code, out)
+	}
+	ra := a.startRelay()
+	ra.waitState("streaming", time.Minute)
+	a.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT 'order', g::text, 'order.unconfirmed', '{}', now() - interval '1 minute' FROM generate_series(1, 12) g`)
+	waitFor(t, 2*time.Minute, "slot A to confirm past the rows", func() bool {
+		var past bool
+		err := a.conn.QueryRow(context.Background(), `SELECT s.confirmed_xmin::text::bigint > (SELECT max(xmin::text::bigint) FROM outbox
+			WHERE event_type = 'order.unconfirmed') FROM public.walbox_slots s WHERE s.slot_name = $1`, a.slot).Scan(&past)
+		return err == nil && past
+	})
+	out, code := a.walbox(nil, "prune", "--older-than", "1s")
+	var left int
+	if err := a.conn.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE event_type = 'order.unconfirmed'").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || left != 12 || !strings.Contains(out, "kept 12 rows") || !strings.Contains(out, b.slot) {
+		t.Fatalf("walbox prune --older-than 1s exited %d and left %d rows; want 0, the 12 rows slot B did not confirm kept, naming it:\n%s", code, left, out)
+	}
+}
