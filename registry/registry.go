@@ -112,6 +112,9 @@ func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 		reason                            *string
 		stoppedAt                         *time.Time
 	)
+	if err := s.checkTable(ctx); err != nil {
+		return Record{}, false, err
+	}
 	// The stop's columns are read through to_jsonb: a registry not migrated to them yet reads as
 	// recording no stop.
 	err := s.db.QueryRow(ctx, `SELECT slot_name, system_identifier, timeline, origin, created_lsn::text,
@@ -289,6 +292,34 @@ func (s *Store) Forget(ctx context.Context, slot string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("forget slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// ErrNotATable is returned by Get for a walbox_slots that is a view or another kind of relation,
+// or a table with row level security: reading it would run code of its owner (a function the
+// view or a policy calls) with the reader's rights, a superuser's under doctor or status.
+var ErrNotATable = errors.New("walbox_slots is not a plain table")
+
+// checkTable refuses a walbox_slots walbox migrate did not make: a view, or a table with row
+// level security. A role that may CREATE in the schema can make one before the first migrate.
+func (s *Store) checkTable(ctx context.Context) error {
+	var kind, owner string
+	var rls bool
+	err := s.db.QueryRow(ctx, `SELECT c.relkind::pg_catalog.text, pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, c.relrowsecurity
+		FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid`,
+		s.table).Scan(&kind, &owner, &rls)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // the read fails, naming the missing table
+	case err != nil:
+		return fmt.Errorf("look up %s: %w", s.Table(), err)
+	case kind != "r":
+		return fmt.Errorf("%w: %s (owner %s) is a relation of kind %s, not a table walbox migrate created; reading it would run "+
+			"its owner's code as this role. As a superuser, after checking it: drop it and run walbox migrate", ErrNotATable, s.Table(), owner, kind)
+	case rls:
+		return fmt.Errorf("%w: %s (owner %s) has row level security: its policies would run as this role. "+
+			"As its owner, after checking them: ALTER TABLE %s DISABLE ROW LEVEL SECURITY", ErrNotATable, s.Table(), owner, s.table)
 	}
 	return nil
 }

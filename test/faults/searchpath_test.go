@@ -834,6 +834,41 @@ func TestRunAsASuperuserRefusesTheApplicationsRecordFunctions(t *testing.T) {
 	r.Stop(30 * time.Second)
 }
 
+// The application role owns the database and makes walbox_slots a view, over a function of its
+// own, before the first migrate. migrate cannot create the registry, and the superuser runs walbox
+// doctor and walbox status to see why: neither reads the view, which would run the function as the
+// superuser; both name it.
+func TestRecordViewRunsNothingAsTheReader(t *testing.T) {
+	heavy(t)
+	pg := testenv.SharedPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.SharedRabbit(t)
+	super, appDB, _ := appOwnedDatabase(t, pg)
+	pg.Exec(t, appDB, `CREATE TABLE public.outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_type text NOT NULL,
+			aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL, headers jsonb NOT NULL DEFAULT '{}',
+			created_at timestamptz NOT NULL DEFAULT now());
+		CREATE FUNCTION public.planted_rows() RETURNS SETOF record LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO public.captured (fn, who) VALUES ('walbox_slots view', current_user);
+			RETURN;
+		END $$;
+		CREATE VIEW public.walbox_slots AS SELECT * FROM public.planted_rows() AS t(slot_name text, system_identifier text,
+			timeline integer, origin text, created_lsn pg_lsn, confirmed_lsn pg_lsn, confirmed_xmin xid8, confirmed_at timestamptz,
+			first_recorded_at timestamptz, coverage text, stop_reason text, stop_lsn pg_lsn, stopped_at timestamptz)`)
+	w := &world{t: t, pg: pg, rabbit: rabbit, db: super, relayDB: super, relayMQ: rabbit.URL(), slot: testenv.UniqueName("slot"),
+		exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
+	w.conn = pg.Conn(t, super)
+	for _, cmd := range []string{"doctor", "status"} {
+		out, _ := w.walbox(nil, cmd)
+		if !strings.Contains(out, "public.walbox_slots (owner ") || !strings.Contains(out, "is a relation of kind v") {
+			t.Errorf("walbox %s over a view walbox_slots does not name it:\n%s", cmd, out)
+		}
+		if rows := captured(t, w.conn); len(rows) > 0 {
+			t.Errorf("walbox %s as the superuser read the view walbox_slots: %s", cmd, strings.Join(rows, ", "))
+		}
+	}
+}
+
 // appOwnedDatabase creates a role and a database it owns, with public.captured, which any role
 // may insert into, and the trigger function public.planted, which takes back the session's own
 // role if it may (RESET ROLE) and records current_user there. It
