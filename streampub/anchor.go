@@ -78,22 +78,33 @@ func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor,
 		return a, false, err
 	}
 	from := int64(-1)
+	// reached: the reads showed the name's message with the broker's last id, of any system.
+	// A search of one system's messages (p.system) is complete only then: on a lagging replica
+	// an older message of the system, or none, would be taken for its last.
+	reached, seen := false, false
 	for {
+		reached, seen = reached || last.nameID >= id, seen || last.nameID > 0
 		if last.found {
 			// Below the last id: the messages above are not in what was read.
-			return a.at(last, p), p.system != "" || last.id >= id, nil
+			if p.system != "" {
+				return a.at(last, p), reached, nil
+			}
+			return a.at(last, p), last.id >= id, nil
 		}
 		if last.start <= 0 {
 			// Read back to offset 0: the producer stored messages, so the read fell short,
-			// unless only one system's are sought under a shared name (p.system).
-			return a, p.system != "", nil
+			// unless only one system's are sought under a shared name (p.system) and the read
+			// showed the name's last message.
+			return a, p.system != "" && reached, nil
 		}
 		if from >= 0 && last.start > from {
 			// The broker began above from: retention removed the offsets before, or they
 			// hold no message (see atStart). At the stream's first message, past 0, nothing
 			// of this producer is left: retention removed it.
 			if start, err := atStart(env, cfg, last.start); err != nil || start {
-				return a, err == nil, err
+				// A system's search that saw the name's messages only below its last id fell
+				// short; one that saw none of them takes retention for the cause too.
+				return a, err == nil && (p.system == "" || reached || !seen), err
 			}
 		}
 		// Read back twice as far as the last step, up to where the last step started.
@@ -128,6 +139,8 @@ type span struct {
 	offset     int64    // its offset
 	system     string   // and its database system identifier, "" for none
 	found      bool
+	// nameID is the highest publishing id of the name's messages in the span, of any system
+	nameID int64
 }
 
 // take notes one message of the stream.
@@ -138,6 +151,9 @@ func (s *span) take(offset int64, m *amqp.Message, p producerOf) error {
 	s.end = max(s.end, offset+1)
 	if name, _ := m.ApplicationProperties[PropProducer].(string); name != p.name {
 		return nil
+	}
+	if id, ok := m.ApplicationProperties[PropPublishingID].(int64); ok {
+		s.nameID = max(s.nameID, id)
 	}
 	system, _ := m.ApplicationProperties[PropSystem].(string)
 	if p.system != "" && system != p.system {

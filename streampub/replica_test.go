@@ -1,6 +1,7 @@
 package streampub_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -84,5 +85,43 @@ func TestHeldIsNotTakenFromALaggingReplica(t *testing.T) {
 	}
 	if complete == 0 {
 		t.Error("no Held completed: the replica that keeps up was never read")
+	}
+}
+
+// The continuation from the old name (walbox-<slot>) on a three-node cluster with one replica
+// held back: the lagging replica has this system's first 100 messages under the old name, the
+// leader and the other replica all 200. Every session continues from the 200th or fails; none
+// takes the 100th for the old name's last message of this system, which stored the 100 after it
+// again under the new name.
+func TestLegacyAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
+	c := testenv.StartStreamCluster(t)
+	cfg := config(c.Node(0))
+	pos, _ := rows(0x7000000, 200)
+	legacy := make([]legacyRow, 200)
+	for i := range legacy {
+		legacy[i] = legacyRow{int64(i + 1), strconv.FormatUint(system, 10), pos[i]}
+	}
+	publishLegacy(t, c.Node(0).StreamURL(), cfg.Stream, cfg.Slot, legacy[:100])
+	time.Sleep(2 * time.Second) // every replica has them
+	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
+	publishLegacy(t, c.Node(0).StreamURL(), cfg.Stream, cfg.Slot, legacy[100:])
+
+	found := 0
+	for i := range 8 {
+		d, err := dialBound(cfg, system)
+		if err != nil {
+			t.Logf("session %d: %v", i, err) // fell short on every read: no anchor is taken
+			continue
+		}
+		id, anchor, ok := d.Anchor()
+		_ = d.Close()
+		if id != 200 || !ok || anchor != pos[199] {
+			t.Errorf("session %d: anchor id %d, position %v (found %v); want 200, %v", i, id, anchor, ok, pos[199])
+			continue
+		}
+		found++
+	}
+	if found == 0 {
+		t.Error("no session found the anchor: the replica that keeps up was never read")
 	}
 }
