@@ -80,6 +80,9 @@ func (r *Relay) putRight(err error) string {
 		}
 		return fmt.Sprintf("Create the publication again (CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'))",
 			quoteIdent(r.cfg.Publication), strings.Join(tables, ", "))
+	case errors.Is(err, ErrNoPublication):
+		return fmt.Sprintf("Create publication %q again, with its shard's row filter: run `walbox migrate --shards %d`",
+			r.cfg.Publication, r.cfg.Shards)
 	}
 	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
 }

@@ -7,12 +7,19 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/wire"
 )
 
 // Querier is the part of a pgx connection, pool or transaction the package reads through.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Reader is a Querier that also reads single rows, as package inspect does.
+type Reader interface {
+	Querier
+	inspect.Querier
 }
 
 // Claim is a publication, named after the base publication, that publishes the outbox table.
@@ -193,9 +200,12 @@ func (l Layout) CheckMigrate(n int) error {
 
 // CheckPublication checks that publication publishes table with the row filter of shard k of n,
 // as every session of a sharded relay does: a filter changed behind its back would leave rows to
-// no relay, or to two.
-func CheckPublication(ctx context.Context, q Querier, publication string, table wire.Table, k, n int) error {
-	rows, err := q.Query(ctx, `SELECT coalesce(rowfilter, '') FROM pg_publication_tables
+// no relay, or to two. A publication dropped, or with the table taken out, gets the error of
+// inspect.ReadCoverage (inspect.ErrNoPublication or inspect.ErrNotCovered). The relay's coverage
+// check reads just before this check, and either may see the change first: both must name the
+// same stop.
+func CheckPublication(ctx context.Context, q Reader, publication string, table wire.Table, k, n int) error {
+	rows, err := q.Query(ctx, `SELECT coalesce(rowfilter, '') FROM pg_catalog.pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, publication, table.Schema, table.Name)
 	if err != nil {
 		return fmt.Errorf("read the row filter of publication %s: %w", publication, err)
@@ -205,7 +215,16 @@ func CheckPublication(ctx context.Context, q Querier, publication string, table 
 		return fmt.Errorf("read the row filter of publication %s: %w", publication, err)
 	}
 	if len(filters) == 0 {
-		return fmt.Errorf("%w: publication %s does not publish %s", ErrMismatch, publication, table)
+		c, err := inspect.ReadCoverage(ctx, q, publication, []wire.Table{table})
+		if err != nil {
+			return err
+		}
+		if err := c.Err(); err != nil {
+			return err
+		}
+		// It publishes the table again: it was taken out and put back between the two reads.
+		return fmt.Errorf("%w: publication %q published no table %s for a moment, and rows written then were not "+
+			"decoded. If rows were written meanwhile, run `walbox recover --force`", inspect.ErrNotCovered, publication, table)
 	}
 	return Claim{Publication: publication, Filter: filters[0], K: k, N: n}.checkAgainst("this relay streams")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/shard"
@@ -245,4 +246,35 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// A publication dropped under a shard's relay, or with the outbox table taken out, is what the
+// relay's coverage check reports (inspect.ErrNoPublication, inspect.ErrNotCovered), word for
+// word, when the shard check sees it first: a stop only walbox recover gets past, not a mismatch
+// of the shards, which the relay records nowhere.
+func TestCheckPublicationGivesTheCoverageError(t *testing.T) {
+	conn := setupDB(t)
+	ctx := t.Context()
+	if _, err := shard.CreatePublications(ctx, conn, wire.DefaultTable, base(3)); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, "DROP PUBLICATION walbox_s1of3")
+	mustExec(t, conn, "ALTER PUBLICATION walbox_s2of3 DROP TABLE outbox")
+	for _, tc := range []struct {
+		k    int
+		want error
+	}{{1, inspect.ErrNoPublication}, {2, inspect.ErrNotCovered}} {
+		pub := base(3).PublicationName(tc.k)
+		err := shard.CheckPublication(ctx, conn, pub, wire.DefaultTable, tc.k, 3)
+		c, cerr := inspect.ReadCoverage(ctx, conn, pub, []wire.Table{wire.DefaultTable})
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		if !errors.Is(err, tc.want) || errors.Is(err, shard.ErrMismatch) || c.Err() == nil || err.Error() != c.Err().Error() {
+			t.Errorf("CheckPublication of %s = %v; want the coverage check's %v", pub, err, c.Err())
+		}
+	}
+	if err := shard.CheckPublication(ctx, conn, "walbox_s0of3", wire.DefaultTable, 0, 3); err != nil {
+		t.Errorf("CheckPublication of the untouched walbox_s0of3: %v", err)
+	}
 }
