@@ -471,8 +471,8 @@ func rowsGone(counts []Count) error {
 			errRowsGone, strings.Join(unseen, "; "), there)
 	}
 	if len(rewritten) > 0 {
-		return fmt.Errorf("%w: rows of the gap may be gone: %s was truncated, rewritten or altered (TRUNCATE, VACUUM FULL, "+
-			"CLUSTER, ALTER TABLE) by a transaction that may have committed after the recorded position. "+
+		return fmt.Errorf("%w: rows of the gap may be gone: %s was truncated or rewritten (TRUNCATE, VACUUM FULL, "+
+			"CLUSTER), or created or renamed in place of another table, by a transaction that may have committed after the recorded position. "+
 			"The statistics do not count the rows a TRUNCATE takes. Only %d rows of the gap are left to republish. "+
 			"If no rows went, or to republish those and accept the loss of the others, run again with --accept-loss",
 			errRowsGone, strings.Join(rewritten, ", "), there)

@@ -210,15 +210,22 @@ func (r *Recovery) unseen(began time.Time) string {
 // it was created with: a TRUNCATE in the gap gives the table a new file, and so a new pg_class
 // row, and the statistics do not count its rows. A table keeps its first file, numbered as its
 // oid, until TRUNCATE, VACUUM FULL or CLUSTER; so a partition created in the gap, or a GRANT on
-// a table never rewritten, is no sign. A dropped partition leaves no trace here.
+// a table never rewritten, is no sign. A table created or renamed in the gap, in place of
+// another, is. A dropped partition leaves no trace here.
 func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
 	if r.rewrite == "" {
 		return false, nil
 	}
+	// The table's row type is created with it and renamed with it, and nothing else writes it: one
+	// written in the gap means the table was created, or renamed into its name, in the gap, in
+	// place of the one whose rows of the gap went with it.
 	var changed bool
-	err := r.db.QueryRow(ctx, `SELECT coalesce(pg_catalog.bool_or(`+r.rewrite+`), false) FROM pg_catalog.pg_class
+	err := r.db.QueryRow(ctx, `SELECT coalesce((SELECT pg_catalog.bool_or(`+r.rewrite+`) FROM pg_catalog.pg_class
 		WHERE relfilenode OPERATOR(pg_catalog.<>) 0 AND relfilenode OPERATOR(pg_catalog.<>) oid AND oid IN (SELECT pg_catalog.to_regclass($1)::pg_catalog.oid
-			UNION SELECT p.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p)`, t.Quoted()).Scan(&changed)
+			UNION SELECT p.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p)), false)
+		OR coalesce((SELECT `+r.rewrite+` FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.=)
+			(SELECT c.reltype FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)::pg_catalog.oid)), false)`,
+		t.Quoted()).Scan(&changed)
 	if err != nil {
 		return false, fmt.Errorf("read the catalog row of %s: %w", t, err)
 	}

@@ -598,3 +598,31 @@ func TestPruneKeepsRowsARecoveredSlotHasNotConfirmed(t *testing.T) {
 		t.Fatalf("walbox prune --older-than 1s exited %d and left %d rows; want 0, the 12 rows slot B did not confirm kept, naming it:\n%s", code, left, out)
 	}
 }
+
+// A table swapped in the gap takes the old table's rows of the gap with it. walbox is stopped,
+// 10 rows are committed, the outbox is renamed away and a new one created in its place and
+// published, 5 rows come, and the slot is dropped. recover must not call the gap filled.
+func TestRecoverRefusesAGapATableSwapTook(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	if code := r.Stop(time.Minute); code != 0 {
+		t.Fatalf("walbox run exited %d on SIGTERM:\n%s", code, testenv.Tail(r.Output(), 20))
+	}
+	w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', g::text, 'order.swapped', '{}' FROM generate_series(1, 10) g`)
+	w.exec(`ALTER TABLE outbox RENAME TO outbox_old`)
+	w.exec(`CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL)`)
+	w.exec(`ALTER PUBLICATION walbox ADD TABLE outbox`)
+	for i := range 5 {
+		w.exec(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'order.after', '{}')`, itoa(i))
+	}
+	w.dropSlot()
+	for _, args := range [][]string{{"--dry-run"}, nil, {"--force"}} {
+		out, code := w.walbox(nil, append([]string{"recover"}, args...)...)
+		if code == 0 || !strings.Contains(out, "--accept-loss") || strings.Contains(out, "every one confirmed") {
+			t.Fatalf("walbox recover %v exited %d; want non-zero, naming --accept-loss:\n%s", args, code, out)
+		}
+	}
+}
