@@ -8,6 +8,9 @@ import (
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
+	"github.com/walbox/walbox/wire"
 )
 
 // anchor is the producer's last stored message: its publishing id and position.
@@ -51,9 +54,19 @@ var errIncompleteRead = errors.New("the stream read does not reach the producer'
 // stream keeps, and that offset is past 0: retention removed it.
 func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, error) {
 	for n := 1; ; n++ {
-		a, complete, err := searchAnchor(env, cfg, p)
-		if err != nil || complete {
+		a, complete, err := searchAgain(env, cfg, p, n)
+		if err != nil {
 			return a, err
+		}
+		// "No anchor" (retention removed the producer's messages) is what a lagging replica
+		// shows too when the producer's messages are all in the tail it lacks: it is taken only
+		// when every read says so.
+		if complete && (a.found || a.id <= 0 || n == anchorReads) {
+			return a, nil
+		}
+		if complete {
+			time.Sleep(anchorPause)
+			continue
 		}
 		if n == anchorReads {
 			return a, fmt.Errorf("stream %s: %w: %d reads found producer %s's messages only below its last id %d",
@@ -61,6 +74,21 @@ func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, err
 		}
 		time.Sleep(anchorPause)
 	}
+}
+
+// searchAgain is the nth search of findAnchor. After the first it connects anew: the client
+// keeps its connection to the member it picked and reads from it again, so a search on env would
+// read the lagging replica again.
+func searchAgain(env *stream.Environment, cfg *Config, p producerOf, n int) (anchor, bool, error) {
+	if n == 1 {
+		return searchAnchor(env, cfg, p)
+	}
+	fresh, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs))
+	if err != nil {
+		return anchor{}, false, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
+	}
+	defer fresh.Close()
+	return searchAnchor(fresh, cfg, p)
 }
 
 // searchAnchor is one search of findAnchor; complete is false when the read fell short.

@@ -2,9 +2,15 @@ package streampub_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 )
 
@@ -117,6 +123,73 @@ func TestLegacyAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
 		_ = d.Close()
 		if id != 200 || !ok || anchor != pos[199] {
 			t.Errorf("session %d: anchor id %d, position %v (found %v); want 200, %v", i, id, anchor, ok, pos[199])
+			continue
+		}
+		found++
+	}
+	if found == 0 {
+		t.Error("no session found the anchor: the replica that keeps up was never read")
+	}
+}
+
+// A stream whose retention removed its first offsets, on three nodes with one replica held back
+// before the producer stored anything: the lagging replica shows none of the producer's
+// messages back to its first offset, as if retention had removed them. Every session finds the
+// anchor or fails; none takes "no anchor", which stored the slot's replay again.
+func TestNoAnchorIsNotTakenFromALaggingReplicaOfATrimmedStream(t *testing.T) {
+	c := testenv.StartStreamCluster(t)
+	cfg := config(c.Node(0))
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(c.Node(0).StreamURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	err = env.DeclareStream(cfg.Stream, stream.NewStreamOptions().SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(20000)).
+		SetMaxLengthBytes(stream.ByteCapacity{}.B(40000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler, err := env.NewProducer(cfg.Stream, stream.NewProducerOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirms := filler.NotifyPublishConfirmation()
+	for range 10 {
+		var batch []message.StreamMessage
+		for range 100 {
+			batch = append(batch, amqp.NewMessage([]byte(strings.Repeat("x", 200))))
+		}
+		if err := filler.BatchSend(batch); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(batch); {
+			select {
+			case cs := <-confirms:
+				got += len(cs)
+			case <-time.After(waitFor):
+				t.Fatal("filler not confirmed")
+			}
+		}
+	}
+	_ = filler.Close()
+	time.Sleep(6 * time.Second) // every replica has them, and retention removed the first
+	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
+	pos, msgs := rows(0x7000000, 100)
+	s := dial(t, cfg)
+	publishAll(t, s, pos, msgs)
+	_ = s.Close()
+
+	found := 0
+	for i := range 8 {
+		d, err := dialBound(cfg, system)
+		if err != nil {
+			t.Logf("session %d: %v", i, err)
+			continue
+		}
+		id, anchor, ok := d.Anchor()
+		_ = d.Close()
+		if id != 100 || !ok || anchor != pos[99] {
+			t.Errorf("session %d: anchor id %d, position %v (found %v); want 100, %v", i, id, anchor, ok, pos[99])
 			continue
 		}
 		found++

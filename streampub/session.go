@@ -126,8 +126,17 @@ func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 	return nil
 }
 
-// declare creates the stream with the configured retention unless it exists.
+// declare creates the stream with the configured retention unless it exists. A stream that
+// exists is not declared again: the broker refuses a declaration whose arguments differ from the
+// stream's (a segment size, another retention), and the stream keeps its own.
 func declare(env *stream.Environment, name string, cfg *Config) error {
+	exists, err := env.StreamExists(name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
 	opts := stream.NewStreamOptions()
 	if cfg.MaxAge > 0 {
 		opts.SetMaxAge(cfg.MaxAge)
@@ -135,7 +144,7 @@ func declare(env *stream.Environment, name string, cfg *Config) error {
 	if cfg.MaxBytes > 0 {
 		opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(cfg.MaxBytes))
 	}
-	err := env.DeclareStream(name, opts)
+	err = env.DeclareStream(name, opts)
 	if err != nil && !errors.Is(err, stream.StreamAlreadyExists) {
 		return fmt.Errorf("declare stream %s: %w", name, err)
 	}
