@@ -3,14 +3,15 @@ GO      ?= go
 PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
-# Build tags of `make build`: TAGS=otel builds a walbox that exports OpenTelemetry spans
-# (--otlp-endpoint); without it, walbox refuses that setting.
+# Build tags of `make build`: TAGS=otel builds walbox from the otel module, a walbox that exports
+# OpenTelemetry spans (--otlp-endpoint); without it, walbox refuses that setting.
 TAGS    ?=
 
 # The repository's Go modules: walbox (the product), test (the harness: fault suite, end-to-end
-# suites, benchmark, compose harness) and examples (the demo, the orders and notifier services).
-# Each has its own go.mod; test and examples replace walbox by this folder.
-MODULES := . test examples
+# suites, benchmark, compose harness), examples (the demo, the orders and notifier services) and
+# otel (the tracing package and the walbox built with it, so OpenTelemetry stays out of the
+# product's go.mod). Each has its own go.mod; the others replace walbox by this folder.
+MODULES := . test examples otel
 
 # staticcheck is built once, at a pinned version, into the user cache (STATICCHECK names a binary
 # to use instead).
@@ -25,21 +26,20 @@ help: ## list the targets
 
 build: ## build the binaries into bin/ (TAGS=otel: a walbox with tracing): walbox, and the examples' and the benchmark's commands
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+	$(if $(filter otel,$(TAGS)),cd otel && $(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o ../bin/ ./cmd/walbox)
 	cd examples && $(GO) build -o ../bin/ ./cmd/...
 	cd test && $(GO) build -o ../bin/ ./cmd/...
 
-check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet, staticcheck (every module; walbox also with tracing, the compose harness with its tag), and the repository checks: docs' size, no tracked binaries
+check: $(STATICCHECK) ## gofmt, go mod tidy -diff, go vet, staticcheck (every module, otel too; the compose harness with its tag), and the repository checks: docs' size, no tracked binaries
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES) deploy/helm; do echo "go mod tidy -diff in $$m"; (cd $$m && $(GO) mod tidy -diff); done
 	@set -e; for m in $(MODULES); do echo "go vet and staticcheck in $$m"; \
 	  (cd $$m && $(GO) vet $(PKGS) && $(STATICCHECK) $(PKGS)); done
-	$(GO) vet -tags otel ./cmd/walbox
-	$(STATICCHECK) -tags otel ./cmd/walbox
 	cd test && $(GO) vet -tags compose ./composetest/
 	$(GO) run ./internal/repocheck
 
-tidy: ## go mod tidy, of every module: walbox, test, examples and the chart's test module
+tidy: ## go mod tidy, of every module: walbox, test, examples, otel and the chart's test module
 	@set -e; for m in $(MODULES) deploy/helm; do (cd $$m && $(GO) mod tidy); done
 
 $(STATICCHECK):

@@ -1,4 +1,5 @@
 // Command walbox relays the transactional outbox from PostgreSQL to RabbitMQ by change data capture.
+// It is built without tracing; otel/cmd/walbox is the same command with OpenTelemetry spans.
 //
 //	walbox migrate   create the outbox table, its publication and the replication slot
 //	walbox run       relay outbox inserts to the broker until stopped
@@ -11,109 +12,14 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
 	"os"
-	"strings"
 
-	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-type command struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = []command{
-	{"migrate", "create the outbox table, its publication and the replication slot", runMigrate},
-	{"run", "relay outbox inserts to RabbitMQ until stopped", runRelay},
-	{"status", "show the replication slot's position, lag and state", runStatus},
-	{"doctor", "check PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure", runDoctor},
-	{"prune", "delete outbox rows older than a duration, in short batches", runPrune},
-	{"reshard", "change the number of shards: create the new set of slots, retire the old one once it passed the cut", runReshard},
-	{"recover", "after a slot was lost, republish the rows of the gap from the outbox table and replace the slot", runRecover},
-	{"version", "print the version", runVersion},
-}
-
 func main() {
-	os.Exit(mainWithExit(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// mainWithExit runs one command and returns the process exit code: 0 success, 1 failure, 2 a bad
-// command line or setting.
-func mainWithExit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	for _, c := range commands {
-		if c.name != args[0] {
-			continue
-		}
-		err := explainAuth(c.run(ctx, args[1:], stdout, stderr))
-		var ce configError
-		switch {
-		case err == nil, errors.Is(err, errHelp):
-			return 0
-		case errors.As(err, &ce):
-			fmt.Fprintf(stderr, "walbox %s: %s\n", c.name, redact.Text(err.Error(), envSecrets()...))
-			return 2
-		default:
-			fmt.Fprintf(stderr, "walbox %s: %s\n", c.name, redact.Text(err.Error(), envSecrets()...))
-			return 1
-		}
-	}
-	names := make([]string, len(commands))
-	for i, c := range commands {
-		names[i] = c.name
-	}
-	fmt.Fprintf(stderr, "walbox: unknown command %q%s (walbox --help lists the commands)\n", args[0], didYouMean(args[0], names, "%q"))
-	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "walbox relays the transactional outbox from PostgreSQL to RabbitMQ by change data capture.")
-	fmt.Fprintln(w, "\nUsage: walbox <command> [flags]\n\nCommands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun 'walbox <command> --help' for the command's settings.")
-}
-
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "print the version", stderr)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	build := "built without tracing"
-	if withTracing {
-		build = "built with tracing (otel)"
-	}
-	fmt.Fprintf(stdout, "walbox %s, %s\n", version, build)
-	return nil
-}
-
-// envSecrets lists passwords from the environment's connection settings, so no error or log line
-// repeats them even where a library quoted a connection string.
-func envSecrets() []string {
-	var conns, raw []string
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		switch {
-		case !strings.HasPrefix(k, "WALBOX_"):
-		case strings.HasSuffix(k, "_URL"):
-			conns = append(conns, v)
-		case strings.HasSuffix(k, "_PASSWORD") && v != "":
-			raw = append(raw, v)
-		}
-	}
-	return append(redact.Secrets(conns...), raw...)
+	os.Exit(cli.Main(os.Args[1:], cli.Build{Version: version}))
 }

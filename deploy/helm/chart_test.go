@@ -260,7 +260,7 @@ func TestEnvironmentNamesAreWalboxSettings(t *testing.T) {
 
 func walboxEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob("../../cmd/walbox/*.go")
+	files, err := filepath.Glob("../../internal/cli/*.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("walbox's sources: %v (found %d files)", err, len(files))
 	}

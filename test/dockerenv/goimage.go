@@ -9,8 +9,9 @@ import (
 )
 
 // modules are the folders of the repository's Go modules, whose tests the image runs: walbox's
-// own, the harness's and the examples'.
-var modules = []string{".", "test", "examples"}
+// own, the harness's, the examples' and otel's (a test builds the walbox with tracing from it, and
+// the walbox Dockerfile downloads its modules).
+var modules = []string{".", "test", "examples", "otel"}
 
 // goInputs returns what the Go image is made of besides its Dockerfile, for its key (the
 // toolchain's version, every module's go.sum and the packages the tests depend on), and the
@@ -39,11 +40,11 @@ func (b *Builder) goInputs(ctx context.Context) (key []string, dirs map[string]s
 	return append(key, deps), map[string]string{"go": goroot}, nil
 }
 
-// dependencies lists the packages outside walbox's module that its tests build, one a line, with
-// those of the tracing build (a test builds walbox with -tags otel). The image compiles them
-// ahead; the other modules' tests compile what they add at test time.
+// dependencies lists the packages outside walbox's module that its tests build, one a line. The
+// image compiles them ahead; the other modules' tests (and the otel module's walbox, which a test
+// builds) compile what they add at test time.
 func (b *Builder) dependencies(ctx context.Context) (string, error) {
-	out, err := b.goCmd(ctx, nil, "list", "-deps", "-test", "-tags", "otel",
+	out, err := b.goCmd(ctx, nil, "list", "-deps", "-test",
 		"-f", "{{if not .Module}}{{.ImportPath}}{{else if not .Module.Main}}{{.ImportPath}}{{end}}", "./...")
 	if err != nil {
 		return "", err

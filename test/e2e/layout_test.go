@@ -10,7 +10,7 @@ import (
 )
 
 // The Layout table of docs/architecture.md lists every package of the repository's modules
-// (walbox's own, test/ and examples/), and lists them in an order in which each package's code
+// (walbox's own, test/, examples/ and otel/), and lists them in an order in which each package's code
 // (its tests aside) imports only packages above it, as the page says.
 func TestArchitectureLayoutListsEveryPackageInImportOrder(t *testing.T) {
 	const doc = "docs/architecture.md"
@@ -31,7 +31,7 @@ func TestArchitectureLayoutListsEveryPackageInImportOrder(t *testing.T) {
 
 	const module = "github.com/walbox/walbox"
 	var lines []string
-	for _, dir := range []string{".", "test", "examples"} {
+	for _, dir := range []string{".", "test", "examples", "otel"} {
 		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
 		cmd.Dir = filepath.Join(root, dir)
 		out, err := cmd.Output()

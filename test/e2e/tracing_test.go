@@ -14,11 +14,11 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 )
 
-// otelWalbox returns a walbox built with -tags otel, the build that exports spans (the default
+// otelWalbox returns the walbox of the otel module, the build that exports spans (the default
 // build refuses an OTLP endpoint).
 func otelWalbox(t *testing.T) string {
 	t.Helper()
-	return testenv.Build(t, "cmd/walbox", "-race", "-tags", "otel")
+	return testenv.Build(t, "otel/cmd/walbox", "-race")
 }
 
 // With an OTLP endpoint set, walbox built with tracing exports a span per publish in the trace of
@@ -73,7 +73,7 @@ func TestOTLPEndpointRefusedWithoutTracing(t *testing.T) {
 		t.Fatalf("walbox run exited %d, want 2:\n%s", code, r.Output())
 	}
 	out := r.Output()
-	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "built without tracing") || !strings.Contains(out, "-tags otel") {
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "built without tracing") || !strings.Contains(out, "TAGS=otel") {
 		t.Fatalf("want one line saying the build has no tracing and how to get one, got:\n%s", out)
 	}
 }

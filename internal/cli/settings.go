@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting is one configuration value of a command, read from a flag or else from the environment.
+type setting struct {
+	spec
+	value string
+	set   bool // given by flag
+}
+
+// settings are the settings of one command, in the order of settingTable.
+type settings struct {
+	cmd  string
+	list []*setting
+	file *configFile // the config file, once resolve has read it
+}
+
+// newSettings returns the settings settingTable gives cmd.
+func newSettings(cmd string) settings {
+	s := settings{cmd: cmd}
+	for _, sp := range specsOf(cmd) {
+		s.list = append(s.list, &setting{spec: sp})
+	}
+	return s
+}
+
+// get returns the setting of the flag name; it panics when settingTable does not give it to this
+// command, a mistake every test of the command's --help finds.
+func (s *settings) get(name string) *setting {
+	if st := s.find(name); st != nil {
+		return st
+	}
+	panic(fmt.Sprintf("walbox %s takes no --%s: add it to settingTable", s.cmd, name))
+}
+
+// find returns the setting of the flag name, or nil when this command does not take it.
+func (s *settings) find(name string) *setting {
+	for _, st := range s.list {
+		if st.flag == name {
+			return st
+		}
+	}
+	return nil
+}
+
+// register adds every setting to fs; a flag wins over its environment variable.
+func (s *settings) register(fs *flag.FlagSet) {
+	for _, st := range s.list {
+		st := st
+		set := func(v string) error {
+			st.value, st.set = v, true
+			return nil
+		}
+		if st.isBool {
+			fs.BoolFunc(st.flag, st.usage(), set)
+		} else {
+			fs.Func(st.flag, st.usage(), set)
+		}
+	}
+}
+
+func defaultNote(def string) string {
+	if def == "" {
+		return ""
+	}
+	return " (default " + strconv.Quote(def) + ")"
+}
+
+// resolve fills in values, each from the first of: its flag, its environment variable, the file
+// its NAME_FILE variable names, the config file (--config), its default. An empty environment
+// variable counts as unset. NAME_FILE keeps secrets out of the environment and process listings.
+func (s *settings) resolve() error {
+	for _, st := range s.list {
+		if st.flag == "config" {
+			if err := s.resolveOne(st); err != nil {
+				return err
+			}
+			if st.value != "" {
+				f, err := loadConfigFile(st.value)
+				if err != nil {
+					return configError{err.Error()}
+				}
+				s.file = f
+			}
+		}
+	}
+	for _, st := range s.list {
+		if st.flag != "config" {
+			if err := s.resolveOne(st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *settings) resolveOne(st *setting) error {
+	if st.set {
+		return nil
+	}
+	if st.env != "" {
+		if v := os.Getenv(st.env); v != "" {
+			st.value = v
+			return nil
+		}
+		if path, ok := os.LookupEnv(st.env + "_FILE"); ok {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return configError{fmt.Sprintf("%s_FILE: %v", st.env, err)}
+			}
+			st.value = strings.TrimRight(string(data), "\r\n")
+			return nil
+		}
+	}
+	if v, ok := s.file.value(st.flag); ok {
+		st.value = v
+		return nil
+	}
+	st.value = st.def
+	return nil
+}
+
+func (f *configFile) value(name string) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	v, ok := f.values[name]
+	return v, ok
+}
+
+// configError is a bad or missing setting: the command exits 2 with one line naming it.
+type configError struct{ msg string }
+
+func (e configError) Error() string { return e.msg }
+
+func badSetting(st *setting, format string, args ...any) error {
+	name := "--" + st.flag
+	if st.env != "" {
+		name += " (" + st.env + ")"
+	}
+	return configError{name + ": " + fmt.Sprintf(format, args...)}
+}
+
+func (st *setting) required() (string, error) {
+	if st.value == "" {
+		return "", badSetting(st, "required")
+	}
+	return st.value, nil
+}
+
+func (st *setting) duration() (time.Duration, error) {
+	d, err := time.ParseDuration(st.value)
+	if err != nil || d <= 0 {
+		return 0, badSetting(st, "%q is not a positive duration like 5s", st.value)
+	}
+	return d, nil
+}
+
+func (st *setting) int() (int, error) {
+	n, err := strconv.Atoi(st.value)
+	if err != nil || n < 1 {
+		return 0, badSetting(st, "%q is not a positive whole number", st.value)
+	}
+	return n, nil
+}
+
+func (st *setting) bool() (bool, error) {
+	b, err := strconv.ParseBool(st.value)
+	if err != nil {
+		return false, badSetting(st, "%q is not true or false", st.value)
+	}
+	return b, nil
+}

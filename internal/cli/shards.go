@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/shard"
+)
+
+// shardCount reads the shard count: 0 when not set.
+func shardCount(st *setting) (int, error) {
+	if st.value == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(st.value)
+	if err != nil || n < 1 || n > shard.MaxShards {
+		return 0, badSetting(st, "%q is not a number of shards from 1 to %d", st.value, shard.MaxShards)
+	}
+	return n, nil
+}
+
+// shardIndex reads --shard: -1 when not set.
+func shardIndex(st *setting) (int, error) {
+	if st.value == "" {
+		return -1, nil
+	}
+	k, err := strconv.Atoi(st.value)
+	if err != nil || k < 0 {
+		return 0, badSetting(st, "%q is not a shard number (0, 1, ...)", st.value)
+	}
+	return k, nil
+}
+
+// readLayout reads the shards that publish the outbox table.
+func readLayout(ctx context.Context, conn *pgx.Conn, c *common) (shard.Layout, error) {
+	table, err := c.outboxTable()
+	if err != nil {
+		return shard.Layout{}, err
+	}
+	return shard.ReadLayout(ctx, conn, table, shard.Set{Slot: c.slot.value, Publication: c.publication.value})
+}
+
+// mismatch turns a shard mismatch into a bad setting (exit 2) naming the setting.
+func mismatch(st *setting, err error) error {
+	if errors.Is(err, shard.ErrMismatch) {
+		return badSetting(st, "%v", err)
+	}
+	return err
+}
+
+// applyShard points cfg at its shard's slot and publication, when --shard is set, after checking
+// that the shard is one walbox migrate created: a mismatched --shards stops walbox naming both.
+// Without --shard it warns when shards publish the table too (their relays and this one would
+// both deliver those rows; expected only while `walbox reshard` moves between them).
+func applyShard(ctx context.Context, cfg *replication.Config, c *common, shards, shardK *setting, log *slog.Logger) error {
+	n, err := shardCount(shards)
+	if err != nil {
+		return err
+	}
+	k, err := shardIndex(shardK)
+	if err != nil {
+		return err
+	}
+	if k < 0 && n > 1 {
+		return badSetting(shardK, "required with --shards %d: which shard this relay streams", n)
+	}
+	if k < 0 {
+		// Only a warning: the relay itself reports a database it cannot reach.
+		layout, err := connectAndReadLayout(ctx, cfg.DatabaseURL, c)
+		ns := layout.Counts()
+		switch {
+		case err != nil || len(ns) == 0 || (len(ns) == 1 && ns[0] == 1):
+		case !slices.Contains(ns, 1):
+			return badSetting(shardK, "required: %s; run one relay per shard", layout)
+		default:
+			log.Warn("shards publish the outbox table too: rows go out through the single slot and through them "+
+				"(expected only while `walbox reshard` moves between them)", "layout", layout.String())
+		}
+		return nil
+	}
+	layout, err := readLayoutWaiting(ctx, cfg, c, log)
+	if err != nil {
+		return err
+	}
+	set, err := layout.Resolve(k, n)
+	if err != nil {
+		if n == 0 {
+			return mismatch(shardK, err)
+		}
+		return mismatch(shards, err)
+	}
+	cfg.Shard, cfg.Shards = k, set.N
+	cfg.Slot, cfg.Publication = set.SlotName(k), set.PublicationName(k)
+	return nil
+}
+
+// readLayoutWaiting reads the layout, retrying while the database cannot be reached if the
+// relay waits for its servers.
+func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common, log *slog.Logger) (shard.Layout, error) {
+	for {
+		l, err := connectAndReadLayout(ctx, cfg.DatabaseURL, c)
+		if err == nil || !cfg.WaitForServers || ctx.Err() != nil {
+			if err != nil {
+				return l, c.fail(err)
+			}
+			return l, nil
+		}
+		log.Warn("cannot read the publications yet; retrying", "error", redact.Text(err.Error(), c.secrets()...))
+		select {
+		case <-ctx.Done():
+			return l, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func connectAndReadLayout(ctx context.Context, dsn string, c *common) (shard.Layout, error) {
+	conn, err := pgconnect.Connect(ctx, dsn)
+	if err != nil {
+		return shard.Layout{}, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	return readLayout(ctx, conn, c)
+}
+
+func shardLabel(cfg replication.Config) string {
+	if cfg.Shards == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", cfg.Shard, cfg.Shards)
+}
+
+// reshardCut returns the cut of a reshard in progress into the set of the relay cfg (its shards,
+// or the single slot), read from walbox's record of the slots; 0 when no reshard moves into it.
+// The old set delivers every row committed before the cut: a stream relay of the new set skips
+// them (streampub.Config.SkipBefore), or the stream would hold them twice.
+func reshardCut(ctx context.Context, cfg replication.Config, c *common) (uint64, error) {
+	conn, err := pgconnect.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	layout, err := readLayout(ctx, conn, c)
+	if err != nil || len(layout.Counts()) < 2 {
+		return 0, err
+	}
+	sets, err := shard.ReadStates(ctx, conn, nil, layout)
+	if err != nil {
+		return 0, err
+	}
+	m, moving, err := shard.FindMove(sets)
+	if err != nil || !moving || m.To.Set.N != max(cfg.Shards, 1) {
+		return 0, err
+	}
+	return uint64(m.Cut), nil
+}

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/internal/redact"
+	"github.com/walbox/walbox/internal/status"
+)
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommon("status")
+	asJSON, requireRelay, relayURL := c.s.get("json"), c.s.get("require-relay"), c.s.get("relay-url")
+	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	dsn, err := c.dsn()
+	if err != nil {
+		return err
+	}
+	wantJSON, err := asJSON.bool()
+	if err != nil {
+		return err
+	}
+	need, err := requireRelay.bool()
+	if err != nil {
+		return err
+	}
+	if err := checkRelayURL(relayURL); err != nil {
+		return err
+	}
+	q := status.Query{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value)}
+	if q.Table, err = c.outboxTable(); err != nil {
+		return err
+	}
+	fail := c.fail
+
+	conn, err := pgconnect.Connect(ctx, dsn)
+	if err != nil {
+		return fail(fmt.Errorf("connect to postgres: %w", err))
+	}
+	defer conn.Close(context.Background())
+	replURL, err := c.replicationDSN()
+	if err != nil {
+		return err
+	}
+	if replURL != "" {
+		if q.Standby, err = pgconnect.Connect(ctx, replURL); err != nil {
+			return fail(fmt.Errorf("connect to the standby: %w", err))
+		}
+		defer q.Standby.Close(context.Background())
+	}
+	st, err := status.Read(ctx, conn, q)
+	if err != nil {
+		return fail(err)
+	}
+	if relayURL.value != "off" && relayURL.value != "" {
+		st.Relay, err = status.FetchRelay(ctx, relayURL.value)
+		if err != nil {
+			st.RelayError = redact.Text(err.Error(), c.secrets()...)
+		}
+	}
+	if wantJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+	} else {
+		printStatus(stdout, st)
+		printShards(stdout, st.Shards)
+	}
+	return st.Verdict(need, relayURL.value)
+}
+
+// checkRelayURL refuses a --relay-url that is not "off" and not an http or https address, before
+// anything starts: otherwise it would only show up as the relay not answering.
+func checkRelayURL(st *setting) error {
+	if st.value == "off" || st.value == "" {
+		return nil
+	}
+	u, err := url.Parse(st.value)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return badSetting(st, "not an http:// or https:// address of the relay's listener (or \"off\")")
+	}
+	return nil
+}
+
+func printStatus(w io.Writer, st status.Report) {
+	if !st.Exists && st.Shards != nil {
+		return
+	}
+	if !st.Exists {
+		fmt.Fprintf(w, "slot                 %s (missing)\ncurrent_wal_lsn      %s\n", st.Slot, st.CurrentWALLSN)
+		return
+	}
+	pid := "-"
+	if st.ActivePID != nil {
+		pid = fmt.Sprint(*st.ActivePID)
+	}
+	fmt.Fprintf(w, "slot                 %s (%s)\n", st.Slot, st.Plugin)
+	fmt.Fprintf(w, "active               %t\n", st.Active)
+	fmt.Fprintf(w, "active_pid           %s\n", pid)
+	fmt.Fprintf(w, "confirmed_flush_lsn  %s\n", st.ConfirmedFlushLSN)
+	fmt.Fprintf(w, "restart_lsn          %s\n", st.RestartLSN)
+	fmt.Fprintf(w, "current_wal_lsn      %s\n", st.CurrentWALLSN)
+	fmt.Fprintf(w, "lag_bytes            %s\n", optInt(st.LagBytes))
+	fmt.Fprintf(w, "retained_wal_bytes   %s\n", optInt(st.RetainedWALBytes))
+	fmt.Fprintf(w, "wal_status           %s\n", optString(st.WALStatus))
+	fmt.Fprintf(w, "messages             %s\n", messagesLine(st))
+	if s := st.Stopped; s != nil {
+		fmt.Fprintf(w, "stopped              at %s (%s); way out: put the cause right, then %s\n", s.LSN,
+			s.At.UTC().Format(time.RFC3339), s.WayOut)
+	}
+	printRelay(w, st)
+}
+
+// messagesLine says whether emitted messages are relayed, with which prefix.
+func messagesLine(st status.Report) string {
+	if st.MessagePrefix == "" {
+		return "off (table only)"
+	}
+	fn := "walbox_emit missing"
+	if st.EmitFunction {
+		fn = "walbox_emit present"
+	}
+	return fmt.Sprintf("prefix %s (%s)", st.MessagePrefix, fn)
+}
+
+func printRelay(w io.Writer, st status.Report) {
+	if st.Relay == nil {
+		if st.RelayError != "" {
+			fmt.Fprintf(w, "relay                not reachable (%s)\n", st.RelayError)
+		}
+		return
+	}
+	r := st.Relay
+	fmt.Fprintf(w, "relay_state          %s\n", r.State)
+	fmt.Fprintf(w, "published            %d (confirmed %d, parked %d, in flight %d)\n", r.Published, r.Confirmed, r.Parked, r.InFlight)
+	broker := r.Broker
+	if broker == "" {
+		broker = "- (not connected)"
+	}
+	fmt.Fprintf(w, "broker               %s\n", broker)
+	last := r.LastError
+	if last == "" {
+		last = "-"
+	}
+	fmt.Fprintf(w, "last_error           %s\n", last)
+}
+
+func optInt(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func optString(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
