@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/internal/killpoint"
 )
 
 // reporter is the goroutine that checks, records and reports the session's position. It owns the
@@ -285,6 +286,7 @@ func (r *reporter) report() error {
 	if err := r.pos.record(ctx, w); err != nil {
 		return err
 	}
+	killpoint.Hit("report.recorded")
 	if w, err = r.pos.replayedCap(ctx, w); err != nil {
 		return err
 	}
@@ -303,6 +305,7 @@ func (r *reporter) report() error {
 	if err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
+	killpoint.Hit("report.sent")
 	if r.lapse != nil {
 		r.lapse.sent()
 	}

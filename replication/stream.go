@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/wire"
 )
@@ -250,6 +251,7 @@ func (s *stream) handleCopyData(data []byte) error {
 		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
 		// flight and no transaction open that position is safe to confirm.
 		s.led.AdvanceIdle(ka.ServerWALEnd)
+		killpoint.Hit("keepalive")
 		s.offer()
 		if ka.ReplyRequested {
 			s.rep.replyNow()
@@ -288,9 +290,13 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
 		s.final, s.index = ev.FinalLSN, 0
+		killpoint.Hit("begin")
 	case decoder.KindRow:
 		index := s.index
 		s.index++
+		if index > 0 {
+			killpoint.Hit("row.next")
+		}
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
@@ -313,6 +319,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		}
 		s.stats.published()
 		s.obs.Observe(Event{Kind: Published, Seq: seq, Message: &ev.Message, EventType: ev.Message.EventType})
+		killpoint.Hit("publish.sent")
 	case decoder.KindOtherMessage:
 		s.index++ // a change of the transaction, whatever the message prefix (see Positioner)
 	case decoder.KindCommit:
@@ -490,6 +497,7 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	s.obs.Observe(ev)
 	s.passed(f.key)
 	s.stats.confirmed()
+	killpoint.Hit("confirm.acked")
 	return now, nil
 }
 

@@ -1,0 +1,21 @@
+// Package killpoint names the boundaries in the relay where a fault test kills walbox.
+//
+// A walbox built with the build tag killpoints reads WALBOX_KILL_POINT=name:N and SIGKILLs
+// itself the Nth time the point name is hit. Without the tag, Hit is an empty function that the
+// compiler inlines away. This is for testing only; it is not a setting of the product.
+package killpoint
+
+// Points lists every point, as the code names it in its call to Hit. A test checks that each is
+// hit exactly once in the code and that the code hits no other.
+var Points = []string{
+	"begin",           // a transaction's Begin decoded, before its first change
+	"row.next",        // between two changes of one transaction, before the later row is published
+	"publish.sent",    // a message published, not yet confirmed
+	"confirm.acked",   // a message confirmed, its position not yet recorded
+	"report.recorded", // a position recorded, not yet sent to the server
+	"report.sent",     // a position sent to the server
+	"keepalive",       // a keepalive advanced the idle position
+}
+
+// Env is the environment variable that arms a point: name:N.
+const Env = "WALBOX_KILL_POINT"
