@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
@@ -365,10 +366,12 @@ func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 		return Result{}, err
 	}
 	lsn := created.lsn
+	killpoint.Hit("recover.created")
 	res := Result{ConsistentPoint: lsn, LossAccepted: mayBeGone}
 	if err := r.republish(ctx, g, created.snapshot, &res); err != nil {
 		return res, err
 	}
+	killpoint.Hit("recover.published")
 	err = r.reg.Reset(ctx, registry.Record{Slot: r.cfg.Slot, SystemID: r.sys.SystemID, Timeline: r.sys.Timeline,
 		Origin: registry.OriginRecovered, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: horizon})
 	if err == nil && mayBeGone {

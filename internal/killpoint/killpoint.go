@@ -8,13 +8,16 @@ package killpoint
 // Points lists every point, as the code names it in its call to Hit. A test checks that each is
 // hit exactly once in the code and that the code hits no other.
 var Points = []string{
-	"begin",           // a transaction's Begin decoded, before its first change
-	"row.next",        // between two changes of one transaction, before the later row is published
-	"publish.sent",    // a message published, not yet confirmed
-	"confirm.acked",   // a message confirmed, its position not yet recorded
-	"report.recorded", // a position recorded, not yet sent to the server
-	"report.sent",     // a position sent to the server
-	"keepalive",       // a keepalive advanced the idle position
+	"begin",             // a transaction's Begin decoded, before its first change
+	"row.next",          // between two changes of one transaction, before the later row is published
+	"publish.sent",      // a message published, not yet confirmed
+	"confirm.acked",     // a message confirmed, its position not yet recorded
+	"report.recorded",   // a position recorded, not yet sent to the server
+	"report.sent",       // a position sent to the server
+	"keepalive",         // a keepalive advanced the idle position
+	"recover.created",   // recover created the new slot, published nothing of the gap yet
+	"recover.published", // recover published the gap, all confirmed, the record not yet reset
+	"prune.deleted",     // prune deleted a batch and counted it, not yet committed
 }
 
 // Env is the environment variable that arms a point: name:N.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/ownertrust"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
@@ -148,6 +149,7 @@ func (j Job) batch(ctx context.Context, conn *pgx.Conn, del string, cutoff time.
 			return 0, err
 		}
 	}
+	killpoint.Hit("prune.deleted")
 	return n, tx.Commit(ctx)
 }
 

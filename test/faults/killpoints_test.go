@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,55 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/test/checker"
 )
+
+// The kill points each test of this file kills at; together, every point.
+var (
+	relayPoints   = []string{"begin", "row.next", "publish.sent", "confirm.acked", "report.recorded", "report.sent", "keepalive"}
+	recoverPoints = []string{"recover.created", "recover.published"}
+	prunePoints   = []string{"prune.deleted"}
+)
+
+// Every kill point is killed at by a test: a point added to the code needs a test here.
+func TestEveryKillPointIsCovered(t *testing.T) {
+	covered := slices.Concat(relayPoints, recoverPoints, prunePoints)
+	for _, p := range killpoint.Points {
+		if !slices.Contains(covered, p) {
+			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)
+		}
+	}
+	for _, p := range covered {
+		if !slices.Contains(killpoint.Points, p) {
+			t.Errorf("killpoints_test.go kills at %q, which is not a kill point", p)
+		}
+	}
+}
+
+// killBin returns walbox built with kill points.
+func killBin(t *testing.T) string {
+	t.Helper()
+	return testenv.Build(t, "cmd/walbox", "-race", "-tags=killpoints")
+}
+
+// killedAt runs the walbox command args with the kill point armed at its hit-th pass and checks
+// that the kill ended it there.
+func (w *world) killedAt(point string, hit int, args ...string) {
+	w.t.Helper()
+	cmd := exec.Command(killBin(w.t), args...)
+	cmd.Env = w.env([]string{killpoint.Env + "=" + point + ":" + itoa(hit)})
+	out, code := testenv.Run(w.t, cmd, 2*time.Minute)
+	w.checkKilled(point, hit, code, out)
+}
+
+// checkKilled fails the test unless the process ended by the kill at point.
+func (w *world) checkKilled(point string, hit, code int, out string) {
+	w.t.Helper()
+	if code != -1 {
+		w.t.Fatalf("walbox exited %d, not by the kill at %s:\n%s", code, point, testenv.Tail(out, 40))
+	}
+	if want := "walbox: kill point " + point + " hit " + itoa(hit) + ": SIGKILL"; !strings.Contains(out, want) {
+		w.t.Fatalf("walbox died without %q:\n%s", want, testenv.Tail(out, 40))
+	}
+}
 
 // killAt is the hit of each point at which the relay kills itself: past the first, so that the
 // relay is streaming and, for the report points, has moved the slot before.
@@ -23,29 +73,74 @@ const killAt = 3
 // without kill points drains, and nothing may be lost, invented or delivered out of order.
 func TestRelayKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	bin := testenv.Build(t, "cmd/walbox", "-race", "-tags=killpoints")
+	bin := killBin(t)
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v := w.startVerifier()
 	wr := w.startWriter(checker.WriterConfig{Seed: 36, MaxTx: 40, Pause: 10 * time.Millisecond})
 	start := time.Now()
-	for _, point := range killpoint.Points {
+	for _, point := range relayPoints {
 		t.Run(point, func(t *testing.T) {
 			sw := w.in(t)
 			from := v.Count()
 			cmd := exec.Command(bin, "run")
 			cmd.Env = sw.env([]string{"WALBOX_LISTEN=" + testenv.FreeAddr(t), killpoint.Env + "=" + point + ":" + itoa(killAt)})
 			p := testenv.Start(t, cmd)
-			if code := p.Wait(2 * time.Minute); code != -1 {
-				t.Fatalf("walbox exited %d, not by the kill at %s:\n%s", code, point, testenv.Tail(p.Output(), 40))
-			}
-			if want := "walbox: kill point " + point + " hit " + itoa(killAt) + ": SIGKILL"; !strings.Contains(p.Output(), want) {
-				t.Fatalf("walbox died without %q:\n%s", want, testenv.Tail(p.Output(), 40))
-			}
+			sw.checkKilled(point, killAt, p.Wait(2*time.Minute), p.Output())
 			t.Logf("killed at %s after %d deliveries (%d in this run)", point, v.Count(), v.Count()-from)
 		})
 	}
 	wr.stop()
 	w.startRelay()
-	w.verdict(wr.Writer, v, 3*time.Minute, len(killpoint.Points), len(killpoint.Points),
+	w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints),
 		"kills_over="+time.Since(start).Round(time.Second).String())
+}
+
+// walbox recover is killed after it created the new slot, before it published anything, and again
+// after it published the gap and the broker confirmed it, before it reset the record. Each time
+// the new slot is ahead of the record: walbox run refuses it, and the next recover replaces it
+// and publishes the whole gap again. At the end nothing of the gap may be lost.
+func TestRecoverKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	v, wr := w.streamingWriter(361)
+	w.dropSlot()
+	w.expectRefusal(w.relays[0], "will not recreate")
+	for _, point := range recoverPoints {
+		w.killedAt(point, 1, "recover")
+		w.expectRefusal(w.startRelay(), "ahead of")
+	}
+	w.recoverAndContinue(v, wr, "ahead at")
+}
+
+// walbox prune is killed with a batch deleted and counted in walbox_deletes, not yet committed:
+// the batch rolls back whole. prune runs again, and the relay, which kept streaming, loses
+// nothing.
+func TestPruneKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	v, wr := w.streamingWriter(362)
+	time.Sleep(2 * time.Second) // rows older than prune's cutoff, confirmed
+	var cut time.Time
+	if err := w.conn.QueryRow(t.Context(), "SELECT pg_catalog.now()").Scan(&cut); err != nil {
+		t.Fatal(err)
+	}
+	old := func() (n int) {
+		if err := w.conn.QueryRow(t.Context(), "SELECT count(*) FROM public.outbox WHERE created_at <= $1", cut).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := old()
+	for _, point := range prunePoints {
+		w.killedAt(point, 1, "prune", "--older-than", "1s")
+		if n := old(); n != before {
+			t.Fatalf("prune killed at %s before its commit: %d old rows left, were %d; want the batch rolled back", point, n, before)
+		}
+	}
+	if out, code := w.walbox(nil, "prune", "--older-than", "1s"); code != 0 || old() >= before {
+		t.Fatalf("walbox prune after the kill exited %d and left %d of %d old rows; want 0 and some deleted:\n%s", code, old(), before, out)
+	}
+	w.progress(v, 200, time.Minute)
+	wr.stop()
+	w.verdict(wr.Writer, v, 2*time.Minute, len(prunePoints), len(prunePoints), "")
 }
