@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
@@ -213,6 +214,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	endSetup()
+	if State(r.stats.State.Load()) == StateStandby {
+		killpoint.Hit("standby.took")
+	}
 	r.stats.Sessions.Add(1)
 	r.stats.Streaming.Store(true)
 	st := r.unlessStalled(StateStreaming)

@@ -15,6 +15,7 @@ var Points = []string{
 	"report.recorded",   // a position recorded, not yet sent to the server
 	"report.sent",       // a position sent to the server
 	"keepalive",         // a keepalive advanced the idle position
+	"standby.took",      // a standby holds the slot, the other relay gone, and streams nothing yet
 	"recover.created",   // recover created the new slot, published nothing of the gap yet
 	"recover.published", // recover published the gap, all confirmed, the record not yet reset
 	"prune.deleted",     // prune deleted a batch and counted it, not yet committed

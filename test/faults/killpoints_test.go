@@ -17,11 +17,12 @@ var (
 	relayPoints   = []string{"begin", "row.next", "publish.sent", "confirm.acked", "report.recorded", "report.sent", "keepalive"}
 	recoverPoints = []string{"recover.created", "recover.published"}
 	prunePoints   = []string{"prune.deleted"}
+	standbyPoints = []string{"standby.took"}
 )
 
 // Every kill point is killed at by a test: a point added to the code needs a test here.
 func TestEveryKillPointIsCovered(t *testing.T) {
-	covered := slices.Concat(relayPoints, recoverPoints, prunePoints)
+	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints)
 	for _, p := range killpoint.Points {
 		if !slices.Contains(covered, p) {
 			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)
@@ -145,4 +146,30 @@ func TestPruneKilledAtEveryPoint(t *testing.T) {
 	w.progress(v, 200, time.Minute)
 	wr.stop()
 	w.verdict(wr.Writer, v, 2*time.Minute, len(prunePoints), len(prunePoints), "")
+}
+
+// A relay waits as a standby while another streams. The active relay is killed; the standby takes
+// the slot and is killed at once, before it streams anything. A relay started afterwards takes
+// over from the slot, and nothing is lost.
+func TestStandbyKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	v := w.startVerifier()
+	wr := w.startWriter(checker.WriterConfig{Seed: 363, MaxTx: 10, Pause: 10 * time.Millisecond})
+	for _, point := range standbyPoints {
+		active := w.startRelay()
+		active.waitState("streaming", time.Minute)
+		cmd := exec.Command(killBin(t), "run")
+		addr := testenv.FreeAddr(t)
+		cmd.Env = w.env([]string{"WALBOX_LISTEN=" + addr, killpoint.Env + "=" + point + ":1"})
+		standby := &relay{Program: testenv.Start(t, cmd), t: t, addr: addr}
+		standby.waitState("standby", time.Minute)
+		w.progress(v, 200, time.Minute)
+		active.Kill()
+		w.checkKilled(point, 1, standby.Wait(2*time.Minute), standby.Output())
+	}
+	w.startRelay().waitState("streaming", time.Minute)
+	w.progress(v, 200, time.Minute)
+	wr.stop()
+	w.verdict(wr.Writer, v, 2*time.Minute, len(standbyPoints), 2*len(standbyPoints), "")
 }
