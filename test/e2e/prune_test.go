@@ -47,7 +47,7 @@ func sortedIDs(txns ...txn) []string {
 }
 
 func TestPruneDeletesOnlyOldRowsInBatches(t *testing.T) {
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w := newWorld(t, testenv.StartPostgres(t), testenv.SharedRabbit(t))
 	var old []txn
 	for range 5 {
 		old = append(old, w.insertTx(w.conn, 250, "order.created"))
@@ -93,7 +93,7 @@ func TestPruneDeletesOnlyOldRowsInBatches(t *testing.T) {
 // publish deletes. Rows pruned before the relay ever ran, rows pruned after it published them and
 // rows inserted while prune runs all arrive.
 func TestPruneWhileRelayRuns(t *testing.T) {
-	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w := newWorld(t, testenv.StartPostgres(t), testenv.SharedRabbit(t))
 	var before []txn
 	for range 10 {
 		before = append(before, w.insertTx(w.conn, 100, "order.created"))
