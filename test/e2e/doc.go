@@ -16,9 +16,15 @@
 //     phantoms and order), TestDuplicatesAfterKillWhileDraining (mid-stream,
 //     duplicates bounded), TestHugeTransactionKilledHalfway,
 //     TestTablelessRelayKilled, TestShardsKilledAtRandomMoments
+//   - kill points (a walbox built with the tag killpoints killed at a named boundary):
+//     TestRelayKilledAtEveryPoint, TestStandbyKilledAtEveryPoint, TestRecoverKilledAtEveryPoint,
+//     TestPruneKilledAtEveryPoint,
+//     TestEveryKillPointIsCovered
 //   - broker lost: TestBrokerFaults (memory alarm, silent partition, long
 //     outage, graceful restart, node killed), TestClusterFaults,
 //     TestNackedMessagesAreRetried, TestRecoverUsesTheNextBrokerWhenTheFirstIsDown
+//   - a cluster's park queue on a dead node: TestClusterFaultsOnRabbitMQ40,
+//     TestARowToParkWaitsForItsQueue, TestAParkWaitGoesWithTheSlot
 //   - PostgreSQL lost: TestPostgresFaults, TestPartitionDuringSessionSetup,
 //     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
 //     failover slots: the primary killed, the standby promoted, one walbox
@@ -35,6 +41,13 @@
 //     TestRecoverReplacedSlot, TestRecoverInvalidatedSlot, TestRecoverRefusals,
 //     TestRecoverShardSlot, TestRecoverSaysEmittedMessagesOfTheGapAreGone,
 //     TestRecoverIntoStreamKilledAndRunAgain (into a stream, exactly once)
+//   - recover's gap checks: TestRecoverRefusesAGapWhoseRowsWereDeleted,
+//     TestRecoverRefusesAGapATruncateEmptied, TestRecoverRefusesAGapATableSwapTook,
+//     TestRecoverRefusesAGapAfterTheStatisticsBeganAgain, TestRecoverRefusesAGapAcrossAPromotion,
+//     TestRecoverAcceptedLossIsOneSlots, TestPruneKeepsRowsARecoveredSlotHasNotConfirmed
+//   - recover into a stream: TestRecoverRefusesAStreamThatDoesNotExist,
+//     TestRecoverIntoAStreamFromAStandby, TestRecoverIntoAStreamShardsShare,
+//     TestRecoverIntoAStreamTwoClustersShare
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
@@ -46,10 +59,22 @@
 //     TestEmittedMessageIsTheRowOnTheWire
 //   - memory: TestLargeRowsPeakMemory, TestInterleavedLargeRowsArriveByteForByte
 //   - shards: TestReshardUnderLoad, TestMismatchedShardsRefused, TestShardStopNamesItsWayOut
+//   - reshard on a standby: TestReshardOnAStandby
 //   - a RabbitMQ stream, exactly once: TestStreamExactlyOnceAcrossKills,
 //     TestStreamExactlyOnceAcrossATimelineSwitch
 //     (relay killed, broker killed, relay stopped, standby taking over)
+//   - a stream at the seams: TestStreamTwoClustersWithTheDefaultSlotName,
+//     TestStreamOnThreeNodesWithALaggingReplica, TestStreamRestoredDatabaseStopsTheRelay,
+//     TestStreamRelayResumedAfterTakeoverWritesNothing,
+//     TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout,
+//     TestStreamPrefixChangedInsideATransactionLosesNoRow,
+//     TestStreamReshardStoresNoRowBeforeTheCutTwice
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
+//   - code of another role: TestPlantedOverloadsNeverRun, TestBuiltinScanFindsWalboxCalls,
+//     TestPlantedOperatorsNeverRunInTheLibraries, TestRecordPlantedInAMappedSchemaIsIgnored,
+//     TestMigrationsTableOfAnotherRoleRunsNothingAsTheMigrator,
+//     TestRecordTableTriggerRunsNothingAsRecover, TestRecordFunctionsRunNoTriggerOfTheTablesOwner,
+//     TestRunAsASuperuserRefusesTheApplicationsRecordFunctions, TestRecordViewRunsNothingAsTheReader
 //   - baselines: TestSteadyStreamWithoutFaults, TestConfirmLatencyAtALowRate
 //   - newer servers: TestVersionMatrix runs the core cases above (relay, kill,
 //     broker killed, emitted message, shards, least privilege with doctor,
@@ -75,6 +100,8 @@
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst, TestPositionIDsWithARowFilterRefused,
 //     TestRunRefusesAnotherPrefixThanWalboxEmits, TestRunRefusesTwoServers,
+//     TestRunRefusesARecordOfAnotherOwner, TestMigrateNamesTheRolesItCannotRestrict,
+//     TestQueueConsumerProgramLinksNoStreamClient,
 //     TestLargestRowUnderChartMemory
 //   - commands: TestStatus, TestDoctorPassesOnAGoodSetup,
 //     TestDoctorFailsOnWalLevelReplica, TestDoctorFindsMisconfiguration,
