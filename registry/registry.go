@@ -296,10 +296,10 @@ func (s *Store) Forget(ctx context.Context, slot string) error {
 	return nil
 }
 
-// ErrNotATable is returned by Get for a walbox_slots that is a view or another kind of relation,
+// errNotATable is returned by Get for a walbox_slots that is a view or another kind of relation,
 // or a table with row level security: reading it would run code of its owner (a function the
 // view or a policy calls) with the reader's rights, a superuser's under doctor or status.
-var ErrNotATable = errors.New("walbox_slots is not a plain table")
+var errNotATable = errors.New("walbox_slots is not a plain table")
 
 // checkTable refuses a walbox_slots walbox migrate did not make: a view, or a table with row
 // level security. A role that may CREATE in the schema can make one before the first migrate.
@@ -316,10 +316,10 @@ func (s *Store) checkTable(ctx context.Context) error {
 		return fmt.Errorf("look up %s: %w", s.Table(), err)
 	case kind != "r":
 		return fmt.Errorf("%w: %s (owner %s) is a relation of kind %s, not a table walbox migrate created; reading it would run "+
-			"its owner's code as this role. As a superuser, after checking it: drop it and run walbox migrate", ErrNotATable, s.Table(), owner, kind)
+			"its owner's code as this role. As a superuser, after checking it: drop it and run walbox migrate", errNotATable, s.Table(), owner, kind)
 	case rls:
 		return fmt.Errorf("%w: %s (owner %s) has row level security: its policies would run as this role. "+
-			"As its owner, after checking them: ALTER TABLE %s DISABLE ROW LEVEL SECURITY", ErrNotATable, s.Table(), owner, s.table)
+			"As its owner, after checking them: ALTER TABLE %s DISABLE ROW LEVEL SECURITY", errNotATable, s.Table(), owner, s.table)
 	}
 	return nil
 }
