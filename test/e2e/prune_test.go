@@ -47,7 +47,11 @@ func sortedIDs(txns ...txn) []string {
 }
 
 func TestPruneDeletesOnlyOldRowsInBatches(t *testing.T) {
-	w := newWorld(t, testenv.StartPostgres(t), testenv.SharedRabbit(t))
+	pg := testenv.StartPostgres(t)
+	// The recorded horizon is the server's oldest running transaction: on a shared external
+	// server another test's open transaction holds prune back.
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
 	var old []txn
 	for range 5 {
 		old = append(old, w.insertTx(w.conn, 250, "order.created"))
@@ -93,7 +97,11 @@ func TestPruneDeletesOnlyOldRowsInBatches(t *testing.T) {
 // publish deletes. Rows pruned before the relay ever ran, rows pruned after it published them and
 // rows inserted while prune runs all arrive.
 func TestPruneWhileRelayRuns(t *testing.T) {
-	w := newWorld(t, testenv.StartPostgres(t), testenv.SharedRabbit(t))
+	pg := testenv.StartPostgres(t)
+	// The recorded horizon is the server's oldest running transaction: on a shared external
+	// server another test's open transaction holds prune back.
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
 	var before []txn
 	for range 10 {
 		before = append(before, w.insertTx(w.conn, 100, "order.created"))
