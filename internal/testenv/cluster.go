@@ -229,8 +229,16 @@ func (c *Cluster) HoldBackReplica(tb TB, name string) (resume func()) {
 			`lists:member({'$initial_call', {osiris_replica_reader, init, 1}}, D), `+
 			`lists:any(fun(E) -> is_pid(E) andalso node(E) =:= '%s' end, tuple_to_list(sys:get_state(P)))].`, op, names[1][1])
 	}
-	if out := leader.Ctl(tb, "eval", feeders("suspend")); !strings.Contains(out, "ok") {
-		tb.Fatalf("testenv: no replica reader of %s feeds %s: %s", name, names[1][1], out)
+	// A replica reader may be between two runs (a replica reconnecting): look again for a while.
+	for try := 1; ; try++ {
+		out := leader.Ctl(tb, "eval", feeders("suspend"))
+		if strings.Contains(out, "ok") {
+			break
+		}
+		if try == 20 {
+			tb.Fatalf("testenv: no replica reader of %s feeds %s: %s", name, names[1][1], out)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	return func() { leader.Ctl(tb, "eval", feeders("resume")) }
 }
