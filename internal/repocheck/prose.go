@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// proseStats counts the prose of a markdown text: the sentences of three words or more, their
-// words, and the sentences over 40 words.
+// proseStats counts the prose of a markdown text. It counts the sentences of three words or more,
+// their words, and the sentences over 40 words.
 type proseStats struct {
 	sentences, words, long int
 }
@@ -26,33 +26,51 @@ func (p proseStats) perSentence() float64 {
 var (
 	inlineCode = regexp.MustCompile("`[^`]*`")
 	link       = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	// A sentence ends at . ! or ? followed by a space and a capital, a backtick, *, ( or [.
+	// A sentence ends at . ! or ? before a space and a capital, a backtick, *, ( or [.
 	sentenceEnd = regexp.MustCompile("[.!?] +[A-Z`*(\\[]")
 	listItem    = regexp.MustCompile(`^\s*([-*+]|[0-9]+\.) `)
 )
 
-// measureProse counts the prose of a markdown text. It skips fenced code, blank lines and lines
-// that start with |, # or four spaces; inline code counts as one word and a link as its text.
-// The lines of a paragraph or list item are read as one, so a sentence wrapped over several lines
-// counts once; a paragraph or item ends every sentence in it.
+// measureProse counts the prose of a markdown text. It skips fenced code and blank lines.
+// It skips the lines that start with |, # or four spaces too.
+// Inline code counts as one word and a link as its text.
+// The lines of a paragraph or list item are read as one: a sentence wrapped over lines counts once.
+// A paragraph or item ends every sentence in it.
 func measureProse(text string) proseStats {
 	var st proseStats
 	for _, para := range paragraphs(text) {
-		para = inlineCode.ReplaceAllString(para, "code")
-		para = link.ReplaceAllString(para, "$1")
-		for _, s := range splitSentences(para) {
-			n := len(strings.Fields(s))
-			if n < 3 {
-				continue
-			}
-			st.sentences++
-			st.words += n
-			if n > 40 {
-				st.long++
-			}
+		for _, s := range sentences(para) {
+			st = st.count(s)
 		}
 	}
 	return st
+}
+
+// count adds one sentence to the stats, if it has three words or more.
+func (p proseStats) count(sentence string) proseStats {
+	n := wordCount(sentence)
+	if n < 3 {
+		return p
+	}
+	p.sentences++
+	p.words += n
+	if n > 40 {
+		p.long++
+	}
+	return p
+}
+
+// sentences splits one paragraph, read as one line, into its sentences. Inline code becomes one
+// word and a link its text.
+func sentences(para string) []string {
+	para = inlineCode.ReplaceAllString(para, "code")
+	para = link.ReplaceAllString(para, "$1")
+	return splitSentences(para)
+}
+
+// wordCount is the number of words of a sentence: its runs of non-space characters.
+func wordCount(sentence string) int {
+	return len(strings.Fields(sentence))
 }
 
 // paragraphs returns the prose paragraphs and list items of text, each on one line.

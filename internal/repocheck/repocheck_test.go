@@ -1,8 +1,12 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -69,5 +73,88 @@ func TestRepositoryPasses(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Error(p)
+	}
+}
+
+// words returns a sentence of n words, ending with a full stop.
+func words(n int) string {
+	return "Word" + strings.Repeat(" word", n-2) + " end."
+}
+
+func TestCommentSentences(t *testing.T) {
+	src := "// Package p has a doc comment. " + words(20) + "\n" +
+		"//\n" +
+		"// A code block is not prose:\n" +
+		"//\n" +
+		"//\t" + words(30) + "\n" +
+		"//\n" +
+		"// # A heading of many words is not prose either at all here\n" +
+		"//\n" +
+		"// A list:\n" +
+		"//   - " + words(20) + "\n" +
+		"//   - Its `code span with many words` counts as one word: " + words(15) + "\n" +
+		"package p\n\n" +
+		"// f has a sentence of 21 words. " + words(21) + "\n" +
+		"// Then it goes on.\n" +
+		"func f() {\n" +
+		"\tx := 1 // Ok.\n" +
+		"\t_ = x\n" +
+		"}\n"
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st commentStats
+	for _, g := range f.Comments {
+		st.measure(fset, "p.go", g)
+	}
+	// "Package p has a doc comment." 6, then 20; "A code block is not prose:" 6; "A list:" too
+	// short; the items 20 and 6+15; "f has a sentence of 21 words." 7, then 21; "Then it goes on."
+	// 4; "Ok." too short.
+	want := proseStats{sentences: 8, words: 6 + 20 + 6 + 20 + 21 + 7 + 21 + 4}
+	if st.proseStats != want {
+		t.Errorf("stats = %+v, want %+v", st.proseStats, want)
+	}
+	if len(st.tooLong) != 2 ||
+		!strings.HasPrefix(st.tooLong[0], "p.go:11: 21 words: Its code counts") ||
+		!strings.HasPrefix(st.tooLong[1], "p.go:14: 21 words: Word word") {
+		t.Errorf("too long: %q, want the second item (line 11) and the 21 words (line 14)", st.tooLong)
+	}
+}
+
+func TestMeasureCommentsReadsTheProductOnly(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, text string) {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := "// " + words(25) + "\npackage p\n"
+	write("go.mod", "module m\n")
+	write("lib/lib.go", "// Package lib is short and sweet.\npackage lib\n")
+	write("lib/lib_test.go", long)
+	write("lib/testdata/x.go", long)
+	write("internal/testenv/env.go", long)
+	write("test/go.mod", "module t\n")
+	write("test/t.go", long)
+	write("otel/go.mod", "module o\n")
+	write("otel/tracing/t.go", long)
+	pkgs, err := measureComments(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(pkgs)); !slices.Equal(got, []string{"lib", "otel/tracing"}) {
+		t.Fatalf("packages %q, want lib and otel/tracing", got)
+	}
+	if st := pkgs["lib"]; st.sentences != 1 || len(st.tooLong) != 0 {
+		t.Errorf("lib: %+v, want one short sentence", st)
+	}
+	if st := pkgs["otel/tracing"]; len(st.tooLong) != 1 {
+		t.Errorf("otel/tracing: %+v, want one long sentence", st)
 	}
 }
