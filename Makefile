@@ -68,7 +68,7 @@ bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway server
 
 soak: ## the long fault soak: 200 relay kills, long outages, 300,000 rows (about 10 min)
 	cd test && WALBOX_SOAK=1 $(GO) test -race -count=1 -timeout 3h -v ./faults/ > ../soak.out 2>&1; rc=$$?; \
-	  grep -E 'SUMMARY|^(--- |ok|FAIL|PASS)' ../soak.out; echo "full output: soak.out"; exit $$rc
+	  grep -E 'SUMMARY|^SOAK |^(--- |ok|FAIL|PASS)' ../soak.out; echo "full output: soak.out"; exit $$rc
 
 fuzz: ## fuzz the decoder for a while (FUZZTIME, default 2m)
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-2m} ./decoder/

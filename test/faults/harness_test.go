@@ -251,6 +251,7 @@ func (w *world) verdict(cw *checker.Writer, v *checker.Verifier, timeout time.Du
 		}
 	}
 	w.t.Log(line)
+	soakReport(w.t.Name(), rep)
 	if err := rep.Err(); err != nil {
 		w.t.Errorf("%v\n%s\n%s%s", err, rep, w.relayStates(), w.queueState())
 	}

@@ -40,6 +40,7 @@ func relayKilledAtRandomMoments(t *testing.T, pg *testenv.Postgres, rabbit *test
 		// Up to 1.5 s: some kills land before the first session, most in the stream.
 		time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
 		r.Kill()
+		soakKill(randomKill)
 		if i%5 == 4 {
 			t.Logf("round %d: %d committed, %d delivered so far", i+1, wr.Stats().Rows, v.Count())
 		}

@@ -60,6 +60,7 @@ func (w *world) checkKilled(point string, hit, code int, out string) {
 	if want := "walbox: kill point " + point + " hit " + itoa(hit) + ": SIGKILL"; !strings.Contains(out, want) {
 		w.t.Fatalf("walbox died without %q:\n%s", want, testenv.Tail(out, 40))
 	}
+	soakKill(point)
 }
 
 // killAt is the hit of each point at which the relay kills itself: past the first, so that the
