@@ -119,9 +119,10 @@ func (m *Metrics) counters(eventType string) typeCounters {
 	return c
 }
 
-// reason classifies the error that ended a session: slot_active, slot_gap (the slot is missing,
-// lost, or not the one walbox recorded), not_covered (the publication no longer covers an outbox
-// table), schema_drift, nack, returned, broker, decode or database.
+// reason classifies the error that ended a session. The reasons are slot_active, slot_gap,
+// not_covered, schema_drift, nack, returned, broker, decode and database. A slot_gap means the slot
+// is missing, lost, or not the one walbox recorded. A session ends with not_covered when the
+// publication no longer covers an outbox table.
 func reason(err error) string {
 	var de *decoder.Error
 	switch {

@@ -21,8 +21,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // WatchQueues registers walbox_queue_unavailable{queue="..."}, read from unavailable at each
-// scrape (a queue to whether it cannot be declared now), and walbox_park_waiting, 1 while a row
-// waits to be parked because its queue cannot be declared, read from waiting.
+// scrape. unavailable maps a queue to whether it cannot be declared now. It registers
+// walbox_park_waiting too, read from waiting. That is 1 while a row waits to be parked because its
+// queue cannot be declared.
 func (m *Metrics) WatchQueues(unavailable func() map[string]bool, waiting func() bool) {
 	m.reg.MustRegister(queueCollector{unavailable})
 	factory{m.reg}.gaugeFunc("walbox_park_waiting",

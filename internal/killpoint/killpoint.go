@@ -1,8 +1,9 @@
 // Package killpoint names the boundaries in the relay where a fault test kills walbox.
 //
-// A walbox built with the build tag killpoints reads WALBOX_KILL_POINT=name:N and SIGKILLs
-// itself the Nth time the point name is hit. Without the tag, Hit is an empty function that the
-// compiler inlines away. This is for testing only; it is not a setting of the product.
+// A walbox built with the build tag killpoints reads WALBOX_KILL_POINT=name:N. It SIGKILLs itself
+// the Nth time the point name is hit. Without the tag, Hit is an empty function that the compiler
+// inlines away. This is for testing only; it is not a setting of the product. See
+// docs/architecture.md for the packages that call it.
 package killpoint
 
 // Points lists every point, as the code names it in its call to Hit. A test checks that each is

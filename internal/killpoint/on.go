@@ -38,7 +38,7 @@ func init() {
 	armed, at = name, count
 }
 
-// Hit counts a pass through the point name and, at the armed hit, writes one line to stderr and
+// Hit counts a pass through the point name. At the armed hit, it writes one line to stderr and
 // SIGKILLs the process: no deferred function or cleanup runs.
 func Hit(name string) {
 	if name != armed || hits.Add(1) != at {

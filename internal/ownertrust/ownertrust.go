@@ -1,12 +1,13 @@
 // Package ownertrust decides whether walbox may write a table with the rights of the role it runs
-// as: only when no code of a less privileged role can run in its session.
+// as. It may only when no code of a less privileged role can run in its session.
 //
 // A trigger, rule, default, check or policy of a table's owner runs with the rights of whoever
 // writes the table. Taking the owner's role first (SET ROLE) contains nothing in a superuser's
-// session: the owner's code may RESET ROLE. Nor does a SECURITY DEFINER function: a deferred
-// trigger fires at commit with the session's role before PostgreSQL 18, and a prepared statement
-// the code leaves behind outlives the function. So walbox writes only tables whose owner may act
-// as walbox's role anyway, and names the owner and the way out for the others.
+// session: the owner's code may RESET ROLE. Nor does a SECURITY DEFINER function contain it. Before
+// PostgreSQL 18, a deferred trigger fires at commit with the session's role. And a prepared
+// statement the code leaves behind outlives the function. So walbox writes only tables whose owner
+// may act as walbox's role anyway. For the others, it names the owner and the way out. See
+// docs/architecture.md for the commands that write tables.
 package ownertrust
 
 import (
@@ -33,7 +34,7 @@ type Owner struct {
 	Name string
 	// Caller is the role walbox runs as (current_user).
 	Caller string
-	// Trusted is true when the owner is the caller, a superuser, or a member of the caller: its
+	// Trusted is true when the owner is the caller, a superuser, or a member of the caller. Its
 	// code, run as the caller, gains nothing. It is true for a missing table.
 	Trusted bool
 }
@@ -55,8 +56,8 @@ func Read(ctx context.Context, q Querier, table string) (Owner, error) {
 	return o, nil
 }
 
-// Check returns an error wrapping ErrOwner unless walbox's role may write table (see Owner.Trusted).
-// command names the walbox command that writes it, for the way out.
+// Check returns an error wrapping ErrOwner unless walbox's role may write table. Owner.Trusted says
+// when it may. command names the walbox command that writes it, for the way out.
 func Check(ctx context.Context, q Querier, table, command string) error {
 	o, err := Read(ctx, q, table)
 	if err != nil || o.Trusted {

@@ -1,14 +1,15 @@
 // Package pgconnect configures every connection walbox opens to PostgreSQL: each one pins its
 // search_path to pg_catalog, pg_temp.
 //
-// A role that may CREATE in a schema on the default search_path (on PostgreSQL 15 the database
-// owner may create in public) can add an exact-match overload of a polymorphic built-in such as
-// to_jsonb(anyelement). Unqualified calls then run its code with the rights of whoever calls:
-// the relay's role under walbox run, a superuser under walbox doctor or migrate. With the path
-// pinned, built-ins resolve to pg_catalog and temporary objects are never searched first. The
-// session's own setting, sent at startup, wins over ALTER ROLE and ALTER DATABASE settings and
-// over an options parameter in the connection string. walbox's own objects are named with their
-// schema in every statement, so they do not depend on the path.
+// Some role may CREATE in a schema on the default search_path. On PostgreSQL 15, for one, the
+// database owner may create in public. That role can add an exact-match overload of a polymorphic
+// built-in such as to_jsonb(anyelement). Unqualified calls then run its code with the rights of
+// whoever calls. That is the relay's role under walbox run, and a superuser under walbox doctor or
+// migrate. With the path pinned, built-ins resolve to pg_catalog and temporary objects are never
+// searched first. The session's own setting is sent at startup. It wins over ALTER ROLE and ALTER
+// DATABASE settings, and over an options parameter in the connection string. And walbox's own
+// objects are named with their schema in every statement, so they do not depend on the path. See
+// docs/architecture.md for the packages that connect.
 package pgconnect
 
 import (

@@ -1,5 +1,5 @@
 // Package redact removes passwords from text before it reaches a log, an error message or a
-// terminal.
+// terminal. See docs/architecture.md for the packages that use it.
 package redact
 
 import (
@@ -17,9 +17,9 @@ var (
 	keyword     = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)`)
 )
 
-// Secrets returns the passwords found in connection strings (URLs with userinfo or a password query
-// parameter, and key=value strings), for Text to remove wherever they appear. A comma-separated
-// list of URLs (see SplitList) counts as each of its URLs.
+// Secrets returns the passwords found in connection strings, for Text to remove wherever they
+// appear. It reads URLs with userinfo or a password query parameter, and key=value strings. A
+// comma-separated list of URLs (see SplitList) counts as each of its URLs.
 func Secrets(conns ...string) []string {
 	var out []string
 	for _, c := range splitAll(conns) {
@@ -65,10 +65,10 @@ func Text(s string, secrets ...string) string {
 }
 
 // PasswordForms returns the forms in which the password of rawURL may appear in an error text,
-// longest first. It does not rely on URL parsing: the URL at hand may be malformed, and an
-// unescaped password may itself contain '@', '/' or '#'. So every '@' is taken in turn as the
-// end of the userinfo, and the pieces between reserved characters count too; redacting too much
-// is harmless.
+// longest first. It does not rely on URL parsing: the URL at hand may be malformed. And an
+// unescaped password may itself contain '@', '/' or '#'. So every '@' is taken in turn as the end
+// of the userinfo. The pieces between reserved characters count too; redacting too much is
+// harmless.
 func PasswordForms(rawURL string) []string {
 	_, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -111,8 +111,8 @@ func isReserved(r rune) bool { return strings.ContainsRune(":/?#[]@!$&'()*+,;=% 
 // listStart finds the commas that begin another URL of a list: commas and spaces, then a scheme.
 var listStart = regexp.MustCompile(`,[\s,]*[a-zA-Z][a-zA-Z0-9+.-]*://`)
 
-// SplitList splits a comma-separated list of URLs. It splits only at a comma that is followed by
-// another URL's scheme (amqp://…), so a comma inside a URL, in a password say, stays where it is.
+// SplitList splits a comma-separated list of URLs. It splits only at a comma before another URL's
+// scheme (amqp://…). So a comma inside a URL, in a password say, stays where it is.
 // Spaces around each URL, empty elements and trailing commas are dropped. Text without "://"
 // comes back whole.
 func SplitList(list string) []string {

@@ -1,9 +1,9 @@
-// Package tracing emits an OpenTelemetry span for each message the relay publishes: a producer
-// span from the publish to the broker's confirm, a child of the trace named by the row's
-// traceparent header, so a trace shows the hop through the outbox. It is a replication.Observer;
-// with no exporter configured walbox does not use it at all. It lives in the otel module, so
-// OpenTelemetry stays out of the product's go.mod; only the walbox built with tracing
-// (otel/cmd/walbox) links it.
+// Package tracing emits an OpenTelemetry span for each message the relay publishes. It is a
+// producer span from the publish to the broker's confirm. Its parent is the trace named by the
+// row's traceparent header, so a trace shows the hop through the outbox. It is a
+// replication.Observer; with no exporter configured walbox does not use it at all. It lives in the
+// otel module, so OpenTelemetry stays out of the product's go.mod. Only the walbox built with
+// tracing (otel/cmd/walbox) links it. See docs/architecture.md for the relay it observes.
 package tracing
 
 import (
