@@ -102,9 +102,10 @@ type Config struct {
 	OnError func(error)
 }
 
-// Validate fills in defaults for zero values and reports the first bad setting.
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate reports the first bad setting of c. A zero field stands for its default, as in New.
+// Validate changes nothing.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	if err := checkURL(c.AMQPURL); err != nil {
 		return err
 	}
@@ -151,7 +152,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) setDefaults() {
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
 	setDefault(&c.Prefetch, DefaultPrefetch)
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
@@ -164,6 +166,7 @@ func (c *Config) setDefaults() {
 	if c.DeadLetterQueue == "" && c.Queue != "" {
 		c.DeadLetterQueue = c.Queue + ".dlq"
 	}
+	return c
 }
 
 func setDefault[T comparable](v *T, def T) {

@@ -13,27 +13,15 @@ import (
 	"github.com/walbox/walbox/consumer"
 )
 
-func TestConfigDefaults(t *testing.T) {
+// TestValidateChangesNothing: Validate checks a copy. The caller's config keeps its zero fields.
+func TestValidateChangesNothing(t *testing.T) {
 	cfg := consumer.Config{AMQPURL: "amqp://guest:guest@localhost:5672/", Queue: "orders"}
+	before := cfg
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := consumer.Config{
-		AMQPURL:             cfg.AMQPURL,
-		Queue:               "orders",
-		Prefetch:            16,
-		MaxAttempts:         5,
-		RetryBackoff:        time.Second,
-		RetryBackoffMax:     time.Minute,
-		DeadLetterQueue:     "orders.dlq",
-		ProcessedTable:      "processed_messages",
-		ConsumerName:        "orders",
-		ReconnectBackoff:    500 * time.Millisecond,
-		ReconnectBackoffMax: 30 * time.Second,
-		ShutdownTimeout:     30 * time.Second,
-	}
-	if !reflect.DeepEqual(cfg, want) {
-		t.Errorf("got %+v\nwant %+v", cfg, want)
+	if !reflect.DeepEqual(cfg, before) {
+		t.Errorf("Validate changed the config:\ngot  %+v\nwant %+v", cfg, before)
 	}
 }
 
@@ -52,6 +40,8 @@ func TestConfigValidateRejects(t *testing.T) {
 		{"negative attempts", func(c *consumer.Config) { c.MaxAttempts = -1 }, "max attempts"},
 		{"negative backoff", func(c *consumer.Config) { c.RetryBackoff = -time.Second }, "retry backoff"},
 		{"max below backoff", func(c *consumer.Config) { c.RetryBackoff, c.RetryBackoffMax = time.Minute, time.Second }, "retry backoff max"},
+		{"max below the default backoff", func(c *consumer.Config) { c.RetryBackoffMax = time.Millisecond }, "retry backoff max"},
+		{"reconnect max below the default", func(c *consumer.Config) { c.ReconnectBackoffMax = time.Millisecond }, "reconnect backoff max"},
 		{"bad processed table", func(c *consumer.Config) { c.ProcessedTable = "a.b.c" }, "processed table"},
 		{"binding to default exchange", func(c *consumer.Config) { c.Bindings = []consumer.Binding{{Key: "x"}} }, "binding 0"},
 		{"bad queue args", func(c *consumer.Config) { c.QueueArgs = map[string]any{"x": struct{}{}} }, "queue args"},

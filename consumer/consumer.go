@@ -30,8 +30,8 @@ type Consumer struct {
 	dbBackoff       time.Duration // pause after a database error; grows while they repeat
 }
 
-// New returns a Consumer of cfg.Queue that runs h in transactions on pool. It validates cfg
-// (filling in defaults) and connects to nothing: Run does.
+// New returns a Consumer of cfg.Queue that runs h in transactions on pool. It fills in the
+// defaults of cfg, then validates it. New connects to nothing: Run does.
 func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 	if pool == nil {
 		return nil, errors.New("new consumer: nil pool")
@@ -39,6 +39,7 @@ func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("new consumer: nil handler")
 	}
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}

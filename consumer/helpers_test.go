@@ -108,11 +108,7 @@ func (e *env) deleteQueues(tb testing.TB) {
 	if err != nil {
 		return
 	}
-	cfg := e.config()
-	if err := cfg.Validate(); err != nil {
-		tb.Error(err)
-	}
-	for _, q := range []string{e.queue, cfg.DeadLetterQueue, e.queue + ".retry.50ms", e.queue + ".retry.100ms"} {
+	for _, q := range []string{e.queue, e.queue + ".dlq", e.queue + ".retry.50ms", e.queue + ".retry.100ms"} {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
 	_ = ch.ExchangeDelete(e.exchange, false, false)
