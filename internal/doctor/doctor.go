@@ -114,9 +114,9 @@ func Failed(checks []Check) int {
 	return n
 }
 
-// brokerChecks dials every RabbitMQ endpoint as `walbox run` does, and says which answer. The
-// first that answers declares the exchanges, as run would. With several endpoints, one that does
-// not answer is a warning (walbox fails over to the others), all of them a failure.
+// brokerChecks dials every RabbitMQ endpoint as `walbox run` does, and says which answer. The first
+// that answers declares the exchanges, as run would. With several endpoints, one that does not
+// answer is a warning: walbox fails over to the others. All of them not answering is a failure.
 func (d doctor) brokerChecks(ctx context.Context) []Check {
 	var checks []Check
 	declared := false

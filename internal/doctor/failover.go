@@ -11,9 +11,9 @@ import (
 // failoverSince is the first PostgreSQL major version with failover slots.
 const failoverSince = 170000
 
-// failoverChecks judges what a failover of the primary does to walbox's slot: on PostgreSQL 17
-// and later the slot must be a failover slot, and synchronized_standby_slots must hold logical
-// decoding back until the standbys have the WAL, or walbox may publish a row that the promoted
+// failoverChecks judges what a failover of the primary does to walbox's slot. On PostgreSQL 17 and
+// later the slot must be a failover slot. And synchronized_standby_slots must hold logical decoding
+// back until the standbys have the WAL. Otherwise walbox may publish a row that the promoted
 // standby never had.
 func (d doctor) failoverChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []Check {
 	var num int

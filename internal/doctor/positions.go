@@ -10,9 +10,9 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// positionIDsCheck checks, when a table takes its message ids from positions, that no
-// publication of walbox's (the single slot's or a shard's) filters its rows, as `walbox run` and
-// `walbox migrate` refuse. It returns no check when no table has position ids.
+// positionIDsCheck checks the tables that take their message ids from positions. No publication of
+// walbox's (the single slot's or a shard's) may filter their rows. Both `walbox run` and `walbox
+// migrate` refuse such a filter. It returns no check when no table has position ids.
 func (d doctor) positionIDsCheck(ctx context.Context, conn *pgx.Conn) []Check {
 	var tables []string
 	for _, m := range d.mappings {

@@ -207,8 +207,9 @@ func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
 	return failCheck("replication_connection", fix, "replication connection refused: %s", msg)
 }
 
-// publicationChecks judges the publication as `walbox run` does (inspect.Coverage: it exists,
-// publishes inserts and holds every outbox table as it is now), then warns of what run tolerates.
+// publicationChecks judges the publication as `walbox run` does (inspect.Coverage). The publication
+// exists, publishes inserts and holds every outbox table as it is now. Then it warns of what run
+// tolerates.
 func (d doctor) publicationChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []Check {
 	tables := make([]outbox.Table, len(d.mappings))
 	for i, m := range d.mappings {
@@ -275,7 +276,7 @@ func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m out
 	if err != nil {
 		return failCheck("publication_table", "check that the role can read pg_publication_tables", "read the tables of publication %s: %v", d.publication, err)
 	}
-	// A column list (PostgreSQL 15) that leaves out a column walbox reads: the column is in the
+	// A column list (PostgreSQL 15) that leaves out a column walbox reads. The column is in the
 	// table, not in what the publication sends. A column missing from the table is tableCheck's.
 	cols, _, err := inspect.ReadColumns(ctx, conn, t)
 	if err != nil {
@@ -297,8 +298,9 @@ func (d doctor) publicationTableCheck(ctx context.Context, conn *pgx.Conn, m out
 	return passCheck("publication_table", "publication %s contains %s", d.publication, t)
 }
 
-// tableCheck checks an outbox table's columns against its mapping, from the catalogs, as `walbox
-// run` does at the start of every session (inspect.CheckTable), then their types.
+// tableCheck checks an outbox table's columns against its mapping, from the catalogs. The command
+// `walbox run` does so at the start of every session (inspect.CheckTable). Then it checks their
+// types.
 func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping) Check {
 	cols, err := inspect.CheckTable(ctx, conn, m)
 	switch {
@@ -314,9 +316,10 @@ func (d doctor) tableCheck(ctx context.Context, conn *pgx.Conn, m outbox.Mapping
 	return columnTypes(m.WithDefaults(), cols)
 }
 
-// columnTypes checks the types of the required columns as the decoder reads them: a payload that
-// cannot be JSON or an event type that is not text fails; an id of any type is read as text, but
-// the default table's should be a uuid, and a payload should be json or jsonb (a warning).
+// columnTypes checks the types of the required columns as the decoder reads them. A payload that
+// cannot be JSON fails, and so does an event type that is not text. An id of any type is read as
+// text, but the default table's should be a uuid (a warning). A payload should be json or jsonb (a
+// warning).
 func columnTypes(m outbox.Mapping, cols map[string]string) Check {
 	t := m.Table
 	id, et, pl := cols[m.ID], cols[m.EventType], cols[m.Payload]
@@ -374,9 +377,9 @@ func slotCheck(f pgFacts, slot string) Check {
 	return passCheck("slot", "slot %s: pgoutput in database %s, wal_status %s, %s%s", slot, s.Database, s.WALStatus, state, retained)
 }
 
-// recordCheck holds the slot against walbox's record of it, as `walbox run` does: a recorded slot
-// that is missing, ahead of the record, recorded on another server, or stopped on (a stop walbox
-// run recorded), is one that run refuses.
+// recordCheck compares the slot with walbox's record of it, as `walbox run` does. Run refuses a
+// recorded slot that is missing, ahead of the record, or recorded on another server. It refuses one
+// stopped on too: walbox run recorded a stop on it.
 func (d doctor) recordCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	return d.recordCheckOf(ctx, conn, f, d.slot)
 }
@@ -420,9 +423,10 @@ func (d doctor) recordCheckOf(ctx context.Context, conn *pgx.Conn, f pgFacts, sl
 		rec.ConfirmedAt.UTC().Format(time.RFC3339))
 }
 
-// recordSchemaCheck fails where a schema of an outbox table other than the registry's holds a
-// table walbox_slots or a record function. walbox reads and calls only the registry's; a role that
-// may CREATE in that schema may have planted them, or walbox migrate was once given another --table.
+// recordSchemaCheck checks the schemas of the outbox tables other than the registry's. It fails
+// where one holds a table walbox_slots or a record function. But walbox reads and calls only the
+// registry's. A role that may CREATE in that schema may have planted them. Or walbox migrate was
+// once given another --table.
 func (d doctor) recordSchemaCheck(ctx context.Context, conn *pgx.Conn) Check {
 	schemas := make([]string, len(d.mappings))
 	for i, m := range d.mappings {
@@ -461,9 +465,9 @@ func bytesIEC(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// emitCheck judges the tableless outbox: messages need PostgreSQL 14, and an emit function that
-// writes another prefix than the relay reads would lose every message written through it. The
-// failures are inspect.Emit.Err's, on which walbox run refuses to start.
+// emitCheck judges the tableless outbox: messages need PostgreSQL 14. An emit function may write
+// another prefix than the relay reads. It would lose every message written through it. The failures
+// are inspect.Emit.Err's, on which walbox run refuses to start.
 func emitCheck(f inspect.Emit, table outbox.Table) Check {
 	const name = "emit_function"
 	fn := table.Schema + "." + outbox.EmitFunction

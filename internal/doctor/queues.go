@@ -29,9 +29,9 @@ func (q *queueStates) get(name string) (publisher.QueueState, bool) {
 	return st, ok
 }
 
-// queueChecks judges the park and alternate queues as the session declared them: one that cannot
-// be declared holds every row to park, and a classic one given several brokers holds them while
-// its node is down.
+// queueChecks judges the park and alternate queues as the session declared them. One that cannot be
+// declared holds every row to park. A classic one given several brokers holds them while its node
+// is down.
 func (d doctor) queueChecks(cfg publisher.Config, qs *queueStates) []Check {
 	checks := []Check{d.queueCheck("park_queue", cfg.ParkExchange, qs)}
 	if cfg.AlternateExchange != publisher.NoExchange {

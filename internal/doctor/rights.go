@@ -13,12 +13,12 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// rightsCheck checks that only the owner and the relay roles `walbox migrate --relay-role`
-// recorded may move walbox's record of its slots: whoever may can move the record past a gap, and
-// a replaced slot then goes unnoticed. It judges effective rights, so members of a role that
-// holds a right, pg_write_all_data and the schema's owner count; superusers may do anything and
-// are only named. The role walbox run logs in as (--relay-role, else doctor's own) must be able
-// to execute the record functions.
+// rightsCheck checks who may move walbox's record of its slots. Only the owner and the relay roles
+// that `walbox migrate --relay-role` recorded may. Whoever may can move the record past a gap. A
+// replaced slot then goes unnoticed. It judges effective rights, so members of a role that holds a
+// right count. So do pg_write_all_data and the schema's owner. Superusers may do anything and are
+// only named. The role walbox run logs in as (--relay-role, else doctor's own) must be able to
+// execute the record functions.
 func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Check {
 	const name = "record_rights"
 	relay := d.relayRole
@@ -41,8 +41,9 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 	if err != nil {
 		return failCheck(name, "", "%v", err)
 	}
-	// The relay role for the fix: the one named, else the one recorded, else doctor's own unless
-	// that is an owner or a superuser: walbox run may log in as another role then.
+	// The relay role for the fix: the one named, else the one recorded, else doctor's own. Doctor's
+	// own is left out when it is an owner or a superuser. The command walbox run may log in as
+	// another role then.
 	fixRelay := d.relayRole
 	switch {
 	case fixRelay != "":
@@ -177,8 +178,8 @@ func (d doctor) rightsCheck(ctx context.Context, conn *pgx.Conn, f pgFacts) Chec
 		}
 	}
 	if len(problems) > 0 {
-		// Two problems come with a fix of their own (the record's and the schema's owners); the
-		// others are put right by migrate.
+		// Two problems come with a fix of their own: the record's and the schema's owners. Migrate
+		// puts the others right.
 		if len(problems) > len(fixes) {
 			fixes = append(fixes, migrate)
 		}
@@ -232,7 +233,7 @@ func quoteIdent(s string) string {
 	return pgx.Identifier{s}.Sanitize()
 }
 
-// readRecordFunctions returns the names of the record functions in schema, and whether doctor's
+// readRecordFunctions returns the names of the record functions in schema. It says whether doctor's
 // role is a member of the owner of one of them.
 func readRecordFunctions(ctx context.Context, conn *pgx.Conn, schema string) ([]string, bool, error) {
 	var names []string
@@ -261,7 +262,8 @@ func deniedFunctions(ctx context.Context, conn *pgx.Conn, schema, role string) (
 }
 
 // readRecordOwners returns the owner of walbox_slots in schema and the other roles that own a
-// record function, none when that owner is a superuser (it needs no function to move anything).
+// record function. It returns none when that owner is a superuser: it needs no function to move
+// anything.
 func readRecordOwners(ctx context.Context, conn *pgx.Conn, schema string) (string, []string, error) {
 	var owner string
 	var others []string
@@ -286,9 +288,9 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// messageRightsCheck warns when any role may write a message walbox relays: PostgreSQL lets
-// PUBLIC execute pg_logical_emit_message, so with messages relayed, every role that can log in
-// can put an event on the broker under walbox's name, with or without walbox_emit.
+// messageRightsCheck warns when any role may write a message walbox relays. PostgreSQL lets PUBLIC
+// execute pg_logical_emit_message. So with messages relayed, every role that can log in can put an
+// event on the broker. It does so under walbox's name, with or without walbox_emit.
 func (d doctor) messageRightsCheck(ctx context.Context, conn *pgx.Conn) Check {
 	const name = "message_rights"
 	if d.prefix == "" {

@@ -10,8 +10,8 @@ import (
 )
 
 // shardSlots returns the slots of every set of shards (more than one) that publishes the outbox
-// table, and whether the single slot is checked too: when its publication publishes the table,
-// or when no set of shards does.
+// table. It says whether the single slot is checked too. It is when its publication publishes the
+// table, or when no set of shards does.
 func (d doctor) shardSlots(ctx context.Context, conn *pgx.Conn) (slots []string, single bool, err error) {
 	l, err := shard.ReadLayout(ctx, conn, d.table, shard.Set{Slot: d.slot, Publication: d.publication})
 	if err != nil {
@@ -35,8 +35,8 @@ func (d doctor) shardSlots(ctx context.Context, conn *pgx.Conn) (slots []string,
 }
 
 // shardChecks checks each shard's slot and record as slotCheck and recordCheck check the single
-// slot's: walbox run refuses a shard's slot for the same reasons. The slots are read where they
-// are, on the standby of --replication-url if given.
+// slot's. The command walbox run refuses a shard's slot for the same reasons. The slots are read
+// where they are, on the standby of --replication-url if given.
 func (d doctor) shardChecks(ctx context.Context, conn *pgx.Conn, f pgFacts, slots []string) []Check {
 	if len(slots) == 0 {
 		return nil

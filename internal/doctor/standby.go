@@ -21,10 +21,10 @@ type standbyFacts struct {
 	primarySlot, source string // primary_slot_name; the standby's host and port
 }
 
-// standbyChecks judges the hot standby walbox decodes on (--replication-url): PostgreSQL 16 or
-// later, in recovery, with hot_standby_feedback on, without which the primary removes catalog
-// rows the standby's slot still needs and the slot is invalidated. It reads the standby's slot
-// into f, for the slot and record checks.
+// standbyChecks judges the hot standby walbox decodes on (--replication-url). It must run
+// PostgreSQL 16 or later, be in recovery, and have hot_standby_feedback on. Without that, the
+// primary removes catalog rows the standby's slot still needs. The slot is then invalidated. It
+// reads the standby's slot into f, for the slot and record checks.
 func (d doctor) standbyChecks(ctx context.Context, primary *pgx.Conn, f *pgFacts) []Check {
 	if d.standby == "" {
 		return nil

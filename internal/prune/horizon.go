@@ -14,9 +14,9 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Horizon is the transaction horizon below which every slot relaying the table has confirmed
-// every row: a row whose inserting transaction is older than Xmin committed before the position
-// each slot's record holds, and the broker confirmed it.
+// Horizon is the transaction horizon below which every slot relaying the table has confirmed every
+// row. A row whose inserting transaction is older than Xmin committed before the position of each
+// slot's record. And the broker confirmed it.
 type Horizon struct {
 	// Xmin is the oldest recorded horizon of the slots; 0 when there is none, and then prune
 	// deletes nothing.
@@ -38,13 +38,12 @@ func (h Horizon) String() string {
 		h.Xmin, h.Slot, strings.Join(h.Slots, ", "))
 }
 
-// ReadHorizon finds the slots that relay the table and returns the oldest transaction horizon
-// their records hold. The slots are those of every set of shards named after base that publishes
-// the table (the single slot included), and every slot whose record says it covers the table or
-// says nothing yet (coveringSlots).
-// A slot without a record, or a record without a usable horizon, leaves no horizon: nothing
-// tells which rows it confirmed. The records are read in the table's schema only, where walbox
-// migrate created them (--table).
+// ReadHorizon finds the slots that relay the table and returns the oldest transaction horizon their
+// records hold. The slots are those of every set of shards named after base that publishes the
+// table, the single slot included. Every slot whose record covers the table or says nothing yet
+// counts too (coveringSlots). A slot without a record, or a record without a usable horizon, leaves
+// no horizon. Nothing tells which rows it confirmed. The records are read in the table's schema
+// only. That is where walbox migrate created them (--table).
 func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set) (Horizon, error) {
 	var h Horizon
 	reg := registry.New(conn, table.Schema)
@@ -89,8 +88,8 @@ func ReadHorizon(ctx context.Context, conn *pgx.Conn, table wire.Table, base sha
 	return h, nil
 }
 
-// relayingSlots returns the slots of every set of shards named after base that publishes the
-// table, and the slots whose records cover it, each once.
+// relayingSlots returns the slots of every set of shards named after base that publishes the table.
+// It adds the slots whose records cover it, and returns each once.
 func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base shard.Set, reg *registry.Store) ([]string, error) {
 	layout, err := shard.ReadLayout(ctx, conn, table, base)
 	if err != nil {
@@ -115,9 +114,10 @@ func relayingSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, base s
 	return names, nil
 }
 
-// coveringSlots returns the slots whose records, in reg, say that they cover the table, and
-// those whose records say nothing yet: walbox recover resets a record without coverage, which the
-// relay records again only once it runs, and the slot may relay the table meanwhile.
+// coveringSlots returns the slots whose records, in reg, say that they cover the table. It returns
+// those whose records say nothing yet too. The command walbox recover resets a record without
+// coverage, and the relay records it again only once it runs. The slot may relay the table
+// meanwhile.
 func coveringSlots(ctx context.Context, conn *pgx.Conn, table wire.Table, reg *registry.Store) ([]string, error) {
 	var oid *uint32
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid", table.Quoted()).Scan(&oid); err != nil {
@@ -168,7 +168,7 @@ func serverIDs(ctx context.Context, conn *pgx.Conn) (string, uint64, error) {
 }
 
 // belowCondition selects the rows whose inserting transaction is older than the horizon xmin. A
-// row's xmin is 32 bits and wraps around, so it is compared modulo 2^32: "older" is more than 0
+// row's xmin is 32 bits and wraps around, so it is compared modulo 2^32. Older means more than 0
 // and at most 2^31 transactions behind. A row older than that compares as not older and is kept.
 func belowCondition(xmin uint64) string {
 	if xmin == 0 {

@@ -15,8 +15,8 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// LockTimeout bounds how long a batch waits for a lock (behind a schema change, say) before
-// prune gives up, so that it never stands in a lock queue for long.
+// LockTimeout bounds how long a batch waits for a lock (behind a schema change, say) before prune
+// gives up. So prune never stands in a lock queue for long.
 const LockTimeout = 5 * time.Second
 
 // Job deletes outbox rows older than a cutoff, a batch per transaction.
@@ -27,8 +27,8 @@ type Job struct {
 	BatchSize int           // rows per DELETE
 	Pause     time.Duration // sleep between batches
 	DryRun    bool          // count only
-	// Base names the slots and publications that relay the table: every set of shards named
-	// after it (the single slot included). Records that cover the table count too (ReadHorizon).
+	// Base names the slots and publications that relay the table. Every set of shards named after
+	// it counts, the single slot included. Records that cover the table count too (ReadHorizon).
 	Base shard.Set
 }
 
@@ -60,12 +60,12 @@ func ParseAge(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// Run fixes the cutoff by the server's clock and reads the transaction horizon every slot relaying
-// the table confirmed (ReadHorizon), then deletes (or counts) the rows older than the cutoff whose
-// inserting transaction is also older than the horizon. Rows a slot may not have confirmed stay,
-// whatever their age: walbox recover republishes from them. Records only move forward (walbox
-// recover resets one to a later horizon), so the horizon read once holds for the whole run.
-// Each batch is a transaction of its own: row locks on old rows only, held for one short DELETE.
+// Run fixes the cutoff by the server's clock. It reads the transaction horizon every slot relaying
+// the table confirmed (ReadHorizon). Then it deletes (or counts) the rows older than the cutoff
+// whose inserting transaction is also older than the horizon. Rows a slot may not have confirmed
+// stay, whatever their age: walbox recover republishes from them. Records only move forward: walbox
+// recover resets one to a later horizon. So the horizon read once holds for the whole run. Each
+// batch is a transaction of its own: row locks on old rows only, held for one short DELETE.
 func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 	var res Result
 	if j.BatchSize < 1 || j.OlderThan <= 0 {
@@ -103,8 +103,9 @@ func (j Job) Run(ctx context.Context, conn *pgx.Conn) (Result, error) {
 		}
 		return res, err
 	}
-	// A DELETE trigger or rule of an owner not trusted to run code as this role (the application's
-	// role, with prune run by a superuser) would run with this role's rights.
+	// A DELETE trigger or rule of an untrusted owner would run with this role's rights. An owner is
+	// untrusted when it may not run code as this role anyway. The application's role is one, with
+	// prune run by a superuser.
 	if err := ownertrust.Check(ctx, conn, j.Table.Quoted(), "prune"); err != nil {
 		return res, err
 	}

@@ -8,16 +8,19 @@ import (
 	"github.com/walbox/walbox/publisher"
 )
 
-// blockWatch follows the broker blocking the relay's publishing connections (a memory or disk
-// alarm, connection.blocked). Nothing is published while it lasts, so it is logged when it
-// starts and ends, and walbox_broker_blocked, /readyz and /status show it meanwhile. Each session
+// blockWatch follows the broker blocking the relay's publishing connections. A memory or disk alarm
+// blocks them (connection.blocked). Nothing is published while it lasts, so it is logged when it
+// starts and ends. Meanwhile walbox_broker_blocked, /readyz and /status show it. Each session
 // reports its blocks and unblocks in turn, so a count of blocked connections is enough.
 //
-// A session that ends while blocked (its write timed out, say) proves nothing about the alarm:
-// the block is held until a later session is blocked too (the same block goes on) or the broker
-// confirms a message published after it (the block is over), or the relay becomes a standby (it
-// publishes nothing). So one alarm is one block, however many sessions it outlasts, and the gauge
-// does not drop to 0 between them.
+// A session that ends while blocked (its write timed out, say) proves nothing about the alarm. The
+// block is held until one of three things happens:
+//   - a later session is blocked too: the same block goes on;
+//   - the broker confirms a message published after it: the block is over;
+//   - the relay becomes a standby: it publishes nothing.
+//
+// So one alarm is one block, however many sessions it outlasts. The gauge does not drop to 0
+// between them.
 type blockWatch struct {
 	log       *slog.Logger
 	confirmed func() uint64 // messages confirmed so far, by any session

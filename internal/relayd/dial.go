@@ -8,9 +8,10 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
-// dialer opens the relay's sessions on the endpoints, and logs which node each one reached
-// (which /status and the walbox_broker_connected metric show as well). With more than one lane
-// a session is that many, one per lane, dialed in turn, so that they spread over the nodes.
+// dialer opens the relay's sessions on the endpoints, and logs which node each one reached. The
+// /status endpoint and the walbox_broker_connected metric show that node as well. With more than
+// one lane a session is that many, one per lane. They are dialed in turn, so that they spread over
+// the nodes.
 func dialer(eps *publisher.Endpoints, lanes int, log *slog.Logger) replication.Dialer {
 	dial := func(ctx context.Context) (*publisher.Session, error) {
 		s, err := eps.Dial(ctx)

@@ -18,10 +18,14 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
-// server serves /metrics, /healthz (the process is alive), /readyz (200 when streaming, or as a
-// standby with the body "standby"; 503 otherwise, while the broker blocks publishing, with
-// "blocked" in the body, and while a row waits for its park queue) and /status (JSON,
-// status.Relay).
+// server serves these endpoints:
+//   - /metrics;
+//   - /healthz: the process is alive;
+//   - /readyz: 200 when streaming, or as a standby with the body "standby";
+//   - /status: JSON, status.Relay.
+//
+// The /readyz endpoint answers 503 otherwise. It answers 503 while the broker blocks publishing,
+// with "blocked" in the body. It answers 503 while a row waits for its park queue too.
 func (d *Daemon) server() *http.Server {
 	stats := d.relay.Stats()
 	mux := http.NewServeMux()

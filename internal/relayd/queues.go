@@ -9,12 +9,12 @@ import (
 )
 
 // queueWatch follows the park and alternate queues the sessions declare. A session does not need
-// them to publish, so one that cannot be declared (a classic queue whose node is down) is logged
-// once, and shown by walbox_queue_unavailable until a session declares it. A row to park while
-// its queue cannot be declared waits, and the slot does not move past it: that is logged once,
-// and walbox_park_waiting is 1 meanwhile.
+// them to publish. So a queue that cannot be declared (a classic queue whose node is down) is
+// logged once. The metric walbox_queue_unavailable shows it until a session declares it. A row to
+// park while its queue cannot be declared waits, and the slot does not move past it. That is logged
+// once, and walbox_park_waiting is 1 meanwhile.
 //
-// A relay that becomes a standby waits for no row: the process that took the slot over does, and
+// A relay that becomes a standby waits for no row. The process that took the slot over does, and
 // says so itself.
 type queueWatch struct {
 	log     *slog.Logger

@@ -26,14 +26,14 @@ const DefaultSlotPoll = 15 * time.Second
 
 // Config is what the daemon runs.
 type Config struct {
-	// Relay configures the relay. Its Dial is set to open sessions on Brokers, and its Observer
-	// to the metrics (and Observer below); both must be left empty. Its Logger is the daemon's.
+	// Relay configures the relay. Its Dial is set to open sessions on Brokers. Its Observer is set
+	// to the metrics (and Observer below). Both must be left empty. Its Logger is the daemon's.
 	Relay replication.Config
 	// Brokers are the RabbitMQ endpoints the sessions dial, the next one after a session is lost.
 	// Required.
 	Brokers *publisher.Endpoints
-	// Stream, when set, makes the sessions publish into a RabbitMQ stream (package streampub)
-	// instead of to Brokers, which may then be nil. Its Producer and Window are set from the
+	// Stream, when set, makes the sessions publish into a RabbitMQ stream (package streampub). They
+	// then do not publish to Brokers, which may be nil. Its Producer and Window are set from the
 	// relay's slot and window.
 	Stream *streampub.Config
 	// Lanes is the number of publishing lanes (publisher.Lanes); 0 or 1 publishes on one channel,

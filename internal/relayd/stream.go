@@ -13,8 +13,8 @@ import (
 	"github.com/walbox/walbox/streampub"
 )
 
-// dialStream makes rc's sessions publish into the stream: a producer named after the database
-// system, the database and the slot, each session checked at its start for what the stream has
+// dialStream makes rc's sessions publish into the stream. The producer is named after the database
+// system, the database and the slot. Each session is checked at its start for what the stream has
 // already.
 func (d *Daemon) dialStream(rc *replication.Config) error {
 	if rc.Slot == "" {
@@ -99,7 +99,7 @@ func (sd *streamDialer) hosts() string {
 	return u.Host
 }
 
-// clientLog sends the stream client's own logs to the daemon's, at debug level: the errors that
+// clientLog sends the stream client's own logs to the daemon's, at debug level. The errors that
 // matter reach the relay as session errors.
 type clientLog struct{ log *slog.Logger }
 

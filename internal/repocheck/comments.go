@@ -22,15 +22,20 @@ const commentMaxWords = 20
 // sentence within commentMaxWords words. A package joins the list once its comments pass.
 var commentChecked = []string{
 	"cmd/walbox",
+	"internal/doctor",
 	"internal/killpoint",
 	"internal/ownertrust",
 	"internal/pgconnect",
+	"internal/prune",
 	"internal/redact",
+	"internal/relayd",
 	"internal/repocheck",
+	"internal/status",
 	"internal/streamconn",
 	"metrics",
 	"otel/cmd/walbox",
 	"otel/tracing",
+	"publisher/publishertest",
 }
 
 // notProduct are the packages of the product's modules that are not the product.

@@ -29,9 +29,9 @@ type Shard struct {
 	PassedCut *bool `json:"passed_cut,omitempty"`
 }
 
-// readShards fills in r.Shards when shards publish the outbox table (a single slot alone is
-// shown as before) and notes what makes the status fail: a shard slot missing or lost. The slots
-// are read through slotDB, where they are (the standby of --replication-url).
+// readShards fills in r.Shards when shards publish the outbox table. A single slot alone is shown
+// as before. It notes what makes the status fail: a shard slot missing or lost. The slots are read
+// through slotDB, where they are: on the standby of --replication-url, if any.
 func (r *Report) readShards(ctx context.Context, conn, slotDB *pgx.Conn, layout shard.Layout) error {
 	ns := layout.Counts()
 	if len(ns) == 0 || (len(ns) == 1 && ns[0] == 1) {

@@ -27,12 +27,12 @@ type Report struct {
 	LagBytes          *int64  `json:"lag_bytes"`
 	RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
 	WALStatus         *string `json:"wal_status"`
-	// MessagePrefix is the prefix of the logical decoding messages relayed like rows ("" for
-	// none); EmitFunction whether the outbox table's schema has the function that writes them.
+	// MessagePrefix is the prefix of the logical decoding messages relayed like rows ("" for none).
+	// EmitFunction says whether the outbox table's schema has the function that writes them.
 	MessagePrefix string `json:"message_prefix"`
 	EmitFunction  bool   `json:"emit_function"`
 	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
-	// resharded; the fields above then describe the single slot, which may not exist.
+	// resharded. The fields above then describe the single slot, which may not exist.
 	Shards []Set `json:"shard_sets,omitempty"`
 	// Stopped is the stop walbox run recorded on the slot, where only walbox recover gets past;
 	// nil if none.
@@ -44,8 +44,8 @@ type Report struct {
 	problems []string // a shard slot missing or lost, a shard mismatch, the slot ahead of its record
 }
 
-// Stop is a stop walbox run recorded: where (everything committed up to LSN was delivered), when,
-// why, and the command that gets past it.
+// Stop is a stop walbox run recorded. It says where: everything committed up to LSN was delivered.
+// It says when, why, and the command that gets past it.
 type Stop struct {
 	LSN    string    `json:"lsn"`
 	At     time.Time `json:"at"`
@@ -61,8 +61,8 @@ type Query struct {
 	Slot, Publication string
 	Table             outbox.Table
 	Prefix            string // the relayed message prefix, "" for none
-	// Standby, if set, is a connection to the hot standby walbox decodes on (--replication-url):
-	// the slot is read there, the rest on the primary.
+	// Standby, if set, is a connection to the hot standby walbox decodes on (--replication-url).
+	// The slot is read there, the rest on the primary.
 	Standby *pgx.Conn
 }
 
@@ -92,9 +92,9 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 	return r, r.readShards(ctx, conn, slotDB, layout)
 }
 
-// readRecord holds the slot against walbox's record of it in the outbox table's schema, as
-// walbox run does: a stop recorded on it, or a slot ahead of the record (recreated or advanced
-// behind walbox's back), is one that run refuses.
+// readRecord compares the slot with walbox's record of it in the outbox table's schema, as walbox
+// run does. It notes a stop recorded on the slot, or a slot ahead of the record. A slot gets ahead
+// when it is recreated or advanced behind walbox's back. Run refuses either slot.
 func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl inspect.Slot) error {
 	reg := registry.New(conn, q.Table.Schema)
 	if ok, err := reg.Exists(ctx); err != nil || !ok {
@@ -128,9 +128,12 @@ func systemID(ctx context.Context, conn *pgx.Conn) string {
 	return id
 }
 
-// Verdict says what is wrong, for the exit code: a shard slot missing or lost, the slot missing,
-// ahead of its record, recorded on another server or invalidated, a stop recorded on it, and if requireRelay, a relay that does not answer at relayURL or is
-// neither streaming nor a standby.
+// Verdict says what is wrong, for the exit code:
+//   - a shard slot missing or lost;
+//   - the slot missing, ahead of its record, recorded on another server or invalidated;
+//   - a stop recorded on the slot;
+//   - if requireRelay, a relay that does not answer at relayURL, or is neither streaming nor a
+//     standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	switch {
 	case len(r.problems) > 0:

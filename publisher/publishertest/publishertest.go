@@ -1,17 +1,21 @@
-// Package publishertest is the conformance suite of the publisher contract: what the relay
-// (package replication) relies on from a publishing session. The publisher's Session and Lanes
-// run it against a real RabbitMQ node, and the relay's test fake runs it too, so that the fake
-// behaves as the real thing does.
+// Package publishertest is the conformance suite of the publisher contract. The contract is what
+// the relay (package replication) relies on from a publishing session. The publisher's Session and
+// Lanes run it against a real RabbitMQ node. The relay's test fake runs it too, so that the fake
+// behaves as the real thing does. See docs/architecture.md for the relay and the publisher.
 //
-// The contract: Publish and Park return sequence numbers 1, 2, 3, ... in the order of the calls;
-// Confirms yields exactly one verdict per message under that number, with a nil Err only if the
-// broker took the message (not nacked, not returned), and the verdicts of one aggregate in the
-// order it was published; a session that ends yields a last verdict with Seq 0 and an error
-// wrapping wire.ErrSessionClosed, confirms nothing more, closes Confirms, and fails every later
-// Publish with such an error; a Publish the broker holds up (a memory or disk alarm) ends with
-// its context, having written nothing, and leaves the session usable; Flush, where the publisher
-// has it (wire.Flusher), sends what it holds, at once or within the short bound the publisher
-// states, so that every message published before it gets its verdict without another call.
+// The contract:
+//   - Publish and Park return sequence numbers 1, 2, 3, ... in the order of the calls.
+//   - Confirms yields exactly one verdict per message under that number.
+//   - A verdict has a nil Err only if the broker took the message: not nacked, not returned.
+//   - The verdicts of one aggregate come in the order it was published.
+//   - A session that ends yields a last verdict with Seq 0 and an error wrapping
+//     wire.ErrSessionClosed. It then confirms nothing more, closes Confirms, and fails every later
+//     Publish with such an error.
+//   - The broker may hold up a Publish (a memory or disk alarm): it ends with its context. Such a
+//     Publish has written nothing, and leaves the session usable.
+//   - Flush, where the publisher has it (wire.Flusher), sends what it holds. It sends at once or
+//     within the short bound the publisher states. So every message published before Flush gets its
+//     verdict without another call.
 package publishertest
 
 import (
@@ -51,9 +55,9 @@ type Harness interface {
 	Hold(t *testing.T, p Publisher) (release func())
 	// Cut ends p's connection as a failing network or broker would.
 	Cut(t *testing.T, p Publisher)
-	// Block makes the broker block publishing on p and returns once p's next Publish waits for
-	// it, with how many Routed messages the harness published on p to get there; unblock ends
-	// the block.
+	// Block makes the broker block publishing on p and returns once p's next Publish waits for it.
+	// It returns how many Routed messages the harness published on p to get there. unblock ends the
+	// block.
 	Block(t *testing.T, p Publisher) (published int, unblock func())
 }
 
@@ -61,7 +65,7 @@ type Harness interface {
 type Options struct {
 	// InOrder: verdicts arrive in sequence order, not only per aggregate (one channel).
 	InOrder bool
-	// Flushes: the publisher holds what it is handed and is a wire.Flusher: after Flush it sends
+	// Flushes: the publisher holds what it is handed and is a wire.Flusher. After Flush it sends
 	// what it holds, at once or within its stated bound.
 	Flushes bool
 }
