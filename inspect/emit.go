@@ -19,8 +19,9 @@ var (
 	ErrEmitPrefix = errors.New("the emit function writes another message prefix than walbox relays")
 )
 
-// Emit says whether the tableless outbox is set up: the emit function (outbox.EmitFunction) in
-// the outbox table's schema, and the prefix its messages carry.
+// Emit says whether the tableless outbox is set up. It holds the emit function
+// (outbox.EmitFunction) in the outbox table's schema. It holds the prefix that function's messages
+// carry.
 type Emit struct {
 	Function string // the function's name, schema-qualified
 	Prefix   string // the relayed prefix, "" for none
@@ -31,8 +32,8 @@ type Emit struct {
 	Version int // server_version_num
 }
 
-// ReadEmit looks up the emit function of table's schema and whether it emits with prefix, the
-// prefix the relay relays ("" for none).
+// ReadEmit looks up the emit function of table's schema and whether it emits with prefix. That is
+// the prefix the relay relays ("" for none).
 func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string) (Emit, error) {
 	e := Emit{Function: table.Schema + "." + outbox.EmitFunction, Prefix: prefix}
 	var src string
@@ -48,8 +49,8 @@ func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string)
 	if err != nil {
 		return e, fmt.Errorf("look up %s: %w", e.Function, err)
 	}
-	// The literal as walbox migrate writes it: quotes doubled, a backslash as it is (SQL's
-	// format('%L') would write E'...' with backslashes doubled, and never match it).
+	// The literal as walbox migrate writes it: quotes doubled, a backslash as it is. SQL's
+	// format('%L') would write E'...' with backslashes doubled, and never match it.
 	e.Matches = strings.Contains(src, "pg_logical_emit_message(true, '"+strings.ReplaceAll(prefix, "'", "''")+"',")
 	if m := emitted.FindStringSubmatch(src); m != nil {
 		e.Emits = strings.ReplaceAll(m[1], "''", "'")
@@ -57,16 +58,16 @@ func ReadEmit(ctx context.Context, q Querier, table outbox.Table, prefix string)
 	return e, nil
 }
 
-// emitArgTypes is the signature walbox migrate gives the emit function, as type oids: (text,
-// text, text, jsonb, jsonb, uuid, timestamptz). Another function of the name in the schema (a
-// wrapper of the application's, say) is an overload, and not the one to read.
+// emitArgTypes is the signature walbox migrate gives the emit function, as type oids. It is (text,
+// text, text, jsonb, jsonb, uuid, timestamptz). Another function of the name in the schema is an
+// overload, and not the one to read. A wrapper of the application's is one, say.
 const emitArgTypes = "25 25 25 3802 3802 2950 1184"
 
 // emitted finds the prefix in the body walbox migrate writes: pg_logical_emit_message(true, 'p', ...).
 var emitted = regexp.MustCompile(`pg_logical_emit_message\(true, '((?:[^']|'')*)',`)
 
-// Err reports why the messages the emit function writes would never be relayed: the server
-// cannot send them (ErrNoMessages), or the function writes another prefix (ErrEmitPrefix).
+// Err reports why the messages the emit function writes would never be relayed. The server may not
+// send them (ErrNoMessages), or the function writes another prefix (ErrEmitPrefix). The command
 // walbox doctor fails on it, and walbox run refuses to start.
 func (e Emit) Err() error {
 	switch {

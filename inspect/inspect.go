@@ -117,8 +117,8 @@ type Slot struct {
 	Active                 bool
 	ActivePID              *int32
 	WALStatus              string
-	// Failover is set on a failover slot (PostgreSQL 17+), which standbys with
-	// sync_replication_slots keep in step; Synced on such a standby's copy of one.
+	// Failover is set on a failover slot (PostgreSQL 17+). Standbys with sync_replication_slots
+	// keep such a slot in step. Synced is set on such a standby's copy of one.
 	Failover, Synced bool
 	ConfirmedFlush   pglogrepl.LSN
 	Restart          pglogrepl.LSN
@@ -187,8 +187,8 @@ func (s Slot) Usable(database string) error {
 	return nil
 }
 
-// Coverage is what the publication covers now, with the WAL insert position and the xmin horizon
-// read in the same statement.
+// Coverage is what the publication covers now. It holds the WAL insert position and the xmin
+// horizon read in the same statement.
 type Coverage struct {
 	Publication string
 	Exists      bool
@@ -198,16 +198,16 @@ type Coverage struct {
 	Contains    []string // the tables it does contain, when some are missing
 	WAL         pglogrepl.LSN
 	Xmin        uint64
-	// Identity names what was checked: the publication's row version and the identities of
-	// the tables and of their places in it. It changes when the publication or a table is
-	// dropped and created again, altered, or swapped by renames, even if it covers the
-	// outbox again by the next check.
+	// Identity names what was checked: the publication's row version and the identities of the
+	// tables. It names the tables' places in the publication too. It changes when the publication
+	// or a table is dropped and created again, altered, or swapped by renames. It changes even if
+	// it covers the outbox again by the next check.
 	Identity string
 }
 
 // ReadCoverage reads whether publication publishes inserts of every table, by the tables' current
-// identity: pg_publication_tables lists tables by what the publication holds (OIDs), so a table
-// renamed into place is not covered. It is cheap enough to run several times a second.
+// identity. The view pg_publication_tables lists tables by what the publication holds (OIDs). So a
+// table renamed into place is not covered. It is cheap enough to run several times a second.
 func ReadCoverage(ctx context.Context, q Querier, publication string, tables []wire.Table) (Coverage, error) {
 	c := Coverage{Publication: publication}
 	schemas, names := make([]string, len(tables)), make([]string, len(tables))
@@ -269,11 +269,11 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 	return c, nil
 }
 
-// schemaEntries returns the identities of the places in publication of the schemas among schemas,
-// when a table is covered by no place of its own (a table entry "oid:"): the publication covers
-// it FOR TABLES IN SCHEMA (PostgreSQL 15) or FOR ALL TABLES. A schema dropped from the
-// publication and added again gets a new place, as a table does. Empty when every table has a
-// place of its own, so that the identity of such a publication reads as it always did.
+// schemaEntries returns the identities of the places in publication of the schemas among schemas.
+// It does so when a table is covered by no place of its own (a table entry "oid:"). The publication
+// then covers it FOR TABLES IN SCHEMA (PostgreSQL 15) or FOR ALL TABLES. A schema dropped from the
+// publication and added again gets a new place, as a table does. It is empty when every table has a
+// place of its own. So the identity of such a publication reads as it always did.
 func schemaEntries(ctx context.Context, q Querier, publication string, schemas, tableIDs []string, version int) (string, error) {
 	if version < 150000 || !slices.ContainsFunc(tableIDs, func(id string) bool { return strings.HasSuffix(id, ":") }) {
 		return "", nil
@@ -316,9 +316,9 @@ func (c Coverage) Err() error {
 	return nil
 }
 
-// ReadColumns returns an outbox table's columns (name to type, as format_type shows it) from the
-// catalogs, which hide nothing from a role without SELECT on the table; exists is false when there
-// is no such table.
+// ReadColumns returns an outbox table's columns from the catalogs: name to type, as format_type
+// shows it. The catalogs hide nothing from a role without SELECT on the table. The result exists is
+// false when there is no such table.
 func ReadColumns(ctx context.Context, q Querier, t wire.Table) (cols map[string]string, exists bool, err error) {
 	var names, types []string
 	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
@@ -335,8 +335,8 @@ func ReadColumns(ctx context.Context, q Querier, t wire.Table) (cols map[string]
 	return cols, exists, nil
 }
 
-// CheckTable reads an outbox table's columns and checks them against its mapping, as every
-// session of `walbox run` does before it streams.
+// CheckTable reads an outbox table's columns and checks them against its mapping. Every session of
+// `walbox run` does so before it streams.
 func CheckTable(ctx context.Context, q Querier, m wire.Mapping) (map[string]string, error) {
 	t := m.WithDefaults().Table
 	cols, exists, err := ReadColumns(ctx, q, t)
@@ -352,12 +352,15 @@ func CheckTable(ctx context.Context, q Querier, m wire.Mapping) (map[string]stri
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // CoverageHolds reports whether the coverage identity now holds everything the identity recorded
-// held: the same publication, every table recorded with the same identity and the same places in
-// it, and every schema recorded in the same place. It may hold more (an outbox table mapped and
-// added to the publication since; the places of the schemas, which an identity recorded before
-// walbox read them lacks). A table or schema dropped from the publication and added again, or a
-// table swapped by renames, is not held: its place or its identity changed, and rows written in
-// between were not decoded.
+// held:
+//   - the same publication;
+//   - every table recorded, with the same identity and the same places in it;
+//   - every schema recorded, in the same place.
+//
+// It may hold more. An outbox table may have been mapped and added to the publication since. An
+// identity recorded before walbox read the places of the schemas lacks them. A table or schema
+// dropped from the publication and added again is not held. Nor is a table swapped by renames. Its
+// place or its identity changed. Rows written in between were not decoded.
 func CoverageHolds(now, recorded string) bool {
 	nowID, ok1 := splitIdentity(now)
 	recID, ok2 := splitIdentity(recorded)
@@ -403,8 +406,8 @@ func splitIdentity(id string) (identity, bool) {
 	return out, true
 }
 
-// CoverageNames reports whether a Coverage.Identity holds the table whose OID is oid: whether
-// the slot it was recorded for relays that table.
+// CoverageNames reports whether a Coverage.Identity holds the table whose OID is oid. That is
+// whether the slot it was recorded for relays that table.
 func CoverageNames(identity string, oid uint32) bool {
 	id, ok := splitIdentity(identity)
 	if !ok {

@@ -8,17 +8,17 @@ import (
 	"github.com/walbox/walbox/migrations"
 )
 
-// StrayRecord is a table walbox_slots or a record function (migrations.RecordFunctions) in a
-// schema other than the registry's. walbox never reads or calls it; a role that may CREATE in
-// that schema may have planted it there.
+// StrayRecord is a table walbox_slots or a record function (migrations.RecordFunctions) in a schema
+// other than the registry's. But walbox never reads or calls it. A role that may CREATE in that
+// schema may have planted it there.
 type StrayRecord struct {
 	Kind  string // "table" or "function"
 	Name  string // quoted, with its schema, and with its parameter types for a function
 	Owner string
 }
 
-// ReadStrayRecords returns the tables walbox_slots and the record functions found in schemas
-// other than registry, the schema that holds walbox's record.
+// ReadStrayRecords returns the tables walbox_slots and the record functions found in schemas other
+// than registry. The schema registry holds walbox's record.
 func ReadStrayRecords(ctx context.Context, q Querier, registry string, schemas []string) ([]StrayRecord, error) {
 	var others []string
 	for _, s := range schemas {

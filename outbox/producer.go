@@ -15,7 +15,7 @@ import (
 const MaxPayloadBytes = 1 << 20
 
 // MaxHeaderBytes limits a message's Headers (JSON-encoded) together with its AggregateType and
-// AggregateID, which all travel in the AMQP content header frame. It keeps every row publishable
+// AggregateID. They all travel in the AMQP content header frame. It keeps every row publishable
 // within the broker's default frame size.
 const MaxHeaderBytes = 64 << 10
 
@@ -42,11 +42,11 @@ func DeleteAfterInsert() WriterOption {
 	return func(w *Writer) { w.deleteAfterInsert = true }
 }
 
-// EmitMessages makes the Writer write no rows: each message becomes a transactional logical
-// decoding message, through the emit function (EmitFunction) in the table's schema, which
-// `walbox migrate` creates. The relay publishes it exactly as it would the row, in the same
-// order, when and only if the transaction commits. There is no row to audit or replay it from.
-// DeleteAfterInsert has no effect with it.
+// EmitMessages makes the Writer write no rows. Each message becomes a transactional logical
+// decoding message, through the emit function (EmitFunction) in the table's schema. The command
+// `walbox migrate` creates that function. The relay publishes the message exactly as it would the
+// row, in the same order. It does so when and only if the transaction commits. There is no row to
+// audit or replay it from. DeleteAfterInsert has no effect with it.
 func EmitMessages() WriterOption {
 	return func(w *Writer) { w.emit = true }
 }
@@ -99,31 +99,35 @@ func Emit(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 	return defaultEmitter.Write(ctx, tx, msgs...)
 }
 
-// Write validates msgs and inserts them (or, with EmitMessages, emits them), in order, with one statement in one round trip (two
-// statements, still one round trip, with DeleteAfterInsert). They become visible to the relay
-// when, and only if, tx commits; the relay publishes them in commit order, and within a
-// transaction in the order written.
+// Write validates msgs and inserts them in order (or, with EmitMessages, emits them). It does so
+// with one statement in one round trip. With DeleteAfterInsert it takes two statements, still one
+// round trip. They become visible to the relay when, and only if, tx commits. The relay publishes
+// them in commit order, and within a transaction in the order written.
 //
-// If any message is invalid, Write returns a *ValidationError (matching ErrInvalid) and writes
-// nothing; tx stays usable. A database error aborts tx, as any failed statement does; the
-// caller rolls back. The rules keep out rows the relay could not publish, since a stuck row
-// would hold up every message after it:
-//   - AggregateType, AggregateID and EventType are required (an event is about an entity; for
-//     one that is not, name the service or "system"), valid UTF-8 without NUL; EventType, the
-//     routing key, at most 255 bytes.
-//   - Payload is a JSON document of at most the Writer's limit (MaxPayloadBytes by default).
-//     It is stored as jsonb, so the relay publishes Postgres's rendering of it: whitespace
-//     normalised, object keys reordered, duplicate keys dropped.
-//   - Headers names are non-empty and at most 255 bytes (also in nested objects); values
-//     encode as JSON; "aggregate_type" and "aggregate_id" are reserved (the relay sets them), and
-//     so are names starting with "x-walbox-" in any case (walbox's own headers); a
-//     "traceparent" must be a valid W3C traceparent; headers and aggregate fields together stay
+// If any message is invalid, Write returns a *ValidationError (matching ErrInvalid). It then writes
+// nothing, and tx stays usable. A database error aborts tx, as any failed statement does; the
+// caller rolls back. The rules keep out rows the relay could not publish: a stuck row would hold up
+// every message after it.
+//   - AggregateType, AggregateID and EventType are required: an event is about an entity. For one
+//     that is not, name the service or "system". They are valid UTF-8 without NUL. EventType, the
+//     routing key, has at most 255 bytes.
+//   - Payload is a JSON document of at most the Writer's limit (MaxPayloadBytes by default). It is
+//     stored as jsonb, so the relay publishes Postgres's rendering of it. That rendering normalises
+//     whitespace, reorders object keys and drops duplicate keys.
+//   - Headers names are non-empty and at most 255 bytes (also in nested objects). Their values
+//     encode as JSON. The names "aggregate_type" and "aggregate_id" are reserved: the relay sets
+//     them. So are names starting with "x-walbox-" in any case: walbox's own headers. A
+//     "traceparent" must be a valid W3C traceparent. Headers and aggregate fields together stay
 //     within MaxHeaderBytes.
 //   - IDs given are unique within the call.
 //
-// Write fills in what a message leaves unset: a time-ordered ID (UUIDv7), the traceparent header
-// from ctx (see WithTraceparent), and, through the column default, CreatedAt. It does not modify
-// msgs or their Headers; a caller that needs the ID sets it beforehand (uuid.NewV7).
+// Write fills in what a message leaves unset:
+//   - a time-ordered ID (UUIDv7);
+//   - the traceparent header from ctx (see WithTraceparent);
+//   - through the column default, CreatedAt.
+//
+// It does not modify msgs or their Headers. A caller that needs the ID sets it beforehand
+// (uuid.NewV7).
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -241,10 +245,11 @@ func (w *Writer) verb() string {
 	return "insert into"
 }
 
-// emitStatements are insertStatements for EmitMessages: the same arrays, each message handed to
-// the emit function. The function is volatile, so it runs after the sort, in the order given.
-// Every call passes all seven arguments, typed: only the function with exactly those parameters
-// matches, never an overload with fewer that a role allowed to CREATE in the schema adds.
+// emitStatements are insertStatements for EmitMessages: the same arrays, each message handed to the
+// emit function. The function is volatile, so it runs after the sort, in the order given. Every
+// call passes all seven arguments, typed. So only the function with exactly those parameters
+// matches. An overload with fewer never does, though a role allowed to CREATE in the schema may add
+// one.
 func emitStatements(t Table) (withDefault, withCreatedAt string) {
 	build := func(createdAt string, types []string, extraCol string) string {
 		return "SELECT " + t.EmitFunction() + "(" + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
@@ -259,9 +264,9 @@ func emitStatements(t Table) (withDefault, withCreatedAt string) {
 // arrayTypes are the types of the arrays the statements take, in order; the last is created_at's.
 var arrayTypes = []string{"uuid", "text", "text", "text", "jsonb", "jsonb", "timestamptz"}
 
-// rowsFrom unnests one array parameter per type, side by side: the form that unnest with several
-// arguments stands for, written out because only a one-argument unnest may name its schema.
-// Every name is qualified, so the statement means the same under the caller's search_path.
+// rowsFrom unnests one array parameter per type, side by side. That is the form that unnest with
+// several arguments stands for. It is written out because only a one-argument unnest may name its
+// schema. Every name is qualified, so the statement means the same under the caller's search_path.
 func rowsFrom(types []string) string {
 	calls := make([]string, len(types))
 	for i, typ := range types {
@@ -270,16 +275,16 @@ func rowsFrom(types []string) string {
 	return "ROWS FROM (" + strings.Join(calls, ", ") + ")"
 }
 
-// insertStatements builds the two forms of the insert: one that leaves created_at to the column
-// default, and one that takes it from a seventh array (now(), the default's value, where null).
-// unnest keeps the statement text fixed whatever the batch size (one prepared statement, no
-// parameter limit), and WITH ORDINALITY keeps the rows in the order given.
+// insertStatements builds the two forms of the insert. One leaves created_at to the column default.
+// The other takes it from a seventh array, with now(), the default's value, where null. With unnest
+// the statement text stays fixed whatever the batch size. That is one prepared statement, and no
+// parameter limit. WITH ORDINALITY keeps the rows in the order given.
 //
-// Measured against a multi-row VALUES insert, a pgx.Batch of single-row inserts and CopyFrom
-// (committed transactions, local server): on par with VALUES at 1 to 1,000 rows and with the
-// batch at one row; COPY was faster only at about 1,000 rows (~17 ms against ~27 ms) and slower
-// for one row (~270 µs against ~190 µs: it needs an extra round trip), and it cannot leave
-// created_at to the column default.
+// It was measured against a multi-row VALUES insert, a pgx.Batch of single-row inserts and
+// CopyFrom. The runs were committed transactions on a local server. It was on par with VALUES at 1
+// to 1,000 rows, and with the batch at one row. COPY was faster only at about 1,000 rows (~17 ms
+// against ~27 ms). It was slower for one row (~270 µs against ~190 µs): it needs an extra round
+// trip. And COPY cannot leave created_at to the column default.
 func insertStatements(t Table) (withDefault, withCreatedAt string) {
 	cols := []string{ColID, ColAggregateType, ColAggregateID, ColEventType, ColPayload, ColHeaders}
 	build := func(cols []string, createdAt string) string {

@@ -19,9 +19,9 @@ func EmitSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) error {
 }
 
 // WriteSQL is Write for database/sql, with the same validation, statement and guarantees. It works
-// with any Postgres driver that takes $n placeholders and string arguments (pgx's stdlib, lib/pq):
-// the columns travel as arrays in Postgres's text form. With DeleteAfterInsert it takes a second
-// round trip.
+// with any Postgres driver that takes $n placeholders and string arguments. The drivers pgx's
+// stdlib and lib/pq are two. The columns travel as arrays in Postgres's text form. With
+// DeleteAfterInsert it takes a second round trip.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) error {
 	if len(msgs) == 0 {
 		return nil

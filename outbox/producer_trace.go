@@ -12,16 +12,16 @@ type traceparentKey struct{}
 
 // WithTraceparent returns a context carrying tp, a W3C traceparent ("00-<trace id>-<parent id>-
 // <flags>"). Write adds it to every message's Headers["traceparent"] unless the message sets one.
-// An invalid tp (wrong format, or an all-zero trace or parent id) is ignored, as the W3C
-// specification requires, and ctx is returned unchanged.
+// An invalid tp is ignored, as the W3C specification requires, and ctx is returned unchanged.
+// It is invalid when its format is wrong, or its trace or parent id is all zero.
 //
 // walbox does not depend on OpenTelemetry. An OpenTelemetry user bridges with one line:
 //
 //	sc := trace.SpanContextFromContext(ctx)
 //	ctx = outbox.WithTraceparent(ctx, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
 //
-// or, through the configured propagator, with a propagation.MapCarrier c after
-// otel.GetTextMapPropagator().Inject(ctx, c): outbox.WithTraceparent(ctx, c["traceparent"]).
+// Or the user goes through the configured propagator, with a propagation.MapCarrier c.
+// After otel.GetTextMapPropagator().Inject(ctx, c), that is outbox.WithTraceparent(ctx, c["traceparent"]).
 func WithTraceparent(ctx context.Context, tp string) context.Context {
 	if !ValidTraceparent(tp) {
 		return ctx
@@ -35,9 +35,11 @@ func TraceparentFrom(ctx context.Context) string {
 	return tp
 }
 
-// ValidTraceparent reports whether tp is a version 00 W3C traceparent: "00-" then 32 lowercase
-// hex digits (not all zero), "-", 16 lowercase hex digits (not all zero), "-", 2 lowercase hex
-// digits.
+// ValidTraceparent reports whether tp is a version 00 W3C traceparent:
+//   - "00-";
+//   - 32 lowercase hex digits, not all zero;
+//   - "-", then 16 lowercase hex digits, not all zero;
+//   - "-", then 2 lowercase hex digits.
 func ValidTraceparent(tp string) bool {
 	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
 		return false

@@ -40,9 +40,9 @@ const maxShortString = 255
 // reservedHeaders are set by the relay from the message's columns.
 var reservedHeaders = []string{ColAggregateType, ColAggregateID}
 
-// validate checks m against the rules the relay needs to publish it, and returns its headers
-// encoded as JSON, with tp added as "traceparent" unless m sets one. A rejected message would
-// otherwise stop the relay, which publishes in order, or fail the transaction later.
+// validate checks m against the rules the relay needs to publish it. It returns m's headers encoded
+// as JSON, with tp added as "traceparent" unless m sets one. A rejected message would otherwise
+// stop the relay, which publishes in order. Or it would fail the transaction later.
 func (w *Writer) validate(i int, m *Message, tp string) ([]byte, error) {
 	if err := checkText(i, "AggregateType", m.AggregateType, 0); err != nil {
 		return nil, err
@@ -73,8 +73,8 @@ func (w *Writer) validate(i int, m *Message, tp string) ([]byte, error) {
 	return h, nil
 }
 
-// checkText rejects a string that is empty, longer than max bytes (max > 0), or that Postgres
-// cannot store as text.
+// checkText rejects a string that is empty, or longer than max bytes (max > 0). It rejects one that
+// Postgres cannot store as text too.
 func checkText(i int, field, s string, max int) error {
 	switch {
 	case s == "":
@@ -128,8 +128,8 @@ func encodeHeaders(i int, headers map[string]any, tp string) ([]byte, error) {
 	return b, nil
 }
 
-// hasNULEscape reports whether the valid JSON document b has a string with a NUL character
-// (written \u0000), which Postgres rejects in jsonb. Only documents with that text are decoded.
+// hasNULEscape reports whether the valid JSON document b has a string with a NUL character. That is
+// written \u0000, and Postgres rejects it in jsonb. Only documents with that text are decoded.
 func hasNULEscape(b []byte) bool {
 	if !bytes.Contains(b, []byte(`\u0000`)) {
 		return false

@@ -22,6 +22,7 @@ const commentMaxWords = 20
 // sentence within commentMaxWords words. A package joins the list once its comments pass.
 var commentChecked = []string{
 	"cmd/walbox",
+	"inspect",
 	"internal/doctor",
 	"internal/killpoint",
 	"internal/ownertrust",
@@ -35,6 +36,7 @@ var commentChecked = []string{
 	"metrics",
 	"otel/cmd/walbox",
 	"otel/tracing",
+	"outbox",
 	"publisher/publishertest",
 }
 
