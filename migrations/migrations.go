@@ -46,7 +46,7 @@ func (c Config) withDefaults() Config {
 		c.Table = wire.DefaultTable
 	}
 	if c.Publication == "" {
-		c.Publication = "walbox"
+		c.Publication = wire.DefaultPublication
 	}
 	if c.MessagePrefix == "" {
 		c.MessagePrefix = wire.DefaultMessagePrefix

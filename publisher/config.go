@@ -16,7 +16,7 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultExchange     = "outbox"
-	DefaultWindow       = 1024
+	DefaultWindow       = wire.DefaultWindow
 	DefaultAppID        = "walbox"
 	DefaultDialTimeout  = 15 * time.Second
 	DefaultHeartbeat    = 10 * time.Second
@@ -81,7 +81,7 @@ type Config struct {
 	// Window is how many messages the caller keeps in flight (published, not yet confirmed) at
 	// most. The session does not count them: the caller bounds them (the relay with its ledger,
 	// package checkpoint). It sizes the internal notification buffers, which hold more verdicts
-	// than that in an unbounded queue. Default 1024, at most MaxWindow.
+	// than that in an unbounded queue. Default DefaultWindow, at most MaxWindow.
 	Window int
 
 	// AppID is the AMQP app-id property of every message and the connection name shown by the

@@ -69,9 +69,9 @@ type Config struct {
 	// stays the primary: the record of the slot and the checks of the publication live there.
 	// Empty: the relay streams from DatabaseURL, and refuses it if it is a standby.
 	ReplicationURL string
-	// Slot is the logical replication slot's name (default "walbox").
+	// Slot is the logical replication slot's name (default DefaultSlot).
 	Slot string
-	// Publication is the publication that contains the outbox table (default "walbox").
+	// Publication is the publication that contains the outbox table (default DefaultPublication).
 	Publication string
 	// Table is the outbox table (default public.outbox), when Mappings is empty. Its schema holds
 	// walbox's record of the slot (walbox migrate creates it there), whatever Mappings says.
@@ -89,10 +89,10 @@ type Config struct {
 	// Shards 0 is an unsharded relay. A sharded relay checks, whenever it checks the publication,
 	// that the publication's row filter selects exactly this shard.
 	Shard, Shards int
-	// Window bounds the messages published but not yet confirmed (default 1024).
+	// Window bounds the messages published but not yet confirmed (default DefaultWindow).
 	Window int
 	// StatusInterval is how often the relay reports its position to the server; keep it well
-	// under the server's wal_sender_timeout (default 1s).
+	// under the server's wal_sender_timeout (default DefaultStatusInterval).
 	StatusInterval time.Duration
 	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
 	// it to reply, before it takes the replication connection for dead and starts a new session.
@@ -106,18 +106,19 @@ type Config struct {
 	// is bounded by the same time. Without this a silent network partition would hold the relay
 	// until TCP gives up, many minutes later.
 	ServerTimeout time.Duration
-	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default 10s).
+	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default
+	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
-	// not covered (default true; `walbox migrate` creates it ahead of time).
+	// not covered (DefaultCreateSlot; `walbox migrate` creates it ahead of time).
 	CreateSlot *bool
-	// FailoverSlot says whether the slot Run creates is a failover slot (default slots.FailoverAuto:
+	// FailoverSlot says whether the slot Run creates is a failover slot (DefaultFailoverSlot,
 	// on PostgreSQL 17 and later). Unless it is slots.FailoverOff, Run also turns an existing slot that
 	// is not one into one; slots.FailoverOn on a server before 17 stops Run at its first session.
 	FailoverSlot slots.FailoverSlot
-	// MaxBackoff caps the wait between sessions after an error (default 30s).
+	// MaxBackoff caps the wait between sessions after an error (default DefaultMaxBackoff).
 	MaxBackoff time.Duration
-	// StandbyRetry is how often a standby checks whether the slot was released (default 1s).
+	// StandbyRetry is how often a standby checks whether the slot was released (default DefaultStandbyRetry).
 	StandbyRetry time.Duration
 	// WaitForServers makes Run retry when PostgreSQL or the broker cannot be reached at start.
 	// By default such a failure ends Run, since it usually means a wrong URL; outages after the
@@ -150,19 +151,27 @@ func (c *Config) messagePrefix() string {
 	return c.MessagePrefix
 }
 
-// Validate fills in defaults and reports the first bad setting.
-func (c *Config) Validate() error {
-	if c.DatabaseURL == "" {
-		return errors.New("database url: required")
-	}
+// Defaults for the zero values of Config. The slot, publication and window are the shared
+// vocabulary's (package wire), which the commands and the other relays use too.
+const (
+	DefaultSlot            = wire.DefaultSlot
+	DefaultPublication     = wire.DefaultPublication
+	DefaultWindow          = wire.DefaultWindow
+	DefaultStatusInterval  = time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxBackoff      = 30 * time.Second
+	DefaultStandbyRetry    = time.Second
+	DefaultCreateSlot      = true
+	DefaultFailoverSlot    = slots.FailoverAuto
+)
+
+// WithDefaults returns c with each zero value replaced by its default.
+func (c Config) WithDefaults() Config {
 	if c.Slot == "" {
-		c.Slot = "walbox"
-	}
-	if err := slots.CheckName(c.Slot); err != nil {
-		return err
+		c.Slot = DefaultSlot
 	}
 	if c.Publication == "" {
-		c.Publication = "walbox"
+		c.Publication = DefaultPublication
 	}
 	if c.Table == (wire.Table{}) {
 		c.Table = wire.DefaultTable
@@ -172,49 +181,22 @@ func (c *Config) Validate() error {
 		// may lack, from one the user named.
 		c.Mappings = []wire.Mapping{{Table: c.Table}}
 	}
-	for _, m := range c.Mappings {
-		if err := m.Validate(); err != nil {
-			return err
-		}
-	}
 	if c.MessagePrefix == "" {
 		c.MessagePrefix = wire.DefaultMessagePrefix
 	}
-	if c.Shards < 0 || (c.Shards > 0 && (c.Shard < 0 || c.Shard >= c.Shards)) {
-		return fmt.Errorf("shard %d of %d: out of range", c.Shard, c.Shards)
-	}
 	if c.Window == 0 {
-		c.Window = 1024
+		c.Window = DefaultWindow
 	}
-	if c.Window < 1 {
-		return fmt.Errorf("window %d: must be at least 1", c.Window)
+	orDefault(&c.StatusInterval, DefaultStatusInterval)
+	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&c.MaxBackoff, DefaultMaxBackoff)
+	orDefault(&c.StandbyRetry, DefaultStandbyRetry)
+	if c.FailoverSlot == "" {
+		c.FailoverSlot = DefaultFailoverSlot
 	}
-	if err := positive(&c.StatusInterval, time.Second, "status interval"); err != nil {
-		return err
-	}
-	if c.ServerTimeout != 0 && c.ServerTimeout < 3*c.StatusInterval {
-		return fmt.Errorf("server timeout %v: must be at least three status intervals (%v)", c.ServerTimeout, 3*c.StatusInterval)
-	}
-	if err := positive(&c.ShutdownTimeout, 10*time.Second, "shutdown timeout"); err != nil {
-		return err
-	}
-	if err := positive(&c.MaxBackoff, 30*time.Second, "max backoff"); err != nil {
-		return err
-	}
-	if err := positive(&c.StandbyRetry, time.Second, "standby retry"); err != nil {
-		return err
-	}
-	f, err := slots.ParseFailoverSlot(string(c.FailoverSlot))
-	if err != nil {
-		return fmt.Errorf("failover slot %w", err)
-	}
-	c.FailoverSlot = f
 	if c.CreateSlot == nil {
-		yes := true
-		c.CreateSlot = &yes
-	}
-	if c.Dial == nil {
-		return errors.New("dial: required")
+		create := DefaultCreateSlot
+		c.CreateSlot = &create
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -222,15 +204,60 @@ func (c *Config) Validate() error {
 	if c.Observer == nil {
 		c.Observer = noObserver{}
 	}
+	return c
+}
+
+// Validate reports the first bad setting of c, defaults filled in (WithDefaults).
+func (c Config) Validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("database url: required")
+	}
+	if err := slots.CheckName(c.Slot); err != nil {
+		return err
+	}
+	for _, m := range c.Mappings {
+		if err := m.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Shards < 0 || (c.Shards > 0 && (c.Shard < 0 || c.Shard >= c.Shards)) {
+		return fmt.Errorf("shard %d of %d: out of range", c.Shard, c.Shards)
+	}
+	if c.Window < 1 {
+		return fmt.Errorf("window %d: must be at least 1", c.Window)
+	}
+	if err := positive(c.StatusInterval, "status interval"); err != nil {
+		return err
+	}
+	if c.ServerTimeout != 0 && c.ServerTimeout < 3*c.StatusInterval {
+		return fmt.Errorf("server timeout %v: must be at least three status intervals (%v)", c.ServerTimeout, 3*c.StatusInterval)
+	}
+	for _, d := range []struct {
+		d    time.Duration
+		name string
+	}{{c.ShutdownTimeout, "shutdown timeout"}, {c.MaxBackoff, "max backoff"}, {c.StandbyRetry, "standby retry"}} {
+		if err := positive(d.d, d.name); err != nil {
+			return err
+		}
+	}
+	if _, err := slots.ParseFailoverSlot(string(c.FailoverSlot)); err != nil {
+		return fmt.Errorf("failover slot %w", err)
+	}
+	if c.Dial == nil {
+		return errors.New("dial: required")
+	}
 	return nil
 }
 
-func positive(d *time.Duration, def time.Duration, name string) error {
+func orDefault(d *time.Duration, def time.Duration) {
 	if *d == 0 {
 		*d = def
 	}
-	if *d < 0 {
-		return fmt.Errorf("%s %v: must be positive", name, *d)
+}
+
+func positive(d time.Duration, name string) error {
+	if d <= 0 {
+		return fmt.Errorf("%s %v: must be positive", name, d)
 	}
 	return nil
 }

@@ -35,8 +35,9 @@ type Relay struct {
 	timeline int32
 }
 
-// New validates cfg and returns a Relay.
+// New fills in cfg's defaults, validates it and returns a Relay.
 func New(cfg Config) (*Relay, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -56,13 +56,13 @@ func (c *RecoverConfig) validate() error {
 		return errors.New("database url: required")
 	}
 	if c.Slot == "" {
-		c.Slot = "walbox"
+		c.Slot = wire.DefaultSlot
 	}
 	if err := CheckName(c.Slot); err != nil {
 		return err
 	}
 	if c.Publication == "" {
-		c.Publication = "walbox"
+		c.Publication = wire.DefaultPublication
 	}
 	if c.Table == (wire.Table{}) {
 		c.Table = wire.DefaultTable

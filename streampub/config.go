@@ -35,13 +35,14 @@ type Config struct {
 	// MaxAge and MaxBytes are the retention of a stream Dial declares; zero means none.
 	MaxAge   time.Duration
 	MaxBytes int64
-	// Window is the most messages in flight, as the relay's window (default 1024).
+	// Window is the most messages in flight, as the relay's window (default
+	// wire.DefaultWindow).
 	Window int
 	// ConfirmTimeout is how long a message may wait for its confirm before the session is taken
-	// for dead (default 30s).
+	// for dead (default DefaultConfirmTimeout).
 	ConfirmTimeout time.Duration
 	// ScanTimeout bounds each wait for messages while Dial reads the stream back to the anchor
-	// (default 10s).
+	// (default DefaultScanTimeout).
 	ScanTimeout time.Duration
 }
 
@@ -57,6 +58,14 @@ func ProducerName(system uint64, database, slot string) string {
 // "walbox-<slot>", which every database with that slot name shares. A producer with no message
 // of its own continues from this name's last message of its own system, once (see Bind).
 func LegacyProducerName(slot string) string { return "walbox-" + slot }
+
+// Defaults of Config and of walbox's stream mode.
+const (
+	// DefaultStream is the stream walbox publishes into unless told otherwise.
+	DefaultStream         = "outbox"
+	DefaultConfirmTimeout = 30 * time.Second
+	DefaultScanTimeout    = 10 * time.Second
+)
 
 // ParkStream is the stream that keeps the messages that can never be published into stream.
 func ParkStream(stream string) string { return stream + ".parked" }
@@ -81,16 +90,16 @@ func (c *Config) Validate() error {
 		return errors.New("stream retention: must not be negative")
 	}
 	if c.Window == 0 {
-		c.Window = 1024
+		c.Window = wire.DefaultWindow
 	}
 	if c.Window < 1 {
 		return fmt.Errorf("window %d: must be at least 1", c.Window)
 	}
 	if c.ConfirmTimeout <= 0 {
-		c.ConfirmTimeout = 30 * time.Second
+		c.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	if c.ScanTimeout <= 0 {
-		c.ScanTimeout = 10 * time.Second
+		c.ScanTimeout = DefaultScanTimeout
 	}
 	return nil
 }

@@ -27,6 +27,14 @@ const (
 // DefaultTable is the outbox table walbox uses unless told otherwise.
 var DefaultTable = Table{Schema: "public", Name: "outbox"}
 
+// Defaults the parts of walbox share. Migrate creates the slot and the publication; the relays
+// stream them. The window bounds the messages in flight, in the relay and in its publisher.
+const (
+	DefaultSlot        = "walbox"
+	DefaultPublication = "walbox"
+	DefaultWindow      = 1024
+)
+
 // Table names an outbox table.
 type Table struct {
 	Schema string

@@ -11,6 +11,12 @@ import (
 	"github.com/walbox/walbox/internal/redact"
 )
 
+// The daemon's log level and format unless told otherwise (see newLogger).
+const (
+	defaultLogLevel  = "info"
+	defaultLogFormat = "auto"
+)
+
 // newLogger builds the daemon's logger: JSON unless the output is a terminal (or format says
 // otherwise), every message and attribute passed through the redactor.
 func newLogger(w io.Writer, level, format string, secrets []string) (*slog.Logger, error) {

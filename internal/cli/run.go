@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -207,13 +205,6 @@ func relayConfig(c *common, b *brokerSettings, status, shutdown, createSlot *set
 		return cfg, pcfg, err
 	}
 	cfg.Slot, cfg.Publication, cfg.MessagePrefix = c.slot.value, c.publication.value, c.messagePrefix.value
-	// Validate the rest with a placeholder dialer; the daemon sets the real one.
-	probe := cfg
-	probe.Dial = func(context.Context) (replication.Publisher, error) { return nil, errors.New("unused") }
-	probe.Logger = slog.New(slog.DiscardHandler)
-	if err := probe.Validate(); err != nil {
-		return cfg, pcfg, configError{err.Error()}
-	}
 	return cfg, pcfg, nil
 }
 

@@ -4,10 +4,15 @@ package cli
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/walbox/walbox/internal/prune"
+	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/streampub"
 )
 
 // spec declares one setting of one or more commands. The flags, the environment variables, the
@@ -62,18 +67,18 @@ var settingTable = []group{
 		{flag: "amqp-key-file", env: "WALBOX_AMQP_KEY_FILE", cmds: dialers, help: "PEM key of the client certificate"},
 	}},
 	{"What to relay", []spec{
-		{flag: "slot", env: "WALBOX_SLOT", def: "walbox", cmds: allCommands, help: "logical replication slot (pgoutput)"},
-		{flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", def: "auto", cmds: []string{"migrate", "run", "doctor", "recover", "reshard"},
+		{flag: "slot", env: "WALBOX_SLOT", def: replication.DefaultSlot, cmds: allCommands, help: "logical replication slot (pgoutput)"},
+		{flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", def: string(replication.DefaultFailoverSlot), cmds: []string{"migrate", "run", "doctor", "recover", "reshard"},
 			help: "make the slots walbox creates failover slots, which a standby with `sync_replication_slots` keeps for a promotion: " +
 				"`auto` (PostgreSQL 17 and later), `on` (refused before 17) or `off`",
 			see: "ha.md#postgresql-17-failover-slots-recommended"},
-		{flag: "publication", env: "WALBOX_PUBLICATION", def: "walbox", cmds: allCommands, help: "publication that contains the outbox table"},
-		{flag: "table", env: "WALBOX_TABLE", def: "public.outbox", cmds: allCommands, help: "outbox table, `schema.name`; its schema holds walbox's record of its slots, the one `walbox migrate` created"},
+		{flag: "publication", env: "WALBOX_PUBLICATION", def: replication.DefaultPublication, cmds: allCommands, help: "publication that contains the outbox table"},
+		{flag: "table", env: "WALBOX_TABLE", def: outbox.DefaultTable.String(), cmds: allCommands, help: "outbox table, `schema.name`; its schema holds walbox's record of its slots, the one `walbox migrate` created"},
 		{flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", def: outbox.DefaultMessagePrefix, cmds: allCommands,
 			help: "prefix of the logical decoding messages `walbox_emit` writes, relayed like rows (PostgreSQL 14+); `none` relays none"},
 	}},
 	{"Where messages go", []spec{
-		{flag: "exchange", env: "WALBOX_EXCHANGE", def: "outbox", cmds: dialers, help: "topic exchange to publish to (declared durable)"},
+		{flag: "exchange", env: "WALBOX_EXCHANGE", def: publisher.DefaultExchange, cmds: dialers, help: "topic exchange to publish to (declared durable)"},
 		{flag: "alternate-exchange", env: "WALBOX_ALTERNATE_EXCHANGE", unset: "`<exchange>.unroutable`", cmds: dialers,
 			help: "exchange that keeps messages no queue is bound for; `none`: such a message stalls the stream until a queue is bound"},
 		{flag: "park-exchange", env: "WALBOX_PARK_EXCHANGE", unset: "`<exchange>.parked`", cmds: dialers,
@@ -83,32 +88,32 @@ var settingTable = []group{
 				"auto is quorum with several --amqp-url nodes, else classic, and keeps an existing queue as it is " +
 				"(one URL in front of a cluster needs quorum: a classic queue is unavailable while its node is down)",
 			see: "setup.md#a-rabbitmq-cluster"},
-		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: "16777216", cmds: dialers,
+		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: strconv.Itoa(publisher.DefaultMaxMessageSize), cmds: dialers,
 			help: "largest message body in bytes (the default is 16 MiB); larger rows are parked " +
 				"(keep at or below the broker's `max_message_size`)"},
-		{flag: "window", env: "WALBOX_WINDOW", def: "1024", cmds: dialers, help: "most messages published and not yet confirmed"},
+		{flag: "window", env: "WALBOX_WINDOW", def: strconv.Itoa(replication.DefaultWindow), cmds: dialers, help: "most messages published and not yet confirmed"},
 	}},
 	{"Relaying: walbox run", []spec{
-		{flag: "lanes", env: "WALBOX_LANES", def: "1", cmds: runOnly,
+		{flag: "lanes", env: "WALBOX_LANES", def: strconv.Itoa(relayd.DefaultLanes), cmds: runOnly,
 			help: "publish over this many channels, each on its own connection, by a hash of the aggregate id: " +
 				"each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)",
 			see: "setup.md#publishing-lanes"},
-		{flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", def: "1s", cmds: runOnly,
+		{flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", def: replication.DefaultStatusInterval.String(), cmds: runOnly,
 			help: "how often the confirmed position is reported to PostgreSQL; sooner once the stream goes quiet or " +
 				"half the window was confirmed since the last report; keep well under `wal_sender_timeout` (60 s)"},
-		{flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", def: "10s", cmds: runOnly,
+		{flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", def: replication.DefaultShutdownTimeout.String(), cmds: runOnly,
 			help: "how long a shutdown waits for outstanding confirms"},
-		{flag: "create-slot", env: "WALBOX_CREATE_SLOT", def: "true", isBool: true, cmds: runOnly,
+		{flag: "create-slot", env: "WALBOX_CREATE_SLOT", def: strconv.FormatBool(replication.DefaultCreateSlot), isBool: true, cmds: runOnly,
 			help: "create the slot at start if it does not exist, with a warning (rows committed before that are not covered)"},
 		{flag: "wait-for-servers", env: "WALBOX_WAIT_FOR_SERVERS", def: "false", isBool: true, cmds: runOnly,
 			help: "keep retrying when PostgreSQL or RabbitMQ cannot be reached at start, instead of exiting"},
-		{flag: "listen", env: "WALBOX_LISTEN", def: "127.0.0.1:9187", cmds: runOnly,
+		{flag: "listen", env: "WALBOX_LISTEN", def: relayd.DefaultListen, cmds: runOnly,
 			help: "address for `/metrics`, `/healthz`, `/readyz` and `/status` (`off` disables them)", see: "operations.md#metrics-health-and-status"},
 		{flag: "otlp-endpoint", env: "WALBOX_OTLP_ENDPOINT", unset: "no tracing", cmds: runOnly,
 			help: "OTLP/HTTP URL (`http://collector:4318`) to export a span per publish to; " +
 				"only a walbox built with tracing (`make build TAGS=otel`) takes it, others refuse it at start", see: "operations.md#tracing"},
-		{flag: "log-level", env: "WALBOX_LOG_LEVEL", def: "info", cmds: runOnly, help: "`debug`, `info`, `warn` or `error`"},
-		{flag: "log-format", env: "WALBOX_LOG_FORMAT", def: "auto", cmds: runOnly,
+		{flag: "log-level", env: "WALBOX_LOG_LEVEL", def: defaultLogLevel, cmds: runOnly, help: "`debug`, `info`, `warn` or `error`"},
+		{flag: "log-format", env: "WALBOX_LOG_FORMAT", def: defaultLogFormat, cmds: runOnly,
 			help: "`json`, `text`, or `auto` (text on a terminal, JSON otherwise)"},
 		{flag: "shards", env: "WALBOX_SHARDS", unset: "read from the publications", cmds: runOnly,
 			help: "the number of shards `walbox migrate --shards` created", see: "scaling.md"},
@@ -117,7 +122,7 @@ var settingTable = []group{
 		{flag: "stream-url", env: "WALBOX_STREAM_URL", unset: "publish to the exchange", cmds: streamCmds,
 			help: "RabbitMQ stream URL, `rabbitmq-stream://`; several, comma-separated, for the nodes of a cluster. " +
 				"With it walbox publishes into `--stream`, exactly once, instead of to the exchange", see: "streams.md"},
-		{flag: "stream", env: "WALBOX_STREAM", def: "outbox", cmds: streamCmds,
+		{flag: "stream", env: "WALBOX_STREAM", def: streampub.DefaultStream, cmds: streamCmds,
 			help: "the stream to publish into (declared if missing)", see: "streams.md"},
 		{flag: "stream-max-age", env: "WALBOX_STREAM_MAX_AGE", unset: "no limit", cmds: runOnly,
 			help: "retention of a stream walbox declares: drop messages older than this, such as `168h`"},
@@ -139,7 +144,7 @@ var settingTable = []group{
 		{flag: "json", def: "false", isBool: true, cmds: []string{"status", "doctor"}, help: "print JSON for scripts"},
 		{flag: "relay-role", env: "WALBOX_RELAY_ROLE", unset: "the database URL's role", cmds: []string{"doctor"},
 			help: "the role `walbox run` logs in as, when doctor runs as another role: doctor checks that it may execute the record functions", see: "security.md"},
-		{flag: "relay-url", env: "WALBOX_RELAY_URL", def: "http://127.0.0.1:9187", cmds: []string{"status"},
+		{flag: "relay-url", env: "WALBOX_RELAY_URL", def: "http://" + relayd.DefaultListen, cmds: []string{"status"},
 			help: "the running relay's HTTP address, for its state and last error (`off` to skip)"},
 		{flag: "require-relay", def: "false", isBool: true, cmds: []string{"status"},
 			help: "exit 1 unless the relay answers and is streaming or a standby (for container health checks)"},
@@ -147,8 +152,8 @@ var settingTable = []group{
 	{"Pruning: walbox prune", []spec{
 		{flag: "older-than", env: "WALBOX_PRUNE_OLDER_THAN", required: true, cmds: []string{"prune"},
 			help: "delete rows created longer ago than this, e.g. `168h` or `7d`"},
-		{flag: "batch-size", env: "WALBOX_PRUNE_BATCH_SIZE", def: "1000", cmds: []string{"prune"}, help: "rows deleted per transaction"},
-		{flag: "pause", env: "WALBOX_PRUNE_PAUSE", def: "0s", cmds: []string{"prune"}, help: "sleep between batches, to spread the load"},
+		{flag: "batch-size", env: "WALBOX_PRUNE_BATCH_SIZE", def: strconv.Itoa(prune.DefaultBatchSize), cmds: []string{"prune"}, help: "rows deleted per transaction"},
+		{flag: "pause", env: "WALBOX_PRUNE_PAUSE", def: prune.DefaultPause.String(), cmds: []string{"prune"}, help: "sleep between batches, to spread the load"},
 		{flag: "dry-run", env: "WALBOX_PRUNE_DRY_RUN", def: "false", isBool: true, cmds: []string{"prune"},
 			help: "count the rows that would be deleted, delete nothing"},
 	}},

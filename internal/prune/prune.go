@@ -19,13 +19,19 @@ import (
 // gives up. So prune never stands in a lock queue for long.
 const LockTimeout = 5 * time.Second
 
+// Defaults of walbox prune: short transactions, one after the other.
+const (
+	DefaultBatchSize = 1000
+	DefaultPause     = time.Duration(0)
+)
+
 // Job deletes outbox rows older than a cutoff, a batch per transaction.
 type Job struct {
 	Table     outbox.Table
 	CreatedAt string        // the timestamp column (default outbox.ColCreatedAt)
 	OlderThan time.Duration // rows created before now() - OlderThan go
-	BatchSize int           // rows per DELETE
-	Pause     time.Duration // sleep between batches
+	BatchSize int           // rows per DELETE (DefaultBatchSize for walbox prune)
+	Pause     time.Duration // sleep between batches (DefaultPause for walbox prune)
 	DryRun    bool          // count only
 	// Base names the slots and publications that relay the table. Every set of shards named after
 	// it counts, the single slot included. Records that cover the table count too (ReadHorizon).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"time"
 
@@ -20,6 +19,12 @@ import (
 
 // MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
 const MaxLanes = 64
+
+// DefaultLanes publishes on one channel, in commit order.
+const DefaultLanes = 1
+
+// DefaultListen is the address of the HTTP endpoints unless told otherwise.
+const DefaultListen = "127.0.0.1:9187"
 
 // DefaultSlotPoll is how often the slot's retained WAL is read for the metrics by default.
 const DefaultSlotPoll = 15 * time.Second
@@ -76,10 +81,8 @@ func New(cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.metrics = metrics.New(d.reg)
-	rc := cfg.Relay
-	if rc.Logger == nil {
-		rc.Logger = slog.New(slog.DiscardHandler)
-	}
+	// The defaults (the slot's name, the logger) the poller and endpoints use; New validates.
+	rc := cfg.Relay.WithDefaults()
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
@@ -103,10 +106,6 @@ func New(cfg Config) (*Daemon, error) {
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {
 		rc.Observer = observers{d.metrics, cfg.Observer}
-	}
-	// Validate applies the defaults (the slot's name, the logger) the poller and endpoints use.
-	if err := rc.Validate(); err != nil {
-		return nil, err
 	}
 	relay, err := replication.New(rc)
 	if err != nil {

@@ -17,18 +17,12 @@ import (
 // system, the database and the slot. Each session is checked at its start for what the stream has
 // already.
 func (d *Daemon) dialStream(rc *replication.Config) error {
-	if rc.Slot == "" {
-		rc.Slot = "walbox" // replication's default, which names the producer
-	}
 	scfg := *d.cfg.Stream
 	scfg.Slot, scfg.Window = rc.Slot, rc.Window
 	if err := scfg.Validate(); err != nil {
 		return err
 	}
 	log := rc.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	logs.SetLogger(clientLog{log})
 	sd := &streamDialer{cfg: scfg, log: log}
 	rc.Dial, d.connected = sd.dial, sd.node
