@@ -11,11 +11,12 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Deletes is what the server's statistics count of the rows deleted from an outbox table, beside
-// what walbox explains of them for one slot: rows walbox prune deleted (all below every relaying
-// slot's horizon, so never rows of a gap) and deletes walbox recover --accept-loss accepted for
-// that slot. The
-// statistics count deletes since they began: they restart after a crash or pg_stat_reset, and
+// Deletes is what the server's statistics count of the rows deleted from an outbox table. Beside it
+// is what walbox explains of them for one slot:
+//   - rows walbox prune deleted: all below every relaying slot's horizon, so never rows of a gap;
+//   - deletes walbox recover --accept-loss accepted for that slot.
+//
+// The statistics count deletes since they began. They restart after a crash or pg_stat_reset, and
 // the explained count then restarts too. A delete reaches them within seconds, once the deleting
 // session reports it. They do not count TRUNCATE, nor deletes made on another server before a
 // standby was promoted.
@@ -36,25 +37,25 @@ func (d Deletes) Unexplained() int64 { return max(0, d.Seen-d.Explained) }
 // deletesTable names the ledger of deletes in the registry's schema.
 func deletesTable(schema string) string { return pgx.Identifier{schema, "walbox_deletes"}.Sanitize() }
 
-// statsSQL reads the rows deleted from the table $1 (a quoted name), summed over its partitions,
-// and when the statistics began counting them (statsSince).
+// statsSQL reads the rows deleted from the table $1 (a quoted name), summed over its partitions. It
+// reads when the statistics began counting them too (statsSince).
 const statsSQL = `SELECT coalesce((SELECT pg_catalog.sum(pg_catalog.pg_stat_get_tuples_deleted(r.relid)) FROM (
 			SELECT pg_catalog.to_regclass($1) AS relid
 			UNION SELECT p.relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)) AS p WHERE p.isleaf) AS r), 0)::pg_catalog.int8,
 	` + statsSince
 
-// statsSince is the SQL for when the server's statistics last began counting: the later of the
-// database's reset (pg_stat_reset, a table's reset) and the archiver's. A crash drops every
-// table's counts and leaves the database's reset time as it was (none, often), but resets the
-// archiver's to the end of crash recovery; the archiver's also says when a new server, a standby
+// statsSince is the SQL for when the server's statistics last began counting. That is the later of
+// the database's reset (pg_stat_reset, a table's reset) and the archiver's. A crash drops every
+// table's counts and leaves the database's reset time as it was (none, often). But it resets the
+// archiver's to the end of crash recovery. The archiver's also says when a new server, a standby
 // promoted later, first started.
 const statsSince = `GREATEST(
 		(SELECT d.stats_reset FROM pg_catalog.pg_stat_database AS d WHERE d.datname = pg_catalog.current_database()),
 		(SELECT a.stats_reset FROM pg_catalog.pg_stat_archiver AS a))`
 
-// ReadDeletes reads the server's statistics of the rows deleted from the table, and what walbox
-// recorded of them for slot in walbox_deletes, beside walbox_slots in schema (nothing, where that
-// does not exist).
+// ReadDeletes reads the server's statistics of the rows deleted from the table. It reads what
+// walbox recorded of them for slot in walbox_deletes, beside walbox_slots in schema. Where
+// walbox_deletes does not exist, walbox recorded nothing.
 func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table, slot string) (Deletes, error) {
 	c, err := readCount(ctx, db, schema, t, "")
 	if c.reset != nil {
@@ -65,8 +66,8 @@ func ReadDeletes(ctx context.Context, db Querier, schema string, t wire.Table, s
 	return d, err
 }
 
-// count is what the statistics and walbox_deletes hold of a table: the statistics' reset time,
-// the rows prune deleted, and the deletes accepted per slot.
+// count is what the statistics and walbox_deletes hold of a table. It holds the statistics' reset
+// time, the rows prune deleted, and the deletes accepted per slot.
 type count struct {
 	Deletes
 	reset    *time.Time
@@ -121,9 +122,9 @@ func CountPruned(ctx context.Context, db Querier, schema string, t wire.Table, n
 	return record(ctx, db, schema, t, func(c *count) { c.pruned += n })
 }
 
-// AcceptDeletes records every delete the statistics count now as explained for slot: walbox
-// recover --accept-loss accepted the loss of whatever rows they took from its gap. Other slots
-// relaying the table still count them: their gaps may hold other rows among them.
+// AcceptDeletes records every delete the statistics count now as explained for slot. The command
+// walbox recover --accept-loss accepted the loss of whatever rows they took from its gap. Other
+// slots relaying the table still count them: their gaps may hold other rows among them.
 func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table, slot string) error {
 	return record(ctx, db, schema, t, func(c *count) {
 		c.accepted[slot] = max(c.accepted[slot], c.Seen-c.pruned)
@@ -133,8 +134,9 @@ func AcceptDeletes(ctx context.Context, db Querier, schema string, t wire.Table,
 // record changes, by change, what walbox_deletes holds of the table, read together with the
 // statistics now.
 func record(ctx context.Context, db Querier, schema string, t wire.Table, change func(c *count)) error {
-	// A trigger of an owner not trusted to run code as this role (a superuser running prune on a
-	// registry the application's role migrated) would run with its rights.
+	// A trigger of an untrusted owner would run with this role's rights. An owner is untrusted when
+	// it may not run code as this role anyway. A superuser running prune on a registry the
+	// application's role migrated is one case.
 	if err := ownertrust.Check(ctx, db, deletesTable(schema), "prune or recover"); err != nil {
 		return err
 	}

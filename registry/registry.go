@@ -34,7 +34,8 @@ type Record struct {
 	// ConfirmedLSN is the highest position walbox recorded before reporting it to the server.
 	ConfirmedLSN pglogrepl.LSN
 	// ConfirmedXmin is a transaction id no later than that of any transaction that commits after
-	// ConfirmedLSN (zero when unknown): walbox recover republishes rows from there on.
+	// ConfirmedLSN. It is zero when unknown. The command walbox recover republishes rows from there
+	// on.
 	ConfirmedXmin uint64
 	ConfirmedAt   time.Time
 	FirstRecorded time.Time
@@ -43,8 +44,8 @@ type Record struct {
 	Stop Stop
 }
 
-// Stop is a stop walbox run recorded for a slot: nothing committed after LSN was delivered, and
-// the slot cannot deliver it (see RecordStop).
+// Stop is a stop walbox run recorded for a slot: nothing committed after LSN was delivered. And the
+// slot cannot deliver it (see RecordStop).
 type Stop struct {
 	Reason string
 	LSN    pglogrepl.LSN
@@ -60,8 +61,8 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Store reads and writes the registry in one schema: that of the outbox table walbox migrate
-// created it for (--table). walbox reads no other, whatever the other outbox tables' schemas.
+// Store reads and writes the registry in one schema. That is the schema of the outbox table walbox
+// migrate created it for (--table). No other is read, whatever the other outbox tables' schemas.
 type Store struct {
 	db     Querier
 	schema string
@@ -92,8 +93,8 @@ func (s *Store) Exists(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// Current reports whether the registry exists with everything the relay writes through (the
-// newest function included): a registry from an older walbox needs `walbox migrate`.
+// Current reports whether the registry exists with everything the relay writes through. That
+// includes the newest function. A registry from an older walbox needs `walbox migrate`.
 func (s *Store) Current(ctx context.Context) (bool, error) {
 	var ok bool
 	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL",
@@ -151,8 +152,8 @@ func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	return r, true, nil
 }
 
-// Register records a slot that has no record yet, and reports whether it did: false means a
-// record already existed (another process got there first) and was left alone.
+// Register records a slot that has no record yet, and reports whether it did. False means a record
+// already existed and was left alone: another process got there first.
 func (s *Store) Register(ctx context.Context, r Record) (bool, error) {
 	var added *bool
 	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_register")+"($1::text, $2::text, $3::integer, $4::text, $5::text::pg_lsn, $6::text::pg_lsn, $7::text::xid8)",
@@ -163,8 +164,8 @@ func (s *Store) Register(ctx context.Context, r Record) (bool, error) {
 	return added != nil && *added, nil
 }
 
-// Confirm records that walbox is about to confirm lsn on the slot, and returns the recorded
-// position (never lower than before). xmin, if not zero, is a transaction id no later than any
+// Confirm records that walbox is about to confirm lsn on the slot. It returns the recorded
+// position, never lower than before. A non-zero xmin is a transaction id no later than any
 // transaction that commits after lsn.
 func (s *Store) Confirm(ctx context.Context, slot string, timeline int32, lsn pglogrepl.LSN, xmin uint64) (pglogrepl.LSN, error) {
 	var got *string
@@ -185,9 +186,9 @@ func (s *Store) PinCoverage(ctx context.Context, slot, coverage string) (string,
 	return s.coverage(ctx, "record", slot, "walbox_slot_coverage", "($1::text, $2::text)", slot, coverage)
 }
 
-// WidenCoverage replaces the coverage recorded for the slot by coverage, if recorded is still
-// the one recorded, and returns the recorded one. The caller has judged that coverage holds
-// everything recorded holds (inspect.CoverageHolds).
+// WidenCoverage replaces the coverage recorded for the slot by coverage, if recorded is still the
+// one recorded. It returns the recorded one. The caller has judged that coverage holds everything
+// recorded holds (inspect.CoverageHolds).
 func (s *Store) WidenCoverage(ctx context.Context, slot, recorded, coverage string) (string, error) {
 	return s.coverage(ctx, "widen", slot, "walbox_slot_widen_coverage", "($1::text, $2::text, $3::text)", slot, recorded, coverage)
 }
@@ -204,9 +205,9 @@ func (s *Store) coverage(ctx context.Context, verb, slot, fn, params string, arg
 	return *got, nil
 }
 
-// RecordStop records that walbox run stopped on the slot at lsn for reason, where only walbox
-// recover gets past, unless a stop is recorded already; it returns the recorded stop's reason.
-// walbox recover clears it (Reset).
+// RecordStop records that walbox run stopped on the slot at lsn for reason. Only walbox recover
+// gets past such a stop. A stop recorded already stays as it is. It returns the recorded stop's
+// reason. The command walbox recover clears it (Reset).
 func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogrepl.LSN) (string, error) {
 	var got *string
 	err := s.db.QueryRow(ctx, "SELECT "+s.fn("walbox_slot_stop")+"($1, $2, $3::text::pg_lsn)", slot, reason, lsn.String()).Scan(&got)
@@ -219,9 +220,9 @@ func (s *Store) RecordStop(ctx context.Context, slot, reason string, lsn pglogre
 	return *got, nil
 }
 
-// Reset replaces the slot's record: the explicit act of an operator (walbox recover) after the
-// gap has been dealt with. It writes walbox_slots itself, not through the record functions, and
-// refuses a table whose owner is not trusted to run code as this role (asOwner).
+// Reset replaces the slot's record: the explicit act of an operator (walbox recover). It comes
+// after the gap has been dealt with. It writes walbox_slots itself, not through the record
+// functions. It refuses a table whose owner is not trusted to run code as this role (asOwner).
 func (s *Store) Reset(ctx context.Context, r Record) error {
 	err := s.asOwner(ctx, "recover", func() error {
 		_, err := s.db.Exec(ctx, `INSERT INTO `+s.table+` AS t (slot_name, system_identifier, timeline, origin,
@@ -242,7 +243,7 @@ func (s *Store) Reset(ctx context.Context, r Record) error {
 }
 
 // Horizon returns the server's WAL insert position and the xmin horizon of a snapshot taken just
-// before it: any transaction that commits after the position has an id no lower than the horizon.
+// before it. Any transaction that commits after the position has an id no lower than the horizon.
 func (s *Store) Horizon(ctx context.Context) (pglogrepl.LSN, uint64, error) {
 	var lsn, xmin string
 	err := s.db.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&lsn, &xmin)
@@ -257,8 +258,9 @@ func (s *Store) Horizon(ctx context.Context) (pglogrepl.LSN, uint64, error) {
 	return l, x, err
 }
 
-// fn names a registry function with its schema. Calls cast every argument to its parameter's type:
-// an exact match, so an overload that a role allowed to CREATE in the schema adds is never chosen.
+// fn names a registry function with its schema. Calls cast every argument to its parameter's type.
+// That is an exact match. So an overload that a role allowed to CREATE in the schema adds is never
+// chosen.
 func (s *Store) fn(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
 
 func parseLSN(s *string) (pglogrepl.LSN, error) {
@@ -282,9 +284,9 @@ func xminArg(x uint64) any {
 	return strconv.FormatUint(x, 10)
 }
 
-// Forget deletes the slot's record, once the slot itself was dropped on purpose (walbox reshard
-// retiring a set of shards), so that the name may be used again. Like Reset, it refuses an owner not trusted
-// to run code as this role.
+// Forget deletes the slot's record, once the slot itself was dropped on purpose. The command walbox
+// reshard does so when it retires a set of shards. The name may then be used again. Like Reset, it
+// refuses an owner not trusted to run code as this role.
 func (s *Store) Forget(ctx context.Context, slot string) error {
 	err := s.asOwner(ctx, "reshard", func() error {
 		_, err := s.db.Exec(ctx, "DELETE FROM "+s.table+" WHERE slot_name = $1", slot)
@@ -296,9 +298,10 @@ func (s *Store) Forget(ctx context.Context, slot string) error {
 	return nil
 }
 
-// errNotATable is returned by Get for a walbox_slots that is a view or another kind of relation,
-// or a table with row level security: reading it would run code of its owner (a function the
-// view or a policy calls) with the reader's rights, a superuser's under doctor or status.
+// errNotATable is returned by Get for a walbox_slots that is a view or another kind of relation. It
+// is returned for a table with row level security too. Reading one would run code of its owner with
+// the reader's rights: a function the view or a policy calls. The reader is a superuser under
+// doctor or status.
 var errNotATable = errors.New("walbox_slots is not a plain table")
 
 // checkTable refuses a walbox_slots walbox migrate did not make: a view, or a table with row
@@ -324,9 +327,10 @@ func (s *Store) checkTable(ctx context.Context) error {
 	return nil
 }
 
-// asOwner runs fn, a direct write of the registry table, if its owner is trusted to run code as
-// this role (ownertrust): a trigger of an application role that owns walbox_slots never runs as
-// a superuser running walbox recover or reshard. Otherwise it returns the error naming the owner.
+// asOwner runs fn, a direct write of the registry table, if its owner is trusted (ownertrust). A
+// trusted owner may run code as this role anyway. So a trigger of an application role that owns
+// walbox_slots never runs as a superuser. Such a superuser runs walbox recover or reshard.
+// Otherwise asOwner returns the error naming the owner.
 func (s *Store) asOwner(ctx context.Context, command string, fn func() error) error {
 	if err := ownertrust.Check(ctx, s.db, s.table, command); err != nil {
 		return err

@@ -5,10 +5,10 @@ import (
 	"strings"
 )
 
-// ReservedHeaderPrefix starts the names of the headers walbox and its consumer library set
-// (x-walbox-reason, x-walbox-attempts, x-walbox-error, ...). A message may not carry one of its
-// own: the producer rejects it, and the relay parks a row that has one. The match ignores
-// ASCII case.
+// ReservedHeaderPrefix starts the names of the headers walbox and its consumer library set. Some
+// are x-walbox-reason, x-walbox-attempts and x-walbox-error. A message may not carry one of its
+// own. The producer rejects it, and the relay parks a row that has one. The match ignores ASCII
+// case.
 const ReservedHeaderPrefix = "x-walbox-"
 
 // ReservedHeader reports whether name starts with ReservedHeaderPrefix, in any case.
@@ -19,11 +19,11 @@ func ReservedHeader(name string) bool {
 
 // HeaderNumber returns the header value of the JSON number text s, so that the number arrives
 // unchanged:
-//   - an integer (no fraction, no exponent) within int64 becomes an int64;
-//   - any other number becomes a float64 if that float64 is the same number: its shortest
-//     decimal form has the value written (0.1, 1.5, 1e300, 1.0 do; 0.1000000000000000055511151231257827,
-//     9007199254740993.0 and 1e400 do not);
-//   - any other number stays its text, a string (12345678901234567890, 1e400).
+//   - An integer (no fraction, no exponent) within int64 becomes an int64.
+//   - Any other number becomes a float64 if that float64 is the same number. It is when its
+//     shortest decimal form has the value written: 0.1, 1.5, 1e300 and 1.0 do. The numbers
+//     0.1000000000000000055511151231257827, 9007199254740993.0 and 1e400 do not.
+//   - Any other number stays its text, a string (12345678901234567890, 1e400).
 //
 // s must be a valid JSON number; any other text is returned as it is.
 func HeaderNumber(s string) any {

@@ -11,10 +11,11 @@ type IDSource string
 const (
 	// IDFromColumn takes the id from the mapped id column (a uuid, or any type as text).
 	IDFromColumn IDSource = "column"
-	// IDFromPosition derives a UUID from the server's system identifier and timeline, the
-	// transaction's commit position and the row's place in it (decoder.Origin.PositionID): the
-	// same on every replay, and another after a failover or a point-in-time recovery that
-	// reuses the position, for tables without a usable id column.
+	// IDFromPosition derives a UUID for tables without a usable id column. It derives it from the
+	// server's system identifier and timeline, and the transaction's commit position. The row's
+	// place in the transaction counts too (decoder.Origin.PositionID). The UUID is the same on
+	// every replay. It is another after a failover or a point-in-time recovery that reuses the
+	// position.
 	IDFromPosition IDSource = "position"
 )
 
@@ -23,17 +24,17 @@ const (
 type Mapping struct {
 	Table Table
 
-	// Column names. "-" means the table has no such column (allowed for AggregateType,
-	// AggregateID, Headers and CreatedAt; for ID only with IDFromPosition).
+	// Column names. "-" means the table has no such column. That is allowed for AggregateType,
+	// AggregateID, Headers and CreatedAt. It is allowed for ID only with IDFromPosition.
 	ID, AggregateType, AggregateID, EventType, Payload, Headers, CreatedAt string
 
 	// ExchangeColumn names a column holding each row's exchange; empty publishes every row to the
 	// relay's exchange.
 	ExchangeColumn string
 
-	// RoutingKey is a template for the routing key: literal text with {column} placeholders
-	// replaced by that column's text value, e.g. "{aggregate_type}.{event_type}". Empty means the
-	// event type.
+	// RoutingKey is a template for the routing key: literal text with {column} placeholders. Each
+	// is replaced by that column's text value, e.g. "{aggregate_type}.{event_type}". Empty means
+	// the event type.
 	RoutingKey string
 
 	// MessageID is where the message id comes from (default IDFromColumn).
@@ -67,8 +68,9 @@ func (m Mapping) WithDefaults() Mapping {
 // Absent is the column name that says the table has no such column.
 const Absent = "-"
 
-// Columns returns the columns the mapping reads, by the role they play ("id", "event_type", ...,
-// "exchange", and "routing_key" for every placeholder of the template), absent ones left out.
+// Columns returns the columns the mapping reads, by the role they play, absent ones left out. The
+// roles are "id", "event_type", ..., "exchange", and "routing_key" for every placeholder of the
+// template.
 func (m Mapping) Columns() map[string][]string {
 	m = m.WithDefaults()
 	out := map[string][]string{}
@@ -142,13 +144,13 @@ func (m Mapping) Validate() error {
 	return nil
 }
 
-// CheckColumns checks the mapping against the table's actual columns (name to type name, as
-// format_type gives them) and names the first column that is missing.
+// CheckColumns checks the mapping against the table's actual columns and names the first column
+// that is missing. The columns map name to type name, as format_type gives them.
 //
-// The optional columns of the default contract (aggregate_type, aggregate_id, headers,
-// created_at) may be missing when the mapping leaves them at their defaults: the table may have
-// been created without them, or they may have been dropped, and a row then simply lacks them.
-// A column the mapping names explicitly must exist.
+// The default contract has optional columns: aggregate_type, aggregate_id, headers, created_at.
+// They may be missing when the mapping leaves them at their defaults. The table may have been
+// created without them, or they may have been dropped. A row then simply lacks them. A column the
+// mapping names explicitly must exist.
 func (m Mapping) CheckColumns(actual map[string]string) error {
 	if err := m.Validate(); err != nil {
 		return err

@@ -17,9 +17,10 @@ type Message struct {
 	EventType string
 	// Payload is the message body, a JSON document.
 	Payload []byte
-	// Headers are extra AMQP headers (a W3C traceparent, say). Values are JSON values: string,
-	// int64, float64, bool, nil, []any or map[string]any; as decoded by the relay, a number is
-	// what HeaderNumber makes of its text. Names starting with ReservedHeaderPrefix are walbox's.
+	// Headers are extra AMQP headers (a W3C traceparent, say). Values are JSON values. They are
+	// string, int64, float64, bool, nil, []any or map[string]any. As decoded by the relay, a number
+	// is what HeaderNumber makes of its text. Names starting with ReservedHeaderPrefix are
+	// walbox's.
 	Headers map[string]any
 	// CreatedAt is when the row was written; it becomes the AMQP Timestamp.
 	CreatedAt time.Time

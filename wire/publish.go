@@ -6,22 +6,22 @@ import (
 	"time"
 )
 
-// The vocabulary of publishing: the contract between the relay and a publishing session, and
-// the values it speaks in. Both sides must name them and neither may import the other: publisher
-// and streampub implement Publisher without importing replication (which links the PostgreSQL
-// driver), and replication never imports them. replication.Publisher, slots.Publisher and
-// publishertest.Publisher are this one interface under the names their users know.
+// The vocabulary of publishing: the contract between the relay and a publishing session, and the
+// values it speaks in. Both sides must name them and neither may import the other. The packages
+// publisher and streampub implement Publisher without importing replication. That package links the
+// PostgreSQL driver, and it never imports them. This one interface is replication.Publisher,
+// slots.Publisher and publishertest.Publisher. Those are the names their users know.
 
 // Publisher is one session of publishing with confirms. Publish is called from one goroutine, in
-// stream order; it returns the message's sequence number (1, 2, 3, ... within the session). The
+// stream order. It returns the message's sequence number (1, 2, 3, ... within the session). The
 // message is valid only during the call: the caller reuses it for the next. Confirms yields one
-// verdict per published message; a nil Err means the broker confirmed and routed it. After a
+// verdict per published message. A nil Err means the broker confirmed and routed it. After a
 // failure the channel yields an error and closes.
 //
-// Park sets aside a message that can never be delivered as written, with the reason; it is
+// Park sets aside a message that can never be delivered as written, with the reason. It is
 // confirmed like any other message. Publish reports such a message with an error wrapping
-// ErrUnpublishable, having written nothing. An error wrapping ErrSessionClosed says the session
-// is gone, whatever else it wraps.
+// ErrUnpublishable, having written nothing. An error wrapping ErrSessionClosed says the session is
+// gone, whatever else it wraps.
 type Publisher interface {
 	Publish(ctx context.Context, m *Message) (uint64, error)
 	Park(ctx context.Context, p *Parked) (uint64, error)
@@ -29,9 +29,9 @@ type Publisher interface {
 	Close() error
 }
 
-// Flusher is implemented by a Publisher that holds back what Publish and Park hand it, to write
-// several messages at once. Flush means: nothing more to publish for now. The publisher then
-// sends what it holds, at once or within a short bound that its Flush states. The relay calls
+// Flusher is implemented by a Publisher that holds back what Publish and Park hand it. It does so
+// to write several messages at once. Flush means: nothing more to publish for now. The publisher
+// then sends what it holds, at once or within a short bound that its Flush states. The relay calls
 // Flush whenever it goes back to waiting: for WAL, for confirms or for the broker. An error says
 // the session is gone, like a failed Publish.
 type Flusher interface {
@@ -46,33 +46,33 @@ type Confirm struct {
 	// At is when the verdict arrived from the broker; zero if the publisher does not say. The
 	// reader may take it later, so latencies are measured to At, not to when it is read.
 	At time.Time
-	// Written is when the message's last frame was written to the broker's socket (publishers
-	// may hold frames back, to write several together); zero if the publisher does not say.
+	// Written is when the message's last frame was written to the broker's socket. Publishers may
+	// hold frames back, to write several together. It is zero if the publisher does not say.
 	Written time.Time
 }
 
-// ErrUnpublishable marks a message the broker can never accept as it stands (too large, or a
-// routing key or header the protocol cannot carry). Sending it again fails again, so the relay
-// parks it instead of retrying.
+// ErrUnpublishable marks a message the broker can never accept as it stands. It may be too large,
+// or have a routing key or header the protocol cannot carry. Sending it again fails again, so the
+// relay parks it instead of retrying.
 var ErrUnpublishable = errors.New("message can never be published")
 
 // ErrSessionClosed marks the end of a publishing session: whatever it was doing, it will do no
-// more, and messages without a verdict may or may not have reached the broker. A publisher's
-// error wraps it when the session is gone, whatever else the error also wraps (a context's
-// deadline, say), so that a caller never retries on a dead session.
+// more. Messages without a verdict may or may not have reached the broker. A publisher's error
+// wraps it when the session is gone. It does so whatever else the error also wraps (a context's
+// deadline, say). So a caller never retries on a dead session.
 var ErrSessionClosed = errors.New("session closed")
 
-// ErrServerAnswered marks a failure to open a publishing session with a server that did answer:
-// it refused the login or a declare. The server was reached, so its address is not in doubt.
+// ErrServerAnswered marks a failure to open a publishing session with a server that did answer. It
+// refused the login or a declare. The server was reached, so its address is not in doubt.
 var ErrServerAnswered = errors.New("the server answered")
 
-// ErrConflict marks a session that found, on the broker, messages under the relay's own name
-// that it cannot continue from (another writer's): a new session finds them again, so the relay
-// stops instead of retrying.
+// ErrConflict marks a session that found messages under the relay's own name on the broker. The
+// session cannot continue from them: they are another writer's. A new session finds them again, so
+// the relay stops instead of retrying.
 var ErrConflict = errors.New("the broker holds messages this relay cannot continue from")
 
-// Parked is a message that can never be delivered as written, set aside with the reason: what the
-// relay hands to Publisher.Park.
+// Parked is a message that can never be delivered as written, set aside with the reason. It is what
+// the relay hands to Publisher.Park.
 type Parked struct {
 	// Message is the row as far as it could be decoded.
 	Message Message
@@ -83,17 +83,16 @@ type Parked struct {
 	LSN   string
 }
 
-// DefaultAlternateExchange is the alternate exchange walbox declares for exchange: messages no
+// DefaultAlternateExchange is the alternate exchange walbox declares for exchange. Messages no
 // queue is bound for are kept there. Whoever declares the exchange (the relay, a consumer binding
-// to it) must declare it with the same alternate-exchange argument, or the broker refuses the
+// to it) declares it with the same alternate-exchange argument. Otherwise the broker refuses the
 // second declaration.
 func DefaultAlternateExchange(exchange string) string { return exchange + ".unroutable" }
 
-// TooLargeError ends a publishing session when the broker refused a message for its size:
-// RabbitMQ closes the channel with 406 PRECONDITION_FAILED "message size N is larger than
-// configured max size M" (16 MiB by default since 4.0). It does not say which message: the
-// relay works that out from what it had in flight. A publisher's error wraps it beside
-// ErrSessionClosed.
+// TooLargeError ends a publishing session when the broker refused a message for its size. RabbitMQ
+// closes the channel with 406 PRECONDITION_FAILED. Its text is "message size N is larger than
+// configured max size M" (16 MiB by default since 4.0). It does not say which message: the relay
+// works that out from what it had in flight. A publisher's error wraps it beside ErrSessionClosed.
 type TooLargeError struct {
 	Reason string // the broker's words
 	Err    error  // the broker's error

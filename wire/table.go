@@ -17,8 +17,8 @@ const (
 )
 
 // The tableless outbox: walbox migrate creates the function EmitFunction in the outbox table's
-// schema, which writes a message as a transactional logical decoding message with the prefix
-// DefaultMessagePrefix (or the one migrate was given) instead of as a row.
+// schema. It writes a message as a transactional logical decoding message instead of as a row. The
+// message carries the prefix DefaultMessagePrefix, or the one migrate was given.
 const (
 	EmitFunction         = "walbox_emit"
 	DefaultMessagePrefix = "walbox"
@@ -64,8 +64,8 @@ func (t Table) Quoted() string { return quoteIdent(t.Schema) + "." + quoteIdent(
 // quoted for use in SQL.
 func (t Table) EmitFunction() string { return quoteIdent(t.Schema) + "." + quoteIdent(EmitFunction) }
 
-// quoteIdent quotes an SQL identifier as pgx.Identifier.Sanitize does (NUL bytes dropped, double
-// quotes doubled), so that this package needs no database driver.
+// quoteIdent quotes an SQL identifier as pgx.Identifier.Sanitize does: NUL bytes dropped, double
+// quotes doubled. So this package needs no database driver.
 func quoteIdent(s string) string {
 	s = strings.ReplaceAll(s, "\x00", "")
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`

@@ -38,6 +38,8 @@ var commentChecked = []string{
 	"otel/tracing",
 	"outbox",
 	"publisher/publishertest",
+	"registry",
+	"wire",
 }
 
 // notProduct are the packages of the product's modules that are not the product.
