@@ -11,15 +11,15 @@ import (
 )
 
 // RecordFunctions are the functions that move walbox's record of a slot (walbox_slots). They run
-// with their owner's rights, so whoever may execute them can move the record past a gap: only the
+// with their owner's rights, so whoever may execute them can move the record past a gap. Only the
 // owner and the relay's role may.
 var RecordFunctions = []string{"walbox_slot_register", "walbox_slot_confirm", "walbox_slot_coverage", "walbox_slot_widen_coverage", "walbox_slot_stop"}
 
-// RestrictRegistry takes EXECUTE on the record functions in schema from PUBLIC and grants it to
-// the calling role. With relayRole it grants it to relayRole as well, and takes it from every
-// other role; without, roles granted before keep it, unless the owner's default privileges
-// granted it to them. It runs on every migrate, so a database
-// migrated by an older walbox (PostgreSQL's default: PUBLIC may execute) is put right by the next.
+// RestrictRegistry takes EXECUTE on the record functions in schema from PUBLIC and grants it to the
+// calling role. With relayRole it grants it to relayRole as well, and takes it from every other
+// role. Without relayRole, roles granted before keep it. They lose it if the owner's default
+// privileges granted it to them. It runs on every migrate, so the next one puts right a database
+// migrated by an older walbox. There PUBLIC may execute, as PostgreSQL's default has it.
 func RestrictRegistry(ctx context.Context, conn *pgx.Conn, schema, relayRole string) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -65,7 +65,7 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 	}
 	for _, f := range fns {
 		var stmts []string
-		// A grant made by a role with the grant option survives a REVOKE by the owner: take the
+		// A grant made by a role with the grant option survives a REVOKE by the owner. So take the
 		// option back first, and with it (CASCADE) every grant made through it.
 		for _, g := range f.grantors {
 			stmts = append(stmts, "REVOKE GRANT OPTION FOR EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize()+" CASCADE")
@@ -75,7 +75,7 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 			stmts = append(stmts, "REVOKE EXECUTE ON FUNCTION "+f.sig+" FROM "+pgx.Identifier{g}.Sanitize())
 		}
 		// The recorded relay roles keep EXECUTE: relayRole alone when it is set, else those
-		// recorded before (even if the owner's default privileges granted it first).
+		// recorded before. They keep it even if the owner's default privileges granted it first.
 		for _, r := range relays {
 			stmts = append(stmts, "GRANT EXECUTE ON FUNCTION "+f.sig+" TO "+pgx.Identifier{r}.Sanitize())
 		}
@@ -91,8 +91,8 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 	if err := restrictRelayRoles(ctx, tx, schema, relays); err != nil {
 		return err
 	}
-	// A role that neither owns the functions nor is a superuser gets a warning, not an error, from
-	// REVOKE: make it one.
+	// A role that neither owns the functions nor is a superuser gets a warning from REVOKE. It gets
+	// no error, so make it one.
 	var still []string
 	if err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT p.proname || ' (owner ' || pg_catalog.pg_get_userbyid(p.proowner) || ')'
 		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
@@ -106,10 +106,12 @@ func restrictRegistry(ctx context.Context, tx pgx.Tx, schema, relayRole string) 
 	return nil
 }
 
-// recordFunction is one record function: its signature, quoted, the roles to take EXECUTE from
-// (with a relay role: every grantee but the owner, the caller and the relay role; without, those
-// the owner's default privileges granted it to), and the roles but the owner that may grant
-// EXECUTE on.
+// recordFunction is one record function. It holds its signature, quoted. It holds the roles to take
+// EXECUTE from:
+//   - with a relay role, every grantee but the owner, the caller and the relay role;
+//   - without, those the owner's default privileges granted it to.
+//
+// It holds the roles but the owner that may grant EXECUTE on it.
 type recordFunction struct {
 	sig      string
 	others   []string
@@ -150,8 +152,9 @@ func recordFunctions(ctx context.Context, tx pgx.Tx, schema, relayRole string) (
 	return fns, nil
 }
 
-// recordWriters lists the grantees (PUBLIC as such, others quoted) of any right on walbox_slots in
-// schema, or on one of its columns, but SELECT and the owner's own.
+// recordWriters lists the grantees of any right on walbox_slots in schema, or on one of its
+// columns. It lists PUBLIC as such, and others quoted. It leaves out SELECT and the owner's own
+// rights.
 const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
 		ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
 	FROM pg_catalog.pg_class c CROSS JOIN LATERAL (SELECT c.relacl UNION ALL
@@ -160,9 +163,9 @@ const recordWriters = `SELECT ARRAY(SELECT DISTINCT CASE WHEN a.grantee = 0 THEN
 	WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text) || '.walbox_slots') AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
 	ORDER BY 1)`
 
-// restrictTable takes every right on walbox_slots but SELECT from every role but the owner:
-// writing the record moves it past a gap as surely as the functions, and a trigger on it would run
-// with the owner's rights inside them. Default privileges may have granted such rights.
+// restrictTable takes every right on walbox_slots but SELECT from every role but the owner. Writing
+// the record moves it past a gap as surely as the functions. And a trigger on it would run with the
+// owner's rights inside them. Default privileges may have granted such rights.
 func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
 	var grantees []string
 	if err := tx.QueryRow(ctx, recordWriters, schema).Scan(&grantees); err != nil {
@@ -188,10 +191,10 @@ func restrictTable(ctx context.Context, tx pgx.Tx, schema string) error {
 	return nil
 }
 
-// recordRelay records relayRole, unless "", as the one relay role in schema's walbox_relay_roles
-// (dropping the others and roles dropped since), and returns the recorded roles' names. Without
-// relayRole it changes nothing: a role that may not write the list (walbox run creating a missing
-// registry, reshard) still gets through.
+// recordRelay records relayRole, unless "", as the one relay role in schema's walbox_relay_roles.
+// It drops the others, and roles dropped since. It returns the recorded roles' names. Without
+// relayRole it changes nothing. So a role that may not write the list still gets through: walbox
+// run creating a missing registry, or reshard.
 func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]string, error) {
 	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
 	if _, _, _, foreign, err := readRelayRoles(ctx, tx, schema); err != nil || foreign != "" {
@@ -202,9 +205,9 @@ func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]st
 		return nil, err
 	}
 	if relayRole != "" {
-		// Its owner is walbox_slots' (checked above), but a trigger of an owner not trusted to run
-		// code as this role (an application role that migrated first, a superuser migrating now)
-		// would run with this role's rights.
+		// Its owner is walbox_slots' (checked above). But a trigger of an untrusted owner would run
+		// with this role's rights. An owner is untrusted when it may not run code as this role
+		// anyway. An application role that migrated first is one, with a superuser migrating now.
 		if err := ownertrust.Check(ctx, tx, table, "migrate --relay-role"); err != nil {
 			return nil, err
 		}
@@ -222,9 +225,9 @@ func recordRelay(ctx context.Context, tx pgx.Tx, schema, relayRole string) ([]st
 	return relays, err
 }
 
-// restrictRelayRoles takes every right on walbox_relay_roles from every role but its owner, and
-// lets each relay role read it (doctor run as that role reads it). Whoever may write it may add a
-// role that doctor then accepts.
+// restrictRelayRoles takes every right on walbox_relay_roles from every role but its owner. It lets
+// each relay role read it: doctor run as that role reads it. Whoever may write it may add a role
+// that doctor then accepts.
 func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []string) error {
 	table := pgx.Identifier{schema, RelayRolesTable}.Sanitize()
 	var grantees []string
@@ -251,12 +254,12 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 	return nil
 }
 
-// CheckDefiners refuses (ErrRecordOwner) record functions whose owner does not trust the owner of walbox_slots
-// (ownertrust): they write it with their owner's rights, so a trigger, rule or default of the
-// table's owner runs with them. A walbox_slots made by the outbox table's owner before the first
-// migrate, which a superuser ran, got record functions of the superuser: the relay's every confirm
-// then ran the table owner's trigger as the superuser.
-// walbox run checks it at each session, for a registry migrated before migrate checked it.
+// CheckDefiners refuses (ErrRecordOwner) record functions whose owner does not trust the owner of
+// walbox_slots (ownertrust). They write it with their owner's rights. So a trigger, rule or default
+// of the table's owner runs with them. The outbox table's owner may have made a walbox_slots before
+// the first migrate. If a superuser ran that migrate, the record functions were the superuser's.
+// The relay's every confirm then ran the table owner's trigger as the superuser. The command walbox
+// run checks it at each session, for a registry migrated before migrate checked it.
 func CheckDefiners(ctx context.Context, q querier, schema string) error {
 	var table, owner string
 	var definers []string

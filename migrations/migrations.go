@@ -33,11 +33,11 @@ type Config struct {
 	// MessagePrefix is the prefix of the messages the emit function (wire.EmitFunction)
 	// writes; default wire.DefaultMessagePrefix. The relay must be given the same one.
 	MessagePrefix string
-	// NoPublication leaves the publication out, for a table split into shards: each shard has a
+	// NoPublication leaves the publication out, for a table split into shards. Each shard has a
 	// publication of its own, with a row filter (package shard).
 	NoPublication bool
-	// RelayRole is the role `walbox run` logs in as, granted EXECUTE on the record functions
-	// (RecordFunctions); "" keeps the roles granted before.
+	// RelayRole is the role `walbox run` logs in as. It is granted EXECUTE on the record functions
+	// (RecordFunctions). An empty RelayRole keeps the roles granted before.
 	RelayRole string
 }
 
@@ -62,7 +62,8 @@ type migration struct {
 }
 
 // Apply creates the outbox table, its publication, the emit function (wire.EmitFunction) and the
-// slot registry (ApplyRegistry), running each migration not yet recorded for this table. It returns the names of the migrations it ran (none when all were applied before).
+// slot registry (ApplyRegistry). It runs each migration not yet recorded for this table. It returns
+// the names of the migrations it ran: none when all were applied before.
 func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	cfg = cfg.withDefaults()
 	vars := map[string]string{
@@ -91,24 +92,25 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	return append(applied, reg...), err
 }
 
-// ApplyRegistry creates walbox's record of its replication slots (the table walbox_slots and the
-// functions the relay records positions with) in schema, the outbox table's schema, and takes
-// EXECUTE on those functions from PUBLIC. `walbox migrate` applies it; `walbox run` applies it
-// when it is missing and the role may.
+// ApplyRegistry creates walbox's record of its replication slots in schema, the outbox table's
+// schema. The record is the table walbox_slots and the functions the relay records positions with.
+// It takes EXECUTE on those functions from PUBLIC. The command `walbox migrate` applies it. And
+// `walbox run` applies it when it is missing and the role may.
 func ApplyRegistry(ctx context.Context, conn *pgx.Conn, schema string) ([]string, error) {
 	return ApplyRegistryFor(ctx, conn, schema, "")
 }
 
-// ApplyRegistryFor is ApplyRegistry that also makes relayRole, unless "", the one role besides
-// the owner and the caller that may execute the record functions (see RestrictRegistry).
+// ApplyRegistryFor is ApplyRegistry that also makes relayRole, unless "", a role that may execute
+// the record functions. Besides the owner and the caller, it is the only one (see
+// RestrictRegistry).
 func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole string) ([]string, error) {
 	ms, err := load(registryFS, "registry", map[string]string{"Schema": pgx.Identifier{schema}.Sanitize()})
 	if err != nil {
 		return nil, err
 	}
-	// The grants are restricted in the transaction that creates the functions: committed on
-	// their own, they would be PUBLIC's to execute until the next transaction, or for good if it
-	// failed.
+	// The grants are restricted in the transaction that creates the functions. Committed on their
+	// own, the functions would be PUBLIC's to execute until the next transaction. They would stay
+	// PUBLIC's for good if it failed.
 	return run(ctx, conn, schema, "registry:"+schema, ms, func(tx pgx.Tx) error {
 		return restrictRegistry(ctx, tx, schema, relayRole)
 	})
@@ -148,8 +150,8 @@ func load(fsys fs.FS, dir string, vars map[string]string) ([]migration, error) {
 }
 
 // run applies ms for target in one transaction, holding the advisory lock. It records them in
-// walbox_migrations in schema, the schema of what they create. finish, unless nil, runs last in
-// the same transaction.
+// walbox_migrations in schema, the schema of what they create. The function finish, unless nil,
+// runs last in the same transaction.
 func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration, finish func(pgx.Tx) error) ([]string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -199,10 +201,10 @@ type ledger struct {
 	tx    pgx.Tx
 	table string // quoted, with its schema
 	// ignored is set when the table belongs to a role not trusted to run code as this one
-	// (ownertrust): a role that may CREATE in the schema and made it first. Its rows are that
-	// role's say, and a trigger, default or rule on it would run with this role's rights (a
-	// superuser's under walbox migrate). Every migration is idempotent: all of them run, and
-	// none is recorded.
+	// (ownertrust). That is a role that may CREATE in the schema and made it first. Its rows are
+	// that role's say. A trigger, default or rule on it would run with this role's rights: a
+	// superuser's under walbox migrate. Every migration is idempotent: all of them run, and none is
+	// recorded.
 	ignored bool
 }
 
@@ -247,10 +249,10 @@ func (l *ledger) record(ctx context.Context, target string, m migration) error {
 }
 
 // pinSearchPath sets search_path to pg_catalog, pg_temp until tx ends. The migrations run on the
-// caller's connection, whose path may put public first. There an operator planted with an exact
-// match (oid = regclass, name || name, oid = integer) wins over pg_catalog's, which needs a cast;
-// so does a function. With the path pinned, every unqualified name in the migrations and in the
-// statements around them resolves in pg_catalog, and the caller's path is back after the commit.
+// caller's connection, whose path may put public first. An operator planted there with an exact
+// match (oid = regclass, name || name, oid = integer) wins. It wins over pg_catalog's, which needs
+// a cast; so does a function. With the path pinned, every unqualified name in the migrations and
+// the statements around them resolves in pg_catalog. The caller's path is back after the commit.
 func pinSearchPath(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"); err != nil {
 		return fmt.Errorf("pin search_path: %w", err)

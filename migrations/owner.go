@@ -13,8 +13,9 @@ import (
 // (see ReadOwner).
 var ErrRecordOwner = errors.New("walbox's record belongs to another role")
 
-// ownerQuery reads the owner of walbox_slots in schema $1, and whether that owner is a superuser,
-// a member of the owner of one of the tables $2 (quoted names), or a member of role $3.
+// ownerQuery reads the owner of walbox_slots in schema $1, and whether that owner is a superuser.
+// It reads whether the owner is a member of the owner of one of the tables $2 (quoted names). And
+// it reads whether the owner is a member of role $3.
 const ownerQuery = `SELECT o.rolname::pg_catalog.text,
 		o.rolsuper OR CASE WHEN $3::pg_catalog.text = '' THEN false ELSE pg_catalog.pg_has_role(o.oid, $3::pg_catalog.text, 'MEMBER') END
 		OR EXISTS (SELECT 1 FROM pg_catalog.unnest($2::pg_catalog.text[]) t(name)
@@ -24,11 +25,15 @@ const ownerQuery = `SELECT o.rolname::pg_catalog.text,
 	JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
 	WHERE n.nspname = $1 AND c.relname = 'walbox_slots'`
 
-// ReadOwner returns the owner of walbox_slots in schema ("" when there is none), and whether it
-// may own walbox's record: a superuser, the owner of one of tables (or a member of it), or the
-// relay role (or a member of it; "" for none). Any other role created walbox_slots before walbox
-// migrate did, as a role that may CREATE in the schema may, or was given it: it can move the
-// record past a gap, and doctor's other checks take it for the owner.
+// ReadOwner returns the owner of walbox_slots in schema ("" when there is none). It says whether
+// that owner may own walbox's record. These roles may:
+//   - a superuser;
+//   - the owner of one of tables, or a member of it;
+//   - the relay role, or a member of it ("" for none).
+//
+// Any other role created walbox_slots before walbox migrate did, or was given it. A role that may
+// CREATE in the schema may do so. It can move the record past a gap, and doctor's other checks take
+// it for the owner.
 func ReadOwner(ctx context.Context, conn *pgx.Conn, schema string, tables []wire.Table, relayRole string) (string, bool, error) {
 	names := make([]string, len(tables))
 	for i, t := range tables {

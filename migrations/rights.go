@@ -20,8 +20,8 @@ var recordTables = []string{"walbox_slots", RelayRolesTable}
 // on walbox_slots runs inside the record functions, with their owner's rights.
 var tableWrites = []string{"INSERT", "UPDATE", "DELETE", "TRUNCATE", "TRIGGER"}
 
-// Holder is a role that may move walbox's record though it is no superuser, no member of the
-// owner of what it holds, and, for EXECUTE, no recorded relay role.
+// Holder is a role that may move walbox's record though it is no superuser. It is no member of the
+// owner of what it holds either. And for EXECUTE, it is no recorded relay role.
 type Holder struct {
 	// Role is the role's name, or PUBLIC for every role.
 	Role string
@@ -31,43 +31,49 @@ type Holder struct {
 	Grant []string
 	// Write lists the registry tables it may write to, truncate or add a trigger to.
 	Write []string
-	// Via lists the roles it is a direct member of, through which it holds one of these rights
-	// (the relay role, pg_write_all_data, or a member of one): the memberships to revoke. None
-	// when it holds them only itself.
+	// Via lists the roles it is a direct member of, through which it holds one of these rights.
+	// They are the relay role, pg_write_all_data, or a member of one: the memberships to revoke.
+	// Via is empty when it holds them only itself.
 	Via []string
 	// Powers, for an almost superuser (Rights.AlmostSuperusers), say what makes it one:
-	// "CREATEROLE" (its own), "CREATEROLE of r" (a role it is a member of), or the predefined role
-	// (pg_execute_server_program, pg_write_server_files) it is a member of.
+	//   - "CREATEROLE": its own;
+	//   - "CREATEROLE of r": r is a role it is a member of;
+	//   - the predefined role it is a member of: pg_execute_server_program, pg_write_server_files.
 	Powers []string
 }
 
-// Rights says who may move walbox's record in one schema. It is judged by effective rights
-// (has_function_privilege, has_table_privilege and role membership), not by ACL entries: members
+// Rights says who may move walbox's record in one schema. It is judged by effective rights, not by
+// ACL entries. Those are has_function_privilege, has_table_privilege and role membership. Members
 // of a role that holds a right are counted, whether they inherit it or must SET ROLE first.
 type Rights struct {
 	// Relays are the recorded relay roles, by their current names.
 	Relays []string
-	// RelaysKnown is false when walbox_relay_roles is missing (a registry migrated by an older
-	// walbox) or this role may not read it; Holders then count every relay role.
+	// RelaysKnown is false when walbox_relay_roles is missing, or this role may not read it. A
+	// registry migrated by an older walbox misses it. Holders then count every relay role.
 	RelaysKnown bool
 	// RelaysMissing is true when walbox_relay_roles is missing.
 	RelaysMissing bool
 	// RelaysOwner is the owner of walbox_relay_roles when it is not walbox_slots' owner (nor a
-	// superuser): a role that created it before the first migrate. Relays is empty then.
+	// superuser). That is a role that created it before the first migrate. Relays is empty then.
 	RelaysOwner string
 	// Superusers may do anything in the database; they are expected, not counted as holders.
 	Superusers []string
-	// SchemaOwners own the schema, or are members of its owner, but not of the registry's owner:
-	// they may drop walbox_slots and the record functions, and create their own.
+	// SchemaOwners own the schema, or are members of its owner, but not of the registry's owner.
+	// They may drop walbox_slots and the record functions, and create their own.
 	SchemaOwners []string
 	// Holders are the other roles that may move the record, PUBLIC first.
 	Holders []Holder
-	// AlmostSuperusers are the roles that may log in and act as a superuser, or make themselves
-	// members of any role but a superuser, the relay role and the record's owner among them: a
-	// role with CREATEROLE before PostgreSQL 16 (from 16 on, CREATEROLE gives only ADMIN on the
-	// roles a role created, a membership Holders counts), a member of pg_execute_server_program
-	// (it runs programs as the server's operating system user) or of pg_write_server_files. Their
-	// members count too (Via). Superusers and members of the record's owner are left out.
+	// AlmostSuperusers are the roles that may log in and act as a superuser. Or they may make
+	// themselves members of any role but a superuser, the relay role and the record's owner
+	// included. These roles are almost superusers:
+	//   - a role with CREATEROLE before PostgreSQL 16;
+	//   - a member of pg_execute_server_program: it runs programs as the server's operating system
+	//     user;
+	//   - a member of pg_write_server_files.
+	//
+	// From 16 on, CREATEROLE gives only ADMIN on the roles a role created. Holders counts that
+	// membership. Their members count too (Via). Superusers and members of the record's owner are
+	// left out.
 	AlmostSuperusers []Holder
 }
 
@@ -77,12 +83,18 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// registryObjects are the record functions and tables in schema $1, once for each right that
-// moves the record, with their owners. Functions named $2, tables $3, rights on a table $4.
-// Only a superuser, a predefined role (pg_write_all_data), an object's owner, a role named in its
-// ACL, and their members may hold a right: allowed judges only the first four (seeds), and
-// holdersQuery the members of those that hold one, so that the work grows with the roles the
-// grants name, not with every role squared.
+// registryObjects are the record functions and tables in schema $1, with their owners. Each is
+// listed once for each right that moves the record. Functions are named $2, tables $3, rights on a
+// table $4. Only a few roles may hold a right:
+//   - a superuser;
+//   - a predefined role (pg_write_all_data);
+//   - an object's owner;
+//   - a role named in its ACL;
+//   - the members of these.
+//
+// The function allowed judges only the first four (seeds). And holdersQuery judges the members of
+// those that hold one. So the work grows with the roles the grants name, not with every role
+// squared.
 const registryObjects = `WITH ns AS (
 		SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
 	obj AS (
@@ -120,11 +132,11 @@ const registryObjects = `WITH ns AS (
 		            ELSE pg_catalog.has_table_privilege('public', o.oid, o.priv) END)
 	`
 
-// holdersQuery lists, for each role that may use a right on a registry object, whether it is a
-// superuser and a member of the object's owner, and the roles it is a direct member of that it
-// holds the right through (the memberships to revoke).
-// Predefined roles (oids below 16384, such as pg_write_all_data) are left out: their members are
-// listed. A right PUBLIC has is listed once, as PUBLIC.
+// holdersQuery lists each role that may use a right on a registry object. It says whether the role
+// is a superuser, and whether it is a member of the object's owner. It lists the roles it is a
+// direct member of that it holds the right through. Those are the memberships to revoke. Predefined
+// roles (oids below 16384, such as pg_write_all_data) are left out: their members are listed. A
+// right PUBLIC has is listed once, as PUBLIC.
 const holdersQuery = registryObjects + `
 	SELECT x.rolname::text, x.rolsuper, o.name, o.priv, o.fn, pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'),
 	       ARRAY(SELECT DISTINCT v.rolname::text FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles v ON v.oid = m.roleid
@@ -140,17 +152,17 @@ const holdersQuery = registryObjects + `
 	 ORDER BY 1, 3, 4`
 
 // schemaOwnersQuery lists the roles, but superusers, that own schema $1 or are members of its
-// owner, and are no member of the owner of some registry object in it.
+// owner. It leaves out the members of the owner of some registry object in it.
 const schemaOwnersQuery = registryObjects + `
 	SELECT x.rolname::text FROM pg_catalog.pg_roles x CROSS JOIN ns
 	 WHERE NOT x.rolsuper AND x.oid >= 16384::pg_catalog.oid AND pg_catalog.pg_has_role(x.oid, ns.nspowner, 'MEMBER')
 	   AND EXISTS (SELECT 1 FROM obj o WHERE NOT pg_catalog.pg_has_role(x.oid, o.owner, 'MEMBER'))
 	 ORDER BY 1`
 
-// almostSuperusersQuery lists the roles, but superusers and members of the owner of walbox_slots
-// in schema $1, that may log in and hold a power (Holder.Powers) themselves or through a
-// membership: their powers, the direct memberships that lead to one, and whether they have
-// CREATEROLE themselves.
+// almostSuperusersQuery lists the roles that may log in and hold a power (Holder.Powers). They hold
+// it themselves or through a membership. It leaves out superusers and members of the owner of
+// walbox_slots in schema $1. It lists their powers and the direct memberships that lead to one. It
+// says whether they have CREATEROLE themselves.
 const almostSuperusersQuery = `WITH powers AS MATERIALIZED (
 		SELECT c.oid, c.rolname::pg_catalog.text AS name, c.rolcreaterole AS createrole FROM pg_catalog.pg_roles c
 		 WHERE NOT c.rolsuper AND ((c.rolcreaterole AND pg_catalog.current_setting('server_version_num')::pg_catalog.int4 < 160000)
@@ -272,8 +284,9 @@ func readAlmostSuperusers(ctx context.Context, q querier, schema string) ([]Hold
 }
 
 // readRelayRoles returns the recorded relay roles in schema that still exist, by their current
-// names; known is false when the table is missing, this role may not read it, or it belongs to
-// another role (foreign) than walbox_slots and is no superuser's: its rows are that role's say.
+// names. The result known is false when the table is missing, or this role may not read it. It is
+// false too when the table belongs to another role (foreign) than walbox_slots, and to no
+// superuser. Its rows are then that role's say.
 func readRelayRoles(ctx context.Context, q querier, schema string) (names []string, known, missing bool, foreign string, err error) {
 	var readable bool
 	err = q.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege(c.oid, 'SELECT'),

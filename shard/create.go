@@ -11,10 +11,10 @@ import (
 // lockKey serialises walbox's changes to shard publications ("wbshrd" in ASCII).
 const lockKey = 0x776273687264
 
-// CreatePublications creates the publications of set that do not exist yet, each publishing the
-// inserts of table with its shard's row filter, in one transaction: a set is created whole or
-// not at all. It returns the names it created. The slots come afterwards (pgoutput reads the
-// publications as of the WAL it decodes).
+// CreatePublications creates the publications of set that do not exist yet, in one transaction.
+// Each publishes the inserts of table with its shard's row filter. So a set is created whole or not
+// at all. It returns the names it created. The slots come afterwards: pgoutput reads the
+// publications as of the WAL it decodes.
 func CreatePublications(ctx context.Context, conn *pgx.Conn, table wire.Table, set Set) ([]string, error) {
 	if err := set.Validate(); err != nil {
 		return nil, err

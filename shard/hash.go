@@ -5,8 +5,8 @@ import (
 	"math/bits"
 )
 
-// HashText returns what PostgreSQL's hashtext(s) returns for text in a deterministic collation
-// on a little-endian server: hash_bytes (Bob Jenkins' lookup3) of the string's bytes, as int4.
+// HashText returns what PostgreSQL's hashtext(s) returns for text in a deterministic collation on a
+// little-endian server. That is hash_bytes (Bob Jenkins' lookup3) of the string's bytes, as int4.
 func HashText(s string) int32 {
 	return int32(hashBytes([]byte(s)))
 }

@@ -30,7 +30,7 @@ type Claim struct {
 }
 
 // Layout is every set of shards, the single slot included, whose publications publish the outbox
-// table: what `walbox migrate` and `walbox reshard` created.
+// table. It is what `walbox migrate` and `walbox reshard` created.
 type Layout struct {
 	Table  wire.Table
 	Base   Set // the base names; N is unused
@@ -87,8 +87,9 @@ func (l Layout) claim(k, n int) (Claim, bool) {
 	return Claim{}, false
 }
 
-// Check reports a publication whose row filter does not select the shard its name says, and a
-// set that lacks a shard's publication: both are rows no relay would deliver, or deliver twice.
+// Check reports a publication whose row filter does not select the shard its name says. It reports
+// a set that lacks a shard's publication too. Both are rows no relay would deliver, or deliver
+// twice.
 func (l Layout) Check() error {
 	for _, c := range l.Claims {
 		if err := c.check(); err != nil {
@@ -132,8 +133,8 @@ func describe(k, n int, filter string) string {
 	return fmt.Sprintf("shard %d of %d", k, n)
 }
 
-// String says what relays the table: "public.outbox is published by 2 shards (walbox_s0of2 ...
-// walbox_s1of2)", or "by no publication named after walbox".
+// String says what relays the table. It says "public.outbox is published by 2 shards (walbox_s0of2
+// ... walbox_s1of2)". Or it says "by no publication named after walbox".
 func (l Layout) String() string {
 	ns := l.Counts()
 	if len(ns) == 0 {
@@ -146,8 +147,8 @@ func (l Layout) String() string {
 	return fmt.Sprintf("%s is published by %s", l.Table, strings.Join(parts, " and by "))
 }
 
-// Resolve checks that shard k of n is what walbox migrate created: its publication publishes
-// the table with the row filter of shard k of n. n = 0 takes the count from the layout, which
+// Resolve checks that shard k of n is what walbox migrate created. Its publication publishes the
+// table with the row filter of shard k of n. A count n = 0 takes the count from the layout, which
 // must then hold exactly one sharded set. It returns the set.
 func (l Layout) Resolve(k, n int) (Set, error) {
 	if n == 0 {
@@ -183,8 +184,8 @@ func (l Layout) Resolve(k, n int) (Set, error) {
 }
 
 // CheckMigrate reports whether `walbox migrate` may set up n shards (1: the single slot) beside
-// what exists: only where no other set publishes the table, or where n's set exists already (a
-// reshard in progress). Changing the count is `walbox reshard`'s job.
+// what exists. It may only where no other set publishes the table. Or n's set may exist already: a
+// reshard in progress. Changing the count is `walbox reshard`'s job.
 func (l Layout) CheckMigrate(n int) error {
 	ns := l.Counts()
 	if len(ns) == 0 || slices.Contains(ns, n) {
@@ -198,12 +199,12 @@ func (l Layout) CheckMigrate(n int) error {
 		"or change the count with `walbox reshard --shards %d`", ErrMismatch, what, l, n)
 }
 
-// CheckPublication checks that publication publishes table with the row filter of shard k of n,
-// as every session of a sharded relay does: a filter changed behind its back would leave rows to
-// no relay, or to two. A publication dropped, or with the table taken out, gets the error of
-// inspect.ReadCoverage (inspect.ErrNoPublication or inspect.ErrNotCovered). The relay's coverage
-// check reads just before this check, and either may see the change first: both must name the
-// same stop.
+// CheckPublication checks that publication publishes table with the row filter of shard k of n.
+// Every session of a sharded relay does so. A filter changed behind its back would leave rows to no
+// relay, or to two. A publication dropped, or with the table taken out, gets the error of
+// inspect.ReadCoverage. That is inspect.ErrNoPublication or inspect.ErrNotCovered. The relay's
+// coverage check reads just before this check, and either may see the change first. Both must name
+// the same stop.
 func CheckPublication(ctx context.Context, q Reader, publication string, table wire.Table, k, n int) error {
 	rows, err := q.Query(ctx, `SELECT coalesce(rowfilter, '') FROM pg_catalog.pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, publication, table.Schema, table.Name)

@@ -9,10 +9,10 @@ import (
 )
 
 // Position ids (wire.IDFromPosition) number a row by its place among the inserts the walsender
-// sends for its transaction. A row filter drops rows before they are numbered: two shards of
-// one transaction both number a row 0, and their messages carry one message id. A consumer that
-// deduplicates by message id then drops one of them. So walbox refuses position ids on a table
-// that any of its publications filters.
+// sends for its transaction. A row filter drops rows before they are numbered. Two shards of one
+// transaction then both number a row 0, and their messages carry one message id. A consumer that
+// deduplicates by message id then drops one of them. So walbox refuses position ids on a table that
+// any of its publications filters.
 
 // positionTables returns the tables of maps whose ids come from positions.
 func positionTables(maps []wire.Mapping) []wire.Table {
@@ -37,8 +37,8 @@ func CheckPositionIDs(n int, maps []wire.Mapping) error {
 		"Map an id column (message-id: column), or use one slot", ErrPositionIDs, n, tables[0])
 }
 
-// CheckPositionFilters refuses a publication of base's set (the single slot's or a shard's)
-// that publishes a table of maps with a row filter, when that table takes its ids from
+// CheckPositionFilters refuses a publication of base's set (the single slot's or a shard's) with a
+// row filter. It does so when the publication publishes a table of maps that takes its ids from
 // positions.
 func CheckPositionFilters(ctx context.Context, q Querier, base Set, maps []wire.Mapping) error {
 	for _, t := range positionTables(maps) {

@@ -66,8 +66,9 @@ func (s Set) String() string {
 	return fmt.Sprintf("%d shards (%s ... %s)", s.N, s.PublicationName(0), s.PublicationName(s.N-1))
 }
 
-// Of returns the shard of n that an aggregate id belongs to, as the publications' row filters
-// select it on a little-endian server. A NULL aggregate id belongs where the empty string does.
+// Of returns the shard of n that an aggregate id belongs to. It is the one the publications' row
+// filters select on a little-endian server. A NULL aggregate id belongs where the empty string
+// does.
 func Of(aggregateID string, n int) int {
 	if n <= 1 {
 		return 0
@@ -78,9 +79,9 @@ func Of(aggregateID string, n int) int {
 // filterText is the row filter as the server shows it (pg_publication_tables.rowfilter).
 var filterText = regexp.MustCompile(`^\(\(\(hashtext\(COALESCE\(("?[^,]+"?), ''::text\)\) & 2147483647\) % (\d+)\) = (\d+)\)$`)
 
-// ParseFilter reads which shard a publication's row filter, as the server shows it, selects: k of
-// n, on column. ok is false for a filter walbox did not write; an empty filter is the single slot
-// (k 0 of 1).
+// ParseFilter reads which shard a publication's row filter selects, as the server shows it. It
+// returns k of n, on column. ok is false for a filter walbox did not write. An empty filter is the
+// single slot (k 0 of 1).
 func ParseFilter(filter string) (column string, k, n int, ok bool) {
 	if filter == "" {
 		return "", 0, 1, true

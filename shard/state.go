@@ -11,8 +11,8 @@ import (
 	"github.com/walbox/walbox/registry"
 )
 
-// SetState is one set of shards (the single slot is a set of one) as the server has it: each
-// shard's slot and record.
+// SetState is one set of shards (the single slot is a set of one) as the server has it. It holds
+// each shard's slot and record.
 type SetState struct {
 	Set     Set
 	Slots   []inspect.Slot
@@ -21,9 +21,9 @@ type SetState struct {
 	Created pglogrepl.LSN
 }
 
-// ReadStates reads every set of shards that publishes the outbox table, in order of shard count:
-// the records through conn, the slots through slotDB (the standby of --replication-url, where
-// the slots are; nil: conn).
+// ReadStates reads every set of shards that publishes the outbox table, in order of shard count. It
+// reads the records through conn, and the slots through slotDB. That is the standby of
+// --replication-url, where the slots are; nil means conn.
 func ReadStates(ctx context.Context, conn *pgx.Conn, slotDB inspect.Querier, layout Layout) ([]SetState, error) {
 	if slotDB == nil {
 		slotDB = conn
@@ -60,8 +60,8 @@ func ReadStates(ctx context.Context, conn *pgx.Conn, slotDB inspect.Querier, lay
 	return sets, nil
 }
 
-// consistentPoint is the latest consistent point of the set's slots, from their records: every
-// transaction that commits after it is decoded by each of the set's slots. 0 when a slot has no
+// consistentPoint is the latest consistent point of the set's slots, from their records. Each of
+// the set's slots decodes every transaction that commits after it. It is 0 when a slot has no
 // recorded consistent point.
 func consistentPoint(st SetState) pglogrepl.LSN {
 	var latest pglogrepl.LSN
@@ -74,15 +74,15 @@ func consistentPoint(st SetState) pglogrepl.LSN {
 	return latest
 }
 
-// Move is a reshard in progress: the set it moves to was created after the set it moves from,
-// and the old set must deliver every row committed before Cut, the new set's consistent point.
+// Move is a reshard in progress. The set it moves to was created after the set it moves from. The
+// old set must deliver every row committed before Cut, the new set's consistent point.
 type Move struct {
 	From, To *SetState
 	Cut      pglogrepl.LSN
 }
 
-// FindMove returns the reshard in progress between exactly two sets, the newer one being the one
-// whose slots were created later. ok is false with fewer or more than two sets.
+// FindMove returns the reshard in progress between exactly two sets. The newer set is the one whose
+// slots were created later. The result ok is false with fewer or more than two sets.
 func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	if len(sets) != 2 {
 		return Move{}, false, nil
@@ -97,11 +97,11 @@ func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	return Move{From: a, To: b, Cut: b.Created}, true, nil
 }
 
-// Passed reports whether slot k of the old set has confirmed everything before the cut, by
-// walbox's record of it: the record is at or past the cut, holds no stop, and the slot, if it
-// still exists, is not ahead of it. A slot moved past the cut behind walbox's back (anyone with
-// REPLICATION may advance one) proves nothing; walbox records a position before it reports it,
-// so the record passes the cut first.
+// Passed reports whether slot k of the old set has confirmed everything before the cut. It judges
+// by walbox's record of the slot. The record is at or past the cut and holds no stop. And the slot,
+// if it still exists, is not ahead of it. A slot moved past the cut behind walbox's back proves
+// nothing. Anyone with REPLICATION may advance one. But walbox records a position before it reports
+// it, so the record passes the cut first.
 func (m Move) Passed(k int) bool {
 	sl, rec := m.From.Slots[k], m.From.Records[k]
 	return rec != nil && rec.ConfirmedLSN >= m.Cut && !rec.Stop.Stopped() && (!sl.Exists || sl.ConfirmedFlush <= rec.ConfirmedLSN)

@@ -34,11 +34,13 @@ var commentChecked = []string{
 	"internal/status",
 	"internal/streamconn",
 	"metrics",
+	"migrations",
 	"otel/cmd/walbox",
 	"otel/tracing",
 	"outbox",
 	"publisher/publishertest",
 	"registry",
+	"shard",
 	"wire",
 }
 
