@@ -49,6 +49,9 @@ type WriterConfig struct {
 	Emit float64
 	// Rollback is the share of transactions rolled back on purpose after writing (default 0).
 	Rollback float64
+	// Columns names the table's id, aggregate type, aggregate id, event type and payload columns,
+	// in that order, for a table mapped in walbox's config file (default the outbox contract's).
+	Columns []string
 	// Logf, if set, receives a line for each failed transaction and reconnect.
 	Logf func(format string, args ...any)
 }
@@ -74,6 +77,12 @@ func (c *WriterConfig) defaults() error {
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if len(c.Columns) == 0 {
+		c.Columns = []string{outbox.ColID, outbox.ColAggregateType, outbox.ColAggregateID, outbox.ColEventType, outbox.ColPayload}
+	}
+	if len(c.Columns) != 5 {
+		return errors.New("checker: writer: columns: want id, aggregate type, aggregate id, event type and payload")
 	}
 	return nil
 }
@@ -118,7 +127,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x77616c626f78)),
 		ids:     rand.New(rand.NewPCG(cfg.Seed, h.Sum64())),
 		seqs:    map[string]int64{},
-		columns: []string{outbox.ColID, outbox.ColAggregateType, outbox.ColAggregateID, outbox.ColEventType, outbox.ColPayload},
+		columns: cfg.Columns,
 	}, nil
 }
 
@@ -387,7 +396,7 @@ func (w *Writer) lookup(ctx context.Context, rows []Row) (bool, error) {
 	}
 	table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}.Sanitize()
 	var n int
-	err := w.conn.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+outbox.ColID+" = ANY($1)", ids).Scan(&n)
+	err := w.conn.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+pgx.Identifier{w.columns[0]}.Sanitize()+" = ANY($1)", ids).Scan(&n)
 	switch {
 	case err != nil:
 		return false, err
