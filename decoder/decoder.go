@@ -22,9 +22,9 @@ const (
 	KindRow
 	// KindCommit: the transaction ends; CommitLSN, EndLSN and CommitTime are set.
 	KindCommit
-	// KindOtherMessage: a transactional logical decoding message of another prefix (or any, with
-	// no prefix set). It carries nothing for the caller, but it is one of the transaction's
-	// changes, whatever the prefix: a caller that numbers them counts it (replication.Positioner).
+	// KindOtherMessage: a transactional logical decoding message of another prefix (or any, with no
+	// prefix set). It carries nothing for the caller. But it is one of the transaction's changes,
+	// whatever the prefix. A caller that numbers them counts it (replication.Positioner).
 	KindOtherMessage
 )
 
@@ -63,8 +63,8 @@ type Event struct {
 
 	// CommitLSN (KindCommit) is the LSN of the commit record (equal to Begin's FinalLSN).
 	CommitLSN pglogrepl.LSN
-	// EndLSN (KindCommit) is the end of the commit record (Commit's TransactionEndLSN): the only
-	// LSN the relay may confirm to the server.
+	// EndLSN (KindCommit) is the end of the commit record (Commit's TransactionEndLSN). It is the
+	// only LSN the relay may confirm to the server.
 	EndLSN pglogrepl.LSN
 }
 
@@ -87,10 +87,10 @@ type Decoder struct {
 	origin Origin // see SetOrigin
 }
 
-// New returns a Decoder for the given outbox tables, each with its column mapping
-// (wire.Mapping{Table: wire.DefaultTable}.WithDefaults() if none are given). Each mapping is completed
-// with wire.Mapping.WithDefaults. An insert into a table no mapping names is an
-// ErrForeignTable error; if two mappings name one table, the first is used.
+// New returns a Decoder for the given outbox tables, each with its column mapping. With none given,
+// the mapping is wire.Mapping{Table: wire.DefaultTable}.WithDefaults(). Each mapping is completed
+// with wire.Mapping.WithDefaults. An insert into a table no mapping names is an ErrForeignTable
+// error. If two mappings name one table, the first is used.
 func New(maps ...wire.Mapping) *Decoder {
 	if len(maps) == 0 {
 		maps = []wire.Mapping{{Table: wire.DefaultTable}}
@@ -102,19 +102,19 @@ func New(maps ...wire.Mapping) *Decoder {
 	return d
 }
 
-// WithSharedPayload makes the payload of a decoded row (Event.Message.Payload, and
-// Error.Partial's) share the data given to Decode instead of copying it, and returns d. The
-// caller then keeps that data unchanged for as long as it uses the payload. A large row then
-// costs its frame only, not its frame and a copy.
+// WithSharedPayload makes the payload of a decoded row share the data given to Decode, and returns
+// d. That is Event.Message.Payload, and Error.Partial's. Decode then does not copy it. The caller
+// keeps that data unchanged for as long as it uses the payload. A large row then costs its frame
+// only, not its frame and a copy.
 func (d *Decoder) WithSharedPayload() *Decoder {
 	d.share = true
 	return d
 }
 
-// Decode decodes one pgoutput (protocol version 1) message: the payload of one XLogData
-// message, starting at the message type byte. lsn is the XLogData's WALStart; it only labels
-// errors (a zero lsn by the commit LSN of the transaction being decoded). Decode never panics,
-// never retains data, and every error it returns is an *Error.
+// Decode decodes one pgoutput (protocol version 1) message. That is the payload of one XLogData
+// message, starting at the message type byte. lsn is the XLogData's WALStart. It only labels
+// errors. A zero lsn is replaced by the commit LSN of the transaction being decoded. Decode never
+// panics, never retains data, and every error it returns is an *Error.
 func (d *Decoder) Decode(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	ev, err := d.decode(data)
 	if err == nil {

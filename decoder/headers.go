@@ -24,9 +24,10 @@ func (rel *relation) headers(row []value, bad *rowError) map[string]any {
 	return h
 }
 
-// parseHeaders decodes a headers object; an empty object gives nil. problem says what is wrong
-// with data ("is not a JSON object"), or is empty. Numbers become what wire.HeaderNumber makes of
-// their text, so none changes on the way; a name with wire.ReservedHeaderPrefix is a problem.
+// parseHeaders decodes a headers object; an empty object gives nil. The result problem says what is
+// wrong with data ("is not a JSON object"), or is empty. Numbers become what wire.HeaderNumber
+// makes of their text, so none changes on the way. A name with wire.ReservedHeaderPrefix is a
+// problem.
 func parseHeaders(data []byte) (h map[string]any, problem string) {
 	if string(data) == "{}" {
 		return nil, ""
@@ -76,8 +77,8 @@ func numbers(v any) any {
 	return v
 }
 
-// reservedName names the header whose name has the reserved prefix (the first in byte order, if
-// several do), as a problem.
+// reservedName names the header whose name has the reserved prefix, as a problem. If several do, it
+// names the first in byte order.
 func reservedName(h map[string]any) string {
 	var name string
 	for k := range h {
@@ -93,9 +94,9 @@ func reservedName(h map[string]any) string {
 
 const jsonSpace = " \t\r\n"
 
-// flatStrings decodes the common shape of headers, an object whose values are all strings
-// without escapes ({"traceparent": "00-…"}), several times faster than encoding/json. It
-// gives the same result as json.Unmarshal; ok is false for any other input, valid or not.
+// flatStrings decodes the common shape of headers several times faster than encoding/json. That
+// shape is an object whose values are all strings without escapes ({"traceparent": "00-…"}). It
+// gives the same result as json.Unmarshal. ok is false for any other input, valid or not.
 func flatStrings(b []byte) (h map[string]any, ok bool) {
 	i := skipSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
@@ -133,8 +134,8 @@ func flatStrings(b []byte) (h map[string]any, ok bool) {
 	}
 }
 
-// plainString reads a JSON string at b[i:] that has no escapes and is valid UTF-8, and returns
-// it with the offset after its closing quote.
+// plainString reads a JSON string at b[i:] that has no escapes and is valid UTF-8. It returns it
+// with the offset after its closing quote.
 func plainString(b []byte, i int) (s string, next int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return "", 0, false

@@ -10,10 +10,10 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// WithMessagePrefix makes d decode the logical decoding messages whose prefix is exactly prefix
-// as outbox messages, as written by the emit function (wire.EmitFunction); it returns d. By
-// default, and with an empty prefix, every logical decoding message is skipped. See the package
-// documentation for the content.
+// WithMessagePrefix makes d decode some logical decoding messages as outbox messages; it returns d.
+// Those are the messages whose prefix is exactly prefix, as the emit function (wire.EmitFunction)
+// writes them. By default, and with an empty prefix, every logical decoding message is skipped. See
+// the package documentation for the content.
 func (d *Decoder) WithMessagePrefix(prefix string) *Decoder {
 	d.prefix = prefix
 	return d
@@ -64,10 +64,10 @@ type content struct {
 	CreatedAt     *string         `json:"created_at"`
 }
 
-// emitted decodes the content of an emitted message: a JSON object with "v" (the version, 1),
-// "id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers" and "created_at",
-// with the table's columns' meaning and rules. Unknown keys are ignored. Like a row, every field
-// is decoded even after a problem, for the partial message.
+// emitted decodes the content of an emitted message, with the table's columns' meaning and rules.
+// The content is a JSON object with "v" (the version, 1), "id", "aggregate_type", "aggregate_id",
+// "event_type", "payload", "headers" and "created_at". Unknown keys are ignored. Like a row, every
+// field is decoded even after a problem, for the partial message.
 func emitted(data []byte) (wire.Message, rowError) {
 	var m wire.Message
 	var bad rowError

@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// Origin says which WAL a position belongs to: the same LSN means another transaction on another
-// database system (a new initdb), or on another timeline of the same one (after a failover to a
-// standby or a point-in-time recovery, both of which start a timeline and reuse the LSNs after
-// its switch point). IDENTIFY_SYSTEM gives the system identifier and the current timeline,
-// TIMELINE_HISTORY the switch points.
+// Origin says which WAL a position belongs to. The same LSN may mean another transaction on another
+// database system (a new initdb). Or it may mean one on another timeline of the same system. A
+// failover to a standby starts a timeline, and so does a point-in-time recovery. Both reuse the
+// LSNs after the timeline's switch point. IDENTIFY_SYSTEM gives the system identifier and the
+// current timeline. TIMELINE_HISTORY gives the switch points.
 type Origin struct {
 	SystemID uint64
 	Timeline int32 // the server's current timeline
@@ -41,13 +41,13 @@ func (o *Origin) TimelineAt(lsn pglogrepl.LSN) int32 {
 	return o.Timeline
 }
 
-// PositionID is the message id of the row that is insert number ordinal (from 0) of the
-// transaction whose commit record is at finalLSN, on o's system: the version 5 UUID, in
-// PositionNamespace, of "<system id>/<timeline>/<finalLSN>/<ordinal>", e.g.
-// "7301234567890123456/1/16/B374D848/0", where the timeline is the one finalLSN was written on.
-// The zero Origin gives PositionID's ids, without system and timeline. The server sends a
-// transaction again exactly as before, so the id is the same on every replay; a transaction of
-// another system or timeline at the same LSN gets another id.
+// PositionID is the message id of a row on o's system. The row is insert number ordinal (from 0) of
+// the transaction whose commit record is at finalLSN. The id is the version 5 UUID, in
+// PositionNamespace, of "<system id>/<timeline>/<finalLSN>/<ordinal>". An example is
+// "7301234567890123456/1/16/B374D848/0". The timeline is the one finalLSN was written on. The zero
+// Origin gives PositionID's ids, without system and timeline. The server sends a transaction again
+// exactly as before, so the id is the same on every replay. A transaction of another system or
+// timeline at the same LSN gets another id.
 func (o *Origin) PositionID(finalLSN pglogrepl.LSN, ordinal int) uuid.UUID {
 	if o.SystemID == 0 && o.Timeline == 0 {
 		return PositionID(finalLSN, ordinal)

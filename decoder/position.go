@@ -12,11 +12,11 @@ const PositionNamespace = "5d0c4f7e-3b1a-4e59-9a8e-2f6b7c1d0e93"
 
 var positionNamespace = uuid.MustParse(PositionNamespace)
 
-// PositionID is the message id of the row that is insert number ordinal (from 0) of the
-// transaction whose commit record is at finalLSN (Begin's FinalLSN), with no system or timeline:
-// the version 5 UUID (uuid.NewSHA1) of "<finalLSN>/<ordinal>", e.g. "16/B374D848/0", in
-// PositionNamespace. Every insert of the transaction counts, whatever its table, so two tables
-// with position ids never share one. A relay names its origin too: see Origin.PositionID.
+// PositionID is the message id of a row, with no system or timeline. The row is insert number
+// ordinal (from 0) of the transaction whose commit record is at finalLSN. That is Begin's FinalLSN.
+// The id is the version 5 UUID (uuid.NewSHA1) of "<finalLSN>/<ordinal>", in PositionNamespace. An
+// example is "16/B374D848/0". Every insert of the transaction counts, whatever its table. So two
+// tables with position ids never share one. A relay names its origin too: see Origin.PositionID.
 func PositionID(finalLSN pglogrepl.LSN, ordinal int) uuid.UUID {
 	// uuid.NewSHA1, without its allocations: this runs for every row.
 	var buf [len(positionNamespace) + 40]byte

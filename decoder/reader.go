@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// reader reads big-endian protocol fields from b with bounds checks. A read past the end
-// returns zero values and makes the reader fail for good: callers read a whole message and
-// check ok() once, which keeps the message parsers short.
+// reader reads big-endian protocol fields from b with bounds checks. A read past the end returns
+// zero values and makes the reader fail for good. Callers read a whole message and check ok() once,
+// which keeps the message parsers short.
 type reader struct {
 	b      []byte
 	off    int

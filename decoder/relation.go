@@ -57,8 +57,8 @@ type keyPart struct {
 	lit  bool
 }
 
-// relation is the latest Relation message for one relation id, resolved against its mapping
-// once, so that decoding a row only indexes.
+// relation is the latest Relation message for one relation id, resolved against its mapping once.
+// So decoding a row only indexes.
 type relation struct {
 	table   string        // "schema.name"
 	mapping *wire.Mapping // nil: not one of the configured outbox tables
@@ -130,10 +130,10 @@ func (d *Decoder) mappingIndex(schema, name []byte) int {
 	return -1
 }
 
-// checkColumns holds an outbox table's announced columns against its mapping, the i-th (none if
-// i < 0), as the relay does at the start of every session: a column renamed or dropped
-// mid-stream is a configuration error that stops the relay, not a bad row in every insert that
-// follows. The caller found i by schema and name: rel.table cannot be split again, since a
+// checkColumns checks an outbox table's announced columns against its mapping, the i-th. There is
+// none if i < 0. The relay does the same at the start of every session. A column renamed or dropped
+// mid-stream is a configuration error that stops the relay. It is not a bad row in every insert
+// that follows. The caller found i by schema and name. The name rel.table cannot be split again: a
 // quoted schema name may hold a dot.
 func (d *Decoder) checkColumns(rel *relation, i int) error {
 	if i < 0 {
@@ -160,8 +160,8 @@ func (d *Decoder) checkColumns(rel *relation, i int) error {
 	return nil
 }
 
-// resolve finds the columns of the mapping's roles and of the routing key template, and gives
-// each column read a slot in the decoded row. A column that plays several roles is read once.
+// resolve finds the columns of the mapping's roles and of the routing key template. It gives each
+// column read a slot in the decoded row. A column that plays several roles is read once.
 func (rel *relation) resolve() {
 	rel.slots = make([]int, len(rel.columns))
 	for i := range rel.slots {
@@ -193,8 +193,8 @@ func (rel *relation) resolve() {
 	rel.key = rel.template(m.RoutingKey)
 }
 
-// template splits the routing key template into literal text and {column} placeholders, as
-// wire.Mapping.Placeholders does: a brace without its pair is literal text.
+// template splits the routing key template into literal text and {column} placeholders. It does so
+// as wire.Mapping.Placeholders does: a brace without its pair is literal text.
 func (rel *relation) template(tmpl string) []keyPart {
 	var parts []keyPart
 	for rest := tmpl; rest != ""; {
@@ -217,8 +217,8 @@ func (rel *relation) template(tmpl string) []keyPart {
 	return parts
 }
 
-// slotOf returns the slot of the named column, giving it one if it has none, and its type; -1
-// if the relation has no such column.
+// slotOf returns the slot of the named column, giving it one if it has none, and its type. It
+// returns -1 if the relation has no such column.
 func (rel *relation) slotOf(name string) (slot int, typ uint32) {
 	for i, c := range rel.columns {
 		if c != name {

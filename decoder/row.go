@@ -10,7 +10,7 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Type OIDs: the server has already validated values of json and jsonb; a uuid id becomes
+// Type OIDs. The server has already validated values of json and jsonb. A uuid id becomes
 // Message.ID, an id of any other type Message.MessageID.
 const (
 	oidJSON  = 114
@@ -34,7 +34,7 @@ func (e *rowError) set(column string, format string, args ...any) {
 	}
 }
 
-// position is a row's place in the stream: its transaction's commit LSN and the number of
+// position is a row's place in the stream. It is its transaction's commit LSN and the number of
 // inserts before it in the transaction.
 type position struct {
 	finalLSN pglogrepl.LSN
@@ -42,8 +42,8 @@ type position struct {
 	origin   *Origin
 }
 
-// message turns the mapped columns of a tuple into a Message. Every field is decoded even after
-// an error, so that a bad row's Error carries as much of it as possible.
+// message turns the mapped columns of a tuple into a Message. Every field is decoded even after an
+// error. So a bad row's Error carries as much of it as possible.
 func (rel *relation) message(row []value, pos position, share bool) (wire.Message, error) {
 	var m wire.Message
 	var bad rowError
@@ -66,7 +66,7 @@ func (rel *relation) get(row []value, ro role) (v value, ok bool) {
 	return value{}, false
 }
 
-// required returns the value of the column playing role ro, or records why there is none: the
+// required returns the value of the column playing role ro. Or it records why there is none: the
 // column is missing or NULL.
 func (rel *relation) required(row []value, ro role, bad *rowError) ([]byte, bool) {
 	c := &rel.roles[ro]
@@ -82,8 +82,8 @@ func (rel *relation) required(row []value, ro role, bad *rowError) ([]byte, bool
 	return v.data, true
 }
 
-// id sets m.ID from a uuid column or the row's position, or returns the text of an id column
-// of another type, which becomes m.MessageID.
+// id sets m.ID from a uuid column or the row's position. Or it returns the text of an id column of
+// another type, which becomes m.MessageID.
 func (rel *relation) id(row []value, pos position, m *wire.Message, bad *rowError) []byte {
 	if rel.mapping.MessageID == wire.IDFromPosition {
 		m.ID = pos.origin.PositionID(pos.finalLSN, pos.ordinal)
@@ -117,8 +117,8 @@ func checkShortString(c *column, data []byte, bad *rowError) {
 	}
 }
 
-// text sets the message's strings (event type, aggregate, message id, exchange and routing key)
-// with one allocation for all of them.
+// text sets the message's strings with one allocation for all of them. They are the event type,
+// aggregate, message id, exchange and routing key.
 func (rel *relation) text(row []value, id []byte, m *wire.Message, bad *rowError) {
 	var et []byte
 	if data, ok := rel.required(row, roleEventType, bad); ok {
@@ -164,9 +164,9 @@ func (rel *relation) exchange(row []value, bad *rowError) []byte {
 	return data
 }
 
-// keyLen returns the length of the routing key the template gives for the row, 0 if there is
-// no template or no usable key: a placeholder's column is missing or NULL, or the key is empty
-// or too long for AMQP.
+// keyLen returns the length of the routing key the template gives for the row. It returns 0 if
+// there is no template or no usable key. A key is unusable when a placeholder's column is missing
+// or NULL. It is unusable when it is empty or too long for AMQP too.
 func (rel *relation) keyLen(row []value, bad *rowError) int {
 	if rel.key == nil {
 		return 0
@@ -207,7 +207,7 @@ func (rel *relation) writeKey(b *strings.Builder, row []value) {
 	}
 }
 
-// payload returns the payload, a copy unless share; it is kept even if it is not JSON, for the
+// payload returns the payload, a copy unless share. It is kept even if it is not JSON, for the
 // partial message of a bad row.
 func (rel *relation) payload(row []value, share bool, bad *rowError) []byte {
 	data, ok := rel.required(row, rolePayload, bad)

@@ -7,8 +7,8 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// ErrNoPosition: rows read from a table, not from the stream, have no commit position, so a
-// mapping whose ids come from positions (wire.IDFromPosition) cannot give them their ids.
+// ErrNoPosition: rows read from a table, not from the stream, have no commit position. So a mapping
+// whose ids come from positions (wire.IDFromPosition) cannot give them their ids.
 var ErrNoPosition = errors.New("message ids come from stream positions, which rows read from the table do not have")
 
 // Column is a column of a table as its rows are read: its name and type OID.
@@ -17,17 +17,18 @@ type Column struct {
 	Type uint32
 }
 
-// TableRows turns rows read from an outbox table with a query, rather than decoded from the
-// stream, into the messages Decode makes of the same rows inserted: the same mapping, the same
-// checks, the same bad rows. walbox recover republishes rows with it.
+// TableRows turns rows read from an outbox table with a query into messages. It makes of them what
+// Decode makes of the same rows inserted and decoded from the stream. It uses the same mapping and
+// the same checks, and finds the same bad rows. The command walbox recover republishes rows with
+// it.
 type TableRows struct {
 	rel *relation
 }
 
-// Rows returns a TableRows for rows of the table schema.name with the given columns, in the
-// order their values will be given. The table must be one of the Decoder's outbox tables and
-// its mapping must not take ids from positions (ErrNoPosition). A column the mapping needs but
-// cols lack is an ErrSchemaDrift error, as for a Relation message.
+// Rows returns a TableRows for rows of the table schema.name with the given columns. The columns
+// are in the order their values will be given. The table must be one of the Decoder's outbox
+// tables. Its mapping must not take ids from positions (ErrNoPosition). A column the mapping needs
+// but cols lack is an ErrSchemaDrift error, as for a Relation message.
 func (d *Decoder) Rows(schema, name string, cols []Column) (*TableRows, error) {
 	names, types := make([]string, len(cols)), make([]uint32, len(cols))
 	for i, c := range cols {
@@ -46,10 +47,10 @@ func (d *Decoder) Rows(schema, name string, cols []Column) (*TableRows, error) {
 	return &TableRows{rel: rel}, nil
 }
 
-// Message returns the message of one row. values holds each column's text, as the server's output
-// function writes it (timestamps in the ISO DateStyle), nil for NULL, in the order of the
-// columns given to Rows. A row that can never become a message is an *Error wrapping ErrBadRow
-// with the decodable part in Partial, as from Decode.
+// Message returns the message of one row. The slice values holds each column's text, as the
+// server's output function writes it, nil for NULL. Timestamps are in the ISO DateStyle. The values
+// are in the order of the columns given to Rows. A row that can never become a message is an *Error
+// wrapping ErrBadRow. Its Partial holds the decodable part, as from Decode.
 func (t *TableRows) Message(values [][]byte) (wire.Message, error) {
 	rel := t.rel
 	if len(values) != len(rel.slots) {

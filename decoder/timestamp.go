@@ -2,11 +2,11 @@ package decoder
 
 import "time"
 
-// parseTimestamp parses the text output of a PostgreSQL timestamptz in the ISO DateStyle:
-// "2026-11-22 07:15:24.123456+00", with or without fractional digits (up to 9 accepted) and
-// with an offset of the form +05, +05:30 or +05:53:28. Without an offset (a timestamp column)
-// the time is taken as UTC. A 'T' between date and time is accepted too. The result is in UTC.
-// It does not allocate; on failure it returns the zero time and false.
+// parseTimestamp parses the text output of a PostgreSQL timestamptz in the ISO DateStyle. That is
+// "2026-11-22 07:15:24.123456+00", with or without fractional digits (up to 9 accepted). The offset
+// has the form +05, +05:30 or +05:53:28. Without an offset (a timestamp column) the time is taken
+// as UTC. A 'T' between date and time is accepted too. The result is in UTC. It does not allocate.
+// On failure it returns the zero time and false.
 func parseTimestamp(b []byte) (time.Time, bool) {
 	p := tsParser{b: b}
 	year := p.year()

@@ -22,6 +22,7 @@ const commentMaxWords = 20
 // sentence within commentMaxWords words. A package joins the list once its comments pass.
 var commentChecked = []string{
 	"cmd/walbox",
+	"decoder",
 	"inspect",
 	"internal/doctor",
 	"internal/killpoint",
