@@ -25,14 +25,14 @@ type anchor struct {
 	legacy string
 }
 
-// producerOf picks the messages an anchor search reads: those of the producer name, and, if
-// system is not "", of that database system only.
+// producerOf picks the messages an anchor search reads: those of the producer name. If system is
+// not "", it picks those of that database system only.
 type producerOf struct {
 	name, system string
 }
 
-// anchorReads bounds the reads of the stream that one anchor search makes while what it reads
-// falls short of the broker's last id, anchorPause apart.
+// anchorReads bounds the reads of the stream that one anchor search makes, anchorPause apart. The
+// search reads again while what it reads falls short of the broker's last id.
 const (
 	anchorReads = 5
 	anchorPause = 500 * time.Millisecond
@@ -42,29 +42,30 @@ const (
 // reaches a member at random, and a held-back replica can win five draws in a row.
 const noAnchorReads = 20
 
-// errIncompleteRead means the stream's members that the reads reached did not show the
-// producer's last message: a replica lags behind the leader, or another writer stored messages
-// under this name without walbox's properties.
+// errIncompleteRead means the stream's members that the reads reached did not show the producer's
+// last message. A replica may lag behind the leader. Or another writer stored messages under this
+// name without walbox's properties.
 var errIncompleteRead = errors.New("the stream read does not reach the producer's last message")
 
-// findAnchor asks the broker for the last publishing id of the producer p.name and reads the
-// stream back from its end until it finds that producer's last message (of p.system, if set).
+// findAnchor asks the broker for the last publishing id of the producer p.name. It reads the stream
+// back from its end until it finds that producer's last message. If p.system is set, that is the
+// last message of p.system.
 //
-// The last id comes from the stream's leader; the client reads from a replica when the stream
-// has one, and a replica may lag. A read that shows the producer's messages only below the last
-// id, or none of them back to offset 0, fell short: the search reads again, through another
-// subscription (the client picks a member at random), and fails if none reaches the last id.
-// It takes "no anchor" only when nothing of the producer is left back to the first offset the
-// stream keeps, and that offset is past 0: retention removed it.
+// The last id comes from the stream's leader. The client reads from a replica when the stream has
+// one, and a replica may lag. Some reads fall short: those that show the producer's messages only
+// below the last id. So do those that show none of them back to offset 0. The search then reads
+// again, through another subscription: the client picks a member at random. It fails if no read
+// reaches the last id. It takes "no anchor" only when nothing of the producer is left back to the
+// stream's first offset. That offset must be past 0: retention removed the messages.
 func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, error) {
 	for n := 1; ; n++ {
 		a, complete, err := searchAgain(env, cfg, p, n)
 		if err != nil {
 			return a, err
 		}
-		// "No anchor" (retention removed the producer's messages) is what a lagging replica
-		// shows too when the producer's messages are all in the tail it lacks: it is taken only
-		// when every read says so.
+		// "No anchor" means retention removed the producer's messages. A lagging replica shows the
+		// same when the producer's messages are all in the tail it lacks. So it is taken only when
+		// every read says so.
 		if complete && (a.found || a.id <= 0 || n >= noAnchorReads) {
 			return a, nil
 		}
@@ -80,9 +81,9 @@ func findAnchor(env *stream.Environment, cfg *Config, p producerOf) (anchor, err
 	}
 }
 
-// searchAgain is the nth search of findAnchor. After the first it connects anew: the client
-// keeps its connection to the member it picked and reads from it again, so a search on env would
-// read the lagging replica again.
+// searchAgain is the nth search of findAnchor. After the first it connects anew. The client keeps
+// its connection to the member it picked, and reads from it again. So a search on env would read
+// the lagging replica again.
 func searchAgain(env *stream.Environment, cfg *Config, p producerOf, n int) (anchor, bool, error) {
 	if n == 1 {
 		return searchAnchor(env, cfg, p)
@@ -110,9 +111,9 @@ func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor,
 		return a, false, err
 	}
 	from := int64(-1)
-	// reached: the reads showed the name's message with the broker's last id, of any system.
-	// A search of one system's messages (p.system) is complete only then: on a lagging replica
-	// an older message of the system, or none, would be taken for its last.
+	// reached: the reads showed the name's message with the broker's last id, of any system. A
+	// search of one system's messages (p.system) is complete only then. On a lagging replica, an
+	// older message of the system, or none, would be taken for its last.
 	reached, seen := false, false
 	for {
 		reached, seen = reached || last.nameID >= id, seen || last.nameID > 0
@@ -124,9 +125,9 @@ func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor,
 			return a.at(last, p), last.id >= id, nil
 		}
 		if last.start <= 0 {
-			// Read back to offset 0: the producer stored messages, so the read fell short,
-			// unless only one system's are sought under a shared name (p.system) and the read
-			// showed the name's last message.
+			// Read back to offset 0: the producer stored messages, so the read fell short. It did
+			// not if only one system's messages are sought under a shared name (p.system). Then it
+			// is enough that the read showed the name's last message.
 			return a, p.system != "" && reached, nil
 		}
 		if from >= 0 && last.start > from {
@@ -134,8 +135,8 @@ func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor,
 			// hold no message (see atStart). At the stream's first message, past 0, nothing
 			// of this producer is left: retention removed it.
 			if start, err := atStart(env, cfg, last.start); err != nil || start {
-				// A system's search that saw the name's messages only below its last id fell
-				// short; one that saw none of them takes retention for the cause too.
+				// A system's search that saw the name's messages only below its last id fell short.
+				// One that saw none of them takes retention for the cause too.
 				return a, err == nil && (p.system == "" || reached || !seen), err
 			}
 		}
@@ -148,13 +149,12 @@ func searchAnchor(env *stream.Environment, cfg *Config, p producerOf) (a anchor,
 	}
 }
 
-// at returns the anchor at the producer's last message found, s. Its id and position come from
-// the message itself, a consistent pair: another session may store more messages between the
-// query of the last id and the read. A message found below the last id (the ones above it were
-// removed, or written without walbox's properties) is no anchor: numbering on from its id would
-// give rows ids the broker already stored, and it would drop them. A search of one system's
-// messages (p.system) takes its last message whatever the name's last id: another system's
-// messages may come after it.
+// at returns the anchor at the producer's last message found, s. Its id and position come from the
+// message itself, a consistent pair. Another session may store more messages between the query of
+// the last id and the read. A message found below the last id is no anchor. The ones above it were
+// removed, or written without walbox's properties. Numbering on from its id would give rows ids the
+// broker already stored, and it would drop them. A search of one system's messages (p.system) takes
+// its last message whatever the name's last id. Another system's messages may come after it.
 func (a anchor) at(s span, p producerOf) anchor {
 	if s.id < a.id && p.system == "" {
 		return a
@@ -162,8 +162,8 @@ func (a anchor) at(s span, p producerOf) anchor {
 	return anchor{id: s.id, pos: s.pos, found: true, offset: s.offset, system: s.system}
 }
 
-// span is what a read of part of the stream found: offsets start (inclusive) to end
-// (exclusive), and the position of the producer's last message in them.
+// span is what a read of part of the stream found. It covers offsets start (inclusive) to end
+// (exclusive). It holds the position of the producer's last message in them.
 type span struct {
 	start, end int64
 	pos        Position // of the producer's last message in the span
@@ -210,9 +210,9 @@ func (s *span) take(offset int64, m *amqp.Message, p producerOf) error {
 }
 
 // atStart reports whether offset is the stream's first message. Some offsets hold no message: a
-// named producer's state at the start of each segment, an offset an application stored in the
-// stream. A read from one of them begins at the next message, as a read from below the stream's
-// first offset does; only the first message tells the two apart.
+// named producer's state at the start of each segment, say. An offset an application stored in the
+// stream holds none either. A read from one of them begins at the next message. So does a read from
+// below the stream's first offset. Only the first message tells the two apart.
 func atStart(env *stream.Environment, cfg *Config, offset int64) (bool, error) {
 	got := make(chan int64, 1)
 	c, err := env.NewConsumer(cfg.Stream, func(cc stream.ConsumerContext, _ *amqp.Message) {

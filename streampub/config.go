@@ -25,12 +25,12 @@ type Config struct {
 	// database that Bind is given, it names the producer (ProducerName). Required unless Producer
 	// is set.
 	Slot string
-	// Producer, if set, is the producer's name instead, the key of the broker's deduplication:
-	// Dial then declares it at once, checks no database system and continues from no other name.
+	// Producer, if set, is the producer's name instead: the key of the broker's deduplication. Dial
+	// then declares it at once. It checks no database system and continues from no other name.
 	Producer string
-	// SkipBefore, if set, is a reshard's cut: the session confirms at once, and sends nothing
-	// for, a message whose commit LSN is below it. The old set of shards delivers every row
-	// committed before the cut, and the new set's slots may hold some of them too.
+	// SkipBefore, if set, is a reshard's cut. The session confirms at once a message whose commit
+	// LSN is below it, and sends nothing for it. The old set of shards delivers every row committed
+	// before the cut. The new set's slots may hold some of them too.
 	SkipBefore uint64
 	// MaxAge and MaxBytes are the retention of a stream Dial declares; zero means none.
 	MaxAge   time.Duration
@@ -46,17 +46,18 @@ type Config struct {
 	ScanTimeout time.Duration
 }
 
-// ProducerName is the producer's name for a relay streaming from slot in database, on the
-// database system system: "walbox-<system>-<slot>-<database>". No other relay has it: each shard
-// has its own slot, and two databases or two clusters differ in the database or the system. A
-// slot name has no dash, so the name splits back into its parts.
+// ProducerName is the producer's name for a relay streaming from slot in database. The database is
+// on the database system system. The name is "walbox-<system>-<slot>-<database>". No other relay
+// has it. Each shard has its own slot. Two databases or two clusters differ in the database or the
+// system. A slot name has no dash, so the name splits back into its parts.
 func ProducerName(system uint64, database, slot string) string {
 	return "walbox-" + strconv.FormatUint(system, 10) + "-" + slot + "-" + database
 }
 
-// LegacyProducerName is the name walbox gave the producer of slot before ProducerName:
-// "walbox-<slot>", which every database with that slot name shares. A producer with no message
-// of its own continues from this name's last message of its own system, once (see Bind).
+// LegacyProducerName is the name walbox gave the producer of slot before ProducerName. It is
+// "walbox-<slot>", which every database with that slot name shares. A producer with no message of
+// its own continues from this name once (see Bind). It continues from this name's last message of
+// its own system.
 func LegacyProducerName(slot string) string { return "walbox-" + slot }
 
 // Defaults of Config and of walbox's stream mode.
@@ -136,8 +137,8 @@ func checkURI(raw string) error {
 	return nil
 }
 
-// Exists reports whether the stream name exists on the nodes of uris. walbox recover asks it
-// rather than declare a stream: a wrong --stream would take the gap's rows.
+// Exists reports whether the stream name exists on the nodes of uris. The command walbox recover
+// asks it rather than declare a stream. A wrong --stream would take the gap's rows.
 func Exists(uris []string, name string) (bool, error) {
 	env, err := stream.NewEnvironment(streamconn.Options().SetUris(uris))
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 )
 
 // foreignAnchorError means that the producer's last message carries another database system's
-// identifier: a name derived from this system's was used by another writer. Numbering on from
-// it could give this system's rows ids the broker already stored for the other's.
+// identifier. Another writer used a name derived from this system's. Numbering on from it could
+// give this system's rows ids the broker already stored for the other's.
 type foreignAnchorError struct {
 	Stream, Producer string
 	// System is this session's database system identifier, Found the message's ("" for none).

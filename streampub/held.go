@@ -10,16 +10,16 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 )
 
-// Held returns which of ids (message ids) the stream holds already, in messages of this producer
-// (or of its LegacyProducerName that name this database system): another database's rows may
-// have the same ids.
-// walbox recover asks it before it publishes the rows of a gap, so that a row the relay stored
-// before its slot was lost, or a recover killed midway stored, is not stored again.
+// Held returns which of ids (message ids) the stream holds already, in messages of this producer.
+// Messages of its LegacyProducerName that name this database system count too. Another database's
+// rows may have the same ids. The command walbox recover asks it before it publishes the rows of a
+// gap. So a row is not stored again when the relay stored it before its slot was lost. Nor is one
+// that a recover killed midway stored.
 //
 // It reads the stream back from its end, doubling the span each step. It stops at the stream's
-// first message, or after a span that reaches before from (the position of the slot's last
-// recorded confirm) and holds none of ids: rows of the gap committed after from, and those
-// recover stored, are all later in the stream. Call it after Bind.
+// first message. Or it stops after a span that reaches before from and holds none of ids. The
+// position from is that of the slot's last recorded confirm. Rows of the gap committed after from,
+// and those recover stored, are all later in the stream. Call it after Bind.
 func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error) {
 	from := Position{Timeline: timeline, LSN: lsn}
 	held := map[string]bool{}
@@ -29,8 +29,8 @@ func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[str
 		return nil, err
 	}
 	hi, step := last.end, int64(1024)
-	// The client reads from a replica, which may lag: read at least to the producer's last
-	// message, found where the read reaches the broker's last id (findAnchor).
+	// The client reads from a replica, which may lag. So read at least to the producer's last
+	// message. It is found where the read reaches the broker's last id (findAnchor).
 	a, err := findAnchor(s.env, &s.cfg, p)
 	if err != nil {
 		return nil, err
@@ -58,20 +58,21 @@ func (s *Session) Held(timeline int32, lsn uint64, ids map[string]bool) (map[str
 	return held, nil
 }
 
-// heldSpan is what a read of offsets lo to hi found: the first offset the broker sent (above lo
-// if retention removed those below), whether a message of this producer lies before the
-// position asked about, and whether any id asked about was found.
+// heldSpan is what a read of offsets lo to hi found:
+//   - the first offset the broker sent, above lo if retention removed those below;
+//   - whether a message of this producer lies before the position asked about;
+//   - whether any id asked about was found.
 type heldSpan struct {
 	first         int64
 	before, found bool
 }
 
-// errStalled means a read of the stream got no further for the scan timeout: the member the
-// client subscribed to may be a replica that lags.
+// errStalled means a read of the stream got no further for the scan timeout. The member the client
+// subscribed to may be a replica that lags.
 var errStalled = errors.New("nothing new")
 
-// readIDsAgain is readIDs, read again through another subscription (the client picks a member
-// at random) when a read stalls short of hi, up to anchorReads times.
+// readIDsAgain is readIDs, read again when a read stalls short of hi, up to anchorReads times. Each
+// read goes through another subscription: the client picks a member at random.
 func (s *Session) readIDsAgain(lo, hi int64, from Position, ids, held map[string]bool) (heldSpan, error) {
 	for n := 1; ; n++ {
 		r, err := s.readIDs(lo, hi, from, ids, held)
@@ -153,9 +154,9 @@ func (s *Session) note(m *amqp.Message, from Position, ids, held map[string]bool
 	}
 }
 
-// ours reports whether m is this producer's: of its name, or of LegacyProducerName from this
-// database system, as Bind continues from. A message of the old name that names no system may be
-// another cluster's with the same slot name: its ids say nothing of this database's rows.
+// ours reports whether m is this producer's, as Bind continues from. It is when it has its name, or
+// LegacyProducerName from this database system. A message of the old name that names no system may
+// be another cluster's with the same slot name. Its ids say nothing of this database's rows.
 func (s *Session) ours(m *amqp.Message) bool {
 	p, _ := m.ApplicationProperties[PropProducer].(string)
 	if p == s.cfg.Producer {

@@ -16,8 +16,8 @@ import (
 const maxFrameOverhead = 64
 
 // maxBatch bounds the messages of one frame, hence of one chunk. The client reads larger chunks
-// wrongly (checked on RabbitMQ 3.10 with client v1.8.3: a chunk of 1,000 small messages failed
-// its checksum), and its own batching stops at 100 too.
+// wrongly, and its own batching stops at 100 too. That was checked on RabbitMQ 3.10 with client
+// v1.8.3. A chunk of 1,000 small messages failed its checksum.
 const maxBatch = 100
 
 // maxFrame is the client's default frame size, which the session keeps.
@@ -58,8 +58,8 @@ func (s *Session) newLane(streamName, name string) (*lane, error) {
 	return l, nil
 }
 
-// send writes msg with publishing id, to be confirmed as seq. A batching lane holds it until
-// flush (or until the next message would not fit in the frame); another writes it at once.
+// send writes msg with publishing id, to be confirmed as seq. A batching lane holds it until flush,
+// or until the next message would not fit in the frame. Another lane writes it at once.
 func (l *lane) send(m *amqp.AMQP10, id int64, seq uint64) error {
 	body, err := l.encode(m)
 	if err != nil {
@@ -112,8 +112,8 @@ func (l *lane) encode(m *amqp.AMQP10) ([]byte, error) {
 	return body, nil
 }
 
-// encoded is a message with its body encoded once: the client encodes each message it sends,
-// and the write then only copies the body.
+// encoded is a message with its body encoded once. The client encodes each message it sends, and
+// the write then only copies the body.
 type encoded struct {
 	*amqp.AMQP10
 	body []byte
@@ -121,8 +121,8 @@ type encoded struct {
 
 func (e encoded) MarshalBinary() ([]byte, error) { return e.body, nil }
 
-// flush writes the messages held, in one frame: the broker stores them as one chunk, which
-// consumers read far faster than a chunk per message.
+// flush writes the messages held, in one frame: the broker stores them as one chunk. Consumers read
+// that far faster than a chunk per message.
 func (l *lane) flush() error {
 	if len(l.pending) == 0 {
 		return nil

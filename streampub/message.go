@@ -22,9 +22,12 @@ const (
 	PropParkLSN    = "x-walbox-lsn"
 )
 
-// message builds the stream message of m: properties.message-id the message id, content type
-// application/json, creation time the row's created_at; the event type, aggregate type, aggregate
-// id and the row's headers as application properties, with the producer and the position.
+// message builds the stream message of m:
+//   - properties.message-id is the message id;
+//   - the content type is application/json;
+//   - the creation time is the row's created_at;
+//   - the event type, aggregate type, aggregate id and the row's headers are application
+//     properties, with the producer and the position.
 func (s *Session) message(m *wire.Message) (*amqp.AMQP10, error) {
 	msg := baseMessage(m)
 	msg.ApplicationProperties[PropProducer] = s.cfg.Producer
@@ -53,8 +56,8 @@ func baseMessage(m *wire.Message) *amqp.AMQP10 {
 	return msg
 }
 
-// propertyValue turns a header's JSON value into one an application property can carry: simple
-// values as they are, lists and objects as their JSON text.
+// propertyValue turns a header's JSON value into one an application property can carry. Simple
+// values stay as they are, and lists and objects become their JSON text.
 func propertyValue(v any) any {
 	switch v := v.(type) {
 	case nil, string, bool, float64:

@@ -18,10 +18,10 @@ const (
 	PropSystem = "walbox-system"
 )
 
-// Position is where a message comes from: the timeline and LSN of its transaction's commit
-// record, and its index among the transaction's rows. Positions grow in commit order: a server
-// commits in LSN order on a timeline, and a later timeline starts after the WAL it kept of the
-// earlier one.
+// Position is where a message comes from: the timeline and LSN of its transaction's commit record.
+// It holds the message's index among the transaction's rows too. Positions grow in commit order: a
+// server commits in LSN order on a timeline. And a later timeline starts after the WAL it kept of
+// the earlier one.
 type Position struct {
 	Timeline int32
 	LSN      uint64

@@ -36,9 +36,9 @@ type Session struct {
 	lanes    sync.WaitGroup
 }
 
-// Dial opens a session: it connects and declares the stream (and the park stream) if missing.
-// With Config.Producer set it binds the session at once, to no database system; with
-// Config.Slot, Bind names the producer before the first Publish.
+// Dial opens a session: it connects and declares the stream (and the park stream) if missing. With
+// Config.Producer set it binds the session at once, to no database system. With Config.Slot, Bind
+// names the producer before the first Publish.
 func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -67,14 +67,15 @@ func (s *Session) open(ctx context.Context) error {
 	return s.bind(ctx, producerOf{name: s.cfg.Producer}, "")
 }
 
-// Bind names the producer after the database system (its identifier, IDENTIFY_SYSTEM's) and
-// the database of the slot (ProducerName), finds the anchor and declares the producer. The relay
-// calls it once per session (replication.SystemBound). A producer whose name has no stored
-// message continues from the last message of this system under LegacyProducerName, if the stream
-// has one: that message's id and position are its anchor. The broker knows no id of the new name,
-// so its first message, numbered one past that id, is stored; the old name is read no more once
-// the new one has a message. An anchor of another system's identifier under this name stops the
-// session (an error that is wire.ErrConflict): the name was meant to be this relay's alone.
+// Bind names the producer after the database system and the database of the slot (ProducerName).
+// The system is named by its identifier, IDENTIFY_SYSTEM's. Bind finds the anchor and declares the
+// producer. The relay calls it once per session (replication.SystemBound). A producer whose name
+// has no stored message may continue from LegacyProducerName. It continues from the last message of
+// this system under that name, if the stream has one. That message's id and position are its
+// anchor. The broker knows no id of the new name, so its first message, numbered one past that id,
+// is stored. The old name is read no more once the new one has a message. An anchor of another
+// system's identifier under this name stops the session. The error is wire.ErrConflict: the name
+// was meant to be this relay's alone.
 func (s *Session) Bind(ctx context.Context, system uint64, database string) error {
 	if s.main != nil {
 		return errors.New("bind: the session is bound already")
@@ -93,8 +94,8 @@ func (s *Session) Bind(ctx context.Context, system uint64, database string) erro
 	return nil
 }
 
-// bind finds the anchor of producer p for system (the legacy name's when p has none and system
-// is set) and declares the producers.
+// bind finds the anchor of producer p for system, and declares the producers. When p has no anchor
+// and system is set, the legacy name's anchor is taken.
 func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -126,9 +127,9 @@ func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 	return nil
 }
 
-// declare creates the stream with the configured retention unless it exists. A stream that
-// exists is not declared again: the broker refuses a declaration whose arguments differ from the
-// stream's (a segment size, another retention), and the stream keeps its own.
+// declare creates the stream with the configured retention unless it exists. A stream that exists
+// is not declared again, and keeps its own arguments. The broker refuses a declaration whose
+// arguments differ from the stream's: a segment size, another retention.
 func declare(env *stream.Environment, name string, cfg *Config) error {
 	exists, err := env.StreamExists(name)
 	if err != nil {
@@ -151,21 +152,22 @@ func declare(env *stream.Environment, name string, cfg *Config) error {
 	return nil
 }
 
-// Anchor returns the producer's last stored publishing id and, if the stream still holds that
-// message, its position: what this session skips.
+// Anchor returns the producer's last stored publishing id. If the stream still holds that message,
+// it returns its position: what this session skips.
 func (s *Session) Anchor() (id int64, pos Position, found bool) {
 	return s.anchor.id, s.anchor.pos, s.anchor.found
 }
 
-// Last returns the position of the anchor, the last message the stream holds of this producer
-// (replication.Anchored); found is false when there is none.
+// Last returns the position of the anchor (replication.Anchored). That is the last message the
+// stream holds of this producer. found is false when there is none.
 func (s *Session) Last() (timeline int32, commitLSN uint64, found bool) {
 	return s.anchor.pos.Timeline, s.anchor.pos.LSN, s.anchor.found
 }
 
-// Moved asks the broker again for the producer's last id, and reports whether it stored messages
-// of the producer since Bind read the anchor (replication.Anchored): another relay held the slot
-// meanwhile. The session's numbering is then stale: its first rows would get ids the broker has.
+// Moved asks the broker again for the producer's last id (replication.Anchored). It reports whether
+// the broker stored messages of the producer since Bind read the anchor. Another relay held the
+// slot meanwhile. The session's numbering is then stale. Its first rows would get ids the broker
+// has.
 func (s *Session) Moved(context.Context) (bool, error) {
 	id, err := s.env.QuerySequence(s.cfg.Producer, s.cfg.Stream)
 	if err != nil {
@@ -174,8 +176,8 @@ func (s *Session) Moved(context.Context) (bool, error) {
 	return id > s.known, nil
 }
 
-// Producer returns the producer's name, and the name whose last message the anchor is when the
-// producer had none of its own ("" otherwise).
+// Producer returns the producer's name. It returns too the name whose last message the anchor is,
+// when the producer had none of its own. That name is "" otherwise.
 func (s *Session) Producer() (name, continued string) {
 	if s.anchor.found {
 		continued = s.anchor.legacy
@@ -184,12 +186,12 @@ func (s *Session) Producer() (name, continued string) {
 }
 
 // Guard sets check, which the session calls right before each write to the broker
-// (replication.Guarded): an error fails the write, which then sends nothing. The relay checks
-// there that its replication connection may still hold the slot.
+// (replication.Guarded). An error fails the write, which then sends nothing. The relay checks there
+// that its replication connection may still hold the slot.
 func (s *Session) Guard(check func() error) { s.guard = check }
 
-// Skips reports whether Publish would take a message at position (timeline, lsn, index) for
-// one the stream holds: it lies at or before the anchor. It names the anchor's position.
+// Skips reports whether Publish would take a message at position (timeline, lsn, index) for one the
+// stream holds. Such a message lies at or before the anchor. It names the anchor's position.
 func (s *Session) Skips(timeline int32, lsn uint64, index int) (anchor string, skips bool) {
 	at := Position{Timeline: timeline, LSN: lsn, Index: index}
 	return s.anchor.pos.String(), s.anchor.found && !s.anchor.pos.less(at)
@@ -200,9 +202,9 @@ func (s *Session) At(timeline int32, lsn uint64, index int) {
 	s.pos, s.posSet = Position{Timeline: timeline, LSN: lsn, Index: index}, true
 }
 
-// Publish sends m into the stream with the next publishing id, or confirms it at once if the
-// stream has it already (its position is at or before the anchor). It returns the message's
-// sequence number. A message too large for a frame wraps wire.ErrUnpublishable.
+// Publish sends m into the stream with the next publishing id. Or it confirms it at once if the
+// stream has it already: its position is at or before the anchor. It returns the message's sequence
+// number. A message too large for a frame wraps wire.ErrUnpublishable.
 func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 	if s.main == nil {
 		return 0, errors.New("publish: no producer (call Bind first)")
@@ -216,8 +218,8 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		return 0, err
 	}
 	if s.anchor.found && !s.anchor.pos.less(s.pos) || s.pos.LSN < s.cfg.SkipBefore {
-		// Only a message the stream could hold is in it: one too large was parked, or its
-		// session died before the park stream had it, and it must be parked again.
+		// Only a message the stream could hold is in it. One too large was parked. Or its session
+		// died before the park stream had it, and it must be parked again.
 		msg.SetPublishingId(s.anchor.id)
 		msg.ApplicationProperties[PropPublishingID] = s.anchor.id
 		if _, err := s.main.encode(msg); err != nil {
@@ -293,11 +295,11 @@ func (s *Session) fail(err error) {
 	close(s.confirms)
 }
 
-// closeTimeout bounds Close: on a dead connection the client waits for in-flight messages and
-// for replies that never come, and the relay must get back to its replication connection.
+// closeTimeout bounds Close. On a dead connection the client waits for in-flight messages and for
+// replies that never come. And the relay must get back to its replication connection.
 const closeTimeout = time.Second
 
-// Close ends the session and releases the connection, within closeTimeout; what is left of the
+// Close ends the session and releases the connection, within closeTimeout. What is left of the
 // client's teardown then finishes in the background.
 func (s *Session) Close() error {
 	done := make(chan error, 1)
