@@ -83,27 +83,50 @@ type Move struct {
 
 // FindMove returns the reshard in progress between exactly two sets. The newer set is the one whose
 // slots were created later. The result ok is false with fewer or more than two sets.
+//
+// A set may lack a consistent point and still be the older one. Each of its shards is then gone
+// (no slot, no record) or recorded as created before the other set. A retire cut short leaves
+// such a set: it dropped and forgot some slots, or all of them but not the publications. The
+// newer set needs the consistent point of every slot: that is the cut.
 func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	if len(sets) != 2 {
 		return Move{}, false, nil
 	}
 	a, b := &sets[0], &sets[1]
-	if a.Created == 0 || b.Created == 0 {
-		return Move{}, false, fmt.Errorf("the slots of %s or of %s have no recorded consistent point; cannot tell which set replaces which", a.Set, b.Set)
-	}
 	if a.Created > b.Created {
 		a, b = b, a
 	}
+	if b.Created == 0 || (a.Created == 0 && !a.retiredBefore(b.Created)) {
+		return Move{}, false, fmt.Errorf("the slots of %s or of %s have no recorded consistent point; cannot tell which set replaces which", a.Set, b.Set)
+	}
 	return Move{From: a, To: b, Cut: b.Created}, true, nil
+}
+
+// retiredBefore reports whether each shard of the set is gone (no slot, no record) or recorded
+// as created before cut.
+func (st *SetState) retiredBefore(cut pglogrepl.LSN) bool {
+	for k, rec := range st.Records {
+		if rec == nil && k < len(st.Slots) && st.Slots[k].Exists {
+			return false
+		}
+		if rec != nil && (rec.CreatedLSN == 0 || rec.CreatedLSN >= cut) {
+			return false
+		}
+	}
+	return true
 }
 
 // Passed reports whether slot k of the old set has confirmed everything before the cut. It judges
 // by walbox's record of the slot. The record is at or past the cut and holds no stop. And the slot,
 // if it still exists, is not ahead of it. A slot moved past the cut behind walbox's back proves
 // nothing. Anyone with REPLICATION may advance one. But walbox records a position before it reports
-// it, so the record passes the cut first.
+// it, so the record passes the cut first. A slot gone with its record was retired. Retire drops a
+// slot and forgets its record only once it passed.
 func (m Move) Passed(k int) bool {
 	sl, rec := m.From.Slots[k], m.From.Records[k]
+	if rec == nil && !sl.Exists {
+		return true
+	}
 	return rec != nil && rec.ConfirmedLSN >= m.Cut && !rec.Stop.Stopped() && (!sl.Exists || sl.ConfirmedFlush <= rec.ConfirmedLSN)
 }
 

@@ -58,3 +58,47 @@ func TestFindMove(t *testing.T) {
 		t.Error("a set without a consistent point: nil error")
 	}
 }
+
+// A retire cut short leaves the old set with some slots, or all, dropped and forgotten: that set
+// is still the older one, and its gone slots passed the cut. A set with a slot that exists
+// unrecorded, or recorded without a consistent point, cannot be placed.
+func TestFindMoveAfterARetireCutShort(t *testing.T) {
+	old := func(recs ...*registry.Record) shard.SetState {
+		st := shard.SetState{Set: shard.Set{Slot: "walbox", Publication: "walbox", N: 2}, Records: recs}
+		for k, r := range recs {
+			st.Slots = append(st.Slots, inspect.Slot{Name: "walbox_s" + string(rune('0'+k)) + "of2", Exists: r != nil, ConfirmedFlush: 300})
+		}
+		return st
+	}
+	created := func(at pglogrepl.LSN) *registry.Record {
+		return &registry.Record{CreatedLSN: at, ConfirmedLSN: 300}
+	}
+	to := shard.SetState{Set: shard.Set{Slot: "walbox", Publication: "walbox", N: 3}, Created: 200}
+	for _, tc := range []struct {
+		name string
+		from shard.SetState
+		ok   bool
+	}{
+		{"one slot dropped and forgotten", old(nil, created(100)), true},
+		{"every slot dropped and forgotten", old(nil, nil), true},
+		{"a slot recorded without a consistent point", old(nil, created(0)), false},
+		{"a slot recorded as created after the other set", old(nil, created(250)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, sets := range [][]shard.SetState{{tc.from, to}, {to, tc.from}} {
+				m, ok, err := shard.FindMove(sets)
+				if ok != tc.ok || (err == nil) != tc.ok {
+					t.Fatalf("FindMove = %t, %v; want a move %t", ok, err, tc.ok)
+				}
+				if ok && (m.To.Set.N != 3 || m.Cut != 200 || !m.Passed(0)) {
+					t.Errorf("FindMove = %+v: want to the set of 3, cut 200, the gone slot passed", m)
+				}
+			}
+		})
+	}
+	unrecorded := old(nil, created(100))
+	unrecorded.Slots[0].Exists = true
+	if _, _, err := shard.FindMove([]shard.SetState{unrecorded, to}); err == nil {
+		t.Error("a slot that exists unrecorded: nil error")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
@@ -84,6 +85,14 @@ type SlotOption func(*slotOptions)
 type slotOptions struct {
 	failover       FailoverSlot
 	replicationURL string
+	recordFound    bool
+}
+
+// withFoundRecorded records a slot that exists without a record, as a slot a reshard created and
+// did not record (killed in between): its position serves as its consistent point (see
+// recordFound).
+func withFoundRecorded() SlotOption {
+	return func(o *slotOptions) { o.recordFound = true }
 }
 
 // WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
@@ -133,12 +142,18 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 			"to decode on this standby (PostgreSQL 16+), give it as --replication-url as well", ErrStandby)
 	}
 	info, err := inspect.ReadSlot(ctx, slotDB, slot)
-	if err != nil || info.Exists {
+	if err != nil {
 		return false, err
 	}
 	rec, recorded, err := reg.Get(ctx, slot)
 	if err != nil {
 		return false, err
+	}
+	if info.Exists {
+		if recorded || !o.recordFound {
+			return false, nil
+		}
+		return false, recordFound(ctx, conn, reg, info)
 	}
 	if recorded {
 		return false, fmt.Errorf("%w: slot %s was dropped or lost after walbox confirmed %s on it (at %s); "+
@@ -168,12 +183,29 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
+	killpoint.Hit("slot.created")
 	_, err = reg.Register(ctx, registry.Record{Slot: slot, SystemID: sys.SystemID, Timeline: sys.Timeline,
 		Origin: registry.OriginCreated, CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: xmin})
 	if err == nil && coverage != "" {
 		_, err = reg.PinCoverage(ctx, slot, coverage)
 	}
 	return err == nil, err
+}
+
+// recordFound records the slot info, which exists without a record. Until a relay confirms on
+// it, a slot's confirmed position is its consistent point; a relay that streamed from it would
+// have recorded it. So that position is recorded as its consistent point: it is no earlier than
+// the true one, and the cut of a reshard taken from it makes the old set deliver at least every
+// row the new slot does not decode. The record holds no transaction horizon, so prune keeps
+// every row until a relay confirms on the slot.
+func recordFound(ctx context.Context, conn *pgconn.PgConn, reg *registry.Store, info inspect.Slot) error {
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	_, err = reg.Register(ctx, registry.Record{Slot: info.Name, SystemID: sys.SystemID, Timeline: sys.Timeline,
+		Origin: registry.OriginAdopted, CreatedLSN: info.ConfirmedFlush, ConfirmedLSN: info.ConfirmedFlush})
+	return err
 }
 
 // coveredIdentity returns the identity of what publication covers of tables (inspect.Coverage),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
@@ -83,6 +84,7 @@ func Reshard(ctx context.Context, c ReshardConfig) (Resharding, error) {
 	if err != nil {
 		return Resharding{}, err
 	}
+	killpoint.Hit("reshard.published")
 	for _, name := range created {
 		if c.CreatedPublication != nil {
 			c.CreatedPublication(name)
@@ -91,10 +93,11 @@ func Reshard(ctx context.Context, c ReshardConfig) (Resharding, error) {
 	for k := range to.N {
 		slot := to.SlotName(k)
 		made, err := EnsureSlot(ctx, c.DatabaseURL, slot, to.PublicationName(k), c.Tables, registry.New(c.Conn, l.Table.Schema),
-			WithFailoverSlot(c.Failover), WithReplicationURL(c.ReplicationURL))
+			WithFailoverSlot(c.Failover), WithReplicationURL(c.ReplicationURL), withFoundRecorded())
 		if err != nil {
 			return Resharding{}, err
 		}
+		killpoint.Hit("reshard.slot")
 		if c.EnsuredSlot != nil {
 			c.EnsuredSlot(slot, made)
 		}

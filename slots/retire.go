@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 )
@@ -52,10 +53,12 @@ func Retire(ctx context.Context, c ReshardConfig, m shard.Move, dropped func(ins
 				return err
 			}
 			dropped(sl)
+			killpoint.Hit("retire.dropped")
 		}
 		if err := reg.Forget(ctx, sl.Name); err != nil {
 			return err
 		}
+		killpoint.Hit("retire.forgot")
 	}
 	return shard.DropPublications(ctx, c.Conn, m.From.Set)
 }

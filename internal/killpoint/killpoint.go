@@ -1,4 +1,4 @@
-// Package killpoint names the boundaries in the relay where a fault test kills walbox.
+// Package killpoint names the boundaries in walbox's commands where a fault test kills walbox.
 //
 // A walbox built with the build tag killpoints reads WALBOX_KILL_POINT=name:N. It SIGKILLs itself
 // the Nth time the point name is hit. Without the tag, Hit is an empty function that the compiler
@@ -20,6 +20,11 @@ var Points = []string{
 	"recover.created",   // recover created the new slot, published nothing of the gap yet
 	"recover.published", // recover published the gap, all confirmed, the record not yet reset
 	"prune.deleted",     // prune deleted a batch and counted it, not yet committed
+	"reshard.published", // reshard created the new set's publications, no slot yet
+	"slot.created",      // a slot created (migrate, reshard), not yet recorded
+	"reshard.slot",      // reshard created and recorded a slot of the new set, the next not yet
+	"retire.dropped",    // retire dropped an old slot, its record not yet forgotten
+	"retire.forgot",     // retire forgot an old slot's record; the next slot, or the publications, not yet
 }
 
 // Env is the environment variable that arms a point: name:N.

@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"encoding/json"
 	"os/exec"
 	"slices"
 	"strings"
@@ -18,11 +19,12 @@ var (
 	recoverPoints = []string{"recover.created", "recover.published"}
 	prunePoints   = []string{"prune.deleted"}
 	standbyPoints = []string{"standby.took"}
+	reshardPoints = []string{"reshard.published", "slot.created", "reshard.slot", "retire.dropped", "retire.forgot"}
 )
 
 // Every kill point is killed at by a test: a point added to the code needs a test here.
 func TestEveryKillPointIsCovered(t *testing.T) {
-	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints)
+	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints)
 	for _, p := range killpoint.Points {
 		if !slices.Contains(covered, p) {
 			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)
@@ -173,4 +175,52 @@ func TestStandbyKilledAtEveryPoint(t *testing.T) {
 	w.progress(v, 200, time.Minute)
 	wr.stop()
 	w.verdict(wr.Writer, v, 2*time.Minute, len(standbyPoints), 2*len(standbyPoints), "")
+}
+
+// Resharding from 2 shards to 3 under load, walbox reshard is killed at each of its steps, each
+// run one step further than the last: the new publications created, no slot yet; the first new
+// slot created, not recorded; the first recorded as found and the second created and recorded.
+// Run again, it finishes and waits for the cut. The new relays start and the old ones stop. Then
+// walbox reshard --retire is killed with the first old slot dropped and forgotten and the second
+// dropped, its record kept; and again with both forgotten, the publications kept. Run again, it
+// retires the old set. Each state is one a rerun finishes from: one set of 3 remains, and
+// nothing is lost or out of order.
+func TestReshardKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	w, v, wr, old := twoShardsUnderLoad(t, 364)
+	w.progress(v, 300, time.Minute)
+	reshard := []string{"reshard", "--shards", "3"}
+	w.killedAt("reshard.published", 1, reshard...)
+	w.killedAt("slot.created", 1, reshard...)
+	w.killedAt("reshard.slot", 2, reshard...)
+	if out, code := w.walbox(nil, append(reshard, "--wait", "90s")...); code != 0 {
+		t.Fatalf("walbox reshard --shards 3, run again after the kills, exited %d:\n%s", code, out)
+	}
+	for k := range 3 {
+		w.startShard(k, 3)
+	}
+	w.progress(v, 300, time.Minute)
+	for _, r := range old {
+		if code := r.Stop(30 * time.Second); code != 0 {
+			t.Errorf("old relay exited %d", code)
+		}
+	}
+	retire := append(reshard, "--retire")
+	w.killedAt("retire.dropped", 2, retire...)
+	w.killedAt("retire.forgot", 2, retire...)
+	if out, code := w.walbox(nil, retire...); code != 0 {
+		t.Fatalf("walbox reshard --shards 3 --retire, run again after the kills, exited %d:\n%s", code, out)
+	}
+	w.progress(v, 300, time.Minute)
+	wr.stop()
+	out, code := w.walbox(nil, "status", "--json")
+	var st struct {
+		Sets []struct {
+			Shards int `json:"shards"`
+		} `json:"shard_sets"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || len(st.Sets) != 1 || st.Sets[0].Shards != 3 {
+		t.Errorf("walbox status after the reshard exited %d with %+v (%v); want one set of 3:\n%s", code, st, err, out)
+	}
+	w.verdict(wr.Writer, v, 3*time.Minute, len(reshardPoints), len(reshardPoints), "")
 }

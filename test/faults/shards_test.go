@@ -36,6 +36,16 @@ func newShardedWorldOn(t *testing.T, pg *testenv.Postgres, rabbit *testenv.Rabbi
 	return w
 }
 
+// twoShardsUnderLoad starts two shards' relays, a verifier of their queue and a writer of a third
+// of its rows through walbox_emit, which every slot of every set receives.
+func twoShardsUnderLoad(t *testing.T, seed uint64) (*world, *checker.Verifier, *writer, []*relay) {
+	t.Helper()
+	w := newShardedWorld(t, 2)
+	v := w.startVerifier()
+	wr := w.startWriter(checker.WriterConfig{Seed: seed, Aggregates: 40, MaxTx: 20, Pause: 5 * time.Millisecond, Emit: 0.3})
+	return w, v, wr, []*relay{w.startShard(0, 2), w.startShard(1, 2)}
+}
+
 // startShard starts the relay of shard k of n.
 func (w *world) startShard(k, n int, extra ...string) *relay {
 	return w.startRelay(append([]string{"WALBOX_SHARDS=" + itoa(n), "WALBOX_SHARD=" + itoa(k)}, extra...)...)
@@ -115,10 +125,7 @@ func shardsKilledAtRandomMoments(t *testing.T, pg *testenv.Postgres, rabbit *tes
 // receives: the relays of each set pick theirs by the set's count.
 func TestReshardUnderLoad(t *testing.T) {
 	heavy(t)
-	w := newShardedWorld(t, 2)
-	v := w.startVerifier()
-	wr := w.startWriter(checker.WriterConfig{Seed: 11, Aggregates: 40, MaxTx: 20, Pause: 5 * time.Millisecond, Emit: 0.3})
-	old := []*relay{w.startShard(0, 2), w.startShard(1, 2)}
+	w, v, wr, old := twoShardsUnderLoad(t, 11)
 	w.progress(v, 500, time.Minute)
 
 	// An old relay that cannot move holds the reshard: its slot stays before the cut, and
