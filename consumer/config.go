@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/walbox/walbox/consumer/internal/handling"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -154,26 +155,19 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with each zero field set to its default.
 func (c Config) withDefaults() Config {
-	setDefault(&c.Prefetch, DefaultPrefetch)
-	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
-	setDefault(&c.RetryBackoff, DefaultRetryBackoff)
-	setDefault(&c.RetryBackoffMax, max(DefaultRetryBackoffMax, c.RetryBackoff))
-	setDefault(&c.ReconnectBackoff, DefaultReconnectBackoff)
-	setDefault(&c.ReconnectBackoffMax, max(DefaultReconnectBackoffMax, c.ReconnectBackoff))
-	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	setDefault(&c.ProcessedTable, DefaultProcessedTable)
-	setDefault(&c.ConsumerName, c.Queue)
+	handling.SetDefault(&c.Prefetch, DefaultPrefetch)
+	handling.SetDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	handling.SetDefault(&c.RetryBackoff, DefaultRetryBackoff)
+	handling.SetDefault(&c.RetryBackoffMax, max(DefaultRetryBackoffMax, c.RetryBackoff))
+	handling.SetDefault(&c.ReconnectBackoff, DefaultReconnectBackoff)
+	handling.SetDefault(&c.ReconnectBackoffMax, max(DefaultReconnectBackoffMax, c.ReconnectBackoff))
+	handling.SetDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	handling.SetDefault(&c.ProcessedTable, DefaultProcessedTable)
+	handling.SetDefault(&c.ConsumerName, c.Queue)
 	if c.DeadLetterQueue == "" && c.Queue != "" {
 		c.DeadLetterQueue = c.Queue + ".dlq"
 	}
 	return c
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // checkURL parses an AMQP URL; its error never contains the password.
@@ -196,13 +190,10 @@ func checkURL(raw string) error {
 	return nil
 }
 
-// retryDelay is how long a message waits after failing attempt n (1-based).
+// retryDelay is how long a message waits after failing attempt n (1-based). It is whole
+// milliseconds: the retry queue's name and message TTL carry it so.
 func (c *Config) retryDelay(attempt int) time.Duration {
-	d := c.RetryBackoff
-	for i := 1; i < attempt && d < c.RetryBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, c.RetryBackoffMax).Truncate(time.Millisecond)
+	return handling.RetryDelay(c.RetryBackoff, c.RetryBackoffMax, attempt).Truncate(time.Millisecond)
 }
 
 // retryQueue names the queue a message waits d in before it returns to Queue.

@@ -27,3 +27,14 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestRetryDelayIsWholeMilliseconds: the queue consumer cuts each delay to whole milliseconds,
+// as its retry queue names carry it. The stream consumer does not (its retryDelay test).
+func TestRetryDelayIsWholeMilliseconds(t *testing.T) {
+	cfg := Config{RetryBackoff: 1500 * time.Microsecond, RetryBackoffMax: 10 * time.Millisecond}
+	for attempt, want := range map[int]time.Duration{1: time.Millisecond, 2: 3 * time.Millisecond, 3: 6 * time.Millisecond, 4: 10 * time.Millisecond} {
+		if got := cfg.retryDelay(attempt); got != want {
+			t.Errorf("attempt %d: %s, want %s", attempt, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/walbox/walbox/consumer/internal/handling"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -93,7 +94,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if consumed {
 			backoff = c.cfg.ReconnectBackoff
 		}
-		if !sleep(ctx, backoff) {
+		if !handling.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(2*backoff, c.cfg.ReconnectBackoffMax)
@@ -171,18 +172,6 @@ func channelClosed(closed <-chan *amqp.Error) error {
 func (c *Consumer) report(err error) {
 	if err != nil && c.cfg.OnError != nil {
 		c.cfg.OnError(err)
-	}
-}
-
-// sleep waits for d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -165,20 +165,44 @@ func testRetriedThenDeadLettered(t *testing.T, queueArgs map[string]any) {
 }
 
 func TestRetryAfterErrorAndPanicSucceeds(t *testing.T) {
-	e := newEnv(t, nil)
-	var got calls
-	c, err := consumer.New(e.pool, e.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
-		got.add(d)
-		if err := recordEffect(ctx, tx, d); err != nil {
-			return err
-		}
-		switch d.Attempt {
+	testRetrySucceeds(t, func(_ context.Context, _ pgx.Tx, attempt int) error {
+		switch attempt {
 		case 1:
 			return errors.New("transient")
 		case 2:
 			panic("handler bug")
 		}
 		return nil
+	}, "transient", "handler panic: handler bug")
+}
+
+// A handler that ends its transaction itself, or leaves it failed, is retried. The failed
+// commit counts as the handler's error.
+func TestHandlerThatSpoilsItsTransactionIsRetried(t *testing.T) {
+	const unusable = "handler left the transaction unusable"
+	testRetrySucceeds(t, func(ctx context.Context, tx pgx.Tx, attempt int) error {
+		switch attempt {
+		case 1:
+			return tx.Rollback(ctx) // ends it
+		case 2:
+			_, _ = tx.Exec(ctx, "SELECT 1/0") // leaves it failed
+		}
+		return nil
+	}, unusable, unusable)
+}
+
+// testRetrySucceeds runs a handler whose attempts 1 and 2 fail as fail says, and checks that
+// attempt 3 is handled alone. OnError hears of the two retries, with wantErrs in them.
+func testRetrySucceeds(t *testing.T, fail func(ctx context.Context, tx pgx.Tx, attempt int) error, wantErrs ...string) {
+	e := newEnv(t, nil)
+	var errs errorLog
+	cfg := e.config()
+	cfg.OnError = errs.add
+	c, err := consumer.New(e.pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if err := recordEffect(ctx, tx, d); err != nil {
+			return err
+		}
+		return fail(ctx, tx, d.Attempt)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +222,21 @@ func TestRetryAfterErrorAndPanicSucceeds(t *testing.T) {
 	}
 	if n := e.readyMessages(t, e.queue+".dlq"); n != 0 {
 		t.Errorf("%d dead letters, want 0", n)
+	}
+	var retries []string
+	for _, err := range errs.all() {
+		var me *consumer.MessageError
+		if errors.As(err, &me) && me.Retry {
+			retries = append(retries, me.Error())
+		}
+	}
+	if len(retries) != len(wantErrs) {
+		t.Fatalf("OnError heard of retries %q, want %d", retries, len(wantErrs))
+	}
+	for i, want := range wantErrs {
+		if !strings.Contains(retries[i], want) {
+			t.Errorf("retry %d: %q, want %q in it", i+1, retries[i], want)
+		}
 	}
 }
 

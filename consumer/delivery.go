@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,9 +30,6 @@ const (
 	// HeaderConsumer names the consumer (Config.ConsumerName) that dead-lettered the message.
 	HeaderConsumer = "x-walbox-consumer"
 )
-
-// maxErrorHeader bounds HeaderError: headers travel in one frame.
-const maxErrorHeader = 4 << 10
 
 // Delivery is one message as the handler sees it.
 type Delivery struct {
@@ -118,12 +114,4 @@ func republish(d *amqp.Delivery, extra amqp.Table) amqp.Publishing {
 		AppId:           d.AppId,
 		Body:            d.Body,
 	}
-}
-
-func errorHeader(err error) string {
-	s := err.Error()
-	if len(s) > maxErrorHeader {
-		s = strings.ToValidUTF8(s[:maxErrorHeader], "")
-	}
-	return s
 }

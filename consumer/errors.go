@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
 // MessageError reports a message whose handling failed. OnError receives it; Run goes on.
@@ -46,22 +47,5 @@ func Fatal(err error) bool {
 			return true
 		}
 	}
-	var fatal *fatalError
-	return errors.As(err, &fatal)
-}
-
-// fatalError marks a database error of the consumer's own statements as not retryable.
-type fatalError struct{ err error }
-
-func (e *fatalError) Error() string { return e.err.Error() }
-func (e *fatalError) Unwrap() error { return e.err }
-
-// classifyDB marks SQLSTATE class 42 (syntax error or access rule violation: an undefined
-// table, an insufficient privilege) as fatal.
-func classifyDB(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "42" {
-		return &fatalError{err}
-	}
-	return err
+	return handling.IsFatal(err)
 }

@@ -2,11 +2,11 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
 // handle processes one delivery and settles it: ack (handled, or a duplicate), republish then
@@ -40,38 +40,20 @@ func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.D
 func (c *Consumer) process(ctx context.Context, d Delivery) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+		return nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	tag, err := tx.Exec(ctx, c.insertProcessed, d.MessageID, c.cfg.ConsumerName)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("record processed message: %w", err))
+		return nil, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
 	if tag.RowsAffected() == 0 {
 		return nil, nil // handled before
 	}
-	if err := c.call(ctx, tx, d); err != nil {
+	if err := handling.Call(ctx, c.handler, tx, d); err != nil {
 		return err, nil
 	}
-	if err := tx.Commit(ctx); err != nil {
-		if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
-			// The handler left tx failed, or ended it itself. Retrying is right either way: a
-			// transaction the handler committed makes the retry a duplicate.
-			return fmt.Errorf("handler left the transaction unusable: %w", err), nil
-		}
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return nil, nil
-}
-
-// call runs the handler, turning a panic into an error.
-func (c *Consumer) call(ctx context.Context, tx pgx.Tx, d Delivery) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panic: %v", p)
-		}
-	}()
-	return c.handler(ctx, tx, d)
+	return handling.Commit(ctx, tx)
 }
 
 // requeue returns d to the queue after a database error, pausing first (with growing backoff
@@ -83,7 +65,7 @@ func (c *Consumer) requeue(ctx context.Context, d *amqp.Delivery, merr *MessageE
 	}
 	c.report(merr)
 	c.dbBackoff = min(max(2*c.dbBackoff, c.cfg.ReconnectBackoff), c.cfg.ReconnectBackoffMax)
-	sleep(ctx, c.dbBackoff)
+	handling.Sleep(ctx, c.dbBackoff)
 	if err := d.Nack(false, true); err != nil {
 		return fmt.Errorf("requeue message %s: %w", merr.MessageID, err)
 	}
@@ -98,7 +80,7 @@ func (c *Consumer) retry(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery
 	}
 	p := republish(d, amqp.Table{
 		HeaderAttempts: int64(attempt),
-		HeaderError:    errorHeader(handlerErr),
+		HeaderError:    handling.ErrorHeader(handlerErr),
 	})
 	if err := publish(ctx, ch, c.cfg.retryQueue(c.cfg.retryDelay(attempt)), p); err != nil {
 		return fmt.Errorf("schedule retry of message %s: %w", d.MessageId, err)
@@ -114,7 +96,7 @@ func (c *Consumer) retry(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery
 func (c *Consumer) deadLetter(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery, attempts int, reason error) error {
 	p := republish(d, amqp.Table{
 		HeaderAttempts: int64(attempts),
-		HeaderError:    errorHeader(reason),
+		HeaderError:    handling.ErrorHeader(reason),
 		HeaderConsumer: c.cfg.ConsumerName,
 	})
 	if err := publish(ctx, ch, c.cfg.DeadLetterQueue, p); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/consumer/internal/handling"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -74,21 +75,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c *Config) setDefaults() {
-	setDefault(&c.OffsetTable, DefaultOffsetTable)
-	setDefault(&c.MaxAttempts, consumer.DefaultMaxAttempts)
-	setDefault(&c.RetryBackoff, consumer.DefaultRetryBackoff)
-	setDefault(&c.RetryBackoffMax, max(consumer.DefaultRetryBackoffMax, c.RetryBackoff))
-	setDefault(&c.DeadLetterStream, c.Stream+".dead")
-	setDefault(&c.ReconnectBackoff, consumer.DefaultReconnectBackoff)
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	handling.SetDefault(&c.OffsetTable, DefaultOffsetTable)
+	handling.SetDefault(&c.MaxAttempts, consumer.DefaultMaxAttempts)
+	handling.SetDefault(&c.RetryBackoff, consumer.DefaultRetryBackoff)
+	handling.SetDefault(&c.RetryBackoffMax, max(consumer.DefaultRetryBackoffMax, c.RetryBackoff))
+	handling.SetDefault(&c.DeadLetterStream, c.Stream+".dead")
+	handling.SetDefault(&c.ReconnectBackoff, consumer.DefaultReconnectBackoff)
 	if c.OnError == nil {
 		c.OnError = func(error) {}
 	}
+	return c
 }
 
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
+// retryDelay is the pause after failed attempt number attempt (1-based). Unlike the queue
+// consumer's, it is not cut to whole milliseconds: no queue name carries it.
+func (c Config) retryDelay(attempt int) time.Duration {
+	return handling.RetryDelay(c.RetryBackoff, c.RetryBackoffMax, attempt)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +12,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/consumer/internal/handling"
 	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/wire"
 )
@@ -35,7 +35,7 @@ func New(pool *pgxpool.Pool, cfg Config, h consumer.Handler) (*Consumer, error) 
 	if pool == nil || h == nil {
 		return nil, errors.New("new stream consumer: nil pool or handler")
 	}
-	cfg.setDefaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return classifyDB(fmt.Errorf("create offset table: %w", err))
+		return handling.ClassifyDB(fmt.Errorf("create offset table: %w", err))
 	}
 	for {
 		err := c.session(ctx)
@@ -79,7 +79,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if Fatal(err) {
 			return err
 		}
-		if !sleep(ctx, c.cfg.ReconnectBackoff) {
+		if !handling.Sleep(ctx, c.cfg.ReconnectBackoff) {
 			return nil
 		}
 	}
@@ -156,7 +156,7 @@ func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, e
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, classifyDB(fmt.Errorf("read offset: %w", err))
+		return 0, false, handling.ClassifyDB(fmt.Errorf("read offset: %w", err))
 	}
 	return next, true, nil
 }
@@ -168,7 +168,7 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	d := streamDelivery(r.msg)
 	var herr error
 	for d.Attempt = 1; d.Attempt <= c.cfg.MaxAttempts; d.Attempt++ {
-		if d.Attempt > 1 && !sleep(ctx, c.retryDelay(d.Attempt-1)) {
+		if d.Attempt > 1 && !handling.Sleep(ctx, c.cfg.retryDelay(d.Attempt-1)) {
 			return ctx.Err()
 		}
 		if d.MessageID == "" {
@@ -176,7 +176,7 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 			break
 		}
 		var err error
-		if herr, err = c.process(ctx, r.offset, d, c.call); err != nil || herr == nil {
+		if herr, err = c.process(ctx, r.offset, d, c.handler); err != nil || herr == nil {
 			return err
 		}
 		c.cfg.OnError(&consumer.MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: herr})
@@ -188,11 +188,6 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	return err
 }
 
-func (c *Consumer) retryDelay(attempt int) time.Duration {
-	d := c.cfg.RetryBackoff << min(attempt-1, 30)
-	return min(d, c.cfg.RetryBackoffMax)
-}
-
 // process runs h (if any) in a transaction that stores offset+1 as the next offset, provided
 // the stored offset is not past it: a message another instance of the consumer handled is
 // skipped. A stored offset below it is one the session checked (startOffset and the gap check in
@@ -201,7 +196,7 @@ func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Deliver
 	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("begin: %w", err))
+		return nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var stored int64
@@ -209,37 +204,21 @@ func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Deliver
 		" ON CONFLICT (consumer, stream) DO UPDATE SET next_offset = o.next_offset RETURNING next_offset",
 		c.cfg.ConsumerName, c.cfg.Stream, offset).Scan(&stored)
 	if err != nil {
-		return nil, classifyDB(fmt.Errorf("lock offset: %w", err))
+		return nil, handling.ClassifyDB(fmt.Errorf("lock offset: %w", err))
 	}
 	if stored > offset {
 		return nil, nil // handled by another instance of this consumer
 	}
 	if h != nil {
-		if err := h(ctx, tx, d); err != nil {
+		if err := handling.Call(ctx, h, tx, d); err != nil {
 			return err, nil
 		}
 	}
 	if _, err := tx.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $3 WHERE consumer = $1 AND stream = $2",
 		c.cfg.ConsumerName, c.cfg.Stream, offset+1); err != nil {
-		return nil, classifyDB(fmt.Errorf("store offset: %w", err))
+		return nil, handling.ClassifyDB(fmt.Errorf("store offset: %w", err))
 	}
-	if err := tx.Commit(ctx); err != nil {
-		if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
-			return fmt.Errorf("handler left the transaction unusable: %w", err), nil
-		}
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return nil, nil
-}
-
-// call runs the handler, turning a panic into an error.
-func (c *Consumer) call(ctx context.Context, tx pgx.Tx, d consumer.Delivery) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panic: %v", p)
-		}
-	}()
-	return c.handler(ctx, tx, d)
+	return handling.Commit(ctx, tx)
 }
 
 // streamDelivery is the handler's view of a stream message: the application properties are
@@ -267,26 +246,4 @@ func dataSections(m *amqp.Message) []string {
 		out[i] = string(b)
 	}
 	return out
-}
-
-// errorHeader is err's text for consumer.HeaderError, cut to 4 KiB as the queue consumer cuts it.
-func errorHeader(err error) string {
-	const maxErrorHeader = 4 << 10
-	s := err.Error()
-	if len(s) > maxErrorHeader {
-		s = strings.ToValidUTF8(s[:maxErrorHeader], "")
-	}
-	return s
-}
-
-// sleep waits for d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

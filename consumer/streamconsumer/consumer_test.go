@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,6 +156,61 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 	}
 	if got := dead[0].ApplicationProperties[consumer.HeaderError]; !strings.Contains(fmt.Sprint(got), "poison") {
 		t.Errorf("dead letter's %s: %v", consumer.HeaderError, got)
+	}
+}
+
+// A handler that panics is retried in place, as one that returns an error. The queue consumer
+// does the same through its retry queues.
+func TestStreamConsumerRetriesAPanic(t *testing.T) {
+	se := newStreamEnv(t, 3)
+	panicky := se.ids[1]
+	var mu sync.Mutex
+	var retried []string
+	cfg := se.config()
+	cfg.OnError = func(err error) {
+		var me *consumer.MessageError
+		if errors.As(err, &me) {
+			mu.Lock()
+			defer mu.Unlock()
+			retried = append(retried, me.Error())
+		}
+	}
+	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if err := recordEffect(ctx, tx, d); err != nil {
+			return err
+		}
+		if d.MessageID == panicky && d.Attempt < 3 {
+			panic("handler bug")
+		}
+		return nil
+	}
+	c, err := streamconsumer.New(se.pool, cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	se.waitOffset(t, 3, time.Minute)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1 AND attempt = 3", panicky); got != 1 {
+		t.Errorf("%d effects of attempt 3, want 1", got)
+	}
+	if got := se.count(t, "SELECT count(*) FROM effects"); got != 3 {
+		t.Errorf("%d effects, want 3 (the attempts that panicked leave none)", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(retried) != 2 {
+		t.Fatalf("OnError heard %q, want 2 message errors", retried)
+	}
+	for _, m := range retried {
+		if !strings.Contains(m, "handler panic: handler bug") {
+			t.Errorf("message error %q, want the panic in it", m)
+		}
 	}
 }
 

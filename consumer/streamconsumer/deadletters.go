@@ -9,6 +9,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
 // deadLetters publishes the messages a Consumer gives up on into the dead-letter stream,
@@ -44,7 +45,7 @@ func (d *deadLetters) publish(r record, attempts int, reason error) error {
 	if id < d.last {
 		// The broker would drop it, and the offset would move on: the message lost. The ids
 		// are from an earlier read of the stream (its offsets reset, or the stream recreated).
-		return &fatalError{fmt.Errorf("dead-letter offset %d: producer %s already stored publishing id %d in %s, "+
+		return &handling.FatalError{Err: fmt.Errorf("dead-letter offset %d: producer %s already stored publishing id %d in %s, "+
 			"from an earlier read of %s (offsets reset, or the stream recreated); delete %s or set another DeadLetterStream",
 			r.offset, d.name(), d.last, d.cfg.DeadLetterStream, d.cfg.Stream, d.cfg.DeadLetterStream)}
 	}
@@ -54,7 +55,7 @@ func (d *deadLetters) publish(r record, attempts int, reason error) error {
 	for k, v := range r.msg.ApplicationProperties {
 		m.ApplicationProperties[k] = v
 	}
-	m.ApplicationProperties[consumer.HeaderError] = errorHeader(reason)
+	m.ApplicationProperties[consumer.HeaderError] = handling.ErrorHeader(reason)
 	m.ApplicationProperties[consumer.HeaderAttempts] = int64(attempts)
 	m.ApplicationProperties[consumer.HeaderConsumer] = d.cfg.ConsumerName
 	m.ApplicationProperties["x-walbox-offset"] = r.offset

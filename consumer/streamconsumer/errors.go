@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
 // OffsetError reports a stored offset outside the stream. Messages between were never handled
@@ -40,23 +40,6 @@ func (e *OffsetError) Error() string {
 // refuses, a dead letter the broker would drop, or the database rejecting the consumer's own
 // statements as wrong (a missing privilege). These need a change of configuration.
 func Fatal(err error) bool {
-	var fatal *fatalError
 	var offset *OffsetError
-	return errors.As(err, &fatal) || errors.As(err, &offset) && offset.ResetTo < 0
-}
-
-// fatalError marks an error as not retryable.
-type fatalError struct{ err error }
-
-func (e *fatalError) Error() string { return e.err.Error() }
-func (e *fatalError) Unwrap() error { return e.err }
-
-// classifyDB marks SQLSTATE class 42 (syntax error or access rule violation: an undefined
-// table, an insufficient privilege) as fatal.
-func classifyDB(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "42" {
-		return &fatalError{err}
-	}
-	return err
+	return handling.IsFatal(err) || errors.As(err, &offset) && offset.ResetTo < 0
 }

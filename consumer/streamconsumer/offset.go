@@ -9,6 +9,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/consumer/internal/handling"
 	"github.com/walbox/walbox/internal/streamconn"
 )
 
@@ -24,7 +25,7 @@ func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, nex
 	for reads := 1; err == nil && next > end && reads < endReads; reads++ {
 		// The client may read from a replica, which may lag the leader: look again first,
 		// through a new subscription, on a member the client picks at random.
-		if !sleep(ctx, endPause) {
+		if !handling.Sleep(ctx, endPause) {
 			return 0, ctx.Err()
 		}
 		end, err = c.end(ctx, env)
@@ -135,7 +136,7 @@ func (c *Consumer) resetOffset(ctx context.Context, from, to int64) error {
 	tag, err := c.pool.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $4 WHERE consumer = $1 AND stream = $2 AND next_offset = $3",
 		c.cfg.ConsumerName, c.cfg.Stream, from, to)
 	if err != nil {
-		return classifyDB(fmt.Errorf("reset offset: %w", err))
+		return handling.ClassifyDB(fmt.Errorf("reset offset: %w", err))
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("reset offset: stored offset moved from %d while it was checked", from)
