@@ -59,9 +59,9 @@ func CheckName(slot string) error {
 	return nil
 }
 
-// Create creates the pgoutput slot on conn, a logical replication connection, as a failover
-// slot if failover says so for the server, and returns its consistent point. On a standby it has
-// primary log standby snapshots meanwhile. It neither checks nor records anything: EnsureSlot
+// Create creates the pgoutput slot on conn, a logical replication connection, and returns its
+// consistent point. It creates a failover slot if failover says so for the server. On a standby it
+// has primary log standby snapshots meanwhile. It neither checks nor records anything: EnsureSlot
 // does. An error of IsSettingError is one of failover for this server.
 func Create(ctx context.Context, conn *pgconn.PgConn, primary Execer, slot string, failover FailoverSlot) (pglogrepl.LSN, error) {
 	var lsn pglogrepl.LSN
@@ -88,15 +88,15 @@ type slotOptions struct {
 	recordFound    bool
 }
 
-// withFoundRecorded records a slot that exists without a record, as a slot a reshard created and
-// did not record (killed in between): its position serves as its consistent point (see
+// withFoundRecorded records a slot that exists without a record. A reshard may have created such a
+// slot and not recorded it (killed in between). Its position serves as its consistent point (see
 // recordFound).
 func withFoundRecorded() SlotOption {
 	return func(o *slotOptions) { o.recordFound = true }
 }
 
-// WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+),
-// as replication.Config.ReplicationURL streams from it; the record stays on dsn's server.
+// WithReplicationURL creates the slot on this server, a hot standby of dsn's (PostgreSQL 16+).
+// replication.Config.ReplicationURL then streams from it. The record stays on dsn's server.
 func WithReplicationURL(u string) SlotOption {
 	return func(o *slotOptions) { o.replicationURL = u }
 }
@@ -107,12 +107,12 @@ func WithFailoverSlot(f FailoverSlot) SlotOption {
 }
 
 // EnsureSlot creates the slot if it does not exist, records it in reg, and reports whether it
-// created it. `walbox migrate` calls it right after creating the publication, so rows committed
-// before the first run are covered. A slot that is missing though recorded is not recreated: that
-// would skip the rows committed since it vanished (walbox recover deals with that).
+// created it. The command `walbox migrate` calls it right after creating the publication. So rows
+// committed before the first run are covered. A slot that is missing though recorded is not
+// recreated. That would skip the rows committed since it vanished: walbox recover deals with that.
 //
-// The record holds what publication covers of tables, read before the slot is created: a relay
-// that starts much later, after the publication or a table was changed and put right again, finds
+// The record holds what publication covers of tables, read before the slot is created. A relay may
+// start much later, after the publication or a table was changed and put right again. It then finds
 // the coverage it reads now short of the one recorded, and stops (see package replication).
 func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wire.Table, reg *registry.Store, opts ...SlotOption) (bool, error) {
 	o := slotOptions{failover: FailoverAuto}
@@ -168,8 +168,8 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	if err != nil {
 		return false, err
 	}
-	// The horizon is read where the slot will be, before it exists: the slot starts at or after
-	// the position the horizon was read at.
+	// The horizon is read where the slot will be, before it exists. The slot starts at or after the
+	// position the horizon was read at.
 	var xmin uint64
 	if standby != nil {
 		xmin, err = standbyHorizon(ctx, standby)
@@ -192,12 +192,12 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 	return err == nil, err
 }
 
-// recordFound records the slot info, which exists without a record. Until a relay confirms on
-// it, a slot's confirmed position is its consistent point; a relay that streamed from it would
-// have recorded it. So that position is recorded as its consistent point: it is no earlier than
-// the true one, and the cut of a reshard taken from it makes the old set deliver at least every
-// row the new slot does not decode. The record holds no transaction horizon, so prune keeps
-// every row until a relay confirms on the slot.
+// recordFound records the slot info, which exists without a record. Until a relay confirms on it, a
+// slot's confirmed position is its consistent point. A relay that streamed from it would have
+// recorded it. So that position is recorded as its consistent point: it is no earlier than the true
+// one. A reshard may take its cut from it. The old set then delivers at least every row the new
+// slot does not decode. The record holds no transaction horizon. So prune keeps every row until a
+// relay confirms on the slot.
 func recordFound(ctx context.Context, conn *pgconn.PgConn, reg *registry.Store, info inspect.Slot) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
@@ -208,9 +208,9 @@ func recordFound(ctx context.Context, conn *pgconn.PgConn, reg *registry.Store, 
 	return err
 }
 
-// coveredIdentity returns the identity of what publication covers of tables (inspect.Coverage),
-// leaving out the tables it does not cover: a relay starting with one of them has no claim on
-// rows written to it before it was covered. Empty when the publication covers none.
+// coveredIdentity returns the identity of what publication covers of tables (inspect.Coverage). It
+// leaves out the tables the publication does not cover. A relay starting with one of them has no
+// claim on rows written to it before it was covered. It is empty when the publication covers none.
 func coveredIdentity(ctx context.Context, db inspect.Querier, publication string, tables []wire.Table) (string, error) {
 	var covered []wire.Table
 	for _, t := range tables {

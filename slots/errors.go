@@ -11,8 +11,8 @@ import (
 var (
 	// ErrSlotMissing means the slot does not exist though walbox recorded it.
 	ErrSlotMissing = errors.New("replication slot does not exist")
-	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
-	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
+	// ErrSlotGap means the slot is not the one walbox recorded, so rows may have been skipped. It
+	// was dropped, recreated or advanced behind walbox's back, or it lives on another server.
 	ErrSlotGap = errors.New("replication slot does not continue from walbox's recorded position")
 	// ErrSlotActive means another process streams from the slot.
 	ErrSlotActive = errors.New("replication slot is active in another process")
@@ -20,17 +20,17 @@ var (
 	ErrNoRegistry = errors.New("slot registry is missing")
 	// ErrNothingRecorded means the slot has no record: there is no known position to recover from.
 	ErrNothingRecorded = errors.New("nothing is recorded for the slot")
-	// errNoLowerBound means the record holds no transaction horizon that row ids can be held
-	// against, so only republishing every row (AllRows) covers the gap.
+	// errNoLowerBound means the record holds no transaction horizon to compare row ids with. So
+	// only republishing every row (AllRows) covers the gap.
 	errNoLowerBound = errors.New("no lower bound for the rows of the gap")
-	// errRowsGone means the gap's rows are not in the table: producers delete rows as they
-	// insert them, or they were pruned.
+	// errRowsGone means the gap's rows are not in the table. Producers delete rows as they insert
+	// them, or the rows were pruned.
 	errRowsGone = errors.New("the rows of the gap are not in the outbox table")
 	// errPositionIDs means a table's message ids come from stream positions, which rows read
 	// from the table do not have.
 	errPositionIDs = errors.New("message ids come from stream positions")
-	// errStreamAhead means the stream holds this relay's messages at or past the new slot's
-	// start: rows published there would be taken for stored.
+	// errStreamAhead means the stream holds this relay's messages at or past the new slot's start.
+	// Rows published there would be taken for stored.
 	errStreamAhead = errors.New("the stream is ahead of this server")
 )
 
@@ -49,7 +49,7 @@ func classify(err error, slot string) error {
 	return err
 }
 
-// refused marks an error that retrying cannot fix: the slot does not fit, does not continue from
+// refused marks an error that retrying cannot fix. The slot does not fit, does not continue from
 // its record, or may not be created.
 type refused struct{ error }
 
@@ -63,8 +63,9 @@ func Refused(err error) bool {
 	return errors.As(err, &r) || errors.As(err, &s)
 }
 
-// StopRecorded is Prepare's error for a slot whose record holds a stop: walbox run stopped on it
-// where only walbox recover gets past, and the slot is not streamed from again before that.
+// StopRecorded is Prepare's error for a slot whose record holds a stop. The command walbox run
+// stopped on the slot where only walbox recover gets past. The slot is not streamed from again
+// before that.
 type StopRecorded struct {
 	Slot string
 	Stop registry.Stop

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// FailoverSlot says whether the slots walbox creates are failover slots, which a standby with
-// sync_replication_slots keeps in step, so that the slot survives a promotion (PostgreSQL 17+).
+// FailoverSlot says whether the slots walbox creates are failover slots (PostgreSQL 17+). A standby
+// with sync_replication_slots keeps such a slot in step. So the slot survives a promotion.
 type FailoverSlot string
 
 // The modes of FailoverSlot.
@@ -37,7 +37,9 @@ func ParseFailoverSlot(s string) (FailoverSlot, error) {
 }
 
 // Wanted reports whether a slot created on a server of this major version is a failover slot:
-// FailoverOff never, FailoverAuto from PostgreSQL 17 on, FailoverOn always (an error before 17).
+//   - FailoverOff never;
+//   - FailoverAuto from PostgreSQL 17 on;
+//   - FailoverOn always, and an error before 17.
 func (f FailoverSlot) Wanted(major int) (bool, error) {
 	switch f {
 	case FailoverOff:
@@ -75,8 +77,8 @@ type createdSlot struct {
 	snapshot string // the exported snapshot's name, if one was asked for
 }
 
-// createLogicalSlot creates a pgoutput slot over the replication connection conn, exporting a
-// snapshot if export is set, as a failover slot when failover says so for this server.
+// createLogicalSlot creates a pgoutput slot over the replication connection conn. It exports a
+// snapshot if export is set. It creates a failover slot when failover says so for this server.
 func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, export bool) (createdSlot, error) {
 	on, err := failover.Wanted(ServerMajor(conn))
 	if err != nil {
@@ -120,8 +122,8 @@ func createLogicalSlot(ctx context.Context, conn *pgconn.PgConn, slot string, fa
 	return createdSlot{lsn: lsn, snapshot: string(row[2])}, nil
 }
 
-// makeFailover turns an existing inactive slot into a failover slot when failover says so (a
-// slot made by an older walbox or by hand). It reports whether it changed the slot.
+// makeFailover turns an existing inactive slot into a failover slot when failover says so. An older
+// walbox may have made the slot, or someone by hand. It reports whether it changed the slot.
 func makeFailover(ctx context.Context, conn *pgconn.PgConn, slot string, failover FailoverSlot, isFailover bool) (bool, error) {
 	on, err := failover.Wanted(ServerMajor(conn))
 	if err != nil || !on || isFailover || inRecovery(conn) {

@@ -23,15 +23,19 @@ type HeldConfig struct {
 	Checked inspect.Slot
 }
 
-// CheckHeld reads the slot again once the session holds it (START_REPLICATION succeeded), and
-// returns it. Prepare checks the slot while it is free, and any role with REPLICATION may advance
-// a free slot (pg_replication_slot_advance); the server then starts at the advanced position,
-// whatever position START_REPLICATION asked for. Once the session's walsender holds the slot
-// nobody else can move it, so this read is the one the session streams from. A slot the
-// session's walsender does not hold, while the server runs no process of its id, is
-// ErrWalsenderGone: the walsender ended in between, which a retry gets past. It refuses a slot
-// that this session's walsender, still running, does not hold (another server's?) and one that
-// moved past the position walbox recorded: rows committed in between may have been skipped.
+// CheckHeld reads the slot again once the session holds it (START_REPLICATION succeeded). It
+// returns the slot. Prepare checks the slot while it is free. Any role with REPLICATION may advance
+// a free slot (pg_replication_slot_advance). The server then starts at the advanced position,
+// whatever position START_REPLICATION asked for. Once the session's walsender holds the slot nobody
+// else can move it. So this read is the one the session streams from.
+//
+// Some slots it reports or refuses:
+//   - A slot the session's walsender does not hold, while the server runs no process of its id.
+//     That is ErrWalsenderGone: the walsender ended in between, which a retry gets past.
+//   - A slot that this session's walsender, still running, does not hold (another server's?).
+//   - A slot that moved past the position walbox recorded. Rows committed in between may have been
+//     skipped.
+//
 // The record holds what the broker confirmed, so a slot moved no further than it is no gap. The
 // slot stays where it was moved, so Prepare refuses it at the next start as well.
 func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
@@ -40,9 +44,9 @@ func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
 		return info, err
 	}
 	if !heldBy(info, c.PID) {
-		// The walsender that START_REPLICATION reached is gone (terminated, or its connection
-		// cut) if the server runs no process of its id: the session ended, and the next one
-		// checks the slot again before it streams, or waits while another process holds it.
+		// The walsender that START_REPLICATION reached is gone if the server runs no process of its
+		// id. It was terminated, or its connection was cut. The session ended. The next session
+		// checks the slot again before it streams. Or it waits while another process holds it.
 		var alive bool
 		if err := c.SlotDB.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",
 			int64(c.PID)).Scan(&alive); err != nil {
@@ -61,7 +65,7 @@ func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
 }
 
 // ErrWalsenderGone means the session's walsender ended between START_REPLICATION and the read of
-// the slot that follows it: the session is over, and nothing was streamed. Starting again is safe.
+// the slot that follows it. The session is over, and nothing was streamed. Starting again is safe.
 var ErrWalsenderGone = errors.New("the session's walsender ended")
 
 // heldBy reports whether the slot, as read, is held by the process pid.
@@ -80,7 +84,7 @@ func holder(info inspect.Slot) string {
 	return "no process"
 }
 
-// judgeHeld holds the slot as read once held against the session's walsender and the record.
+// judgeHeld compares the slot as read once held with the session's walsender and the record.
 func judgeHeld(c HeldConfig, info inspect.Slot, rec registry.Record, recorded bool) error {
 	if !heldBy(info, c.PID) {
 		return refused{fmt.Errorf("%w: slot %s is held by %s, not by this session's walsender (pid %d), on the server "+

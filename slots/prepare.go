@@ -43,13 +43,17 @@ type Prepared struct {
 	Created, Adopted, MadeFailover bool
 }
 
-// Prepare reads the slot a relay is about to stream from and holds it against the registry, the
-// database's record of the slots walbox created or streamed from. It creates the slot only where
-// nothing was ever recorded, and refuses a slot that is missing though recorded, is ahead of the
-// recorded position, or was recorded on another system: each of those is a gap in which rows may
-// have been skipped. It refuses a slot whose record holds a stop (a *StopRecorded) and one that
-// another process streams from (ErrSlotActive), and may make an existing inactive slot a
-// failover slot, which does not move it. An error of Refused is one retrying cannot fix.
+// Prepare reads the slot a relay is about to stream from and compares it with the registry. The
+// registry is the database's record of the slots walbox created or streamed from. Prepare creates
+// the slot only where nothing was ever recorded. It refuses a slot that is a gap in which rows may
+// have been skipped:
+//   - a slot that is missing though recorded;
+//   - a slot ahead of the recorded position;
+//   - a slot recorded on another system.
+//
+// It refuses a slot whose record holds a stop (a *StopRecorded). It refuses one that another
+// process streams from (ErrSlotActive). It may make an existing inactive slot a failover slot,
+// which does not move it. An error of Refused is one retrying cannot fix.
 func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 	var p Prepared
 	info, err := inspect.ReadSlot(ctx, c.SlotDB, c.Slot)
@@ -86,8 +90,8 @@ func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 		return p, err
 	}
 	if rec.Stop.Stopped() {
-		// Putting the cause right does not make the slot deliver what it could not: the rows
-		// are in the outbox table, and only walbox recover republishes them.
+		// Putting the cause right does not make the slot deliver what it could not. The rows are in
+		// the outbox table, and only walbox recover republishes them.
 		return p, &StopRecorded{Slot: c.Slot, Stop: rec.Stop}
 	}
 	if info.Active {
@@ -104,7 +108,7 @@ func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 	return p, nil
 }
 
-// checkRecord holds an existing slot against its record.
+// checkRecord compares an existing slot with its record.
 func checkRecord(slot string, info inspect.Slot, rec registry.Record, sys pglogrepl.IdentifySystemResult) error {
 	if rec.SystemID != sys.SystemID {
 		return refused{fmt.Errorf("%w: slot %s was recorded on the server with system identifier %s, but this server is %s "+

@@ -21,9 +21,9 @@ import (
 
 // RecoverConfig configures a Recovery.
 type RecoverConfig struct {
-	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in replication.Config, with
-	// the same defaults; the registry is read in Table's schema. The role needs REPLICATION, SELECT on the outbox tables and write on the
-	// registry (the table owner's).
+	// DatabaseURL, Slot, Publication and Mappings (or Table) are as in replication.Config, with the
+	// same defaults. The registry is read in Table's schema. The role needs REPLICATION, SELECT on
+	// the outbox tables and write on the registry (the table owner's).
 	DatabaseURL string
 	Slot        string
 	Publication string
@@ -32,15 +32,16 @@ type RecoverConfig struct {
 	// Dial opens the publishing session; required to Recover, not to Inspect or Count.
 	Dial Dialer
 	// AllRows republishes every row of the outbox tables where the record holds no usable lower
-	// bound (a slot adopted and never confirmed on, or a record from another server).
+	// bound. A slot adopted and never confirmed on has none, and so has a record from another
+	// server.
 	AllRows bool
-	// AcceptLoss recreates the slot and resets the record although the gap's rows are gone
-	// from the table (producers delete rows as they insert them).
+	// AcceptLoss recreates the slot and resets the record although the gap's rows are gone from the
+	// table. Producers delete rows as they insert them, say.
 	AcceptLoss bool
-	// Force recovers although the slot continues from the record: for rows the publication did
-	// not cover (a table swapped in by renames, the publication dropped or altered), which no
-	// slot decoded, or that the slot cannot decode. A stop walbox run recorded (registry.Stop)
-	// is a gap without it.
+	// Force recovers although the slot continues from the record. It is for rows the publication
+	// did not cover, which no slot decoded, or that the slot cannot decode. A table swapped in by
+	// renames leaves such rows, and so does a publication dropped or altered. A stop walbox run
+	// recorded (registry.Stop) is a gap without Force.
 	Force bool
 	// OnParked, if set, is told about every row parked as one that can never be delivered.
 	OnParked func(p *wire.Parked)
@@ -103,12 +104,12 @@ type Gap struct {
 	forced   bool
 }
 
-// None reports whether there is no gap: the slot continues from the recorded position, walbox
+// None reports whether there is no gap. The slot continues from the recorded position. And walbox
 // run recorded no stop on it, and no recovery was forced.
 func (g Gap) None() bool { return g.State == SlotHealthy && !g.forced && !g.Record.Stop.Stopped() }
 
-// lowerBound returns the transaction id from which rows may belong to the gap, and false if the
-// record holds none that applies here.
+// lowerBound returns the transaction id from which rows may belong to the gap. It returns false if
+// the record holds none that applies here.
 func (g Gap) lowerBound() (uint64, bool) {
 	return g.Record.ConfirmedXmin, g.Record.ConfirmedXmin != 0 && g.State != SlotOtherSystem
 }
@@ -130,8 +131,8 @@ type Recovery struct {
 	reg    *registry.Store
 	sys    pglogrepl.IdentifySystemResult
 	tables []*gapTable
-	// rewrite selects, on pg_class, a table changed by a transaction that may have committed
-	// after the recorded position (the gap's condition on xmin); empty with AllRows.
+	// rewrite selects, on pg_class, a table changed by a transaction that may have committed after
+	// the recorded position. That is the gap's condition on xmin. It is empty with AllRows.
 	rewrite string
 	record  registry.Record // the gap's record, read by prepare
 }
@@ -180,8 +181,8 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 	return r, nil
 }
 
-// currentRegistry migrates a registry from an older walbox, so that Recover can clear a recorded
-// stop when it resets the record. Recover takes the registry owner's rights anyway.
+// currentRegistry migrates a registry from an older walbox. So Recover can clear a recorded stop
+// when it resets the record. Recover takes the registry owner's rights anyway.
 func (r *Recovery) currentRegistry(ctx context.Context) error {
 	exists, err := r.reg.Exists(ctx)
 	if err != nil || !exists {
@@ -281,20 +282,20 @@ type Count struct {
 	Rows  int64 // rows selected as possibly of the gap
 	Empty bool  // the table has no rows at all
 	// Deleted is the rows deleted from the table that walbox cannot explain
-	// (registry.Deletes.Unexplained): rows of the gap may be among them.
+	// (registry.Deletes.Unexplained). Rows of the gap may be among them.
 	Deleted int64
-	// Rewritten: the table, or one of its partitions, got a new catalog row from a transaction
-	// that may have committed after the recorded position, and has another file than its first.
+	// Rewritten: the table, or one of its partitions, got a new catalog row and another file than
+	// its first. A transaction that may have committed after the recorded position wrote that row.
 	// TRUNCATE does that, and the statistics do not count its rows; so do VACUUM FULL and CLUSTER.
 	Rewritten bool
-	// Unseen says why deletes from the table may have gone uncounted since the gap may have
-	// begun, or is empty: the statistics began again, or the server switched timelines.
+	// Unseen says why deletes from the table may have gone uncounted since the gap may have begun.
+	// The statistics began again, or the server switched timelines. It is empty otherwise.
 	Unseen string
 }
 
-// Count counts the rows Recover would republish if it ran now: an upper bound, since rows
-// committed from now on are in the gap too until the new slot exists. It changes nothing, and
-// refuses what Recover would refuse: with the counts when rows of the gap may be gone.
+// Count counts the rows Recover would republish if it ran now. It is an upper bound: rows committed
+// from now on are in the gap too until the new slot exists. It changes nothing, and refuses what
+// Recover would refuse. It returns the counts when rows of the gap may be gone.
 func (r *Recovery) Count(ctx context.Context, g Gap) ([]Count, error) {
 	if err := r.prepare(ctx, g); err != nil {
 		return nil, err
@@ -308,8 +309,8 @@ func (r *Recovery) Count(ctx context.Context, g Gap) ([]Count, error) {
 
 // Result is what Recover did.
 type Result struct {
-	// ConsistentPoint is the new slot's starting position: rows committed before it were
-	// republished from the table, rows committed after it stream from the slot.
+	// ConsistentPoint is the new slot's starting position. Rows committed before it were
+	// republished from the table. Rows committed after it stream from the slot.
 	ConsistentPoint pglogrepl.LSN
 	Rows            int64 // rows selected
 	Held            int64 // rows a stream held already, not published again (StreamPublisher)
@@ -321,12 +322,16 @@ type Result struct {
 	Duration     time.Duration
 }
 
-// Recover replaces the slot and republishes the gap's rows: it drops the old slot if it still
-// exists, creates a new one with an exported snapshot, republishes, in that snapshot, every row
-// whose inserting transaction may have committed after the recorded position, waits until the
-// broker confirmed each one, and only then resets the record to the new slot. Until then the
-// new slot is ahead of the record, so walbox run refuses it and running Recover again repeats
-// the whole recovery (duplicates only).
+// Recover replaces the slot and republishes the gap's rows:
+//   - it drops the old slot if it still exists;
+//   - it creates a new one with an exported snapshot;
+//   - in that snapshot, it republishes every row whose inserting transaction may have committed
+//     after the recorded position;
+//   - it waits until the broker confirmed each one;
+//   - only then does it reset the record to the new slot.
+//
+// Until then the new slot is ahead of the record, so walbox run refuses it. Running Recover again
+// repeats the whole recovery (duplicates only).
 func (r *Recovery) Recover(ctx context.Context, g Gap) (Result, error) {
 	start := time.Now()
 	if g.None() {
@@ -425,12 +430,13 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	return tx.Commit(ctx)
 }
 
-// checkRowsThere refuses to go on when rows of the gap may be gone from the tables, unless the
-// loss is accepted (AcceptLoss): recover would republish only what is left and call the gap
-// filled. Rows may be gone when every table is empty, or when the server's statistics count
-// deletes from a table that walbox cannot explain (registry.Deletes): producers that delete rows
-// as they insert them, or a DELETE by hand. walbox prune's deletes are explained: it never deletes
-// a row a slot may not have confirmed. It reports whether rows may be gone.
+// checkRowsThere refuses to go on when rows of the gap may be gone from the tables. The loss may be
+// accepted (AcceptLoss). Otherwise recover would republish only what is left and call the gap
+// filled. Rows may be gone when every table is empty. They may be gone when the server's statistics
+// count deletes from a table that walbox cannot explain (registry.Deletes). Producers that delete
+// rows as they insert them make such deletes. So does a DELETE by hand. The deletes of walbox prune
+// are explained. It never deletes a row a slot may not have confirmed. It reports whether rows may
+// be gone.
 func (r *Recovery) checkRowsThere(ctx context.Context) (bool, error) {
 	counts, err := r.count(ctx, r.source())
 	if err != nil {
@@ -496,8 +502,8 @@ func rowsGone(counts []Count) error {
 		errRowsGone, strings.Join(deleted, ", "), there)
 }
 
-// ensureDeletes creates walbox_deletes beside the registry where it is missing, so that Recover
-// can record the deletes it accepted: the next recovery does not count them again.
+// ensureDeletes creates walbox_deletes beside the registry where it is missing. So Recover can
+// record the deletes it accepted, and the next recovery does not count them again.
 func (r *Recovery) ensureDeletes(ctx context.Context) error {
 	ok, err := registry.DeletesExist(ctx, r.db, r.reg.Schema())
 	if err != nil || ok {

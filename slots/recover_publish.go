@@ -10,14 +10,14 @@ import (
 )
 
 // republisher publishes the rows of a gap on one session and counts the broker's confirms. Any
-// failure ends the recovery: nothing is retried here, since running recover again repeats it all.
+// failure ends the recovery. Nothing is retried here, since running recover again repeats it all.
 //
-// The one exception is a row the broker refuses for its size (wire.TooLargeError), which closes
-// the session and would fail every recovery again. A large row (aloneFrom bytes or more) is
-// published alone: the confirms of the rows before it are awaited first, and its own after it.
-// If the broker refuses it for its size, the republisher opens a new session and parks the row
-// without its payload, with the broker's reason, as walbox run does.
-// It keeps at most republishWindow messages in flight: the publisher does not bound them.
+// The one exception is a row the broker refuses for its size (wire.TooLargeError). That closes the
+// session and would fail every recovery again. A large row (aloneFrom bytes or more) is published
+// alone. The confirms of the rows before it are awaited first, and its own after it. If the broker
+// refuses it for its size, the republisher opens a new session. It parks the row without its
+// payload, with the broker's reason, as walbox run does. It keeps at most republishWindow messages
+// in flight: the publisher does not bound them.
 type republisher struct {
 	pub       Publisher
 	dial      Dialer // opens a new session after a refusal for size; nil: none is opened
@@ -58,11 +58,11 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	return p.drain()
 }
 
-// aloneFrom is the payload size from which recover publishes a row alone (see republisher): a
+// aloneFrom is the payload size from which recover publishes a row alone (see republisher). A
 // broker's max_message_size is rarely set lower.
 const aloneFrom = 1 << 20
 
-// alone publishes the large row m alone, and parks it without its payload if the broker refuses
+// alone publishes the large row m alone. It parks the row without its payload if the broker refuses
 // it for its size.
 func (p *republisher) alone(ctx context.Context, t *gapTable, m *wire.Message) error {
 	if err := p.wait(ctx); err != nil {

@@ -15,14 +15,14 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// The rows of the gap are those whose inserting transaction may have committed after the
-// recorded position. The registry records, with each position, the xmin horizon of a snapshot
-// taken while the WAL was at or before that position: a transaction committing after the
-// position was running then or had no id yet, so its id (and that of each of its
-// subtransactions) is no lower than the horizon. Rows whose xmin is at or after the horizon are
-// selected; some committed before the position and are published again (duplicates, never loss).
-// A row's xmin is 32 bits and wraps around, so it is compared with the 64-bit horizon modulo
-// 2^32: xmin is "at or after" when it is less than 2^31 transactions ahead.
+// The rows of the gap are those whose inserting transaction may have committed after the recorded
+// position. The registry records an xmin horizon with each position. It is the horizon of a
+// snapshot taken while the WAL was at or before that position. A transaction committing after the
+// position was running then or had no id yet. So its id, and that of each of its subtransactions,
+// is no lower than the horizon. Rows whose xmin is at or after the horizon are selected. Some
+// committed before the position and are published again: duplicates, never loss. A row's xmin is 32
+// bits and wraps around. So it is compared with the 64-bit horizon modulo 2^32. An xmin is "at or
+// after" when it is less than 2^31 transactions ahead.
 const gapCondition = "((xmin::text::bigint - %d + 4294967296) %% 4294967296) < 2147483648"
 
 // fetchSize is how many rows a cursor fetches at a time.
@@ -99,8 +99,8 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 	return fmt.Sprintf(gapCondition, bound%(1<<32)), nil
 }
 
-// table reads what the publication publishes of m's table (its columns, its row filter) and
-// prepares the table's decoding and queries.
+// table reads what the publication publishes of m's table: its columns, its row filter. It prepares
+// the table's decoding and queries.
 func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m wire.Mapping, cond string) (*gapTable, error) {
 	var (
 		published []string
@@ -186,11 +186,11 @@ func (r *Recovery) count(ctx context.Context, q interface {
 	return counts, nil
 }
 
-// unseen says why deletes may have gone uncounted since the gap may have begun, given when the
-// statistics began counting, or "". Rows of the gap committed after the record's first position,
-// reached before the record began; deletes before the statistics began are not in them. A
-// server that switched timelines since the record's last confirm counts none of the deletes made
-// on the server it took over from.
+// unseen says why deletes may have gone uncounted since the gap may have begun, or "". It is given
+// when the statistics began counting. Rows of the gap committed after the record's first position,
+// reached before the record began. Deletes before the statistics began are not in the statistics. A
+// server that switched timelines since the record's last confirm counts none of some deletes. Those
+// are the deletes made on the server it took over from.
 func (r *Recovery) unseen(began time.Time) string {
 	rec := r.record
 	switch {
@@ -205,20 +205,20 @@ func (r *Recovery) unseen(began time.Time) string {
 	return ""
 }
 
-// rewritten reports whether the table, or one of its partitions, has a catalog row written by a
-// transaction that may have committed after the recorded position, and a file other than the one
-// it was created with: a TRUNCATE in the gap gives the table a new file, and so a new pg_class
-// row, and the statistics do not count its rows. A table keeps its first file, numbered as its
-// oid, until TRUNCATE, VACUUM FULL or CLUSTER; so a partition created in the gap, or a GRANT on
-// a table never rewritten, is no sign. A table created or renamed in the gap, in place of
-// another, is. A dropped partition leaves no trace here.
+// rewritten reports whether the table, or one of its partitions, has a new catalog row and file. A
+// transaction that may have committed after the recorded position wrote that row. And the file is
+// another than the one the table was created with. A TRUNCATE in the gap gives the table a new
+// file, and so a new pg_class row. And the statistics do not count its rows. A table keeps its
+// first file, numbered as its oid, until TRUNCATE, VACUUM FULL or CLUSTER. So a partition created
+// in the gap is no sign, nor a GRANT on a table never rewritten. A table created or renamed in the
+// gap, in place of another, is a sign. A dropped partition leaves no trace here.
 func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
 	if r.rewrite == "" {
 		return false, nil
 	}
-	// The table's row type is created with it and renamed with it, and nothing else writes it: one
-	// written in the gap means the table was created, or renamed into its name, in the gap, in
-	// place of the one whose rows of the gap went with it.
+	// The table's row type is created with it and renamed with it, and nothing else writes it. If
+	// it was written in the gap, the table was created, or renamed into its name, in the gap. It
+	// took the place of the one whose rows of the gap went with it.
 	var changed bool
 	err := r.db.QueryRow(ctx, `SELECT coalesce((SELECT pg_catalog.bool_or(`+r.rewrite+`) FROM pg_catalog.pg_class
 		WHERE relfilenode OPERATOR(pg_catalog.<>) 0 AND relfilenode OPERATOR(pg_catalog.<>) oid AND oid IN (SELECT pg_catalog.to_regclass($1)::pg_catalog.oid
@@ -232,10 +232,11 @@ func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
 	return changed, nil
 }
 
-// eachRow calls fn with the text values of every row of the gap, across the tables in the order
-// of their inserting transactions' ids, oldest first, and within one transaction in the table's
-// physical order (for rows only ever inserted, their insert order). Transaction ids are
-// assigned in start order, not commit order: concurrent transactions may come out of commit order.
+// eachRow calls fn with the text values of every row of the gap, across the tables. The rows come
+// in the order of their inserting transactions' ids, oldest first. Within one transaction they come
+// in the table's physical order. For rows only ever inserted, that is their insert order.
+// Transaction ids are assigned in start order, not commit order. So concurrent transactions may
+// come out of commit order.
 func (r *Recovery) eachRow(ctx context.Context, tx pgx.Tx, fn func(t *gapTable, values [][]byte) error) error {
 	cursors := make([]*cursor, len(r.tables))
 	for i, t := range r.tables {

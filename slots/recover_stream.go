@@ -9,30 +9,32 @@ import (
 )
 
 // StreamPublisher is a Publisher into a RabbitMQ stream, exactly once (package streampub's
-// Session). Recover binds it to this server's system and database, as the relay does, so that
-// it publishes under the relay's producer name. Rows the stream holds already are not published
-// again (Held). The others are numbered by the relay's rule, each at a position (At) after every
-// message the relay stored before the slot was lost and before every row the new slot streams.
+// Session). Recover binds it to this server's system and database, as the relay does. So it
+// publishes under the relay's producer name. Rows the stream holds already are not published again
+// (Held). The others are numbered by the relay's rule, each at a position (At). That position comes
+// after every message the relay stored before the slot was lost. It comes before every row the new
+// slot streams.
 type StreamPublisher interface {
 	Publisher
 	Bind(ctx context.Context, system uint64, database string) error
 	At(timeline int32, lsn uint64, index int)
-	// Held returns which of ids (message ids) the stream holds, reading it back from its end
-	// to before the position (timeline, lsn).
+	// Held returns which of ids (message ids) the stream holds. It reads the stream back from its
+	// end to before the position (timeline, lsn).
 	Held(timeline int32, lsn uint64, ids map[string]bool) (map[string]bool, error)
 	// Skips reports whether Publish would take a message at (timeline, lsn, index) for one the
-	// stream holds, and names the position of the producer's last message.
+	// stream holds. It names the position of the producer's last message.
 	Skips(timeline int32, lsn uint64, index int) (last string, skips bool)
 }
 
-// intoStream prepares a recovery into a stream: it binds sp and reads the gap's rows once for
-// their ids, asks the stream which it holds, and returns the function that publishes each
-// other row, and the one that checks, once the broker confirmed them, that the stream holds
-// them. The broker confirms a message it drops as a duplicate: a killed recover's messages
-// still on their way, numbered otherwise, would make it drop rows. A row's position is the new slot's consistent point less one, and its rank among
-// the rows published: after the relay's messages, which committed before the new slot existed,
-// and before the new slot's, which commit at or after that point. A recover run again (killed
-// midway, or failed) finds the rows it stored by their ids and numbers the rest on from them.
+// intoStream prepares a recovery into a stream. It binds sp and reads the gap's rows once for their
+// ids. It asks the stream which it holds. It returns the function that publishes each other row. It
+// returns the one that checks that the stream holds them, once the broker confirmed them. The
+// broker confirms a message it drops as a duplicate. A killed recover's messages still on their
+// way, numbered otherwise, would make it drop rows. A row's position is the new slot's consistent
+// point less one, and its rank among the rows published. So it comes after the relay's messages,
+// which committed before the new slot existed. It comes before the new slot's, which commit at or
+// after that point. A recover run again (killed midway, or failed) finds the rows it stored by
+// their ids. It numbers the rest on from them.
 func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher, g Gap, res *Result,
 	rp *republisher) (each func(*gapTable, [][]byte) error, stored func() error, err error) {
 	system, err := strconv.ParseUint(r.sys.SystemID, 10, 64)

@@ -17,8 +17,8 @@ import (
 
 // ReshardConfig configures a change of the number of shards (`walbox reshard`).
 type ReshardConfig struct {
-	// Conn is an ordinary connection to the primary; DatabaseURL is its URL, for the
-	// replication connections that create the new slots.
+	// Conn is an ordinary connection to the primary. DatabaseURL is its URL, for the replication
+	// connections that create the new slots.
 	Conn        *pgx.Conn
 	DatabaseURL string
 	// ReplicationURL is as in replication.Config: the slots are the standby's, created there; the
@@ -37,28 +37,28 @@ type ReshardConfig struct {
 	Failover FailoverSlot
 	// Wait is how long Reshard waits for the old slots to pass the cut; 0: it does not wait.
 	Wait time.Duration
-	// CreatedPublication, if set, is told each publication Reshard creates; EnsuredSlot, if set,
-	// each slot of the new set, and whether Reshard created it.
+	// CreatedPublication, if set, is told each publication Reshard creates. EnsuredSlot, if set, is
+	// told each slot of the new set, and whether Reshard created it.
 	CreatedPublication func(name string)
 	EnsuredSlot        func(slot string, created bool)
 }
 
 // Resharding is where Reshard left the change.
 type Resharding struct {
-	// Layout, with Move nil and no error, is what publishes the table: the set of
-	// ReshardConfig.Shards shards already, and nothing to reshard.
+	// Layout, with Move nil and no error, is what publishes the table. The set of
+	// ReshardConfig.Shards shards exists already, and there is nothing to reshard.
 	Layout shard.Layout
-	// Move is the reshard in progress, once the new set exists; Behind names the old slots that
-	// have not passed its cut yet (none: the old relays may stop, and the old set be retired).
+	// Move is the reshard in progress, once the new set exists. Behind names the old slots that
+	// have not passed its cut yet. With none, the old relays may stop, and the old set be retired.
 	Move   *shard.Move
 	Behind []string
 }
 
 // Reshard changes the number of shards without losing a row, in two steps that the old relays
-// outlive: it creates the new set of publications and slots beside the old one (the old relays
-// keep streaming), publications first, then reports how far the old slots are from the new
-// slots' consistent point (the cut), waiting up to Wait for each to pass it. Once every old slot
-// has, the old relays may stop, and Retire drops the old set.
+// outlive. First it creates the new set of publications and slots beside the old one. It creates
+// the publications first, and the old relays keep streaming. Then it reports how far the old slots
+// are from the new slots' consistent point (the cut). It waits up to Wait for each to pass it. Once
+// every old slot has, the old relays may stop, and Retire drops the old set.
 func Reshard(ctx context.Context, c ReshardConfig) (Resharding, error) {
 	l, from, err := layout(ctx, c)
 	if err != nil {
@@ -156,8 +156,8 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 }
 
 // checkOneTable refuses a reshard of a configuration that relays other tables beside the outbox
-// table: a set of shards splits that one table, its publications publish nothing else, and
-// retiring the old set would drop the publication that carries the others (see othersOf).
+// table. A set of shards splits that one table, and its publications publish nothing else. Retiring
+// the old set would drop the publication that carries the others (see othersOf).
 func checkOneTable(ctx context.Context, c ReshardConfig, l shard.Layout) error {
 	for _, t := range c.Tables {
 		if t != c.Table {

@@ -11,13 +11,13 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// Retire drops the old set of a reshard (`walbox reshard --retire`) once each of its slots passed
-// the cut by walbox's record of it (shard.Move.Passed) and none is streaming: first the slots,
-// each with its record, then the publications, so that a retire cut short can run again. It
-// holds each slot against its record first, as walbox run would, and refuses the whole set if
-// one does not match: the record of a slot recreated or advanced behind walbox's back, or
-// recorded on another server, is the evidence of a gap, and stays. dropped is told about each
-// slot it drops.
+// Retire drops the old set of a reshard, as `walbox reshard --retire` asks. Each of its slots must
+// have passed the cut by walbox's record of it (shard.Move.Passed). None may be streaming. It drops
+// first the slots, each with its record, then the publications. So a retire cut short can run
+// again. It compares each slot with its record first, as walbox run would. It refuses the whole set
+// if one does not match. The record of a slot recreated or advanced behind walbox's back is the
+// evidence of a gap. So is the record of a slot recorded on another server, and it stays. The
+// function dropped is told about each slot it drops.
 func Retire(ctx context.Context, c ReshardConfig, m shard.Move, dropped func(inspect.Slot)) error {
 	system, err := inspect.SystemID(ctx, c.Conn)
 	if err != nil {

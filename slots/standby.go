@@ -53,11 +53,11 @@ func connectSQL(ctx context.Context, dsn string) (*pgx.Conn, error) {
 // snapshot.
 const snapshotInterval = 500 * time.Millisecond
 
-// whileCreating runs create. When the replication server is a standby, it asks the primary,
-// through primary, to log a standby snapshot (pg_log_standby_snapshot, PostgreSQL 16+) every
-// snapshotInterval until create returns: creating a slot on a standby waits for one, which the
-// primary otherwise writes only every 15 seconds, and only when it is busy. primary is not
-// used by create meanwhile.
+// whileCreating runs create. The replication server may be a standby. Then, until create returns,
+// it asks the primary to log a standby snapshot every snapshotInterval. It asks through primary,
+// with pg_log_standby_snapshot (PostgreSQL 16+). Creating a slot on a standby waits for such a
+// snapshot. The primary otherwise writes one only every 15 seconds, and only when it is busy. The
+// function create does not use primary meanwhile.
 func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary Execer, create func() error) error {
 	if !inRecovery(conn) {
 		return create()
@@ -88,11 +88,11 @@ func whileCreating(ctx context.Context, conn *pgconn.PgConn, primary Execer, cre
 	return err
 }
 
-// standbyHorizon reads, on a hot standby, the xmin horizon of a snapshot of the WAL it has
-// replayed so far. A slot created on the standby after this starts at or after that position,
-// since the standby only replays forward: any transaction that commits after the slot's consistent
-// point has an id no lower. The primary's horizon is no such bound when the standby lags: it is
-// read at a later position than the slot's start.
+// standbyHorizon reads, on a hot standby, the xmin horizon of a snapshot of the WAL it has replayed
+// so far. A slot created on the standby after this starts at or after that position. The standby
+// only replays forward. So any transaction that commits after the slot's consistent point has an id
+// no lower. The primary's horizon is no such bound when the standby lags. It is read at a later
+// position than the slot's start.
 func standbyHorizon(ctx context.Context, standby *pgx.Conn) (uint64, error) {
 	var xmin string
 	err := standby.QueryRow(ctx, "SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::pg_catalog.text").Scan(&xmin)

@@ -42,6 +42,7 @@ var commentChecked = []string{
 	"publisher/publishertest",
 	"registry",
 	"shard",
+	"slots",
 	"streampub",
 	"wire",
 }
