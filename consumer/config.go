@@ -33,9 +33,9 @@ type Binding struct {
 	Exchange string
 	Key      string
 	// AlternateExchange is the exchange's alternate-exchange argument. The consumer declares the
-	// exchange exactly as walbox does, so that either may start first: durable, topic, with
-	// wire.DefaultAlternateExchange(Exchange) unless set here. "none" declares it without one
-	// (match `walbox run --alternate-exchange none`).
+	// exchange exactly as walbox does, so that either may start first. It is durable and topic.
+	// Its alternate exchange is wire.DefaultAlternateExchange(Exchange) unless set here. "none"
+	// declares it without one (match `walbox run --alternate-exchange none`).
 	AlternateExchange string
 }
 
@@ -50,14 +50,14 @@ type Config struct {
 	// bound as Bindings say.
 	Queue string
 
-	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say). With
-	// x-queue-type quorum the dead-letter and retry queues are quorum queues too, and the retry
-	// queues dead-letter back to Queue at least once.
+	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say).
+	// With x-queue-type quorum the dead-letter and retry queues are quorum queues too. The retry
+	// queues then dead-letter back to Queue at least once.
 	// They must match those of an existing queue.
 	QueueArgs map[string]any
 
-	// Bindings bind Queue to exchanges. Each exchange is declared as a durable topic exchange,
-	// the way the relay declares its own, so the consumer may start first.
+	// Bindings bind Queue to exchanges. Each exchange is declared as a durable topic exchange.
+	// The relay declares its own the same way, so the consumer may start first.
 	Bindings []Binding
 
 	// Prefetch is how many unacknowledged deliveries the broker sends ahead (basic.qos).
@@ -87,19 +87,20 @@ type Config struct {
 	// and connection name. Default Queue.
 	ConsumerName string
 
-	// ReconnectBackoff is the delay before the first reconnect after the broker connection is
-	// lost (or a database error); it doubles up to ReconnectBackoffMax. Defaults 500ms and 30s
-	// (DefaultReconnectBackoff, DefaultReconnectBackoffMax).
+	// ReconnectBackoff is the delay before the first reconnect after a lost broker connection.
+	// A database error waits it too. It doubles up to ReconnectBackoffMax. Defaults 500ms and
+	// 30s (DefaultReconnectBackoff, DefaultReconnectBackoffMax).
 	ReconnectBackoff    time.Duration
 	ReconnectBackoffMax time.Duration
 
 	// ShutdownTimeout bounds how long Run lets the in-flight handler finish after its context
-	// ends; then the handler's context is cancelled and the connection cut. Default 30s (DefaultShutdownTimeout).
+	// ends. Then the handler's context is cancelled and the connection cut. Default 30s
+	// (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 
-	// OnError, if set, is called with every error Run recovers from: a lost connection, a
-	// failed database call, a handler error (then a *MessageError). Run calls it from its own
-	// goroutine; it must not block for long.
+	// OnError, if set, is called with every error Run recovers from. Such an error is a lost
+	// connection, a failed database call, or a handler error (then a *MessageError). Run calls
+	// it from its own goroutine. It must not block for long.
 	OnError func(error)
 }
 

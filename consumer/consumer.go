@@ -61,9 +61,9 @@ func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 var errShutdownTimeout = errors.New("shutdown timeout: in-flight message abandoned, it will be redelivered")
 
 // Run consumes until ctx ends, reconnecting with backoff whenever the broker connection is lost.
-// When ctx ends it stops taking deliveries, lets the in-flight handler finish (for up to
-// ShutdownTimeout), commits and acknowledges it, and returns nil. It returns early only with an
-// error that retrying cannot cure (see Fatal). Recovered errors go to Config.OnError.
+// When ctx ends it stops taking deliveries and lets the in-flight handler finish. It waits up to
+// ShutdownTimeout, commits and acknowledges that message, and returns nil. It returns early only
+// with an error that retrying cannot cure (see Fatal). Recovered errors go to Config.OnError.
 func (c *Consumer) Run(ctx context.Context) error {
 	// hctx carries the in-flight message: it outlives ctx by up to ShutdownTimeout.
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -102,7 +102,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // session runs one broker connection: dial, declare, consume until the connection fails or ctx
-// ends. consumed reports whether it got as far as consuming.
+// ends. The result consumed reports whether it got as far as consuming.
 func (c *Consumer) session(ctx, hctx context.Context) (consumed bool, err error) {
 	var nc netConn
 	// A handler outliving ShutdownTimeout, or ctx ending during setup, cuts the connection.
@@ -175,8 +175,8 @@ func (c *Consumer) report(err error) {
 	}
 }
 
-// netConn keeps the session's TCP connection so that it can be cut: amqp091's Close and a
-// publish blocked by a broker alarm ignore contexts.
+// netConn keeps the session's TCP connection so that it can be cut. Contexts do not stop
+// amqp091's Close, nor a publish blocked by a broker alarm.
 type netConn struct {
 	mu     sync.Mutex
 	conn   net.Conn

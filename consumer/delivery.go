@@ -10,21 +10,21 @@ import (
 
 // Handler handles one message within tx, the transaction that also records the message as
 // processed. It must not commit or roll back tx. A nil return commits tx and then acknowledges
-// the message; an error (or a panic, recovered) rolls tx back and schedules a retry, or
-// dead-letters the message after Config.MaxAttempts attempts. ctx outlives Run's context by up
-// to Config.ShutdownTimeout, so that a graceful stop lets the handler finish.
+// the message. An error (or a panic, recovered) rolls tx back and schedules a retry. After
+// Config.MaxAttempts attempts it dead-letters the message instead. The context ctx outlives
+// Run's by up to Config.ShutdownTimeout, so that a graceful stop lets the handler finish.
 type Handler func(ctx context.Context, tx pgx.Tx, d Delivery) error
 
 // Headers the consumer sets on messages it retries or dead-letters.
 const (
-	// HeaderAttempts is the number of attempts made so far (an int64): on a retried message, the
-	// attempts before this one; on a dead-lettered message, all of them.
+	// HeaderAttempts is the number of attempts made so far (an int64). On a retried message it
+	// counts the attempts before this one. On a dead-lettered message it counts all of them.
 	HeaderAttempts = "x-walbox-attempts"
 	// HeaderError is the last handler error (or why the message could not be handled at all),
 	// cut to 4 KiB.
 	HeaderError = "x-walbox-error"
-	// HeaderRoutingKey and HeaderExchange keep where the message was first published: a retried
-	// message comes back through the default exchange with the queue's name as routing key.
+	// HeaderRoutingKey and HeaderExchange keep where the message was first published. A retried
+	// message comes back through the default exchange, with the queue's name as routing key.
 	HeaderRoutingKey = "x-walbox-routing-key"
 	HeaderExchange   = "x-walbox-exchange"
 	// HeaderConsumer names the consumer (Config.ConsumerName) that dead-lettered the message.

@@ -1,54 +1,58 @@
-// Package consumer consumes messages from a RabbitMQ queue and runs a handler for each of them,
-// with its database writes applied exactly once per message id. New fills in a zero Config
+// Package consumer consumes messages from a RabbitMQ queue and runs a handler for each of them.
+// The handler's database writes apply exactly once per message id. New fills in a zero Config
 // field with its default and checks the rest (Config.Validate).
 //
 // # Contract
 //
-// For every delivery, the consumer begins a transaction, records (ConsumerName, MessageId) in
-// the processed-messages table, runs the handler in the same transaction, commits, and only
-// then acknowledges the delivery. A message whose id is already recorded is a duplicate (the
-// relay delivers at least once; a lost ack brings a message back): it is acknowledged without
-// running the handler. So the handler's writes through tx are committed once per message id and
-// consumer, together with the processed row or not at all. Anything else the handler does (an
-// HTTP call, an email) happens at least once: a handler may run again when an earlier run did
-// not commit.
+// For every delivery, the consumer begins a transaction and records (ConsumerName, MessageId) in
+// the processed-messages table. It runs the handler in the same transaction and commits. Only
+// then does it acknowledge the delivery.
 //
-// Deliveries are handled one at a time, in the order the queue delivers them; Prefetch only
+// A message whose id is already recorded is a duplicate. The relay delivers at least once, and
+// a lost ack brings a message back. A duplicate is acknowledged without running the handler.
+// So the handler's writes through tx are committed once per message id and consumer. They
+// commit together with the processed row, or not at all. Anything else the handler does
+// happens at least once: an HTTP call, an email. A handler may run again when an earlier run
+// did not commit.
+//
+// Deliveries are handled one at a time, in the order the queue delivers them. Prefetch only
 // lets the broker send the next ones ahead. A retried message comes back after those behind it.
 //
 // # Failures
 //
 //   - Handler error or panic: the transaction rolls back (no processed row, no writes) and the
-//     message is retried. The consumer publishes a copy, with the attempt count in header
-//     x-walbox-attempts, to a retry queue "<Queue>.retry.<N>ms" and acknowledges the original
-//     once the broker confirmed the copy. Each retry queue has a fixed message TTL and
-//     dead-letters expired messages back to Queue through the default exchange, so a retry
-//     reaches this queue alone. Delays start at RetryBackoff and double up to RetryBackoffMax;
-//     one queue per distinct delay keeps expiry in order. This needs no plugin and works on
-//     RabbitMQ 3.10. After MaxAttempts attempts the message goes to DeadLetterQueue.
+//     message is retried. The consumer publishes a copy to a retry queue "<Queue>.retry.<N>ms".
+//     The copy carries the attempt count in header x-walbox-attempts. The consumer
+//     acknowledges the original once the broker confirmed the copy. Each retry queue has a
+//     fixed message TTL. It dead-letters expired messages back to Queue through the default
+//     exchange, so a retry reaches this queue alone. Delays start at RetryBackoff and double
+//     up to RetryBackoffMax. One queue per distinct delay keeps expiry in order. This needs no
+//     plugin and works on RabbitMQ 3.10. After MaxAttempts attempts the message goes to
+//     DeadLetterQueue.
 //   - No message id: the message goes to DeadLetterQueue unhandled.
-//   - Dead letters keep the body and properties and carry headers x-walbox-error (the reason),
-//     x-walbox-attempts, x-walbox-routing-key and x-walbox-exchange (where the message was
-//     first published) and x-walbox-consumer. To replay one, publish it to Queue again without
-//     x-walbox-attempts, or it gets a single attempt.
+//   - Dead letters keep the body and properties. Header x-walbox-error carries the reason.
+//     Headers x-walbox-routing-key and x-walbox-exchange say where the message was first
+//     published. They also carry x-walbox-attempts and x-walbox-consumer. To replay one,
+//     publish it to Queue again without x-walbox-attempts, or it gets a single attempt.
 //   - Database error in the consumer's own statements (begin, the processed row, commit): the
-//     delivery is requeued after a pause that grows while errors repeat. If a commit failed
-//     after all, the processed row makes the redelivery a duplicate.
+//     delivery is requeued after a pause. The pause grows while errors repeat. If a commit
+//     failed after all, the processed row makes the redelivery a duplicate.
 //   - Broker connection lost: Run redials with backoff, declares the topology again and
-//     resumes; unacknowledged deliveries come back from the broker, and duplicates are skipped.
-//   - Errors no retry can cure (access refused, a queue declared with other arguments, a
-//     missing processed table; see Fatal) end Run with that error.
+//     resumes. Unacknowledged deliveries come back from the broker, and duplicates are skipped.
+//   - Some errors no retry can cure: access refused, a queue declared with other arguments, a
+//     missing processed table (see Fatal). They end Run with that error.
 //
-// Run stops on its context: it takes no new delivery, lets the in-flight handler finish and
-// commit, acknowledges it and returns nil. A handler still running ShutdownTimeout later has its
-// context cancelled and Run returns an error; its message is redelivered.
+// Run stops on its context. It takes no new delivery and lets the in-flight handler finish and
+// commit. It acknowledges that message and returns nil. A handler still running
+// ShutdownTimeout later has its context cancelled. Run then returns an error, and the message
+// is redelivered.
 //
 // # Caveats
 //
 //   - RabbitMQ moves expired messages from a retry queue back to Queue without publisher
 //     confirms. On one node that is safe; in a cluster a node failure during the move can lose
 //     the retry.
-//   - A handler that kills the process is not counted as an attempt: the message comes back
+//   - A handler that kills the process is not counted as an attempt. The message comes back
 //     with Redelivered set and the same Attempt.
 //   - The processed table grows by one row per message. Prune it by processed_at once a
 //     redelivery that old can no longer happen.
@@ -58,6 +62,6 @@
 // Package consumer/streamconsumer reads a RabbitMQ stream instead of a queue, with the same
 // Handler and Delivery. It lives apart so that a queue consumer does not link the stream client.
 //
-// The package does not log: errors it recovers from go to Config.OnError, a handler's as a
-// *MessageError.
+// The package does not log. Errors it recovers from go to Config.OnError, a handler's as a
+// *MessageError. See docs/architecture.md for where the consumer stands in walbox.
 package consumer

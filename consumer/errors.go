@@ -14,8 +14,8 @@ type MessageError struct {
 	MessageID string
 	Attempt   int  // the attempt that failed, 1-based
 	Retry     bool // a later attempt is scheduled
-	// DeadLettered is true when the message went to the dead-letter queue; false with Retry
-	// false means it stays in the queue and is delivered again (a database error).
+	// DeadLettered is true when the message went to the dead-letter queue. With both it and
+	// Retry false, the message stays in the queue and is delivered again (a database error).
 	DeadLettered bool
 	Err          error
 }
@@ -36,9 +36,10 @@ func (e *MessageError) Unwrap() error { return e.Err }
 // dead-lettered unhandled.
 var ErrMissingMessageID = errors.New("missing message id")
 
-// Fatal reports whether err is one Run does not retry: the broker refused access, the declared
-// topology conflicts with what exists, or the database rejected the consumer's own statements as
-// wrong (a missing processed table, no privilege). These need a change of configuration.
+// Fatal reports whether err is one Run does not retry. The broker refused access, or the
+// declared topology conflicts with what exists. Or the database rejected the consumer's own
+// statements as wrong: a missing processed table, no privilege. These need a change of
+// configuration.
 func Fatal(err error) bool {
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) {

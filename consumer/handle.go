@@ -9,10 +9,11 @@ import (
 	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
-// handle processes one delivery and settles it: ack (handled, or a duplicate), republish then
-// ack (retry or dead letter), or nack with requeue (a database error). ctx is Run's context,
-// hctx the in-flight message's. An error means the channel is unusable, or a fatal database
-// error: the session ends, and the broker requeues what was not acknowledged.
+// handle processes one delivery and settles it. It acks a handled message or a duplicate. It
+// republishes, then acks, a retry or dead letter. It nacks with requeue after a database error.
+// The context ctx is Run's, hctx the in-flight message's. An error means the channel is
+// unusable, or a fatal database error. The session then ends, and the broker requeues what was
+// not acknowledged.
 func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
 	if d.MessageId == "" {
 		return c.deadLetter(hctx, ch, d, attemptsBefore(d.Headers), ErrMissingMessageID)
@@ -33,10 +34,11 @@ func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.D
 	return nil
 }
 
-// process runs the handler for d in a transaction that first records d as processed; a message
-// already recorded is a duplicate and skipped. It returns the handler's error, or err when the
-// consumer's own statements failed (then whether the handler ran is unknown, and the message
-// is delivered again: the processed row keeps it from being handled twice).
+// process runs the handler for d in a transaction that first records d as processed. A message
+// already recorded is a duplicate and skipped. It returns the handler's error as handlerErr. It
+// returns err when the consumer's own statements failed. Then whether the handler ran is
+// unknown, and the message is delivered again. The processed row keeps it from being handled
+// twice.
 func (c *Consumer) process(ctx context.Context, d Delivery) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
@@ -56,8 +58,8 @@ func (c *Consumer) process(ctx context.Context, d Delivery) (handlerErr, err err
 	return handling.Commit(ctx, tx)
 }
 
-// requeue returns d to the queue after a database error, pausing first (with growing backoff
-// while such errors repeat) so that an unavailable database is not hammered.
+// requeue returns d to the queue after a database error. It pauses first, so that an
+// unavailable database is not hammered. The pause grows while such errors repeat.
 func (c *Consumer) requeue(ctx context.Context, d *amqp.Delivery, merr *MessageError) error {
 	if Fatal(merr.Err) {
 		_ = d.Nack(false, true) // the session ends anyway, requeueing d
@@ -72,8 +74,8 @@ func (c *Consumer) requeue(ctx context.Context, d *amqp.Delivery, merr *MessageE
 	return nil
 }
 
-// retry schedules another attempt through the retry queue for this attempt's delay, or
-// dead-letters d after the last attempt. d is acknowledged once the broker confirmed the copy.
+// retry schedules another attempt through the retry queue for this attempt's delay. After the
+// last attempt it dead-letters d instead. It acknowledges d once the broker confirmed the copy.
 func (c *Consumer) retry(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery, attempt int, handlerErr error) error {
 	if attempt >= c.cfg.MaxAttempts {
 		return c.deadLetter(ctx, ch, d, attempt, handlerErr)

@@ -11,7 +11,7 @@ import (
 )
 
 // setup opens the session's channel in confirm mode, declares the topology and starts
-// consuming. closed receives the reason when the channel closes.
+// consuming. The channel closed receives the reason when the session's channel closes.
 func (c *Consumer) setup(conn *amqp.Connection) (ch *amqp.Channel, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, err error) {
 	ch, err = conn.Channel()
 	if err != nil {
@@ -61,9 +61,8 @@ func (c *Consumer) declare(ch *amqp.Channel) error {
 	return nil
 }
 
-// retryDelays lists the distinct delays of the retries, each of which has its own retry queue
-// with a fixed message TTL, so expiry is in order (per-message TTLs expire only at the head of a
-// queue).
+// retryDelays lists the distinct delays of the retries. Each has its own retry queue with a
+// fixed message TTL, so expiry is in order. Per-message TTLs expire only at the head of a queue.
 func (c *Config) retryDelays() []time.Duration {
 	var delays []time.Duration
 	for attempt := 1; attempt < c.MaxAttempts; attempt++ {
@@ -74,12 +73,12 @@ func (c *Config) retryDelays() []time.Duration {
 	return delays
 }
 
-// retryArgs makes a retry queue hold messages for d and then dead-letter them back to the queue,
-// through the default exchange, so they reach this queue alone and not every queue bound to
-// the exchange they were first published to.
+// retryArgs makes a retry queue hold messages for d, then dead-letter them back to the queue.
+// They go through the default exchange, so they reach this queue alone. Other queues bound to
+// their first exchange do not get them.
 //
-// Beside a quorum queue they are quorum queues too, which dead-letter at least once: the broker
-// keeps an expired message until Queue confirmed it (which needs overflow reject-publish).
+// Beside a quorum queue they are quorum queues too, which dead-letter at least once. The broker
+// keeps an expired message until Queue confirmed it, which needs overflow reject-publish.
 func (c *Config) retryArgs(d time.Duration) amqp.Table {
 	args := amqp.Table{
 		"x-message-ttl":             d.Milliseconds(),
@@ -100,8 +99,8 @@ func (c *Config) quorum() bool {
 	return t == "quorum"
 }
 
-// siblingArgs are the arguments of the dead-letter queue: of Queue's type, so that it is as
-// available as Queue on a cluster.
+// siblingArgs are the arguments of the dead-letter queue. It is of Queue's type, so that it is
+// as available as Queue on a cluster.
 func (c *Config) siblingArgs() amqp.Table {
 	if c.quorum() {
 		return amqp.Table{"x-queue-type": "quorum"}

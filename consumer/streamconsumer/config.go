@@ -52,12 +52,12 @@ type Config struct {
 	// ReconnectBackoff is the pause before reading again after a connection or database error
 	// (default consumer.DefaultReconnectBackoff).
 	ReconnectBackoff time.Duration
-	// OffsetReset says what Run does when the stored offset lies outside the stream: below
-	// its first message (retention removed messages not yet handled), or past its end (the
-	// stream was deleted and declared again). The default, RefuseReset, stops Run.
+	// OffsetReset says what Run does when the stored offset lies outside the stream. Below its
+	// first message, retention removed messages not yet handled. Past its end, the stream was
+	// deleted and declared again. The default, RefuseReset, stops Run.
 	OffsetReset OffsetReset
-	// OnError receives the errors Run recovers from, an offset reset it made, and an
-	// *OffsetError before Run returns it (default: none).
+	// OnError receives the errors Run recovers from, and an offset reset it made. It receives an
+	// *OffsetError before Run returns it. The default is none.
 	OnError func(error)
 }
 

@@ -17,11 +17,11 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Consumer reads a RabbitMQ stream and runs a handler for each message, exactly once: the
-// handler's transaction also stores the offset of the next message, so a message is handled
+// Consumer reads a RabbitMQ stream and runs a handler for each message, exactly once. The
+// handler's transaction also stores the offset of the next message. So a message is handled
 // again only if its transaction did not commit. It needs no row per message. Messages are
-// handled one at a time, in stream order; a failing message is retried in place (the messages
-// behind it wait), then dead-lettered.
+// handled one at a time, in stream order. A failing message is retried in place, the messages
+// behind it waiting, then dead-lettered.
 type Consumer struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -57,12 +57,12 @@ func (c *Consumer) createOffsetTable(ctx context.Context) error {
 	})
 }
 
-// Run reads and handles messages until ctx ends, and then returns nil once the message in hand
-// is handled or abandoned (its transaction rolled back: it is handled again next time). It
-// reconnects after connection and database errors. It returns early only on an error Fatal
-// reports: the offset table cannot be created or read, a dead letter the broker would drop, or a
-// stored offset outside the stream (an *OffsetError, also given to OnError) unless
-// Config.OffsetReset accepts a reset.
+// Run reads and handles messages until ctx ends. It then returns nil once the message in hand
+// is handled or abandoned. An abandoned message's transaction rolled back: it is handled again
+// next time. Run reconnects after connection and database errors. It returns early only on an
+// error Fatal reports. Either the offset table cannot be created or read, or a dead letter
+// would be dropped by the broker. Or the stored offset lies outside the stream: an
+// *OffsetError, also given to OnError. Config.OffsetReset may accept a reset instead.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.createOffsetTable(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -147,7 +147,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	}
 }
 
-// storedOffset returns the offset of the next message to handle, and whether it was stored: a
+// storedOffset returns the offset of the next message to handle, and whether it was stored. A
 // new consumer starts at 0, the stream's first message.
 func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, err error) {
 	err = c.pool.QueryRow(ctx, "SELECT next_offset FROM "+c.table+" WHERE consumer = $1 AND stream = $2",
@@ -188,10 +188,11 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	return err
 }
 
-// process runs h (if any) in a transaction that stores offset+1 as the next offset, provided
-// the stored offset is not past it: a message another instance of the consumer handled is
-// skipped. A stored offset below it is one the session checked (startOffset and the gap check in
-// session). handlerErr is the handler's error (the transaction rolled back); err a database error.
+// process runs h (if any) in a transaction that stores offset+1 as the next offset. It does so
+// only if the stored offset is not past it. So a message another instance of the consumer
+// handled is skipped. A stored offset below it is one the session checked (startOffset, and
+// the gap check in session). The result handlerErr is the handler's error, after a rollback.
+// The result err is a database error.
 func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Delivery,
 	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
@@ -221,8 +222,8 @@ func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Deliver
 	return handling.Commit(ctx, tx)
 }
 
-// streamDelivery is the handler's view of a stream message: the application properties are
-// the headers; event_type is also Type and RoutingKey.
+// streamDelivery is the handler's view of a stream message. The application properties are
+// the headers. The property event_type is also Type and RoutingKey.
 func streamDelivery(m *amqp.Message) consumer.Delivery {
 	d := consumer.Delivery{Headers: map[string]any{}}
 	for k, v := range m.ApplicationProperties {

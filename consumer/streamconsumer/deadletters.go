@@ -13,19 +13,19 @@ import (
 )
 
 // deadLetters publishes the messages a Consumer gives up on into the dead-letter stream,
-// exactly once: the producer is named after the consumer and the stream, and a message's
-// publishing id is its offset plus one, so a dead letter published again after a crash (before
-// the offset moved) is dropped by the broker. That needs ids above the producer's last: a dead
-// letter whose id is below it (the consumer's offsets were reset, or the stream recreated) is a
-// fatal error, not a message the broker silently drops.
+// exactly once. The producer is named after the consumer and the stream. A message's publishing
+// id is its offset plus one. So the broker drops a dead letter published again after a crash,
+// before the offset moved. That needs ids above the producer's last. A dead letter whose id is
+// below it is a fatal error, not a message the broker silently drops. Its id is below when the
+// consumer's offsets were reset, or the stream recreated.
 type deadLetters struct {
 	env *stream.Environment
 	cfg *Config
 	p   *stream.Producer
 	// confirms is p's confirmation channel: there is one per producer.
 	confirms stream.ChannelPublishConfirm
-	// last is the producer's last stored publishing id, as the broker said when p was declared,
-	// then the id of each dead letter stored since.
+	// last is the producer's last stored publishing id. It starts as the broker said when p was
+	// declared, then follows each dead letter stored since.
 	last int64
 }
 

@@ -1,12 +1,12 @@
-// Package streamconsumer reads a RabbitMQ stream (walbox run --stream-url publishes into one,
-// exactly once) and runs a consumer.Handler for each message, exactly once per offset.
+// Package streamconsumer reads a RabbitMQ stream and runs a consumer.Handler for each message,
+// exactly once per offset.
 //
 // New fills in a zero Config field with its default and checks the rest (Config.Validate).
 //
 // # Contract
 //
-// The handler's transaction also stores the offset of the next message in Config.OffsetTable,
-// so a message is handled again only if its transaction did not commit. The consumer needs no
+// The handler's transaction also stores the offset of the next message in Config.OffsetTable.
+// So a message is handled again only if its transaction did not commit. The consumer needs no
 // row per message. Messages are handled one at a time, in stream order. A failing message is
 // retried in place, the messages behind it waiting. After MaxAttempts attempts it goes to
 // DeadLetterStream, exactly once: a named producer, with the offset as publishing id. Dead
@@ -23,6 +23,7 @@
 // table and reported to OnError too. A stream declared again that already holds more messages
 // than the stored offset cannot be told from the old one.
 //
-// The package does not log: errors it recovers from go to Config.OnError, a handler's as a
-// *consumer.MessageError. See docs/streams.md for the stream path as a whole.
+// The package does not log. Errors it recovers from go to Config.OnError, a handler's as a
+// *consumer.MessageError. See docs/streams.md for the stream path as a whole, and
+// docs/architecture.md for the rest of walbox.
 package streamconsumer

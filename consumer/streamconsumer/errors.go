@@ -7,14 +7,14 @@ import (
 	"github.com/walbox/walbox/consumer/internal/handling"
 )
 
-// OffsetError reports a stored offset outside the stream. Messages between were never handled
-// (Stored below First), or the stream is not the one the offset was stored for (Stored past
-// End: it was deleted and declared again).
+// OffsetError reports a stored offset outside the stream. With Stored below First, messages
+// between were never handled. With Stored past End, the offset was stored for another stream.
+// That stream was deleted and declared again.
 type OffsetError struct {
 	Consumer, Stream string
 	// Stored is the next offset the consumer stored.
 	Stored int64
-	// First is the offset of the stream's first message, for a stored offset below it; End
+	// First is the offset of the stream's first message, for a stored offset below it. End is
 	// the offset after its last message, for a stored offset past it. Each is -1 otherwise.
 	First, End int64
 	// ResetTo is where the consumer went on (Config.OffsetReset); -1 if it refused.
@@ -36,9 +36,10 @@ func (e *OffsetError) Error() string {
 	return head + ": refused; set Config.OffsetReset to accept a reset, or correct next_offset in the offset table"
 }
 
-// Fatal reports whether err is one Run does not retry: a stored offset outside the stream it
-// refuses, a dead letter the broker would drop, or the database rejecting the consumer's own
-// statements as wrong (a missing privilege). These need a change of configuration.
+// Fatal reports whether err is one Run does not retry. It may be a stored offset outside the
+// stream that Run refuses, or a dead letter the broker would drop. Or the database rejected
+// the consumer's own statements as wrong: a missing privilege. These need a change of
+// configuration.
 func Fatal(err error) bool {
 	var offset *OffsetError
 	return handling.IsFatal(err) || errors.As(err, &offset) && offset.ResetTo < 0

@@ -14,16 +14,16 @@ import (
 )
 
 // startOffset checks the stored offset next against the stream's end and returns where to
-// start. An offset past the end is an *OffsetError, or a reset that the offset table records
-// before the session reads (Config.OffsetReset). An offset below the stream's first message
-// shows in the session: the first message delivered lies past it (gap).
+// start. An offset past the end is an *OffsetError. Or, as Config.OffsetReset says, it is a
+// reset that the offset table records before the session reads. An offset below the stream's
+// first message shows in the session: the first message delivered lies past it (gap).
 func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, next int64) (int64, error) {
 	if next == 0 {
 		return 0, nil // the start of any stream
 	}
 	end, err := c.end(ctx, env)
 	for reads := 1; err == nil && next > end && reads < endReads; reads++ {
-		// The client may read from a replica, which may lag the leader: look again first,
+		// The client may read from a replica, which may lag the leader. Look again first,
 		// through a new subscription, on a member the client picks at random.
 		if !handling.Sleep(ctx, endPause) {
 			return 0, ctx.Err()
@@ -55,11 +55,11 @@ func (c *Consumer) startOffset(ctx context.Context, env *stream.Environment, nex
 }
 
 // gap handles the stream's next message after next arriving at offset. The offsets between may
-// hold entries that are no message: a named producer's state at the start of each segment, an
-// offset another application stored in the stream. Those are passed over. If instead retention
-// removed next, gap refuses (an *OffsetError), or resets the stored offset to offset
-// (ResetToFirst: the session goes on), or to the stream's end (ResetToEnd: an error, so that the
-// next session starts there).
+// hold entries that are no message. One is a named producer's state at the start of each
+// segment. Another is an offset another application stored in the stream. Those are passed
+// over. If instead retention removed next, gap refuses with an *OffsetError. Or it resets the
+// stored offset to offset (ResetToFirst: the session goes on). Or it resets it to the stream's
+// end (ResetToEnd). That returns an error, so that the next session starts there.
 func (c *Consumer) gap(ctx context.Context, next, offset int64) error {
 	// The session's connection delivers no more until its handler returns: read on another.
 	env, err := stream.NewEnvironment(streamconn.Options().SetUris(c.cfg.URIs))
@@ -94,9 +94,9 @@ func (c *Consumer) gap(ctx context.Context, next, offset int64) error {
 }
 
 // holds reports whether the stream still holds offset: its first message is at or before it.
-// An offset below the first message may be an entry that is no message at the start of the first
-// segment; the broker's statistics (3.11 and later) then tell by the first entry's offset. Without
-// them it is taken for one retention removed.
+// An offset below the first message may be an entry that is no message, first in the first
+// segment. The broker's statistics (3.11 and later) then tell by the first entry's offset.
+// Without them it is taken for one retention removed.
 func (c *Consumer) holds(ctx context.Context, env *stream.Environment, offset int64) (bool, error) {
 	first, err := read(ctx, env, c.cfg.Stream, stream.OffsetSpecification{}.First(), firstMessage)
 	if err != nil {
@@ -113,9 +113,9 @@ func (c *Consumer) holds(ctx context.Context, env *stream.Environment, offset in
 	return false, nil
 }
 
-// startOffset reads the stream's end up to endReads times, endPause apart, before it takes a
-// stored offset for one past it. A replica that lags for good is picked by every read with a
-// chance of one in 2^30, with two replicas; a lag of a few seconds is waited out.
+// startOffset reads the stream's end up to endReads times, endPause apart. Only then does it
+// take a stored offset for one past the end. With two replicas, one that lags for good is picked
+// by every read with a chance of one in 2^30. A lag of a few seconds is waited out.
 const (
 	endReads = 30
 	endPause = 100 * time.Millisecond
@@ -130,7 +130,7 @@ func (c *Consumer) end(ctx context.Context, env *stream.Environment) (int64, err
 	return last + 1, nil
 }
 
-// resetOffset stores to as the next offset if the stored one is still from: another instance
+// resetOffset stores to as the next offset if the stored one is still from. Another instance
 // of the consumer may have moved it since it was read.
 func (c *Consumer) resetOffset(ctx context.Context, from, to int64) error {
 	tag, err := c.pool.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $4 WHERE consumer = $1 AND stream = $2 AND next_offset = $3",
@@ -148,16 +148,16 @@ func (c *Consumer) resetOffset(ctx context.Context, from, to int64) error {
 func firstMessage(_ stream.ConsumerContext, offset int64, _ int) (int64, bool) { return offset, true }
 
 // lastOfChunk takes the last message of the first chunk read (as many messages as the chunk
-// has entries): its offset. walbox's producers write no sub-entries (one message an entry); a
-// chunk of sub-entries ends later than this says.
+// has entries): its offset. The producers of walbox write no sub-entries, one message an entry.
+// A chunk of sub-entries ends later than this says.
 func lastOfChunk(cc stream.ConsumerContext, offset int64, seen int) (int64, bool) {
 	return offset, seen == int(cc.GetEntriesCount())
 }
 
-// read subscribes to the stream at spec and returns what take returns once it says done; take
-// sees each message's context, offset and count so far. The broker sends a chunk that exists at
-// once; on an empty stream read waits for the first one, until ctx ends. (Brokers before 3.11
-// have no stream statistics to tell the stream's bounds.)
+// read subscribes to the stream at spec and returns what take returns once it says done. The
+// function take sees each message's context, offset and count so far. The broker sends a chunk
+// that exists at once. On an empty stream, read waits for the first one, until ctx ends.
+// (Brokers before 3.11 have no stream statistics to tell the stream's bounds.)
 func read(ctx context.Context, env *stream.Environment, name string, spec stream.OffsetSpecification,
 	take func(cc stream.ConsumerContext, offset int64, seen int) (int64, bool)) (int64, error) {
 	found := make(chan int64, 1)

@@ -22,6 +22,9 @@ const commentMaxWords = 20
 // sentence within commentMaxWords words. A package joins the list once its comments pass.
 var commentChecked = []string{
 	"cmd/walbox",
+	"consumer",
+	"consumer/internal/handling",
+	"consumer/streamconsumer",
 	"decoder",
 	"inspect",
 	"internal/doctor",
