@@ -7,28 +7,31 @@ import (
 	"time"
 )
 
-// Bounds of what a coalescing connection holds back: it writes once coalesceBytes are held, or
-// coalesceDelay after the first of them was held, whichever comes first. A Session.Flush waits
-// for more only while the next message is expected soon after the first held (expectMore).
+// Bounds of what a coalescing connection holds back. It writes once coalesceBytes are held, or
+// coalesceDelay after the first of them was held. Whichever comes first counts. A Session.Flush
+// waits for more only while the next message is expected soon after the first held (expectMore).
 const coalesceBytes = 64 << 10
 
 var coalesceDelay = 2500 * time.Microsecond // a variable for tests
 
-// coalescer is the net.Conn under amqp091. amqp091 flushes its buffer to the socket after every
-// publish, so each message would be a TCP write of its own and wake the broker on its own. While
-// the session publishes (hold), the coalescer keeps those writes and sends them together: when
-// the caller has nothing more to publish for now (Session.Flush) and no more is expected soon, when
-// coalesceBytes are held, or coalesceDelay after the first byte was held. Every other write (heartbeats, channel setup,
-// declarations, close) goes out at once, after what is held, so nothing waits behind a publish
-// burst and the byte order of the stream is kept.
+// coalescer is the net.Conn under amqp091. The library amqp091 flushes its buffer to the socket
+// after every publish. So each message would be a TCP write of its own and wake the broker on its
+// own. While the session publishes (hold), the coalescer keeps those writes and sends them
+// together. It sends them at the first of these:
+//   - the caller has nothing more to publish for now (Session.Flush), and no more is expected soon;
+//   - coalesceBytes are held;
+//   - coalesceDelay passed since the first byte was held.
 //
-// The coalescer also notes when each publish's frames reached the socket (holdFor, writtenAt): the
-// end of the socket write that carried the last of them. A Confirm carries it as Written.
+// Every other write goes out at once, after what is held: heartbeats, channel setup, declarations,
+// close. So nothing waits behind a publish burst, and the byte order of the stream is kept.
 //
-// A held write reports success to amqp091 before it reaches the socket; if a write that
-// flushSoon (or the timer) makes fails, failed is called (the session cuts the connection and fails, as for a write amqp091
-// saw fail) and every later write returns the error. Each socket write keeps its own deadline
-// (writeBound), so a broker that stops reading still has the connection cut.
+// The coalescer also notes when each publish's frames reached the socket (holdFor, writtenAt). That
+// is the end of the socket write that carried the last of them. A Confirm carries it as Written.
+//
+// A held write reports success to amqp091 before it reaches the socket. A write that flushSoon (or
+// the timer) makes may fail. Then failed is called, and every later write returns the error. The
+// session cuts the connection and fails, as for a write amqp091 saw fail. Each socket write keeps
+// its own deadline (writeBound). So a broker that stops reading still has the connection cut.
 type coalescer struct {
 	net.Conn
 	failed func(error) error
@@ -50,9 +53,11 @@ type coalescer struct {
 	timer  *time.Timer
 	err    error // the first failed write; sticky
 
-	// When publishes reached the socket: tag is the publish whose frames are being written (0
-	// between publishes), last the latest publish whose frames are all written or held, and carried the socket
-	// writes since that completed publishes, oldest first, not yet taken by writtenAt.
+	// When publishes reached the socket:
+	//   - tag is the publish whose frames are being written (0 between publishes);
+	//   - last is the latest publish whose frames are all written or held;
+	//   - carried lists the socket writes since that completed publishes, oldest first. writtenAt
+	//     has not taken them yet.
 	tag, last uint64
 	stamped   uint64 // the latest publish in carried
 	carried   []carriedUpTo
@@ -159,16 +164,16 @@ func (w *coalescer) writtenAt(tag uint64) time.Time {
 	return w.carried[0].at
 }
 
-// writeNow writes what is held, at once. amqp091 never calls a Flush method of its net.Conn (it
-// flushes its own bufio.Writer), so the name says what the session means by it instead.
+// writeNow writes what is held, at once. The library amqp091 never calls a Flush method of its
+// net.Conn: it flushes its own bufio.Writer. So the name says what the session means by it instead.
 func (w *coalescer) writeNow() error { return w.flushSoon(false) }
 
-// flushSoon writes what is held, now; or, if soon and the next call is expected in time
-// (expectMore), leaves it to that call or to the timer. The caller calls it soon
-// each time it has published what there was (Session.Flush), so the time between calls, averaged,
-// tells when the next message is likely. Under a steady flow of messages that one at a time would
-// each be a write of its own, that groups those that come close together; a message that would
-// wait for nothing goes out at once.
+// flushSoon writes what is held, now. But if soon and the next call is expected in time
+// (expectMore), it waits. It leaves the write to that call or to the timer. The caller calls it
+// each time it has published what there was (Session.Flush). So the time between calls, averaged,
+// tells when the next message is likely. Take a steady flow of messages that one at a time would
+// each be a write of its own. This groups those that come close together. A message that would wait
+// for nothing goes out at once.
 func (w *coalescer) flushSoon(soon bool) error {
 	w.mu.Lock()
 	if soon && w.expectMore() && w.err == nil {
@@ -187,14 +192,14 @@ func (w *coalescer) flushSoon(soon bool) error {
 	return err
 }
 
-// expectMore records a call of flushSoon and reports whether what is held should wait for the
-// next call, expected at the average time between calls. A group waits while the next call
-// would join it within the group span (7/10 of the delay) of its first byte. A message held
-// alone waits only for a partner due within half the delay, and only every other time (after a
-// write that went alone), unless a group of three is expected within the span. So at a pace
-// where pairs are all that could form, at most a third of the messages wait, for as many writes
-// as two messages in three; at a steady pace where threes form, a write carries three calls
-// or more; and at a slower pace a message never waits for a partner that far off. w.mu is held.
+// expectMore records a call of flushSoon. It reports whether what is held should wait for the next
+// call, expected at the average time between calls. A group waits while the next call would join it
+// within the group span of its first byte. That span is 7/10 of the delay. A message held alone
+// waits only for a partner due within half the delay. It waits only every other time (after a write
+// that went alone). Those limits lift when a group of three is expected within the span. So at a
+// pace where pairs are all that could form, at most a third of the messages wait. They make as many
+// writes as two messages in three. At a steady pace where threes form, a write carries three calls
+// or more. At a slower pace a message never waits for a partner that far off. w.mu is held.
 func (w *coalescer) expectMore() bool {
 	now := time.Now()
 	if !w.idle.IsZero() {

@@ -44,10 +44,10 @@ type Config struct {
 	// Dial declares it as a durable topic exchange. Default "outbox".
 	Exchange string
 
-	// AlternateExchange receives messages that no queue is bound for, so that they are kept
-	// rather than returned. Dial declares it (fanout, durable) with a durable queue of the same
-	// name bound to it, and declares Exchange with it as its alternate-exchange argument. Default
-	// Exchange+".unroutable"; NoExchange turns it off, and unroutable messages then come back as
+	// AlternateExchange receives messages that no queue is bound for, so they are kept, not
+	// returned. Dial declares it (fanout, durable) with a durable queue of the same name bound to
+	// it. Dial declares Exchange with it as its alternate-exchange argument. Default
+	// Exchange+".unroutable". NoExchange turns it off. Unroutable messages then come back as
 	// ErrReturned.
 	AlternateExchange string
 
@@ -55,26 +55,28 @@ type Config struct {
 	// a durable queue of the same name bound to it. Default Exchange+".parked".
 	ParkExchange string
 
-	// QueueType is the type of the park and alternate queues Dial declares: QueueAuto (the
+	// QueueType is the type of the park and alternate queues Dial declares. It is QueueAuto (the
 	// default), QueueClassic or QueueQuorum. Auto is quorum when Endpoints has more than one URL,
-	// else classic, and uses an existing queue of another type as it is. On a cluster use quorum:
-	// a classic queue lives on one node, and while that node is down nothing can be parked. A
-	// single URL in front of a cluster (a load balancer) needs QueueQuorum. The type of an
-	// existing queue cannot change: delete the queue (once empty) to switch. With classic or
-	// quorum, an existing queue of the other type fails Dial.
+	// else classic. Auto uses an existing queue of another type as it is. On a cluster use quorum:
+	// a classic queue lives on one node. While that node is down nothing can be parked. A single
+	// URL in front of a cluster (a load balancer) needs QueueQuorum. The type of an existing queue
+	// cannot change: delete the queue (once empty) to switch. With classic or quorum, an existing
+	// queue of the other type fails Dial.
 	//
-	// Dial does not need the queues: one it cannot declare (its node is down) is declared again
-	// every few seconds while the session lives, and Park waits until the park queue is.
+	// Dial does not need the queues. One it cannot declare (its node is down) is declared again
+	// every few seconds while the session lives. Park waits until the park queue is declared.
 	QueueType string
 
-	// OnQueue, when set, is told the outcome of each declaration of the park and alternate
-	// queues, that a declaration Dial gave up waiting for has no answer yet, and each time a
-	// message waits to be parked (see QueueState). It is called from the session's goroutines
-	// and must not block.
+	// OnQueue, when set, is told of the park and alternate queues (see QueueState):
+	//   - the outcome of each of their declarations;
+	//   - that a declaration Dial gave up waiting for has no answer yet;
+	//   - each time a message waits to be parked.
+	//
+	// It is called from the session's goroutines and must not block.
 	OnQueue func(QueueState)
 
-	// MaxMessageSize is the largest body Publish sends; a larger one is refused with
-	// ErrInvalidMessage before anything is written, since the broker would close the channel.
+	// MaxMessageSize is the largest body Publish sends. A larger one is refused with
+	// ErrInvalidMessage before anything is written. Otherwise the broker would close the channel.
 	// Keep it at or below the broker's max_message_size. Default 16 MiB.
 	MaxMessageSize int
 
@@ -99,12 +101,12 @@ type Config struct {
 	// CloseTimeout bounds Close, after which the connection is cut. Default 5s.
 	CloseTimeout time.Duration
 
-	// WriteTimeout bounds each write to the broker's socket: a write that makes no progress for
-	// this long (a broker that stopped reading without telling, amqp091-go#111; the write
-	// ignores every context) fails, the connection is cut and the session ends. A large message
-	// that keeps moving is never cut, and brief stalls of flow control pass. Keep it well under
-	// PostgreSQL's wal_sender_timeout, since the relay cannot answer the server while a write
-	// holds it. Default 10s.
+	// WriteTimeout bounds each write to the broker's socket. A write that makes no progress for
+	// this long fails, the connection is cut and the session ends. A broker that stopped reading
+	// without telling causes that (amqp091-go#111). The write ignores every context. A large
+	// message that keeps moving is never cut, and brief stalls of flow control pass. Keep it well
+	// under PostgreSQL's wal_sender_timeout. The relay cannot answer the server while a write holds
+	// it. Default 10s.
 	WriteTimeout time.Duration
 
 	// TLS configures amqps connections; nil means the system roots (or the TLS parameters of
@@ -114,10 +116,10 @@ type Config struct {
 	// cluster is set by NewEndpoints when it has more than one URL: QueueAuto is quorum then.
 	cluster bool
 
-	// OnBlocked, when set, is told each time the broker blocks the session's connection (a memory
-	// or disk alarm; reason is the broker's, from connection.blocked) and unblocks it. A session
-	// that ends while blocked tells it blocked false, with the reason SessionEnded. It is
-	// called from the session's goroutine and must not block.
+	// OnBlocked, when set, is told each time the broker blocks the session's connection, and
+	// unblocks it. A memory or disk alarm blocks it. The reason is the broker's, from
+	// connection.blocked. A session that ends while blocked tells it blocked false, with the reason
+	// SessionEnded. It is called from the session's goroutine and must not block.
 	OnBlocked func(blocked bool, reason string)
 }
 
@@ -207,9 +209,9 @@ func parseURL(rawURL string) (amqp.URI, error) {
 	return uri, nil
 }
 
-// redactErr returns err unchanged unless its text contains the password of rawURL, either as
-// written or percent-decoded. Then it returns a plain error with each occurrence replaced by
-// "xxxxx"; the original chain is dropped, since any error in it would print the password.
+// redactErr returns err unchanged unless its text contains the password of rawURL. The password may
+// be as written or percent-decoded. Then it returns a plain error with each occurrence replaced by
+// "xxxxx". The original chain is dropped, since any error in it would print the password.
 func redactErr(err error, rawURL string) error {
 	if err == nil {
 		return nil

@@ -12,13 +12,13 @@ import (
 
 // tracker is the state of run, the goroutine that turns amqp091's notifications into Confirms.
 //
-// amqp091 delivers acks and returns on separate Go channels, but both from its single reader
-// goroutine, in wire order, and it hands a basic.return to the returns channel before it
-// processes the frames after it. The broker sends an unroutable message's basic.return before
-// its basic.ack. So once run receives the ack for delivery tag t, the return for t, if any, is
-// already buffered: run drains returns before it judges an ack. Returns carry no delivery tag;
-// they are matched to in-flight tags by message id (Session.unacked). The session counts
-// nothing else: the caller bounds what is in flight.
+// The library amqp091 delivers acks and returns on separate Go channels. But both come from its
+// single reader goroutine, in wire order. It hands a basic.return to the returns channel before it
+// processes the frames after it. The broker sends an unroutable message's basic.return before its
+// basic.ack. So once run receives the ack for delivery tag t, the return for t, if any, is already
+// buffered. So run drains returns before it judges an ack. Returns carry no delivery tag. They are
+// matched to in-flight tags by message id (Session.unacked). The session counts nothing else: the
+// caller bounds what is in flight.
 type tracker struct {
 	acks    <-chan amqp.Confirmation // nil once closed
 	returns <-chan amqp.Return       // nil once closed
@@ -66,10 +66,10 @@ func (s *Session) run() {
 	}
 }
 
-// onAck judges c and the confirmations that were already waiting behind it when it arrived, in
-// one turn of run: amqp091 splits a multiple ack into one Confirmation per delivery tag, and they
-// arrive together. Acks that come in meanwhile wait for the next turn, so that a turn is bounded
-// and every verdict's time is no earlier than its arrival.
+// onAck judges c, and the confirmations that were already waiting behind it when it arrived. It
+// does so in one turn of run. The library amqp091 splits a multiple ack into one Confirmation per
+// delivery tag. They arrive together. Acks that come in meanwhile wait for the next turn. So a turn
+// is bounded, and every verdict's time is no earlier than its arrival.
 func (s *Session) onAck(c amqp.Confirmation, ok bool) {
 	at := time.Now() // they arrived by now: amqp091's reader hands them over at once
 	for waiting := len(s.tr.acks); ; waiting-- {
@@ -93,8 +93,8 @@ func (s *Session) onAck(c amqp.Confirmation, ok bool) {
 	}
 }
 
-// judge turns the confirmation of the next delivery tag into a Confirm. amqp091 re-sequences
-// confirmations, so anything but the next tag means a confirmation was lost.
+// judge turns the confirmation of the next delivery tag into a Confirm. The library amqp091
+// re-sequences confirmations. So anything but the next tag means a confirmation was lost.
 func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 	tag := s.tr.acked + 1
 	o, ok := s.popUnacked()
@@ -114,9 +114,9 @@ func (s *Session) judge(c amqp.Confirmation, at time.Time) error {
 }
 
 // nackedBefore reports whether amqp091 recorded a nack for dc's message. By the time its
-// confirmation stream yields the tag, dc has its verdict. dc is nil only for the newest publish,
-// whose call has not yet returned; the stream misreports only tags below a multiple ack's, and
-// their publish calls have returned, so for a nil dc the stream's own verdict is right.
+// confirmation stream yields the tag, dc has its verdict. The value dc is nil only for the newest
+// publish, whose call has not yet returned. The stream misreports only tags below a multiple ack's,
+// and their publish calls have returned. So for a nil dc the stream's own verdict is right.
 func nackedBefore(dc *amqp.DeferredConfirmation) bool {
 	if dc == nil {
 		return false
@@ -157,9 +157,9 @@ func (s *Session) drainReturns() {
 }
 
 // onReturn marks every in-flight delivery tag with the returned message's id. Ids are unique in
-// practice; should one be in flight twice, both are marked, since a false ErrReturned costs a
-// replay while a false success loses a message. A return that matches nothing in flight means
-// its ack was judged before it: the session ends rather than vouch for what it has confirmed.
+// practice. Should one be in flight twice, both are marked. A false ErrReturned costs a replay,
+// while a false success loses a message. A return that matches nothing in flight means its ack was
+// judged before it. The session then ends rather than vouch for what it has confirmed.
 func (s *Session) onReturn(r amqp.Return, ok bool) {
 	if !ok {
 		s.tr.returns = nil
@@ -199,8 +199,8 @@ func (s *Session) closeCause() error {
 	return fmt.Errorf("%w: channel closed", ErrClosed)
 }
 
-// closedBy is the session's failure for the broker's closing error e: a refusal for size also
-// wraps a *wire.TooLargeError, which the relay parks the message for.
+// closedBy is the session's failure for the broker's closing error e. A refusal for size also wraps
+// a *wire.TooLargeError, which the relay parks the message for.
 func closedBy(e *amqp.Error) error {
 	if e.Code == amqp.PreconditionFailed && tooLargeText.MatchString(e.Reason) {
 		return fmt.Errorf("%w: %w", ErrClosed, &wire.TooLargeError{Reason: e.Reason, Err: e})
@@ -208,8 +208,8 @@ func closedBy(e *amqp.Error) error {
 	return fmt.Errorf("%w: %w", ErrClosed, e)
 }
 
-// tooLargeText matches RabbitMQ's reason for a message over max_message_size ("configured" is
-// left out when the limit is the broker's hard maximum).
+// tooLargeText matches RabbitMQ's reason for a message over max_message_size. The reason leaves
+// "configured" out when the limit is the broker's hard maximum.
 var tooLargeText = regexp.MustCompile(`message size \d+ is larger than (configured )?max size \d+`)
 
 // end records the failure and queues the last Confirm, carrying the first failure recorded.
@@ -223,8 +223,8 @@ func (s *Session) end(err error) {
 	s.tr.final = true
 }
 
-// emit hands c to the reader of Confirms, or queues it when the buffer is full; it never blocks,
-// so amqp091's notifications are always drained.
+// emit hands c to the reader of Confirms, or queues it when the buffer is full. It never blocks, so
+// amqp091's notifications are always drained.
 func (s *Session) emit(c wire.Confirm) {
 	if s.tr.head == len(s.tr.queue) {
 		select {
@@ -268,7 +268,7 @@ func (s *Session) closeConfirms() {
 	close(s.confirms)
 }
 
-// SessionEnded is the reason Config.OnBlocked is given when a blocked session ends: the broker did
+// SessionEnded is the reason Config.OnBlocked is given when a blocked session ends. The broker did
 // not unblock it, and may still block the next session.
 const SessionEnded = "session ended"
 

@@ -11,10 +11,10 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// ParseURLs splits a comma-separated list of broker URLs, the nodes of one cluster say, and
-// checks each. It splits only at a comma followed by another URL's scheme (amqp:// or amqps://),
-// so a comma inside a URL stays where it is. Errors name the URL by its place in the list and
-// never contain a password.
+// ParseURLs splits a comma-separated list of broker URLs, the nodes of one cluster say. It checks
+// each URL. It splits only at a comma before another URL's scheme (amqp:// or amqps://). So a comma
+// inside a URL stays where it is. Errors name the URL by its place in the list and never contain a
+// password.
 func ParseURLs(list string) ([]string, error) {
 	urls := redact.SplitList(list)
 	for i, u := range urls {
@@ -28,11 +28,11 @@ func ParseURLs(list string) ([]string, error) {
 	return urls, nil
 }
 
-// Endpoints dials one broker of several, the nodes of one cluster, that all serve the same
-// exchanges and queues. Dial tries them in turn and returns the first session that opens. Each
-// Dial starts at the URL after the one the previous session used, so once a session is lost
-// the next one goes to another node (the lost one is tried last). A Dial in which every URL
-// failed starts at the same URL next time: the caller backs off between rounds, not between URLs.
+// Endpoints dials one broker of several, the nodes of one cluster. They all serve the same
+// exchanges and queues. Dial tries them in turn and returns the first session that opens. Each Dial
+// starts at the URL after the one the previous session used. So once a session is lost the next one
+// goes to another node; the lost one is tried last. A Dial in which every URL failed starts at the
+// same URL next time. The caller backs off between rounds, not between URLs.
 //
 // Endpoints is safe for concurrent use.
 type Endpoints struct {
@@ -122,8 +122,8 @@ func (e *Endpoints) Dial(ctx context.Context) (*Session, error) {
 	return nil, fmt.Errorf("no broker of %d answered: %s", len(errs), strings.Join(msgs, "; "))
 }
 
-// WatchBlocked has every session dialed from now on tell fn when the broker blocks or unblocks
-// it (see Config.OnBlocked), with the broker's host:port. It replaces the OnBlocked of the
+// WatchBlocked has every session dialed from now on tell fn when the broker blocks or unblocks it.
+// It tells the broker's host:port too (see Config.OnBlocked). It replaces the OnBlocked of the
 // configuration.
 func (e *Endpoints) WatchBlocked(fn func(host string, blocked bool, reason string)) {
 	e.mu.Lock()

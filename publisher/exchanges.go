@@ -11,9 +11,9 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// recheckMissing is how long a session takes an exchange found missing to stay missing: rows
-// for it are refused without asking the broker again until then, and an exchange created in
-// the meantime is used from then on.
+// recheckMissing is how long a session takes an exchange found missing to stay missing. Until then,
+// rows for it are refused without asking the broker again. An exchange created in the meantime is
+// used from then on.
 var recheckMissing = 5 * time.Second
 
 // maxExchangeVerdicts bounds the verdicts a session keeps; beyond it they are forgotten.
@@ -25,8 +25,8 @@ type exchangeVerdict struct {
 	at      time.Time // when it was found missing
 }
 
-// exchangeFor returns the exchange m goes to: its own, once the broker has confirmed that it
-// exists, or else the session's.
+// exchangeFor returns the exchange m goes to. That is its own, once the broker has confirmed that
+// it exists, or else the session's.
 func (s *Session) exchangeFor(ctx context.Context, m *wire.Message) (string, error) {
 	if m.Exchange == "" || m.Exchange == s.cfg.Exchange {
 		return s.cfg.Exchange, nil
@@ -45,12 +45,12 @@ func (s *Session) exchangeFor(ctx context.Context, m *wire.Message) (string, err
 	return m.Exchange, missing
 }
 
-// checkExchange asks the broker whether exchange exists, with a passive declare on a channel of
-// its own: publishing to a missing exchange would close the session's channel. It returns an
-// error wrapping ErrInvalidMessage as missing if the broker refuses the name (404 NOT_FOUND, or
-// any other channel-level refusal, which a publish would get too). err means the check itself
-// failed: ctx ended while waiting for a blocked connection, or the connection failed, which
-// ends the session.
+// checkExchange asks the broker whether exchange exists, with a passive declare on a channel of its
+// own. Publishing to a missing exchange would close the session's channel. It returns an error
+// wrapping ErrInvalidMessage as missing if the broker refuses the name. The broker refuses it with
+// 404 NOT_FOUND, or any other channel-level refusal a publish would get. The result err means the
+// check itself failed, which ends the session. Either ctx ended while waiting for a blocked
+// connection, or the connection failed.
 func (s *Session) checkExchange(ctx context.Context, exchange string) (missing, err error) {
 	if err := s.failure(); err != nil {
 		return nil, err

@@ -10,22 +10,22 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Lanes publishes over several sessions, each a connection with one channel of its own: the
-// lanes. A message goes to the lane its aggregate id hashes to, so the messages of one aggregate
-// travel on one channel, in the order they were published; messages of different aggregates may
-// overtake each other across lanes.
+// Lanes publishes over several sessions, each a connection with one channel of its own: the lanes.
+// A message goes to the lane its aggregate id hashes to. So the messages of one aggregate travel on
+// one channel, in the order they were published. Messages of different aggregates may overtake each
+// other across lanes.
 //
-// To its caller Lanes is one session: Publish returns sequence numbers 1, 2, 3, ... in the order
-// of the calls, whatever lane carried the message, and Confirms delivers the broker's verdict on
-// each under that number, in the order the verdicts arrive, which across lanes is not the order of
-// the sequence numbers. A caller that moves a position only past a prefix of sequence numbers
-// every one of which is confirmed (checkpoint.Ledger) keeps its guarantee. Lanes numbers the
-// messages itself and its sessions give each verdict that number: Lanes keeps no record of the
+// To its caller Lanes is one session. Publish returns sequence numbers 1, 2, 3, ... in the order of
+// the calls, whatever lane carried the message. Confirms delivers the broker's verdict on each
+// under that number. It delivers them in the order the verdicts arrive. Across lanes, that is not
+// the order of the sequence numbers. Some callers move a position only past a prefix of sequence
+// numbers all confirmed (checkpoint.Ledger). Such a caller keeps its guarantee. Lanes numbers the
+// messages itself, and its sessions give each verdict that number. Lanes keeps no record of the
 // messages in flight.
 //
-// The first lane that fails ends them all: Confirms then reports the failure with sequence 0
-// and closes, and Publish returns an error wrapping ErrClosed (outbox.ErrSessionClosed). Publish
-// and Park must be called from one goroutine at a time, as for a Session.
+// The first lane that fails ends them all. Confirms then reports the failure with sequence 0 and
+// closes. Publish returns an error wrapping ErrClosed (outbox.ErrSessionClosed). Publish and Park
+// must be called from one goroutine at a time, as for a Session.
 type Lanes struct {
 	lanes    []*Session
 	confirms chan wire.Confirm
@@ -36,9 +36,9 @@ type Lanes struct {
 	forwards sync.WaitGroup
 }
 
-// DialLanes opens n sessions with dial, one per lane, and returns them as one. dial is called n
-// times in turn; with Endpoints.Dial the lanes spread over the nodes of a cluster. If any dial
-// fails, the sessions already open are closed.
+// DialLanes opens n sessions with dial, one per lane, and returns them as one. The function dial is
+// called n times in turn. With Endpoints.Dial the lanes spread over the nodes of a cluster. If any
+// dial fails, the sessions already open are closed.
 func DialLanes(ctx context.Context, n int, dial func(context.Context) (*Session, error)) (*Lanes, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("lanes: %d; want at least 1", n)

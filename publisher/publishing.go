@@ -22,16 +22,24 @@ const (
 // ContentType is the content type of every message: the payload is a JSON document.
 const ContentType = "application/json"
 
-// Publishing builds the AMQP publishing for m, which must not be nil; the routing key, m.Key(),
-// and the exchange go beside it.
+// Publishing builds the AMQP publishing for m, which must not be nil. The routing key, m.Key(), and
+// the exchange go beside it.
 //
-// Properties: MessageId m.AMQPMessageID() (m.MessageID, or else m.ID), Type m.EventType, Timestamp m.CreatedAt (whole seconds on the
-// wire), AppId appID, ContentType application/json, DeliveryMode persistent, Body m.Payload
-// (shared, not copied). Headers: aggregate_type, aggregate_id and every key of m.Headers, with
-// values made legal in an AMQP table: strings, bools, float64 and nil pass as they are, []any
-// becomes a field array and map[string]any a nested table (both converted recursively), other
-// integers become int64, a json.Number what wire.HeaderNumber makes of it (an int64, a float64
-// or, where neither is exact, its text), and any other type its fmt.Sprint text.
+// Properties:
+//   - MessageId is m.AMQPMessageID(): m.MessageID, or else m.ID.
+//   - Type is m.EventType.
+//   - Timestamp is m.CreatedAt, in whole seconds on the wire.
+//   - AppId is appID, ContentType application/json, DeliveryMode persistent.
+//   - Body is m.Payload, shared, not copied.
+//
+// Headers are aggregate_type, aggregate_id and every key of m.Headers. Their values are made legal
+// in an AMQP table:
+//   - strings, bools, float64 and nil pass as they are;
+//   - []any becomes a field array and map[string]any a nested table, both converted recursively;
+//   - other integers become int64;
+//   - a json.Number becomes what wire.HeaderNumber makes of it. That is an int64, a float64 or,
+//     where neither is exact, its text;
+//   - any other type becomes its fmt.Sprint text.
 func Publishing(m *wire.Message, appID string) amqp.Publishing {
 	h := make(amqp.Table, len(m.Headers)+2)
 	for k, v := range m.Headers {
@@ -121,13 +129,15 @@ func uintValue(u uint64) any {
 	return int64(u)
 }
 
-// frameOverhead is what a content header frame needs besides the properties: the frame's own
-// header and end (8 bytes), class, weight, body size and property flags (14 bytes), rounded up.
+// frameOverhead is what a content header frame needs besides the properties, rounded up. That is
+// the frame's own header and end (8 bytes). And it is the class, weight, body size and property
+// flags (14 bytes).
 const frameOverhead = 32
 
-// propertiesSize returns how many bytes the properties of msg take in its content header frame,
-// which amqp091 sends whole: a broker closes the connection on a frame over its frame_max. Field
-// values of types this package does not produce count as 9 bytes, more than any of them takes.
+// propertiesSize returns how many bytes the properties of msg take in its content header frame. The
+// library amqp091 sends that frame whole. A broker closes the connection on a frame over its
+// frame_max. Field values of types this package does not produce count as 9 bytes, more than any of
+// them takes.
 func propertiesSize(msg *amqp.Publishing) int {
 	n := 1 + len(msg.ContentType) + 1 + len(msg.ContentEncoding) + 1 + len(msg.CorrelationId) +
 		1 + len(msg.ReplyTo) + 1 + len(msg.Expiration) + 1 + len(msg.MessageId) + 1 + len(msg.Type) +
@@ -162,8 +172,8 @@ func fieldSize(v any) int {
 	}
 }
 
-// checkMessage reports what would make amqp091 fail in the middle of writing the publish, which
-// kills the connection: short strings over 255 bytes.
+// checkMessage reports what would make amqp091 fail in the middle of writing the publish. Such a
+// failure kills the connection: short strings over 255 bytes cause it.
 func checkMessage(m *wire.Message) error {
 	for _, f := range []struct{ name, value string }{
 		{"routing key", m.Key()}, {"event type", m.EventType}, {"message id", m.AMQPMessageID()}, {"exchange", m.Exchange},
@@ -219,10 +229,14 @@ const (
 	HeaderParkRoutingKey = "x-walbox-routing-key" // the row's own routing key, if it has one
 )
 
-// ParkedPublishing builds the publishing for a parked message: the row's id, type, timestamp and payload
-// (dropped if over maxBody) as far as they were decoded, its aggregate headers, and headers naming
-// the reason, the table and the WAL position, and the row's own exchange and routing key if it
-// has them. The row's own headers are left out: they may be what made it unpublishable.
+// ParkedPublishing builds the publishing for a parked message. It holds:
+//   - the row's id, type, timestamp and payload, as far as they were decoded; the payload is
+//     dropped if over maxBody;
+//   - its aggregate headers;
+//   - headers naming the reason, the table and the WAL position;
+//   - the row's own exchange and routing key, if it has them.
+//
+// The row's own headers are left out: they may be what made it unpublishable.
 func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing {
 	m := &p.Message
 	body := m.Payload

@@ -25,8 +25,8 @@ const (
 // DefaultQueueType is the default of Config.QueueType.
 const DefaultQueueType = QueueAuto
 
-// queueWait bounds how long Dial waits for the first declaration of each of the park and
-// alternate queues; the declaration goes on after that, and Park waits for it.
+// queueWait bounds how long Dial waits for the first declaration of each of the park and alternate
+// queues. The declaration goes on after that, and Park waits for it.
 const queueWait = 5 * time.Second
 
 // parkRetry is how often Park tries again to declare a park queue it cannot declare.
@@ -36,8 +36,8 @@ const parkRetry = time.Second
 // waits for it.
 const queueRetry = 5 * time.Second
 
-// sinkQueueType returns the type the park and alternate queues are declared as, for the setting
-// queueType with urls broker URLs: auto is quorum with more than one URL, else classic.
+// sinkQueueType returns the type the park and alternate queues are declared as. It is for the
+// setting queueType with urls broker URLs. Auto is quorum with more than one URL, else classic.
 func sinkQueueType(queueType string, urls int) string {
 	switch {
 	case queueType != QueueAuto && queueType != "":
@@ -54,23 +54,23 @@ type QueueState struct {
 	Queue string
 	// Type is the type the session declares it as: QueueClassic or QueueQuorum.
 	Type string
-	// Err is why the queue could not be declared (its node is down, say), or that its
-	// declaration has had no answer yet (errUnanswered); nil once it was declared.
+	// Err is why the queue could not be declared (its node is down, say). Or it is that its
+	// declaration has had no answer yet (errUnanswered). It is nil once declared.
 	Err error
-	// OtherType is set when the queue exists with another type than QueueType asks for, and is
-	// used as it is (QueueType auto only).
+	// OtherType is set when the queue exists with another type than QueueType asks for. The queue
+	// is then used as it is (QueueType auto only).
 	OtherType bool
-	// OtherArgument names the argument the broker found different when the queue exists with
-	// other arguments than the session declares (an x-max-length set by hand, say). The queue is
-	// used as it is; its type is then unknown, since the broker names one difference only.
+	// OtherArgument names the argument the broker found different when the queue exists with other
+	// arguments than the session declares. An x-max-length set by hand is one, say. The queue is
+	// used as it is. Its type is then unknown, since the broker names one difference only.
 	OtherArgument string
 	// Waiting is set when a message to park waits for the queue: Park holds until it can be
 	// declared.
 	Waiting bool
 }
 
-// sinkQueue is the park or the alternate queue of a session, declared on a channel of its own
-// so that a failure closes only that channel. A session does not need its queues to publish:
+// sinkQueue is the park or the alternate queue of a session. It is declared on a channel of its
+// own, so that a failure closes only that channel. A session does not need its queues to publish:
 // only Park waits for the park queue.
 type sinkQueue struct {
 	name string
@@ -94,8 +94,8 @@ func unansweredFor(q *sinkQueue) time.Duration {
 }
 
 // errUnanswered marks the state of a queue whose declaration has had no answer for a while. On
-// RabbitMQ 4.0 the declaration of a classic queue whose node is down fails only after more than
-// a minute ("due to timeout"); until then the queue counts as unavailable.
+// RabbitMQ 4.0, take a classic queue whose node is down. Its declaration fails only after more than
+// a minute ("due to timeout"). Until then the queue counts as unavailable.
 var errUnanswered = errors.New("no answer from the broker")
 
 // tellUnlessDeclared tells Config.OnQueue st, unless q has been declared meanwhile. It tells
@@ -129,8 +129,8 @@ func typeMismatch(err error) bool {
 var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
 
 // mismatch reports whether err is the broker's refusal of a queue declared with other arguments
-// than the existing queue's, and the argument it names ("" when it names none). The broker
-// checks the other arguments before x-queue-type, and names the first that differs.
+// than the existing queue's. It returns the argument the refusal names ("" when it names none). The
+// broker checks the other arguments before x-queue-type, and names the first that differs.
 func mismatch(err error) (arg string, ok bool) {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
@@ -142,10 +142,11 @@ func mismatch(err error) (arg string, ok bool) {
 	return "", true
 }
 
-// declareQueues makes the first declaration of the park and alternate queues, side by side,
-// waiting for them at most queueWait. A queue that cannot be declared does not fail Dial (its node may be down;
-// Park waits for it), unless it exists as another type than a type QueueType names. One whose
-// declaration has no answer by then counts as unavailable: Config.OnQueue hears it.
+// declareQueues makes the first declaration of the park and alternate queues, side by side. It
+// waits for them at most queueWait. A queue that cannot be declared does not fail Dial: its node
+// may be down, and Park waits for it. It does fail Dial if it exists as another type than a type
+// QueueType names. One whose declaration has no answer by then counts as unavailable:
+// Config.OnQueue hears it.
 func (s *Session) declareQueues(ctx context.Context) error {
 	var qs []*sinkQueue
 	for _, q := range []*sinkQueue{s.park, s.alternate} {
@@ -173,9 +174,9 @@ func (s *Session) declareQueues(ctx context.Context) error {
 	return nil
 }
 
-// retryQueues declares again, every queueRetry while the session lives, each queue the first
-// declaration could not: Config.OnQueue then hears that it is back, and a message to park later
-// need not wait.
+// retryQueues declares again each queue the first declaration could not. It does so every
+// queueRetry while the session lives. Config.OnQueue then hears that the queue is back. And a
+// message to park later need not wait.
 func (s *Session) retryQueues() {
 	for _, q := range []*sinkQueue{s.park, s.alternate} {
 		if q == nil || s.declared(q) {
@@ -212,8 +213,8 @@ func (s *Session) queueType() string {
 	return sinkQueueType(s.cfg.QueueType, n)
 }
 
-// ensureQueue declares q unless it is declared already, or waits for the declaration in flight.
-// ctx ends the wait, not the declaration: that goes on until the broker answers or the
+// ensureQueue declares q unless it is declared already, or waits for the declaration in flight. The
+// context ctx ends the wait, not the declaration. That goes on until the broker answers or the
 // connection closes.
 func (s *Session) ensureQueue(ctx context.Context, q *sinkQueue) error {
 	pending := s.begin(q)
@@ -262,11 +263,11 @@ func (s *Session) declareQueue(q *sinkQueue, done chan struct{}) {
 	close(done)
 }
 
-// declareSinkQueue declares a durable queue named after its fanout exchange, of the session's
-// queue type, and binds it to that exchange. An existing queue with other arguments (but for
-// x-queue-type) is kept as it is (OtherArgument), and so is one of another type with QueueType
-// auto (OtherType); either is bound all the same. Each step has a channel of its own: a refusal
-// closes the channel. The outcome is what Config.OnQueue is told.
+// declareSinkQueue declares a durable queue named after its fanout exchange, of the session's queue
+// type. It binds the queue to that exchange. An existing queue with other arguments (but for
+// x-queue-type) is kept as it is (OtherArgument). So is one of another type with QueueType auto
+// (OtherType). Either is bound all the same. Each step has a channel of its own: a refusal closes
+// the channel. The outcome is what Config.OnQueue is told.
 func (s *Session) declareSinkQueue(name string) QueueState {
 	st := QueueState{Queue: name, Type: s.queueType()}
 	var args amqp.Table
@@ -285,8 +286,8 @@ func (s *Session) declareSinkQueue(name string) QueueState {
 			st.OtherType, err = true, nil
 		}
 		if err == nil {
-			// The broker judged the arguments by its records alone (RabbitMQ 4.0 does so even while
-			// the queue's node is down); a passive declaration asks the queue itself.
+			// The broker judged the arguments by its records alone. RabbitMQ 4.0 does so even while
+			// the queue's node is down. A passive declaration asks the queue itself.
 			err = s.onChannel(func(ch *amqp.Channel) error {
 				_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 				return err
@@ -313,10 +314,10 @@ func (s *Session) onChannel(f func(*amqp.Channel) error) error {
 	return f(ch)
 }
 
-// awaitPark waits until the park queue is declared: a parked message published while it cannot
-// be (its node is down) would be returned, and the session lost. Each failed try tells
-// Config.OnQueue that a message waits, and so does each call made while a declaration has had no
-// answer for parkRetry; ctx ends the wait.
+// awaitPark waits until the park queue is declared. A parked message published while it cannot be
+// (its node is down) would be returned. And the session would be lost. Each failed try tells
+// Config.OnQueue that a message waits. So does each call made while a declaration has had no answer
+// for parkRetry. ctx ends the wait.
 func (s *Session) awaitPark(ctx context.Context) error {
 	for {
 		if unansweredFor(s.park) >= parkRetry {

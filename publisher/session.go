@@ -14,8 +14,8 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// notifySlack is added to Window for the buffers amqp091 notifies into, so that they never fill
-// up: amqp091 drops a notification it cannot deliver within 5 s.
+// notifySlack is added to Window for the buffers amqp091 notifies into, so they never fill up. The
+// library amqp091 drops a notification it cannot deliver within 5 s.
 const notifySlack = 64
 
 // errCloseCalled is the failure recorded by Close.
@@ -65,8 +65,8 @@ type Session struct {
 	park, alternate *sinkQueue // alternate is nil with NoExchange
 }
 
-// Dial connects to the broker, opens a channel in confirm mode and declares the exchange.
-// ctx and Config.DialTimeout bound Dial only; the session outlives ctx.
+// Dial connects to the broker, opens a channel in confirm mode and declares the exchange. The
+// context ctx and Config.DialTimeout bound Dial only; the session outlives ctx.
 func Dial(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func (s *Session) declare(ch *amqp.Channel) error {
 	return nil
 }
 
-// dialer returns the amqp091 dial function. It keeps the net.Conn so that cut can close it: Dial
+// dialer returns the amqp091 dial function. It keeps the net.Conn so that cut can close it. Dial
 // cuts it when ctx ends, which bounds the TLS and AMQP handshakes too.
 func (s *Session) dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
@@ -204,21 +204,22 @@ func (s *Session) cut() {
 	}
 }
 
-// Publish publishes m, mandatory, and returns its sequence number, the delivery tag its Confirm
-// will carry: 1, 2, 3… in the session. The routing key is m.Key() (m.RoutingKey, or else
-// m.EventType). The exchange is m.Exchange if set, or else the configured one. Before the first
-// publish to an exchange named by a message, the session checks that it exists, on a channel
-// of its own, since publishing to a missing exchange would close the session's channel; it
+// Publish publishes m, mandatory, and returns its sequence number. That is the delivery tag its
+// Confirm will carry: 1, 2, 3… in the session. The routing key is m.Key(): m.RoutingKey, or else
+// m.EventType. The exchange is m.Exchange if set, or else the configured one. A message may name an
+// exchange. Before the first publish to it, the session checks that it exists. It checks on a
+// channel of its own: publishing to a missing exchange would close the session's channel. It
 // declares nothing for it. Call Publish from one goroutine only.
 //
 // Publish waits while the broker blocks the connection; ctx ends the wait. It does not count the
-// messages in flight: the caller bounds them (Config.Window). An error wrapping ErrClosed means the session has ended and the message may or
-// may not have reached the broker. Any other error means nothing was written and the session
-// is still usable: ctx ended first, or the message cannot be published as it stands
-// (ErrInvalidMessage: it cannot be encoded, or its exchange does not exist). The write itself
-// is not bounded by ctx but by Config.WriteTimeout on each socket write: a broker that stops
-// reading the socket (the write ignores ctx) gets the connection cut, and the session ends. If
-// ctx ends while the message's exchange is being checked, the connection is cut too.
+// messages in flight: the caller bounds them (Config.Window). An error wrapping ErrClosed means the
+// session has ended. The message may or may not have reached the broker. Any other error means
+// nothing was written and the session is still usable. Either ctx ended first, or the message
+// cannot be published as it stands (ErrInvalidMessage). It cannot be encoded, or its exchange does
+// not exist. The write itself is not bounded by ctx: the write ignores it. Config.WriteTimeout
+// bounds each socket write instead. A broker that stops reading the socket gets the connection cut,
+// and the session ends. If ctx ends while the message's exchange is being checked, the connection
+// is cut too.
 func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
 	return s.publishAs(ctx, 0, m)
 }
@@ -252,11 +253,11 @@ func (s *Session) publishAs(ctx context.Context, label uint64, m *wire.Message) 
 	return seq, nil
 }
 
-// Park publishes a message that can never be delivered as written to the park exchange, with
-// headers saying why and where it came from (see ParkedPublishing). It is confirmed like any other message,
+// Park publishes a message that can never be delivered as written to the park exchange. Its headers
+// say why and where it came from (see ParkedPublishing). It is confirmed like any other message,
 // and takes the next sequence number. While the park queue cannot be declared (its node is down),
-// Park waits and tries again every second, telling Config.OnQueue; ctx ends the wait, with
-// nothing written and the session usable.
+// Park waits and tries again every second. It tells Config.OnQueue. ctx ends the wait, with nothing
+// written and the session usable.
 func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	return s.parkAs(ctx, 0, p)
 }
@@ -286,14 +287,14 @@ func (s *Session) publish(ctx context.Context, label uint64, exchange, key strin
 	return s.send(ctx, label, exchange, key, msg)
 }
 
-// outgoing is what the session remembers of a message until its verdict: its id, to match a
-// basic.return (which carries no delivery tag), and the number its Confirm carries.
+// outgoing is what the session remembers of a message until its verdict. It remembers its id, to
+// match a basic.return, which carries no delivery tag. It remembers the number its Confirm carries.
 type outgoing struct {
 	id  string
 	seq uint64
-	// dc is amqp091's own record of the verdict. Its confirmation stream can report a nacked tag
-	// as acked: a nack that arrives before the acks of earlier tags waits to be re-sequenced,
-	// and a multiple ack then passes over it. dc keeps the nack. Nil until the publish returns.
+	// dc is amqp091's own record of the verdict. Its confirmation stream can report a nacked tag as
+	// acked. A nack that arrives before the acks of earlier tags waits to be re-sequenced. A
+	// multiple ack then passes over it. dc keeps the nack. It is nil until the publish returns.
 	dc *amqp.DeferredConfirmation
 }
 
@@ -314,11 +315,11 @@ func (s *Session) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-// send writes the publish. The message is recorded under its delivery tag before the write,
-// since a basic.return can arrive before the write returns. ctx is not watched during the write: a write cut at a
-// caller's deadline would end the session on every brief stall of flow control. Each write to
-// the socket is bounded by WriteTimeout instead (see writeBound), so a large message that is
-// making progress is never cut, and a broker that stopped reading ends the session.
+// send writes the publish. The message is recorded under its delivery tag before the write. A
+// basic.return can arrive before the write returns. ctx is not watched during the write. A write
+// cut at a caller's deadline would end the session on every brief stall of flow control. Each write
+// to the socket is bounded by WriteTimeout instead (see writeBound). So a large message that is
+// making progress is never cut. And a broker that stopped reading ends the session.
 func (s *Session) send(ctx context.Context, label uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -359,9 +360,9 @@ func (s *Session) send(ctx context.Context, label uint64, exchange, key string, 
 	return 0, s.writeFailed(err)
 }
 
-// awaitCause waits a little for run to record why the broker closed the channel, which amqp091
-// tells it after the publish saw the channel closed: the cause (a message too large, say) is
-// what the caller acts on.
+// awaitCause waits a little for run to record why the broker closed the channel. The library
+// amqp091 tells run after the publish saw the channel closed. The cause (a message too large, say)
+// is what the caller acts on.
 func (s *Session) awaitCause() {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
@@ -371,8 +372,8 @@ func (s *Session) awaitCause() {
 	}
 }
 
-// writeFailed ends the session after a failed write to the socket: a failed write leaves a
-// stream that cannot be resumed. It returns err as the session's failure.
+// writeFailed ends the session after a failed write to the socket. A failed write leaves a stream
+// that cannot be resumed. It returns err as the session's failure.
 func (s *Session) writeFailed(err error) error {
 	s.cut()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -384,13 +385,16 @@ func (s *Session) writeFailed(err error) error {
 }
 
 // Flush is wire.Flusher's: there is nothing more to publish for now. The session then sends the
-// messages that Publish and Park handed over but it still holds, to send several in one write.
-// It writes at once unless, at the pace of the past calls, the next Flush is expected soon:
-// within 1.75 ms of the first message held, for a group to grow; within 1.25 ms, for a message
-// held alone, and then only every other time or when three are expected within 1.75 ms. The session
-// writes what it holds by itself within 2.5 ms, so Flush is only to save that delay: call it
-// each time there is nothing more to publish for now. An error wraps ErrClosed: the session has
-// ended. Call it from the goroutine that publishes.
+// messages that Publish and Park handed over but it still holds. It holds them to send several in
+// one write. It writes at once unless, at the pace of the past calls, the next Flush is expected
+// soon:
+//   - within 1.75 ms of the first message held, for a group to grow;
+//   - within 1.25 ms, for a message held alone. And then only every other time, or when three are
+//     expected within 1.75 ms.
+//
+// The session writes what it holds by itself within 2.5 ms. So Flush is only to save that delay.
+// Call it each time there is nothing more to publish for now. An error wraps ErrClosed: the session
+// has ended. Call it from the goroutine that publishes.
 func (s *Session) Flush() error { return s.write(true) }
 
 // write writes what the session holds; soon as for coalescer.flushSoon.
@@ -405,9 +409,9 @@ func (s *Session) write(soon bool) error {
 	return s.writeFailed(err) // the write that failed was an earlier one
 }
 
-// writeBound gives every write to the broker's socket its own deadline, WriteTimeout from when
-// the write starts: a write that makes no progress for that long fails (and amqp091 then closes
-// the connection), however large the message and however long it takes in all.
+// writeBound gives every write to the broker's socket its own deadline. It is WriteTimeout from
+// when the write starts. A write that makes no progress for that long fails, and amqp091 then
+// closes the connection. That holds however large the message, and however long it takes in all.
 type writeBound struct {
 	net.Conn
 	timeout time.Duration
@@ -421,10 +425,10 @@ func (c writeBound) Write(p []byte) (int, error) {
 }
 
 // Confirms returns the broker's verdicts, one per published message in publish order. When the
-// session fails, a last Confirm with Seq 0 and an error wrapping ErrClosed follows the verdicts
-// that arrived before, and the channel is closed; sequence numbers without a verdict by then
-// are unknown. Close closes it too, dropping what was not yet read. Read it promptly: verdicts
-// beyond Window wait in an unbounded queue.
+// session fails, a last Confirm with Seq 0 and an error wrapping ErrClosed follows. It follows the
+// verdicts that arrived before, and the channel is closed. Sequence numbers without a verdict by
+// then are unknown. Close closes the channel too, dropping what was not yet read. Read it promptly:
+// verdicts beyond Window wait in an unbounded queue.
 func (s *Session) Confirms() <-chan wire.Confirm { return s.confirms }
 
 // Endpoint returns the host:port of the broker the session is connected to; it carries no
@@ -441,11 +445,10 @@ func (s *Session) Blocked() bool {
 // Err returns the error that ended the session, wrapping ErrClosed, or nil while it is alive.
 func (s *Session) Err() error { return s.failure() }
 
-// Close ends the session: it closes the connection, waiting at most Config.CloseTimeout for the
-// broker before cutting it (at once if the broker blocks the connection or a socket write is in
-// progress), and stops the internal
-// goroutine. Messages without a Confirm may or may not have reached the broker. It is safe to
-// call more than once and from any goroutine.
+// Close ends the session: it closes the connection, and stops the internal goroutine. It waits at
+// most Config.CloseTimeout for the broker before cutting the connection. It cuts it at once if the
+// broker blocks the connection or a socket write is in progress. Messages without a Confirm may or
+// may not have reached the broker. It is safe to call more than once and from any goroutine.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		s.fail(errCloseCalled)
@@ -458,12 +461,12 @@ func (s *Session) Close() error {
 	return s.closeErr
 }
 
-// closeConn closes the AMQP connection, bounded by CloseTimeout: the deadline interrupts a
-// publish stuck in a socket write too, and the timer cuts the socket whatever happens. A
-// connection the broker blocks is cut at once: the broker reads nothing from it, so it would
-// never read connection.close, and the close would last all of CloseTimeout. So is one with a
-// socket write in progress (Close is then called from another goroutine than the publishing
-// one, to give up): connection.close would wait behind that write.
+// closeConn closes the AMQP connection, bounded by CloseTimeout. The deadline interrupts a publish
+// stuck in a socket write too. And the timer cuts the socket whatever happens. A connection the
+// broker blocks is cut at once. The broker reads nothing from it, so it would never read
+// connection.close. The close would then last all of CloseTimeout. A connection with a socket write
+// in progress is cut at once too: connection.close would wait behind that write. Close is then
+// called from another goroutine than the publishing one, to give up.
 func (s *Session) closeConn() error {
 	defer s.cut()
 	if s.conn == nil || s.Blocked() || s.writing() {

@@ -42,6 +42,7 @@ var commentChecked = []string{
 	"otel/cmd/walbox",
 	"otel/tracing",
 	"outbox",
+	"publisher",
 	"publisher/publishertest",
 	"registry",
 	"shard",
