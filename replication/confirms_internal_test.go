@@ -48,7 +48,8 @@ func burstStream(t *testing.T, n int, end pglogrepl.LSN) (*stream, *burstPublish
 		stats: &Stats{},
 		obs:   obs,
 	}
-	s.rep = newReporter(s.cfg, nil, nil, mark{w: 1}) // not started: the test reads what it was offered
+	// Not started: the test reads what it was offered.
+	s.rep = newReporter(reporterParts{cfg: s.cfg, start: checkpoint.Mark{Watermark: 1}})
 	s.led.Begin()
 	for seq := uint64(1); seq <= uint64(n); seq++ {
 		if err := s.led.Dispatch(seq, flight{at: time.Now(), eventType: "e"}); err != nil {
@@ -84,7 +85,7 @@ func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	if got := s.stats.InFlight.Load(); got != 0 {
 		t.Fatalf("in-flight gauge %d, want 0", got)
 	}
-	if got, want := s.rep.mark(), (mark{w: end, moved: end, n: n}); got != want || len(s.rep.wake) != 1 {
+	if got, want := s.rep.latest(), (checkpoint.Mark{Watermark: end, Moved: end, Passed: n}); got != want || len(s.rep.wake) != 1 {
 		t.Fatalf("offered the reporter %+v (woken: %v), want %+v", got, len(s.rep.wake) == 1, want)
 	}
 }
@@ -152,8 +153,8 @@ func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	const end = pglogrepl.LSN(5000)
 	s, pub, _ := burstStream(t, 2, end)
 	s.led = checkpoint.NewLedger[flight](1, 4) // room for a third message
-	s.rep.pos = &fakePositions{limit: 1 << 30}
-	s.rep.send = func(pglogrepl.StandbyStatusUpdate) error { return nil }
+	s.rep = newReporter(reporterParts{cfg: s.cfg, pos: &fakePositions{limit: 1 << 30},
+		send: func(pglogrepl.StandbyStatusUpdate) error { return nil }, start: checkpoint.Mark{Watermark: 1}})
 	for seq := uint64(1); seq <= 3; seq++ {
 		if seq == 3 {
 			s.led.Commit(end)
@@ -169,7 +170,7 @@ func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	if err := s.applyConfirms(<-pub.confirms, true); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.rep.mark(), (mark{w: end, moved: end, n: 2}); got != want {
+	if got, want := s.rep.latest(), (checkpoint.Mark{Watermark: end, Moved: end, Passed: 2}); got != want {
 		t.Fatalf("offered %+v after the confirms, want %+v", got, want)
 	}
 	if err := s.rep.report(); err != nil { // a report takes the mark; the reporter listens again
@@ -179,7 +180,7 @@ func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	s.led.Commit(end + 100)
 	s.moved = s.led.Watermark()
 	s.offer()
-	if got, want := s.rep.mark(), (mark{w: end + 100, moved: end + 100, n: 3}); got != want {
+	if got, want := s.rep.latest(), (checkpoint.Mark{Watermark: end + 100, Moved: end + 100, Passed: 3}); got != want {
 		t.Fatalf("offered %+v after the commit, want %+v", got, want)
 	}
 	if len(s.rep.wake) != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/checkpoint"
 )
 
 // fakePositions is a registry and coverage check in memory that logs, with the status updates
@@ -79,10 +80,13 @@ func (f *fakePositions) events() []string {
 
 func testReporter(t *testing.T, pos *fakePositions, interval time.Duration) *reporter {
 	t.Helper()
-	r := newReporter(&Config{StatusInterval: interval, Slot: "s"}, pos, nil, mark{w: 100})
-	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
-	r.silence = time.Hour
-	return r
+	return newReporter(testParts(t, pos, &Config{StatusInterval: interval, Slot: "s"}))
+}
+
+// testParts returns what a reporter of cfg needs, with pos as its registry and connection.
+func testParts(t *testing.T, pos *fakePositions, cfg *Config) reporterParts {
+	return reporterParts{cfg: cfg, pos: pos, send: func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) },
+		start: checkpoint.Mark{Watermark: 100}, silence: time.Hour}
 }
 
 // Each position is recorded before it is sent, capped at the verified coverage position.
@@ -90,7 +94,7 @@ func TestReportRecordsBeforeItSends(t *testing.T) {
 	pos := &fakePositions{limit: 300, recorded: 100}
 	r := testReporter(t, pos, time.Hour)
 	for _, w := range []pglogrepl.LSN{200, 250, 400} {
-		r.offer(mark{w: w, moved: w})
+		r.offer(checkpoint.Mark{Watermark: w, Moved: w})
 		if err := r.report(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +111,7 @@ func TestPositionNotRecordedIsNotSent(t *testing.T) {
 	boom := errors.New("registry down")
 	pos := &fakePositions{limit: 1000, recorded: 100, fail: boom}
 	r := testReporter(t, pos, time.Hour)
-	r.offer(mark{w: 200, moved: 200})
+	r.offer(checkpoint.Mark{Watermark: 200, Moved: 200})
 	if err := r.report(); !errors.Is(err, boom) {
 		t.Fatalf("report = %v, want %v", err, boom)
 	}
@@ -131,7 +135,7 @@ func TestNothingIsSentWhileTheRecordWaits(t *testing.T) {
 			close(hold)
 		})
 	}
-	r.offer(mark{w: 500, moved: 500})
+	r.offer(checkpoint.Mark{Watermark: 500, Moved: 500})
 	r.start()
 	defer r.close()
 	defer release() // before close, which waits for the record
@@ -168,34 +172,37 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 // interval of an hour, not started, that has sent the session's first report (send 100).
 func windowReporter(t *testing.T, pos *fakePositions) *reporter {
 	t.Helper()
-	r := newReporter(&Config{StatusInterval: time.Hour, Slot: "s", Window: 8}, pos, nil, mark{w: 100})
-	r.send = func(u pglogrepl.StandbyStatusUpdate) error { return pos.sent(t, u) }
-	r.silence = time.Hour
+	r := newReporter(testParts(t, pos, &Config{StatusInterval: time.Hour, Slot: "s", Window: 8}))
 	if err := r.report(); err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-// look runs the reporter's next look at the messages it watches (tick at r.check), at once.
+// look runs the reporter's next look at the messages it watches, at once: it reports if due.
 func look(t *testing.T, r *reporter) {
 	t.Helper()
-	if r.check.IsZero() {
+	r.mu.Lock()
+	at := r.sched.Next()
+	due := r.sched.Due(at)
+	r.mu.Unlock()
+	if time.Until(at) > time.Minute {
 		t.Fatal("the reporter watches no messages")
 	}
-	r.check = time.Now().Add(-time.Millisecond)
-	if err := r.tick(); err != nil {
-		t.Fatal(err)
+	if due {
+		if err := r.report(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 // offerAndWatch offers m and runs what the wake-up it must cause runs.
-func offerAndWatch(t *testing.T, r *reporter, m mark) {
+func offerAndWatch(t *testing.T, r *reporter, m checkpoint.Mark) {
 	t.Helper()
 	r.offer(m)
 	select {
 	case <-r.wake:
-		r.soon()
+		r.watch()
 	default:
 		t.Fatalf("offer of %+v woke nothing", m)
 	}
@@ -213,23 +220,23 @@ func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 			t.Fatalf("events %s, want %s", got, fmt.Sprint(want))
 		}
 	}
-	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 1})
-	r.offer(mark{w: 300, moved: 300, n: 3})
+	offerAndWatch(t, r, checkpoint.Mark{Watermark: 200, Moved: 200, Passed: 1})
+	r.offer(checkpoint.Mark{Watermark: 300, Moved: 300, Passed: 3})
 	look(t, r) // two more messages, three in all: under half the window of eight
 	events("send 100")
-	r.offer(mark{w: 350, moved: 300, n: 3}) // a keepalive
-	r.offer(mark{w: 360, moved: 300, n: 3}) // another
-	look(t, r)                              // no message since the last look: quiet
+	r.offer(checkpoint.Mark{Watermark: 350, Moved: 300, Passed: 3}) // a keepalive
+	r.offer(checkpoint.Mark{Watermark: 360, Moved: 300, Passed: 3}) // another
+	look(t, r)                                                      // no message since the last look: quiet
 	events("send 100", "record 360", "send 360")
 
-	offerAndWatch(t, r, mark{w: 400, moved: 400, n: 4})
-	r.offer(mark{w: 500, moved: 500, n: 6})
+	offerAndWatch(t, r, checkpoint.Mark{Watermark: 400, Moved: 400, Passed: 4})
+	r.offer(checkpoint.Mark{Watermark: 500, Moved: 500, Passed: 6})
 	look(t, r) // three since the report: under half the window
-	r.offer(mark{w: 600, moved: 600, n: 7})
+	r.offer(checkpoint.Mark{Watermark: 600, Moved: 600, Passed: 7})
 	look(t, r) // four since the report: half the window
 	events("send 100", "record 360", "send 360", "record 600", "send 600")
 
-	r.offer(mark{w: 700, moved: 600, n: 7}) // a keepalive after the report
+	r.offer(checkpoint.Mark{Watermark: 700, Moved: 600, Passed: 7}) // a keepalive after the report
 	select {
 	case <-r.wake:
 		t.Fatal("a mark without messages woke the reporter")
@@ -244,9 +251,9 @@ func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 func TestMessagesHeldBackByACapAreReportedOnceItLifts(t *testing.T) {
 	pos := &fakePositions{limit: 150, recorded: 100}
 	r := windowReporter(t, pos)
-	offerAndWatch(t, r, mark{w: 200, moved: 200, n: 4})
+	offerAndWatch(t, r, checkpoint.Mark{Watermark: 200, Moved: 200, Passed: 4})
 	look(t, r) // half the window: reported, but capped at 150
-	r.offer(mark{w: 300, moved: 300, n: 5})
+	r.offer(checkpoint.Mark{Watermark: 300, Moved: 300, Passed: 5})
 	look(t, r) // one more message since the report took four: not quiet, under the backlog
 	if got, want := fmt.Sprint(pos.events()), "[send 100 record 150 send 150]"; got != want {
 		t.Fatalf("events %s, want %s", got, want)
@@ -275,13 +282,13 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 			return false
 		}
 	}
-	r.offer(mark{w: 200, moved: 200, n: 1})
+	r.offer(checkpoint.Mark{Watermark: 200, Moved: 200, Passed: 1})
 	if !woken() {
 		t.Fatal("the first offer past the reported position did not wake the reporter")
 	}
-	r.soon()
+	r.watch()
 	for w := pglogrepl.LSN(300); w <= 900; w += 100 {
-		r.offer(mark{w: w, moved: w, n: uint64(w)})
+		r.offer(checkpoint.Mark{Watermark: w, Moved: w, Passed: uint64(w)})
 		if woken() {
 			t.Fatalf("offer of %d woke the reporter, though a report is already due for the one before", w)
 		}
@@ -289,7 +296,7 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	if err := r.report(); err != nil {
 		t.Fatal(err)
 	}
-	r.offer(mark{w: 1000, moved: 1000, n: 1000})
+	r.offer(checkpoint.Mark{Watermark: 1000, Moved: 1000, Passed: 1000})
 	if !woken() {
 		t.Fatal("an offer after the report did not wake the reporter")
 	}
@@ -303,7 +310,7 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	for round := range 3 {
 		for w := range 50 {
 			lsn := pglogrepl.LSN(1000*(round+1) + w)
-			r.offer(mark{w: lsn, moved: lsn, n: uint64(lsn)})
+			r.offer(checkpoint.Mark{Watermark: lsn, Moved: lsn, Passed: uint64(lsn)})
 		}
 		want := fmt.Sprintf("send %d", 1000*(round+1)+49)
 		waitFor(t, 5*time.Second, want, func() bool { ev := pos.events(); return ev[len(ev)-1] == want })
@@ -314,11 +321,11 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 // is doing, and the stream is told.
 func TestSilentServerEndsTheReporter(t *testing.T) {
 	pos := &fakePositions{limit: 1000, recorded: 100}
-	r := testReporter(t, pos, 20*time.Millisecond)
-	r.silence = 100 * time.Millisecond
-	r.heard = newHeardClock()
 	told := make(chan error, 1)
-	r.onFail = func(err error) { told <- err }
+	parts := testParts(t, pos, &Config{StatusInterval: 20 * time.Millisecond, Slot: "s"})
+	parts.silence, parts.heard = 100*time.Millisecond, newHeardClock()
+	parts.onFail = func(err error) { told <- err }
+	r := newReporter(parts)
 	r.start()
 	defer r.close()
 	select {

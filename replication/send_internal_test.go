@@ -60,7 +60,7 @@ func sendWhileClosing(t *testing.T) {
 		}
 	}()
 	rd := startReader(conn, "s", newHeardClock(), func(error) {})
-	rep := newReporter(&Config{StatusInterval: time.Hour, Slot: "s"}, nil, conn, mark{})
+	rep := newReporter(reporterParts{cfg: &Config{StatusInterval: time.Hour, Slot: "s"}, send: socketSender(conn)})
 	// A message pgproto3 does not know: the read fails, and pgconn closes the connection.
 	if _, err := server.Write([]byte{'!', 0, 0, 0, 4}); err != nil {
 		t.Fatal(err)

@@ -34,9 +34,9 @@ type stream struct {
 	obs   Observer
 
 	// The position and its reports (reporter.go).
-	start   pglogrepl.LSN // the slot's position when the session started
-	moved   pglogrepl.LSN // the watermark as outbox transactions, not keepalives, last moved it
-	offered mark          // the mark last offered to the reporter
+	start   pglogrepl.LSN   // the slot's position when the session started
+	moved   pglogrepl.LSN   // the watermark as outbox transactions, not keepalives, last moved it
+	offered checkpoint.Mark // the mark last offered to the reporter
 	rep     *reporter
 	heard   *heardClock   // when the connection last read bytes from the server
 	silence time.Duration // how long the server may stay silent, having been asked to reply
@@ -202,9 +202,9 @@ func (s *stream) begin(ctx context.Context) {
 	s.gone, s.goneCause = context.WithCancelCause(s.stop.publishing)
 	s.clock.begin(s.gone, s.cfg.StatusInterval)
 	s.reader = startReader(s.conn, s.cfg.Slot, s.heard, s.connFailed)
-	s.rep = newReporter(s.cfg, s.watch, s.conn, mark{w: s.start})
-	s.rep.stats, s.rep.heard, s.rep.reader, s.rep.silence, s.rep.lapse = s.stats, s.heard, s.reader, s.silence, s.lapse
-	s.rep.onFail = s.connFailed
+	s.rep = newReporter(reporterParts{cfg: s.cfg, pos: s.watch, send: socketSender(s.conn),
+		start: checkpoint.Mark{Watermark: s.start}, stats: s.stats, heard: s.heard, silence: s.silence,
+		lapse: s.lapse, reader: s.reader, onFail: s.connFailed})
 	s.rep.start()
 	if g, ok := s.pub.(Guarded); ok {
 		g.Guard(s.over)
@@ -513,7 +513,7 @@ func (s *stream) settle(at time.Time) {
 
 // offer hands the watermark to the reporter, if it moved.
 func (s *stream) offer() {
-	if m := (mark{w: s.led.Watermark(), moved: s.moved, n: s.led.Passed()}); m != s.offered {
+	if m := (checkpoint.Mark{Watermark: s.led.Watermark(), Moved: s.moved, Passed: s.led.Passed()}); m != s.offered {
 		s.offered = m
 		s.rep.offer(m)
 	}

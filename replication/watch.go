@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/migrations"
@@ -347,7 +348,7 @@ func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, e
 // replayedCap returns lsn, recorded, capped at replicated: a standby's slot waits for the standby
 // to replay the record, and a position held back looks again once a check is due.
 func (w *watch) replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
-	if r := w.replicated(lsn); r < lsn && time.Since(w.checked) >= reportDelay {
+	if r := w.replicated(lsn); r < lsn && time.Since(w.checked) >= checkpoint.ReportDelay {
 		if err := w.check(ctx); err != nil {
 			return 0, err
 		}
