@@ -16,9 +16,12 @@ import (
 )
 
 const (
-	dialTimeout    = 30 * time.Second // TCP connect, then the TLS and AMQP handshakes
-	closeTimeout   = 5 * time.Second  // the connection.close handshake
-	publishTimeout = 30 * time.Second // a retry or dead-letter publish and its confirm
+	// dialTimeout bounds the TCP connect, then the TLS and AMQP handshakes.
+	dialTimeout = 30 * time.Second
+	// closeTimeout bounds the connection.close handshake.
+	closeTimeout = 5 * time.Second
+	// publishTimeout bounds a retry or dead-letter publish and its confirm.
+	publishTimeout = 30 * time.Second
 )
 
 // Consumer consumes one queue and hands each message to its Handler exactly once per message id.
@@ -28,7 +31,8 @@ type Consumer struct {
 	handler Handler
 
 	insertProcessed string
-	dbBackoff       time.Duration // pause after a database error; grows while they repeat
+	// dbBackoff is the pause after a database error. It grows while such errors repeat.
+	dbBackoff time.Duration
 }
 
 // New returns a Consumer of cfg.Queue that runs h in transactions on pool. It fills in the

@@ -33,15 +33,19 @@ const (
 
 // Delivery is one message as the handler sees it.
 type Delivery struct {
-	MessageID string // AMQP message-id; the deduplication key
-	Type      string // AMQP type; the outbox event type
+	// MessageID is the AMQP message-id, the deduplication key.
+	MessageID string
+	// Type is the AMQP type, the outbox event type.
+	Type string
 	// RoutingKey is the routing key the message was published with, also on a retry.
-	RoutingKey  string
-	Body        []byte
-	Headers     map[string]any
-	Timestamp   time.Time
-	Redelivered bool // the broker delivered it before without an acknowledgement
-	Attempt     int  // 1 on the first attempt, 2 on the first retry, ...
+	RoutingKey string
+	Body       []byte
+	Headers    map[string]any
+	Timestamp  time.Time
+	// Redelivered says the broker delivered it before, without an acknowledgement.
+	Redelivered bool
+	// Attempt is 1 on the first attempt, 2 on the first retry, and so on.
+	Attempt int
 }
 
 func newDelivery(d *amqp.Delivery) Delivery {

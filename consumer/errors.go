@@ -12,8 +12,10 @@ import (
 // MessageError reports a message whose handling failed. OnError receives it; Run goes on.
 type MessageError struct {
 	MessageID string
-	Attempt   int  // the attempt that failed, 1-based
-	Retry     bool // a later attempt is scheduled
+	// Attempt is the attempt that failed, 1-based.
+	Attempt int
+	// Retry says a later attempt is scheduled.
+	Retry bool
 	// DeadLettered is true when the message went to the dead-letter queue. With both it and
 	// Retry false, the message stays in the queue and is delivered again (a database error).
 	DeadLettered bool

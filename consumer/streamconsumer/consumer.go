@@ -26,7 +26,8 @@ type Consumer struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	handler consumer.Handler
-	table   string // OffsetTable, quoted
+	// table is OffsetTable, quoted.
+	table string
 }
 
 // New returns a Consumer that handles the messages of cfg.Stream with h. It fills in the zero
@@ -166,22 +167,22 @@ func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, e
 // offset.
 func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) error {
 	d := streamDelivery(r.msg)
-	var herr error
+	var handlerErr error
 	for d.Attempt = 1; d.Attempt <= c.cfg.MaxAttempts; d.Attempt++ {
 		if d.Attempt > 1 && !handling.Sleep(ctx, c.cfg.retryDelay(d.Attempt-1)) {
 			return ctx.Err()
 		}
 		if d.MessageID == "" {
-			herr = consumer.ErrMissingMessageID
+			handlerErr = consumer.ErrMissingMessageID
 			break
 		}
 		var err error
-		if herr, err = c.process(ctx, r.offset, d, c.handler); err != nil || herr == nil {
+		if handlerErr, err = c.process(ctx, r.offset, d, c.handler); err != nil || handlerErr == nil {
 			return err
 		}
-		c.cfg.OnError(&consumer.MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: herr})
+		c.cfg.OnError(&consumer.MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: handlerErr})
 	}
-	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), herr); err != nil {
+	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), handlerErr); err != nil {
 		return err
 	}
 	_, err := c.process(ctx, r.offset, d, nil) // only the offset moves
