@@ -224,9 +224,9 @@ func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) 
 	return s.publishAs(ctx, 0, m)
 }
 
-// publishAs publishes m as Publish does; its Confirm carries label instead of the delivery tag,
-// unless label is 0. Lanes numbers messages across its sessions this way.
-func (s *Session) publishAs(ctx context.Context, label uint64, m *wire.Message) (uint64, error) {
+// publishAs publishes m as Publish does; its Confirm carries seq instead of the delivery tag,
+// unless seq is 0. Lanes numbers messages across its sessions this way.
+func (s *Session) publishAs(ctx context.Context, seq uint64, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
@@ -246,11 +246,11 @@ func (s *Session) publishAs(ctx context.Context, label uint64, m *wire.Message) 
 		return 0, fmt.Errorf("publish %s: %w: properties and headers take %d bytes, more than the %d a frame "+
 			"of the broker's frame_max (%d) can carry", m.AMQPMessageID(), ErrInvalidMessage, n, max, s.conn.Config.FrameSize)
 	}
-	seq, err := s.publish(ctx, label, exchange, m.Key(), msg)
+	tag, err := s.publish(ctx, seq, exchange, m.Key(), msg)
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
 	}
-	return seq, nil
+	return tag, nil
 }
 
 // Park publishes a message that can never be delivered as written to the park exchange. Its headers
@@ -262,29 +262,29 @@ func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	return s.parkAs(ctx, 0, p)
 }
 
-// parkAs parks p as Park does; its Confirm carries label, as for publishAs.
-func (s *Session) parkAs(ctx context.Context, label uint64, p *wire.Parked) (uint64, error) {
+// parkAs parks p as Park does; its Confirm carries seq, as for publishAs.
+func (s *Session) parkAs(ctx context.Context, seq uint64, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}
 	if err := s.awaitPark(ctx); err != nil {
 		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
 	}
-	seq, err := s.publish(ctx, label, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
+	tag, err := s.publish(ctx, seq, s.cfg.ParkExchange, "", ParkedPublishing(p, s.cfg.AppID, s.cfg.MaxMessageSize))
 	if err != nil {
 		return 0, fmt.Errorf("park %.255s: %w", p.Message.AMQPMessageID(), err)
 	}
-	return seq, nil
+	return tag, nil
 }
 
-func (s *Session) publish(ctx context.Context, label uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
+func (s *Session) publish(ctx context.Context, seq uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
 	if err := s.failure(); err != nil {
 		return 0, err
 	}
 	if err := s.waitUnblocked(ctx); err != nil {
 		return 0, err
 	}
-	return s.send(ctx, label, exchange, key, msg)
+	return s.send(ctx, seq, exchange, key, msg)
 }
 
 // outgoing is what the session remembers of a message until its verdict. It remembers its id, to
@@ -320,20 +320,20 @@ func (s *Session) waitUnblocked(ctx context.Context) error {
 // cut at a caller's deadline would end the session on every brief stall of flow control. Each write
 // to the socket is bounded by WriteTimeout instead (see writeBound). So a large message that is
 // making progress is never cut. And a broker that stopped reading ends the session.
-func (s *Session) send(ctx context.Context, label uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
+func (s *Session) send(ctx context.Context, seq uint64, exchange, key string, msg amqp.Publishing) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	s.published++
-	seq := s.published
-	if label == 0 {
-		label = seq
+	tag := s.published
+	if seq == 0 {
+		seq = tag
 	}
-	s.unacked = append(s.unacked, outgoing{id: msg.MessageId, seq: label})
+	s.unacked = append(s.unacked, outgoing{id: msg.MessageId, seq: seq})
 	s.mu.Unlock()
 
-	s.out.holdFor(seq)
+	s.out.holdFor(tag)
 	dc, err := s.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
 	s.out.holding(false)
 	if err == nil {
@@ -344,7 +344,7 @@ func (s *Session) send(ctx context.Context, label uint64, exchange, key string, 
 			s.unacked[n-1].dc = dc
 		}
 		s.mu.Unlock()
-		return seq, nil
+		return tag, nil
 	}
 	s.mu.Lock()
 	s.published-- // amqp091 did the same with its counter

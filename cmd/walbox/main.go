@@ -9,6 +9,8 @@
 //	walbox reshard   change the number of shards without losing a row
 //	walbox recover   recover the rows of a lost slot from the outbox table, then replace the slot
 //	walbox version   print the version
+//
+// See docs/architecture.md for the packages behind each command.
 package main
 
 import (

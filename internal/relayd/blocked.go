@@ -14,7 +14,7 @@ import (
 // reports its blocks and unblocks in turn, so a count of blocked connections is enough.
 //
 // A session that ends while blocked (its write timed out, say) proves nothing about the alarm. The
-// block is held until one of three things happens:
+// block is kept until one of three things happens:
 //   - a later session is blocked too: the same block goes on;
 //   - the broker confirms a message published after it: the block is over;
 //   - the relay becomes a standby: it publishes nothing.
@@ -30,9 +30,9 @@ type blockWatch struct {
 	n        int       // publishing connections blocked now
 	since    time.Time // when the first of them was blocked
 	reason   string    // the broker's reason for the first block
-	held     bool      // the last blocked session ended blocked; no unblock seen since
-	heldAt   uint64    // confirmed() when it ended
-	heldHost string    // its broker
+	kept     bool      // the last blocked session ended blocked; no unblock seen since
+	keptAt   uint64    // confirmed() when it ended
+	keptHost string    // its broker
 }
 
 // observe takes one session's block or unblock; it is the sessions' OnBlocked.
@@ -42,8 +42,8 @@ func (b *blockWatch) observe(host string, blocked bool, reason string) {
 	switch {
 	case blocked:
 		b.n++
-		if b.n == 1 && b.held {
-			b.held = false // the block goes on in this session
+		if b.n == 1 && b.kept {
+			b.kept = false // the block goes on in this session
 		} else if b.n == 1 {
 			b.since, b.reason = time.Now(), reason
 			b.log.Warn("broker blocks publishing; nothing is published until it unblocks",
@@ -55,7 +55,7 @@ func (b *blockWatch) observe(host string, blocked bool, reason string) {
 			return
 		}
 		if reason == publisher.SessionEnded {
-			b.held, b.heldAt, b.heldHost = true, b.confirmed(), host
+			b.kept, b.keptAt, b.keptHost = true, b.confirmed(), host
 			return
 		}
 		b.unblocked(host, reason)
@@ -63,10 +63,10 @@ func (b *blockWatch) observe(host string, blocked bool, reason string) {
 }
 
 // unblocked logs the end of the block. Called with mu held.
-func (b *blockWatch) unblocked(host, how string) {
-	b.held = false
+func (b *blockWatch) unblocked(host, reason string) {
+	b.kept = false
 	took := time.Since(b.since).Round(time.Millisecond)
-	b.log.Warn("broker unblocked publishing", "broker", host, "blocked_for", took.String(), "how", unblockedHow(how))
+	b.log.Warn("broker unblocked publishing", "broker", host, "blocked_for", took.String(), "how", unblockedHow(reason))
 }
 
 func unblockedHow(reason string) string {
@@ -76,19 +76,19 @@ func unblockedHow(reason string) string {
 	return reason
 }
 
-// blocked reports whether the broker blocks a publishing connection now, and why. A held block
+// blocked reports whether the broker blocks a publishing connection now, and why. A kept block
 // ends here once a message is confirmed after it.
 func (b *blockWatch) blocked() (bool, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case !b.held || b.n > 0:
-	case b.confirmed() > b.heldAt:
-		b.unblocked(b.heldHost, "a later session's messages were confirmed")
+	case !b.kept || b.n > 0:
+	case b.confirmed() > b.keptAt:
+		b.unblocked(b.keptHost, "a later session's messages were confirmed")
 	case b.standby():
-		b.unblocked(b.heldHost, "the relay is a standby now")
+		b.unblocked(b.keptHost, "the relay is a standby now")
 	}
-	return b.n > 0 || b.held, b.reason
+	return b.n > 0 || b.kept, b.reason
 }
 
 func (b *blockWatch) active() bool {

@@ -10,6 +10,7 @@
 //
 // A sentence of a Go comment has at most 20 words, in the packages of commentChecked.
 // Tracked files are at most 2 MB and none is an executable binary.
+// See docs/testing.md for how sentences are counted, and docs/architecture.md for the other packages.
 package main
 
 import (
