@@ -54,7 +54,7 @@ func TestReshardCreatesTheNewSetBesideTheOld(t *testing.T) {
 	}
 }
 
-// Retire holds each old slot against its record: a slot advanced past the cut behind walbox's
+// Retire compares each old slot with its record: a slot advanced past the cut behind walbox's
 // back is refused, and it and its record stay, the evidence of the gap. Once the record passed the
 // cut (the relay confirmed it), the old set goes, records and publications too. The old code
 // judged the slot alone, dropped it and forgot its record.
