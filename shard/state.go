@@ -85,8 +85,8 @@ type Move struct {
 // slots were created later. The result ok is false with fewer or more than two sets.
 //
 // A set may lack a consistent point and still be the older one. Each of its shards is then gone (no
-// slot, no record) or recorded as created before the other set. A retire cut short leaves such a
-// set. It dropped and forgot some slots, or all of them but not the publications. The newer set
+// slot, no record) or recorded as created before the other set. A retire stopped midway leaves such
+// a set. It dropped and forgot some slots, or all of them but not the publications. The newer set
 // needs the consistent point of every slot: that is the cut.
 func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	if len(sets) != 2 {

@@ -40,7 +40,7 @@ func TestFindMove(t *testing.T) {
 		t.Error("a slot at 300 whose record is at 150: passed; want behind")
 	}
 	// A slot whose record passed the cut has, though the slot trails by a status interval, or
-	// was dropped by a retire cut short.
+	// was dropped by a retire stopped midway.
 	one.Records[0].ConfirmedLSN = pglogrepl.LSN(300)
 	one.Slots[0].ConfirmedFlush = pglogrepl.LSN(150)
 	if !m.Passed(0) {
@@ -59,7 +59,7 @@ func TestFindMove(t *testing.T) {
 	}
 }
 
-// A retire cut short leaves the old set with some slots, or all, dropped and forgotten: that set
+// A retire stopped midway leaves the old set with some slots, or all, dropped and forgotten: that set
 // is still the older one, and its gone slots passed the cut. A set with a slot that exists
 // unrecorded, or recorded without a consistent point, cannot be placed.
 func TestFindMoveAfterARetireCutShort(t *testing.T) {

@@ -45,7 +45,7 @@ func CheckHeld(ctx context.Context, c HeldConfig) (inspect.Slot, error) {
 	}
 	if !heldBy(info, c.PID) {
 		// The walsender that START_REPLICATION reached is gone if the server runs no process of its
-		// id. It was terminated, or its connection was cut. The session ended. The next session
+		// id. It was terminated, or its connection was lost. The session ended. The next session
 		// checks the slot again before it streams. Or it waits while another process holds it.
 		var alive bool
 		if err := c.SlotDB.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)",

@@ -13,7 +13,7 @@ import (
 
 // Retire drops the old set of a reshard, as `walbox reshard --retire` asks. Each of its slots must
 // have passed the cut by walbox's record of it (shard.Move.Passed). None may be streaming. It drops
-// first the slots, each with its record, then the publications. So a retire cut short can run
+// first the slots, each with its record, then the publications. So a retire stopped midway can run
 // again. It compares each slot with its record first, as walbox run would. It refuses the whole set
 // if one does not match. The record of a slot recreated or advanced behind walbox's back is the
 // evidence of a gap. So is the record of a slot recorded on another server, and it stays. The
@@ -68,7 +68,7 @@ func retireRefusal(m shard.Move, k int, system string) string {
 	sl, rec := m.From.Slots[k], m.From.Records[k]
 	switch {
 	case rec == nil && !sl.Exists:
-		return "" // dropped and forgotten by a retire cut short
+		return "" // dropped and forgotten by a retire stopped midway
 	case rec == nil:
 		return fmt.Sprintf("slot %s has no record, so nothing tells what walbox confirmed on it", sl.Name)
 	case rec.SystemID != system:
