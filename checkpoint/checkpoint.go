@@ -10,17 +10,18 @@ import (
 // ErrFull is returned by Dispatch when the window holds as many messages as it may.
 var ErrFull = errors.New("checkpoint: the window is full")
 
-// commit is a transaction boundary: every message dispatched up to and including lastSeq belongs to
-// this transaction or an earlier one.
+// commit is a transaction boundary.
+// Every message dispatched up to and including lastSeq belongs to this transaction or an earlier one.
 type commit struct {
 	lastSeq uint64
 	end     pglogrepl.LSN
 }
 
-// Ledger is the one record of the messages in flight. It bounds them (a window of at most the
-// SetLimit messages, counted from the oldest unconfirmed one), keeps a value of the caller's for each
-// until its verdict, and turns the verdicts into the watermark. The zero value is not usable;
-// call NewLedger.
+// Ledger is the one record of the messages in flight.
+// It bounds them: a window of at most SetLimit messages, counted from the oldest unconfirmed one.
+// It keeps a value of the caller's for each until its verdict.
+// It turns the verdicts into the watermark.
+// The zero value is not usable; call NewLedger.
 type Ledger[T any] struct {
 	watermark  pglogrepl.LSN
 	passed     uint64          // every sequence <= passed lies below the watermark
@@ -41,8 +42,8 @@ type Ledger[T any] struct {
 // whose window holds up to size messages.
 func NewLedger[T any](start pglogrepl.LSN, size int) *Ledger[T] {
 	size = max(size, 1)
-	// One more entry than size: confirms may come out of order, and the entry of the oldest
-	// message in flight must survive the newest.
+	// One more entry than size: confirms may come out of order.
+	// The entry of the oldest message in flight must survive the newest.
 	return &Ledger[T]{watermark: start, early: make(map[uint64]bool), entries: make([]T, size+1), limit: size}
 }
 
@@ -107,8 +108,9 @@ func (l *Ledger[T]) Ack(seq uint64) (T, error) {
 	return v, nil
 }
 
-// Nack records that seq will never be confirmed and returns the value dispatched with it (the
-// zero value for a sequence outside the window). The watermark stops where it is, for good.
+// Nack records that seq will never be confirmed and returns the value dispatched with it.
+// For a sequence outside the window it returns the zero value.
+// The watermark stops where it is, for good.
 func (l *Ledger[T]) Nack(seq uint64) T {
 	l.failed = true
 	if seq <= l.acked || seq > l.lastSeq {
@@ -118,8 +120,8 @@ func (l *Ledger[T]) Nack(seq uint64) T {
 	return l.get(seq)
 }
 
-// get returns the value dispatched with seq, which must be in the window: from the oldest
-// unacked message to the newest dispatched.
+// get returns the value dispatched with seq.
+// It must be in the window: from the oldest unacked message to the newest dispatched.
 func (l *Ledger[T]) get(seq uint64) T { return l.entries[seq%uint64(len(l.entries))] }
 
 // Oldest returns the value of the oldest message not yet acked, if any is in flight.
@@ -140,8 +142,9 @@ func (l *Ledger[T]) Newest() (uint64, T, bool) {
 	return l.lastSeq, l.get(l.lastSeq), true
 }
 
-// AdvanceIdle moves the watermark to lsn, a position up to which the server has sent everything, but only
-// when nothing is in flight and no transaction is open. It reports whether the watermark moved.
+// AdvanceIdle moves the watermark to lsn, a position up to which the server has sent everything.
+// It moves it only when nothing is in flight and no transaction is open.
+// It reports whether the watermark moved.
 func (l *Ledger[T]) AdvanceIdle(lsn pglogrepl.LSN) bool {
 	if l.failed || l.open || l.dispatched > 0 || len(l.commits) > l.head || lsn <= l.watermark {
 		return false
@@ -160,10 +163,10 @@ func (l *Ledger[T]) Passed() uint64 { return l.passed }
 // InFlight returns how many dispatched messages await a confirm.
 func (l *Ledger[T]) InFlight() int { return l.dispatched }
 
-// Span returns how many messages lie from the oldest unacked one to the newest dispatched: those
-// in flight and those acked ahead of an older one still in flight. It is InFlight while confirms
-// arrive in order; with confirms out of order (several publishing lanes) it is what the window
-// bounds, early acks included.
+// Span returns how many messages lie from the oldest unacked one to the newest dispatched.
+// Those are the messages in flight, and those acked ahead of an older one still in flight.
+// It is InFlight while confirms arrive in order.
+// With confirms out of order (several publishing lanes), it is what the window bounds, early acks included.
 func (l *Ledger[T]) Span() int { return int(l.lastSeq - l.acked) }
 
 // Open reports whether a transaction has begun and not yet committed.

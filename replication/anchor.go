@@ -10,34 +10,35 @@ import (
 	"github.com/walbox/walbox/decoder"
 )
 
-// Anchored is implemented by a Publisher that skips what the broker stored already, up to an
-// anchor it reads at Bind (package streampub). The relay checks the anchor against the server
-// before it starts the slot (checkAnchor), and asks Moved once the slot is held: a relay that
-// held the slot between Bind and START_REPLICATION may have stored rows the anchor misses.
+// Anchored is implemented by a Publisher that skips what the broker stored already (package streampub).
+// It skips up to an anchor it reads at Bind.
+// The relay checks the anchor against the server before it starts the slot (checkAnchor).
+// It asks Moved once the slot is held.
+// A relay that held the slot between Bind and START_REPLICATION may have stored rows the anchor misses.
 type Anchored interface {
-	// Last returns the anchor's position: the timeline and commit LSN of the last message stored;
-	// found is false when there is none.
+	// Last returns the anchor's position: the timeline and commit LSN of the last message stored.
+	// Found is false when there is none.
 	Last() (timeline int32, commitLSN uint64, found bool)
 	// Moved reports whether the broker stored messages of this publisher since Bind.
 	Moved(ctx context.Context) (bool, error)
 }
 
-// errAnchorGap means the broker holds rows of this relay from WAL the server does not have: a
-// restored data directory, or an old primary brought back. New rows would take positions at or
-// before the stored ones and be confirmed without being sent.
+// errAnchorGap means the broker stores rows of this relay from WAL the server does not have.
+// The server is a restored data directory, or an old primary brought back.
+// New rows would take positions at or before the stored ones, and be confirmed without being sent.
 var errAnchorGap = errors.New("the stream holds rows this server's WAL does not have")
 
-// errAnchorMoved means the broker stored messages of this relay's producer after the session
-// read its anchor: the session starts over, with the new anchor.
+// errAnchorMoved means the broker stored messages of this relay's producer after the session read its anchor.
+// The session starts over, with the new anchor.
 var errAnchorMoved = errors.New("the broker stored messages of this relay's producer after the session read its last one (another relay held the slot meanwhile); starting over")
 
-// errAnchorAhead means a standby streamed from has not replayed the WAL of the last stored row
-// yet: the session starts again once it has.
+// errAnchorAhead means the standby has not yet replayed the WAL of the last stored row.
+// The session starts again once it has.
 var errAnchorAhead = errors.New("the stream holds rows past the WAL this standby has replayed; waiting for it")
 
-// checkAnchor reads the server's WAL position again, after the anchor was read, and checks the
-// anchor of pub against it and o, the server's timeline history. On a standby (standby), WAL
-// past the replay position may still come: an anchor there is waited for, not a gap.
+// checkAnchor reads the server's WAL position again, after the anchor was read.
+// It checks the anchor of pub against it and against o, the server's timeline history.
+// On a standby, WAL past the replay position may still come: an anchor there is waited for, not a gap.
 func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o decoder.Origin, standby bool) error {
 	a, ok := pub.(Anchored)
 	if !ok {
@@ -60,9 +61,10 @@ func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o deco
 	return anchorGap(tl, pglogrepl.LSN(lsn), o, sys.XLogPos)
 }
 
-// anchorGap returns an errAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the
-// WAL of the server whose history is o and whose WAL ends at end on its current timeline: on a
-// timeline the history does not have, or at or past where the server's WAL on it ends.
+// anchorGap returns an errAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the server's WAL.
+// The server's history is o, and its WAL ends at end on its current timeline.
+// The anchor is missing on a timeline the history does not have.
+// It is also missing at or past where the server's WAL on its timeline ends.
 func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN) error {
 	if tl == o.Timeline {
 		if lsn < end {
@@ -98,8 +100,8 @@ func anchorError(err error) error {
 	return err
 }
 
-// anchorMoved asks an Anchored publisher, once the slot is held, whether the broker stored
-// messages of it since its anchor was read (errAnchorMoved).
+// anchorMoved asks an Anchored publisher, once the slot is held, whether the broker stored its messages.
+// Messages stored since its anchor was read end the session (errAnchorMoved).
 func anchorMoved(ctx context.Context, pub Publisher) error {
 	a, ok := pub.(Anchored)
 	if !ok {

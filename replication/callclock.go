@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// callClock gives each publish call its context: the session's (gone), ended with errStatusDue
-// once one call has lasted the interval, as a deadline: its Err is then
-// context.DeadlineExceeded, as for context.WithTimeoutCause, so that a publisher's error says
-// "deadline", not "canceled", which reads as a stop. One context serves call after call until
-// it ends, and one timer is re-armed at each call: a context and a timer made for every message
-// cost the drain about 0.7 µs and 272 bytes a message.
+// callClock gives each publish call its context: the session's (gone).
+// Once one call has lasted the interval, the clock ends it with errStatusDue, as a deadline.
+// Its Err is then context.DeadlineExceeded, as for context.WithTimeoutCause.
+// So a publisher's error says "deadline", not "canceled", which reads as a stop.
+// One context serves call after call until it ends, and one timer is re-armed at each call.
+// A context and a timer for every message would cost the drain about 0.7 µs and 272 bytes a message.
 //
 // Its zero value is ready once begin has set the parent and the interval.
 type callClock struct {
@@ -58,8 +58,9 @@ func (c *callClock) start() context.Context {
 // done ends the call start began.
 func (c *callClock) done() { c.running.Store(false) }
 
-// due ends the context if the call in progress has lasted the interval. A timer never fires
-// early, so a firing meant for an earlier call, running late, finds a later call too young.
+// due ends the context if the call in progress has lasted the interval.
+// A timer never fires early.
+// So a late firing meant for an earlier call finds a later call too young.
 func (c *callClock) due() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -39,7 +39,7 @@ func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("a call held up past the interval was not ended")
+		t.Fatal("a call blocked past the interval was not ended")
 	}
 	if cause := context.Cause(ctx); !errors.Is(cause, errStatusDue) {
 		t.Fatalf("cause %v, want errStatusDue", cause)

@@ -17,7 +17,7 @@ func TestSilenceIsMeasuredOnTheMonotonicClock(t *testing.T) {
 	if got := c.silent(); got < 30*time.Millisecond || got > time.Second {
 		t.Fatalf("silent() = %v after 30ms without a read", got)
 	}
-	c.mark()
+	c.note()
 	if got := c.silent(); got > 10*time.Millisecond {
 		t.Fatalf("silent() = %v right after a read", got)
 	}

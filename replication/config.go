@@ -11,47 +11,53 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Publisher is what the relay needs from the broker side: one session of publishing with
-// confirms (wire.Publisher has the contract). Its values (wire.Confirm, wire.Parked,
-// wire.ErrUnpublishable, wire.ErrSessionClosed) live in package wire, so that package publisher
-// implements it without importing this package, which links the PostgreSQL driver.
+// Publisher is what the relay needs from the broker side: one session of publishing with confirms.
+// The contract is wire.Publisher's.
+// Its values live in package wire: wire.Confirm, wire.Parked, wire.ErrUnpublishable, wire.ErrSessionClosed.
+// So package publisher implements it without importing this package, which links the PostgreSQL driver.
 type Publisher = wire.Publisher
 
-// Flusher is implemented by a Publisher that holds back what it is handed (wire.Flusher).
+// Flusher is implemented by a Publisher that keeps back what it is handed (wire.Flusher).
 type Flusher = wire.Flusher
 
-// blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or
-// disk alarm); the shutdown's log names the block. At the shutdown deadline the stream closes the
-// publisher if a publish call is still in progress, since a socket write ignores every context;
-// its Close must then cut the connection at once.
+// blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or disk alarm).
+// The shutdown's log names the block.
+// At the shutdown deadline the stream closes the publisher if a publish call is still in progress.
+// A socket write ignores every context, so its Close must then cut the connection at once.
 type blockable interface {
 	Blocked() bool
 }
 
-// Positioner is implemented by a Publisher that needs to know where each message comes from
-// (package streampub numbers messages by it, for the broker's deduplication). Before each Publish
-// the stream calls At with the timeline and LSN of the transaction's commit record (Begin's
-// FinalLSN) and the row's index among the transaction's rows and transactional logical decoding
-// messages of any prefix, counted from 0 whether or not this relay publishes them: the message
-// prefix does not change it (on PostgreSQL 14+, where the relay asks for messages whatever the
-// prefix). The server sends a transaction again exactly as
-// before, so a row has the same position on every replay, and positions grow in commit order.
+// Positioner is implemented by a Publisher that needs to know where each message comes from.
+// Package streampub numbers messages by it, for the broker's deduplication.
+// Before each Publish the stream calls At with three values:
+//   - the timeline of the transaction's commit record;
+//   - its LSN (Begin's FinalLSN);
+//   - the row's index, counted from 0.
+//
+// The index counts the transaction's rows and its transactional logical decoding messages of any prefix.
+// It counts them whether or not this relay publishes them, so the message prefix does not change it.
+// That is so on PostgreSQL 14+, where the relay asks for messages whatever the prefix.
+// The server sends a transaction again exactly as before.
+// So a row has the same position on every replay, and positions grow in commit order.
 type Positioner interface {
 	At(timeline int32, commitLSN uint64, index int)
 }
 
-// SystemBound is implemented by a Publisher whose positions hold within one database system
-// (package streampub): positions of another system's timelines and LSNs do not compare. The
-// relay calls Bind once per session, before it streams, with the server's system identifier and
-// the database of the slot (IDENTIFY_SYSTEM's); an error ends the session.
+// SystemBound is implemented by a Publisher whose positions are valid within one database system.
+// Package streampub is one: positions of another system's timelines and LSNs do not compare.
+// The relay calls Bind once per session, before it streams.
+// It passes the server's system identifier and the database of the slot (IDENTIFY_SYSTEM's).
+// An error ends the session.
 type SystemBound interface {
 	Bind(ctx context.Context, system uint64, database string) error
 }
 
-// Guarded is implemented by a Publisher that holds messages back and writes them later (a
-// Flusher, package streampub). The relay gives it the session's check, which it calls right
-// before each write to the broker, from the goroutine that publishes. An error from the check
-// means the session is over: the publisher writes nothing and fails the call.
+// Guarded is implemented by a Publisher that keeps messages back and writes them later.
+// A Flusher does, as in package streampub.
+// The relay gives it the session's check.
+// It calls the check right before each write to the broker, from the goroutine that publishes.
+// An error from the check means the session is over: the publisher writes nothing and fails the call.
 type Guarded interface {
 	Guard(check func() error)
 }
@@ -61,68 +67,70 @@ type Dialer func(ctx context.Context) (Publisher, error)
 
 // Config configures a Relay.
 type Config struct {
-	// DatabaseURL is the libpq connection string or URL of the database holding the outbox. The
-	// role needs LOGIN REPLICATION. Required.
+	// DatabaseURL is the libpq connection string or URL of the database with the outbox.
+	// The role needs LOGIN REPLICATION. Required.
 	DatabaseURL string
-	// ReplicationURL, if set, is the server the relay streams from: a hot standby of DatabaseURL's
-	// server (PostgreSQL 16+), whose slot it decodes, to keep decoding off the primary. DatabaseURL
-	// stays the primary: the record of the slot and the checks of the publication live there.
+	// ReplicationURL, if set, is the server the relay streams from.
+	// It is a hot standby of DatabaseURL's server (PostgreSQL 16+).
+	// The relay decodes its slot there, to keep decoding off the primary.
+	// DatabaseURL stays the primary: the record of the slot and the checks of the publication live there.
 	// Empty: the relay streams from DatabaseURL, and refuses it if it is a standby.
 	ReplicationURL string
 	// Slot is the logical replication slot's name (default DefaultSlot).
 	Slot string
 	// Publication is the publication that contains the outbox table (default DefaultPublication).
 	Publication string
-	// Table is the outbox table (default public.outbox), when Mappings is empty. Its schema holds
-	// walbox's record of the slot (walbox migrate creates it there), whatever Mappings says.
+	// Table is the outbox table (default public.outbox), when Mappings is empty.
+	// Its schema has walbox's record of the slot, whatever Mappings says.
+	// The command walbox migrate creates the record there.
 	Table wire.Table
 	// Mappings are the outbox tables of the publication with their column mappings; empty means
 	// Table with the default contract. At the start of every session each is checked against the
 	// table's actual columns.
 	Mappings []wire.Mapping
-	// MessagePrefix is the prefix of the logical decoding messages relayed as outbox messages,
-	// those the emit function (wire.EmitFunction) writes (default wire.DefaultMessagePrefix).
+	// MessagePrefix is the prefix of the logical decoding messages relayed as outbox messages.
+	// Those are the messages the emit function (wire.EmitFunction) writes (default wire.DefaultMessagePrefix).
 	// NoMessages relays none and does not ask the server for messages (which PostgreSQL before 14
 	// cannot send). The server sends every slot every message, whatever the publication.
 	MessagePrefix string
-	// Shard and Shards name the shard of the outbox table this relay streams (package shard);
-	// Shards 0 is an unsharded relay. A sharded relay checks, whenever it checks the publication,
-	// that the publication's row filter selects exactly this shard.
+	// Shard and Shards name the shard of the outbox table this relay streams (package shard).
+	// Shards 0 is an unsharded relay.
+	// Whenever it checks the publication, a sharded relay checks that the row filter selects exactly this shard.
 	Shard, Shards int
 	// Window bounds the messages published but not yet confirmed (default DefaultWindow).
 	Window int
-	// StatusInterval is how often the relay reports its position to the server; keep it well
-	// under the server's wal_sender_timeout (default DefaultStatusInterval).
+	// StatusInterval is how often the relay reports its position to the server (default DefaultStatusInterval).
+	// Keep it well under the server's wal_sender_timeout.
 	StatusInterval time.Duration
-	// ServerTimeout is how long the relay waits to hear anything from the server, having asked
-	// it to reply, before it takes the replication connection for dead and starts a new session.
-	// Zero (the default) means three quarters of the server's wal_sender_timeout, so that on a
-	// silent partition the relay gives up before the server drops it and lets a standby take
-	// the slot. The relay asks for a reply in every status update once it has heard nothing for
-	// half an interval; a live server answers at once, except while it decodes a large
-	// transaction of other tables, when it reads replies only every half wal_sender_timeout:
-	// a value below half of wal_sender_timeout plus a status interval is raised to that, with a
-	// warning. Any byte counts, so one long message streaming in is not silence. Session setup
-	// is bounded by the same time. Without this a silent network partition would hold the relay
-	// until TCP gives up, many minutes later.
+	// ServerTimeout is how long the relay waits to hear anything from the server, having asked it to reply.
+	// Past it, the relay takes the replication connection for dead and starts a new session.
+	// Zero (the default) means three quarters of the server's wal_sender_timeout.
+	// On a silent partition the relay gives up before the server drops it and lets a standby take the slot.
+	// The relay asks for a reply in every status update once it has heard nothing for half an interval.
+	// A live server answers at once, except while it decodes a large transaction of other tables.
+	// It then reads replies only every half wal_sender_timeout.
+	// So a value below half of wal_sender_timeout plus a status interval is raised to that, with a warning.
+	// Any byte counts, so one long message streaming in is not silence.
+	// Session setup is bounded by the same time.
+	// Without this, a silent network partition would keep the relay waiting until TCP gives up, minutes later.
 	ServerTimeout time.Duration
 	// ShutdownTimeout bounds the wait for outstanding confirms when Run's context ends (default
 	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
-	// CreateSlot lets Run create a missing slot, with a warning that rows committed before it are
-	// not covered (DefaultCreateSlot; `walbox migrate` creates it ahead of time).
+	// CreateSlot lets Run create a missing slot (DefaultCreateSlot).
+	// Run warns that rows committed before it are not covered; `walbox migrate` creates it ahead of time.
 	CreateSlot *bool
-	// FailoverSlot says whether the slot Run creates is a failover slot (DefaultFailoverSlot,
-	// on PostgreSQL 17 and later). Unless it is slots.FailoverOff, Run also turns an existing slot that
-	// is not one into one; slots.FailoverOn on a server before 17 stops Run at its first session.
+	// FailoverSlot says whether the slot Run creates is a failover slot (DefaultFailoverSlot, PostgreSQL 17+).
+	// Unless it is slots.FailoverOff, Run also turns an existing slot that is not one into one.
+	// The value slots.FailoverOn on a server before 17 stops Run at its first session.
 	FailoverSlot slots.FailoverSlot
 	// MaxBackoff caps the wait between sessions after an error (default DefaultMaxBackoff).
 	MaxBackoff time.Duration
 	// StandbyRetry is how often a standby checks whether the slot was released (default DefaultStandbyRetry).
 	StandbyRetry time.Duration
 	// WaitForServers makes Run retry when PostgreSQL or the broker cannot be reached at start.
-	// By default such a failure ends Run, since it usually means a wrong URL; outages after the
-	// first contact are always waited out.
+	// By default such a failure ends Run, since it usually means a wrong URL.
+	// Outages after the first contact are always waited out.
 	WaitForServers bool
 	// Dial opens publishing sessions. Required.
 	Dial Dialer
@@ -177,8 +185,8 @@ func (c Config) WithDefaults() Config {
 		c.Table = wire.DefaultTable
 	}
 	if len(c.Mappings) == 0 {
-		// Defaults left empty: the column check tells a default optional column, which a table
-		// may lack, from one the user named.
+		// Defaults left empty: the column check tells a default optional column from one the user named.
+		// A table may lack a default optional column.
 		c.Mappings = []wire.Mapping{{Table: c.Table}}
 	}
 	if c.MessagePrefix == "" {

@@ -25,7 +25,7 @@ type fakeHarness struct {
 
 func (h *fakeHarness) Dial(t *testing.T) publishertest.Publisher {
 	b := newFakeBroker(true)
-	b.holdUntilFlush = true
+	b.keepUntilFlush = true
 	b.reject = func(m *wire.Message) bool { return m.EventType != publishertest.Routed.String() }
 	p, err := b.dial(context.Background())
 	if err != nil {

@@ -3,7 +3,7 @@
 // A Relay owns one replication connection at a time, in one goroutine.
 // Each session connects and inspects the server through package inspect, as walbox doctor does.
 // It checks wal_level, the publication's coverage of every outbox table, the tables' columns and the slot.
-// It then holds the slot against its record (package slots) and starts pgoutput at the slot's position.
+// It then compares the slot with its record (package slots) and starts pgoutput at the slot's position.
 // Every outbox insert goes to the Publisher as it arrives.
 // The broker's confirms feed the session's checkpoint.Ledger.
 //

@@ -7,8 +7,9 @@ import (
 	"github.com/walbox/walbox/inspect"
 )
 
-// checkEmit refuses an emit function that writes another prefix than the relay relays, as walbox
-// doctor fails it (inspect.Emit.Err): the relay would skip every message it writes, in silence.
+// checkEmit refuses an emit function that writes another prefix than the relay relays.
+// The relay would skip every message it writes, in silence.
+// Walbox doctor fails it too (inspect.Emit.Err).
 func checkEmit(ctx context.Context, q inspect.Querier, cfg *Config) error {
 	if cfg.messagePrefix() == "" {
 		return nil

@@ -14,13 +14,14 @@ import (
 var (
 	// ErrNoPublication means the configured publication does not exist.
 	ErrNoPublication = inspect.ErrNoPublication
-	// ErrSlotLost means the slot was invalidated (wal_status = lost): changes after its position
-	// are gone. walbox never recreates such a slot by itself.
+	// ErrSlotLost means the slot was invalidated (wal_status = lost).
+	// Changes after its position are gone.
+	// Walbox never recreates such a slot by itself.
 	ErrSlotLost = inspect.ErrSlotLost
 	// ErrSlotMissing means the slot disappeared while walbox was using it.
 	ErrSlotMissing = slots.ErrSlotMissing
-	// ErrSlotGap means the slot is not the one walbox recorded: it was dropped, recreated or
-	// advanced behind walbox's back, or it lives on another server, so rows may have been skipped.
+	// ErrSlotGap means the slot is not the one walbox recorded, so rows may have been skipped.
+	// It was dropped, recreated or advanced behind walbox's back, or it lives on another server.
 	ErrSlotGap = slots.ErrSlotGap
 	// ErrNotCovered means the publication no longer publishes the inserts of an outbox table.
 	ErrNotCovered = inspect.ErrNotCovered
@@ -28,8 +29,8 @@ var (
 	errRecordDenied = errors.New("this role may not write walbox's record of its slots")
 	// ErrSlotActive means another process streams from the slot; this relay waits as a standby.
 	ErrSlotActive = slots.ErrSlotActive
-	// errServerSilent means the server sent nothing for ServerTimeout though asked to reply: the
-	// connection is taken for dead and a new session starts.
+	// errServerSilent means the server sent nothing for ServerTimeout though asked to reply.
+	// The connection is taken for dead and a new session starts.
 	errServerSilent = errors.New("no message from the server")
 )
 
@@ -75,8 +76,8 @@ type brokerError struct{ err error }
 func (b brokerError) Error() string { return b.err.Error() }
 func (b brokerError) Unwrap() error { return b.err }
 
-// bindError is the error of a publisher's Bind: a broker error, which ends the relay if the
-// broker holds what the relay cannot continue from.
+// bindError is the error of a publisher's Bind: a broker error.
+// It ends the relay if the broker stores what the relay cannot continue from.
 func bindError(err error) error {
 	err = brokerError{fmt.Errorf("bind publisher: %w", err)}
 	if errors.Is(err, wire.ErrConflict) {

@@ -26,16 +26,16 @@ type fakeBroker struct {
 	changed     chan struct{} // closed and replaced on every publish
 	dialErr     error
 	blocked     chan struct{} // while non-nil, Publish waits for it to close (a broker alarm)
-	// dieOnDeadline makes a Publish held up by blocked end the session when its ctx ends, as a
+	// dieOnDeadline makes a Publish blocked by the broker end the session when its ctx ends, as a
 	// publisher that cuts a stalled write does: the error wraps both wire.ErrSessionClosed and
 	// the ctx's error, and so does every later Publish of that session.
 	dieOnDeadline bool
 	// slowWrite makes every Publish take that long whatever its ctx says, as the write of a large
 	// message to a slow broker does.
 	slowWrite time.Duration
-	// holdUntilFlush makes sessions Flushers that, in auto mode, confirm a message only once a
-	// Flush after its Publish wrote it, as a publisher that holds a burst's writes does.
-	holdUntilFlush bool
+	// keepUntilFlush makes sessions Flushers that, in auto mode, confirm a message only once a
+	// Flush after its Publish wrote it, as a publisher that keeps a burst's writes does.
+	keepUntilFlush bool
 	flushes        int // Flush calls that wrote something
 	// slowFlush makes every Flush that has something to write take that long, as a write to a
 	// slow broker does.
@@ -47,14 +47,14 @@ func newFakeBroker(auto bool) *fakeBroker {
 }
 
 type fakeSession struct {
-	b        *fakeBroker
-	seq      uint64
-	pending  []uint64
-	msgs     map[uint64]wire.Message // published in this session, by sequence number
-	held     []wire.Confirm          // holdUntilFlush: confirms waiting for a Flush
-	confirms chan wire.Confirm
-	closed   bool
-	err      error // why the session closed, returned by every later Publish
+	b         *fakeBroker
+	seq       uint64
+	pending   []uint64
+	msgs      map[uint64]wire.Message // published in this session, by sequence number
+	unflushed []wire.Confirm          // keepUntilFlush: confirms waiting for a Flush
+	confirms  chan wire.Confirm
+	closed    bool
+	err       error // why the session closed, returned by every later Publish
 }
 
 var _ replication.Publisher = (*fakeSession)(nil)
@@ -67,13 +67,13 @@ func (b *fakeBroker) dial(context.Context) (replication.Publisher, error) {
 	}
 	s := &fakeSession{b: b, confirms: make(chan wire.Confirm, 1<<16)}
 	b.sessions = append(b.sessions, s)
-	if b.holdUntilFlush {
+	if b.keepUntilFlush {
 		return &flushingSession{s}, nil
 	}
 	return s, nil
 }
 
-// flushingSession is a fakeSession that holds its confirms until Flush.
+// flushingSession is a fakeSession that keeps its confirms until Flush.
 type flushingSession struct{ *fakeSession }
 
 var _ replication.Flusher = (*flushingSession)(nil)
@@ -81,7 +81,7 @@ var _ replication.Flusher = (*flushingSession)(nil)
 func (s *flushingSession) Flush() error {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	if len(s.held) == 0 || s.closed {
+	if len(s.unflushed) == 0 || s.closed {
 		return nil
 	}
 	if d := s.b.slowFlush; d > 0 {
@@ -90,10 +90,10 @@ func (s *flushingSession) Flush() error {
 		s.b.mu.Lock()
 	}
 	s.b.flushes++
-	for _, c := range s.held {
+	for _, c := range s.unflushed {
 		s.confirms <- c
 	}
-	s.held = s.held[:0]
+	s.unflushed = s.unflushed[:0]
 	return nil
 }
 
@@ -101,7 +101,7 @@ func (s *fakeSession) Publish(ctx context.Context, m *wire.Message) (uint64, err
 	return s.send(ctx, m, nil)
 }
 
-// Park is a Publish of the parked copy p: held up, numbered and confirmed alike.
+// Park is a Publish of the parked copy p: blocked, numbered and confirmed alike.
 func (s *fakeSession) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
 	return s.send(ctx, &p.Message, p)
 }
@@ -111,7 +111,7 @@ func (s *fakeSession) send(ctx context.Context, m *wire.Message, p *wire.Parked)
 	b := s.b
 	b.mu.Lock()
 	if wait := b.blocked; wait != nil {
-		// Like the real publisher: held up before writing, and nothing written if ctx ends.
+		// Like the real publisher: blocked before writing, and nothing written if ctx ends.
 		b.mu.Unlock()
 		select {
 		case <-wait:
@@ -157,8 +157,8 @@ func (s *fakeSession) send(ctx context.Context, m *wire.Message, p *wire.Parked)
 		if p == nil && b.reject != nil && b.reject(m) {
 			c.Err = errors.New("fake: nacked")
 		}
-		if b.holdUntilFlush {
-			s.held = append(s.held, c)
+		if b.keepUntilFlush {
+			s.unflushed = append(s.unflushed, c)
 		} else {
 			s.confirms <- c
 		}
@@ -197,7 +197,7 @@ func (s *fakeSession) closeLocked(err error) {
 	close(s.confirms)
 }
 
-// block holds every publish until unblock is called.
+// block stops every publish until unblock is called.
 func (b *fakeBroker) block() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -186,8 +186,8 @@ func (e *env) currentLSN() pglogrepl.LSN {
 	return lsn
 }
 
-// holdsFor checks cond repeatedly for d and fails if it is ever false.
-func holdsFor(t *testing.T, d time.Duration, what string, cond func() error) {
+// staysTrue checks cond repeatedly for d and fails if it is ever false.
+func staysTrue(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {

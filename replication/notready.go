@@ -8,9 +8,10 @@ import (
 	"github.com/walbox/walbox/inspect"
 )
 
-// notReady classifies SQLSTATE 55000 (object_not_in_prerequisite_state) by its condition: the
-// server uses it for an invalidated slot, but also for a slot of another database, a physical
-// slot, wal_level below logical, and a server in recovery. Only an invalidated slot is lost.
+// notReady classifies SQLSTATE 55000 (object_not_in_prerequisite_state) by its condition.
+// The server uses it for an invalidated slot.
+// It also uses it for a slot of another database, a physical slot, wal_level below logical, a server in recovery.
+// Only an invalidated slot is lost.
 // A condition not recognised here is left retryable: it may pass (a standby being promoted), and
 // retrying skips nothing.
 func notReady(pgErr *pgconn.PgError, slot string) error {

@@ -6,8 +6,9 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Observer is told what the relay does, for metrics. Observe is called on the relay's goroutine,
-// once per message at least, so it must be quick and must not block.
+// Observer is told what the relay does, for metrics.
+// Observe is called on the relay's goroutine, once per message at least.
+// So it must be quick and must not block.
 type Observer interface {
 	Observe(Event)
 }
@@ -40,17 +41,19 @@ type Event struct {
 	EventType      string
 	ConfirmLatency time.Duration // publish to broker ack
 	CommitLatency  time.Duration // transaction commit to broker ack; 0 when unknown
-	// PublishDelay is from the transaction's commit to the publish call's return (Confirmed, when
-	// CommitLatency is known): the server decoding and sending the row, walbox reading it, and any
-	// wait before the publish (a full window, a blocked broker, the rows before it).
+	// PublishDelay is from the transaction's commit to the publish call's return.
+	// It is set for Confirmed, when CommitLatency is known.
+	// It covers the server decoding and sending the row, walbox reading it, and any wait before the publish.
+	// Waits are a full window, a blocked broker, the rows before it.
 	PublishDelay time.Duration
-	// ReadDelay is the first part of PublishDelay: from the commit to walbox's reader reading the
-	// row's frame from the replication connection (the server decoding and sending it; while the
-	// window is full, rows also wait here, unread).
+	// ReadDelay is the first part of PublishDelay.
+	// It is from the commit to walbox's reader reading the row's frame from the replication connection.
+	// It covers the server decoding and sending the row.
+	// While the window is full, rows also wait here, unread.
 	ReadDelay time.Duration
-	// WriteDelay is from the commit to the publisher writing the message's last frame to the
-	// broker's socket (Confirmed, when CommitLatency is known and the publisher says; else 0): it
-	// ends after PublishDelay by any time the publisher held the frames back.
+	// WriteDelay is from the commit to the publisher writing the message's last frame to the broker's socket.
+	// It is set for Confirmed, when CommitLatency is known and the publisher says; else it is 0.
+	// It ends after PublishDelay by any time the publisher kept the frames back.
 	WriteDelay time.Duration
 	Reason     string
 	Retried    int

@@ -11,9 +11,9 @@ import (
 	"github.com/walbox/walbox/decoder"
 )
 
-// readOrigin returns the server's system identifier and timeline, from IDENTIFY_SYSTEM's sys, with
-// the timeline history, which position ids name so that they stay unique across a failover or a
-// point-in-time recovery.
+// readOrigin returns the server's system identifier and timeline, from IDENTIFY_SYSTEM's sys.
+// It adds the timeline history.
+// Position ids name it, so that they stay unique across a failover or a point-in-time recovery.
 func readOrigin(ctx context.Context, conn *pgconn.PgConn, sys pglogrepl.IdentifySystemResult) (decoder.Origin, error) {
 	id, err := strconv.ParseUint(sys.SystemID, 10, 64)
 	if err != nil {
@@ -33,8 +33,9 @@ func readOrigin(ctx context.Context, conn *pgconn.PgConn, sys pglogrepl.Identify
 	return o, nil
 }
 
-// parseHistory parses a timeline history file: a line "<timeline>\t<switch point>\t<reason>" for
-// each earlier timeline, oldest first; blank lines and lines starting with # are ignored.
+// parseHistory parses a timeline history file.
+// It has a line "<timeline>\t<switch point>\t<reason>" for each earlier timeline, oldest first.
+// Blank lines and lines starting with # are ignored.
 func parseHistory(content string) ([]decoder.TimelineEnd, error) {
 	var out []decoder.TimelineEnd
 	for _, line := range strings.Split(content, "\n") {

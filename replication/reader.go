@@ -11,24 +11,28 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// reader is the goroutine that reads the replication connection. It queues a copy of the data of
-// every CopyData message the server sends, in order, for the stream's goroutine to take, and
-// touches nothing else: it never writes to the connection (the reporter sends every status
-// update) and never sees the stream's state. Reading on while the stream waits (for a confirm,
-// for the broker) is what lets the stream select on WAL, confirms and its context at once, and
-// see at once a connection that ends.
+// reader is the goroutine that reads the replication connection.
+// It queues a copy of the data of every CopyData message the server sends, in order.
+// The stream's goroutine takes them.
+// The reader touches nothing else.
+// It never writes to the connection (the reporter sends every status update).
+// It never sees the stream's state.
+// It reads on while the stream waits for a confirm or for the broker.
+// So the stream selects on WAL, confirms and its context at once, and sees at once a connection that ends.
 //
-// Reading from a pgconn in one goroutine while another sends status updates is safe: a status
-// update writes straight to the socket and shares no state with a receive (sendStatus).
+// Reading from a pgconn in one goroutine while another sends status updates is safe.
+// A status update writes straight to the socket and shares no state with a receive (sendStatus).
 //
-// The queue is bounded (maxQueued messages, maxQueuedBytes); when it is full the reader stops
-// reading until the stream takes from it, and the server's silence is not judged meanwhile
-// (see listening).
+// The queue is bounded: maxQueued messages, maxQueuedBytes.
+// When it is full, the reader stops reading until the stream takes from it.
+// The server's silence is not judged meanwhile (see listening).
 //
-// A large frame (lendFrame bytes or more: a large row) is not copied: the reader lends the
-// connection's own buffer, which the next receive reuses, and reads nothing more until the
-// stream gives it back (giveBack). The decoder's payload shares it too. So a large row is in
-// memory once, and however many large rows wait in the slot, only one is read at a time.
+// A large frame (lendFrame bytes or more: a large row) is not copied.
+// The reader lends the connection's own buffer, which the next receive reuses.
+// It reads nothing more until the stream gives it back (giveBack).
+// The decoder's payload shares it too.
+// So a large row is in memory once.
+// However many large rows wait in the slot, only one is read at a time.
 type reader struct {
 	conn   *pgconn.PgConn
 	slot   string
@@ -36,7 +40,7 @@ type reader struct {
 	onFail func(error) // called on the reader's goroutine when reading ends in an error
 	block  []byte      // where the next copy goes (copyFrame); the reader goroutine's own
 
-	ready  chan struct{} // holds a token while the queue has frames or the reader has failed
+	ready  chan struct{} // has a token while the queue has frames or the reader has failed
 	failed chan struct{} // closed when reading has ended; err says why
 	done   chan struct{} // closed when the goroutine has returned
 
@@ -50,17 +54,18 @@ type reader struct {
 	err     error
 }
 
-// frame is the data of one CopyData message, and when the reader read it from the connection
-// (before any wait for room in the queue). A lent frame's data is the connection's buffer: the
-// stream gives it back once done with it.
+// frame is the data of one CopyData message, and when the reader read it from the connection.
+// That time is before any wait for room in the queue.
+// A lent frame's data is the connection's buffer: the stream gives it back once done with it.
 type frame struct {
 	data []byte
 	read time.Time
 	lent bool
 }
 
-// Bounds of what the reader holds for the stream: a large transaction read while the stream
-// waits for confirms stays in the server's socket buffer, not in memory, beyond them.
+// Bounds of what the reader queues for the stream.
+// Beyond them, a large transaction read while the stream waits for confirms stays in the server's socket buffer.
+// It does not stay in memory.
 const (
 	maxQueued      = 4096
 	maxQueuedBytes = 16 << 20
@@ -122,7 +127,7 @@ func (r *reader) awaitReturn() bool {
 	}
 	if r.full {
 		// Nothing was read meanwhile: the silence measured from here is the server's.
-		r.heard.mark()
+		r.heard.note()
 		r.full = false
 	}
 	return !r.stopped
@@ -136,10 +141,11 @@ func (r *reader) giveBack() {
 	r.mu.Unlock()
 }
 
-// copyFrame copies data into the current block, and starts a new block when it is full: one
-// allocation per block of small frames instead of one per frame. The copies never overlap (each
-// is capped at its own length), and a block is garbage once the stream has dropped every frame
-// in it; the decoder keeps no reference into a frame.
+// copyFrame copies data into the current block, and starts a new block when it is full.
+// That is one allocation per block of small frames instead of one per frame.
+// The copies never overlap: each is capped at its own length.
+// A block is garbage once the stream has dropped every frame in it.
+// The decoder keeps no reference into a frame.
 func (r *reader) copyFrame(data []byte) []byte {
 	if len(data) == 0 {
 		return []byte{} // not nil, which would read as a notice
@@ -167,7 +173,7 @@ func (r *reader) put(f frame, err error) bool {
 		}
 		if waited {
 			// Nothing was read while full: the silence measured from here is the server's.
-			r.heard.mark()
+			r.heard.note()
 			r.full = false
 		}
 		if r.stopped {
@@ -201,8 +207,9 @@ func (r *reader) signal() {
 	}
 }
 
-// take moves every queued frame to the end of into and returns it, with the error that ended
-// reading once nothing is left before it (ready then holds a token for that error).
+// take moves every queued frame to the end of into and returns it.
+// Once nothing is left before it, it returns the error that ended reading.
+// The channel ready then has a token for that error.
 func (r *reader) take(into []frame) ([]frame, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -212,8 +219,8 @@ func (r *reader) take(into []frame) ([]frame, error) {
 	r.room.Signal()
 	if len(into) > 0 {
 		if r.err != nil {
-			// The failure's own signal may have found the frames' token there: leave one, or
-			// the stream, having handled these, would wait on ready for ever.
+			// The failure's own signal may have found the frames' token there: leave one.
+			// Otherwise the stream, having handled these, would wait on ready for ever.
 			r.signal()
 		}
 		return into, nil
@@ -241,8 +248,9 @@ func (r *reader) isStopped() bool {
 	return r.stopped
 }
 
-// stop ends the reader and waits for it: a read in progress is woken by a read deadline in the
-// past, which pgconn survives. The connection is the stream's again afterwards.
+// stop ends the reader and waits for it.
+// A read deadline in the past wakes a read in progress, and pgconn survives it.
+// The connection is the stream's again afterwards.
 func (r *reader) stop() {
 	r.mu.Lock()
 	r.stopped = true
@@ -255,8 +263,9 @@ func (r *reader) stop() {
 
 var errReaderStopped = errors.New("reader stopped")
 
-// copyData returns the data of a CopyData message from the server; nil and no error for a
-// notice; an error for anything else, which ends the stream.
+// copyData returns the data of a CopyData message from the server.
+// It returns nil and no error for a notice.
+// It returns an error for anything else, which ends the stream.
 func copyData(msg pgproto3.BackendMessage, slot string) ([]byte, error) {
 	switch msg := msg.(type) {
 	case *pgproto3.CopyData:

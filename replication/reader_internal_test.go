@@ -15,7 +15,7 @@ func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
 		failed: make(chan struct{}), done: make(chan struct{})}
 	r.room = sync.NewCond(&r.mu)
 	lost := errors.New("server closed the connection")
-	r.put(frame{data: []byte{'w'}}, nil) // a frame: ready holds a token
+	r.put(frame{data: []byte{'w'}}, nil) // a frame: ready has a token
 	r.put(frame{}, lost)                 // the end: ready is full, so its signal finds the token there
 
 	<-r.ready // the stream wakes for the frame ...

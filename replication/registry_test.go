@@ -58,7 +58,7 @@ func TestAdvancedSlotIsAGap(t *testing.T) {
 	}
 }
 
-// The registry holds a position before the server does: sampled again and again while the slot
+// The registry has a position before the server does: sampled again and again while the slot
 // moves, the slot (read first) is never ahead of the record (read second).
 func TestPositionIsRecordedBeforeItIsReported(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
@@ -170,7 +170,7 @@ func TestCoverageChangedBeforeTheFirstRunIsRefused(t *testing.T) {
 	}
 }
 
-// A relay may start with more tables than the slot's record holds: a table mapped and added to
+// A relay may start with more tables than the slot's record has: a table mapped and added to
 // the publication after walbox migrate created the slot. The record then takes the table in, so
 // that a later swap of that table while no walbox runs is refused as well.
 func TestCoverageWidensForAMappedTable(t *testing.T) {
@@ -199,7 +199,7 @@ func TestCoverageWidensForAMappedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := len(strings.Fields(coverage[strings.Index(coverage, "tables")+len("tables"):])); n != 2 {
-		t.Fatalf("recorded coverage %q holds %d tables, want both", coverage, n)
+		t.Fatalf("recorded coverage %q has %d tables, want both", coverage, n)
 	}
 
 	e.swapTableWithRowsInTheGap("events")
@@ -211,7 +211,7 @@ func TestCoverageWidensForAMappedTable(t *testing.T) {
 }
 
 // swapTableWithRowsInTheGap renames a new copy of table into place, commits a row to it while the
-// publication still holds the old one (never decoded), and then adds it to the publication.
+// publication still has the old one (never decoded), and then adds it to the publication.
 func (e *env) swapTableWithRowsInTheGap(table string) {
 	e.t.Helper()
 	ctx := context.Background()

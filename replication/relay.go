@@ -21,8 +21,9 @@ import (
 type Relay struct {
 	cfg   Config
 	stats Stats
-	// dbReached and brokerReached record that each server answered once. Until then a connection
-	// failure is taken for a configuration error and ends Run; afterwards it is an outage to wait out.
+	// dbReached and brokerReached record that each server answered once.
+	// Until then a connection failure is taken for a configuration error, and ends Run.
+	// Afterwards it is an outage to wait out.
 	dbReached, brokerReached bool
 	// silence is the last session's silence bound (see silenceBound); zero before the first.
 	silence time.Duration
@@ -108,15 +109,16 @@ func (r *Relay) endSession(err error) {
 	r.stats.OldestSent.Store(0)
 }
 
-// session runs one session: connect, check, start at the slot's position, stream. It reports
-// whether the slot moved forward in it, so that a failure that recurs at the same message backs
-// off instead of replaying from the slot again and again at full speed.
+// session runs one session: connect, check, start at the slot's position, stream.
+// It reports whether the slot moved forward in it.
+// A failure that recurs at the same message then backs off.
+// It does not replay from the slot again and again at full speed.
 func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	limit := r.setupTimeout()
 	sctx, endSetup := context.WithTimeout(ctx, limit)
 	defer endSetup()
 	defer func() { err = setupExpired(ctx, sctx, limit, err) }()
-	conn, lastRead, err := connectWatched(sctx, r.cfg.replicationURL())
+	conn, heard, err := connectWatched(sctx, r.cfg.replicationURL())
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}
@@ -205,8 +207,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := start(sctx, conn, r.cfg.Slot, r.cfg.Publication, r.askMessages(conn, pub), slot.ConfirmedFlush); err != nil {
 		return false, err
 	}
-	// The session holds the slot from here on, and nothing else moves it: what must be read
-	// against the slot's position is read after this check.
+	// The session holds the slot from here on, and nothing else moves it.
+	// What must be read against the slot's position is read after this check.
 	if slot, err = r.checkHeld(sctx, conn, w, slot); err != nil {
 		return false, err
 	}
@@ -238,7 +240,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		led:     newLedger(slot.ConfirmedFlush, r.cfg.Window, &r.stall),
 		stall:   &r.stall,
 		start:   slot.ConfirmedFlush,
-		heard:   lastRead,
+		heard:   heard,
 		silence: silence,
 		lapse:   newLapse(wst),
 		stats:   &r.stats,
@@ -254,8 +256,8 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	return s.led.Watermark() > slot.ConfirmedFlush, err
 }
 
-// noteServer logs the server a session connected to when it is not the last session's: after a
-// promotion, the new primary and its timeline.
+// noteServer logs the server a session connected to when it is not the last session's.
+// After a promotion, that is the new primary and its timeline.
 func (r *Relay) noteServer(conn *pgconn.PgConn, sys pglogrepl.IdentifySystemResult) {
 	server := conn.Conn().RemoteAddr().String()
 	if r.server != "" && (server != r.server || sys.Timeline != r.timeline) {
@@ -265,9 +267,10 @@ func (r *Relay) noteServer(conn *pgconn.PgConn, sys pglogrepl.IdentifySystemResu
 	r.server, r.timeline = server, sys.Timeline
 }
 
-// firstContact makes a connection failure permanent when the server was never reached, unless the
-// relay is configured to wait for it. A server that answered with a refusal was reached: the
-// failure is permanent too, without the advice about its address.
+// firstContact makes a connection failure permanent when the server was never reached.
+// It does not when the relay is configured to wait for it.
+// A server that answered with a refusal was reached.
+// That failure is permanent too, without the advice about its address.
 func (r *Relay) firstContact(err error, reached *bool) error {
 	switch {
 	case *reached || r.cfg.WaitForServers || !retryable(err):
@@ -284,10 +287,10 @@ func answeredByPostgres(err error) bool {
 	return errors.As(err, &pgErr)
 }
 
-// prepareSlot holds the slot against the registry and readies it to stream from (slots.Prepare):
-// it creates the slot only where nothing was ever recorded, and refuses a slot that is missing
-// though recorded, is ahead of the recorded position, was recorded on another system, or that
-// this relay stopped on.
+// prepareSlot compares the slot with its record and readies it to stream from (slots.Prepare).
+// It creates the slot only where nothing was ever recorded.
+// It refuses a slot that is missing though recorded, or ahead of the recorded position.
+// It also refuses a slot recorded on another system, or one this relay stopped on.
 func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, sys pglogrepl.IdentifySystemResult) (inspect.Slot, error) {
 	p, err := slots.Prepare(ctx, slots.PrepareConfig{Slot: r.cfg.Slot, Conn: conn, Primary: w.conn, SlotDB: w.slotDB(),
 		Registry: w.reg, System: sys, Create: *r.cfg.CreateSlot, Failover: r.cfg.FailoverSlot, Xmin: w.xminAt})
@@ -309,10 +312,11 @@ func (r *Relay) prepareSlot(ctx context.Context, conn *pgconn.PgConn, w *watch, 
 	return p.Slot, nil
 }
 
-// checkHeld reads the slot again once the session holds it (slots.CheckHeld): a role with
-// REPLICATION may have advanced it between prepareSlot's check and START_REPLICATION, and the
-// server then streams from the advanced position. It returns the slot as held, the position the
-// server streams from: the checked one, or one moved no further than the record.
+// checkHeld reads the slot again once the session holds it (slots.CheckHeld).
+// A role with REPLICATION may have advanced it between prepareSlot's check and START_REPLICATION.
+// The server then streams from the advanced position.
+// It returns the slot as held: the position the server streams from.
+// That is the checked one, or one moved no further than the record.
 func (r *Relay) checkHeld(ctx context.Context, conn *pgconn.PgConn, w *watch, checked inspect.Slot) (inspect.Slot, error) {
 	pid := w.walsender
 	if pid == 0 {
@@ -363,10 +367,11 @@ func (b *backoff) next(progressed bool) time.Duration {
 	return b.cur/2 + rand.N(b.cur/2+1)
 }
 
-// askMessages reports whether the session asks the server for logical decoding messages: with a
-// message prefix, and for a Positioner on a server that can send them (PostgreSQL 14+) whatever
-// the prefix, since a row's index counts the transaction's messages of every prefix. A prefix
-// changed between two sessions then numbers the rows of a transaction the same way.
+// askMessages reports whether the session asks the server for logical decoding messages.
+// It does with a message prefix.
+// It also does for a Positioner on a server that can send them (PostgreSQL 14+), whatever the prefix.
+// A row's index counts the transaction's messages of every prefix.
+// So a prefix changed between two sessions numbers the rows of a transaction the same way.
 func (r *Relay) askMessages(conn *pgconn.PgConn, pub Publisher) bool {
 	if r.cfg.messagePrefix() != "" {
 		return true

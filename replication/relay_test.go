@@ -57,16 +57,16 @@ func TestSlotMovesOnlyPastConfirmedTransactions(t *testing.T) {
 		}
 	}
 	// Nothing confirmed: the slot stays where it was.
-	holdsFor(t, 500*time.Millisecond, "no confirms", notPast(before1))
+	staysTrue(t, 500*time.Millisecond, "no confirms", notPast(before1))
 
 	// The first transaction and one message of the second: only the first counts.
 	e.broker.ack(3)
 	waitFor(t, 10*time.Second, "slot past the first transaction", func() bool { return e.slotLSN() > before1 })
-	holdsFor(t, 500*time.Millisecond, "second transaction half confirmed", notPast(before2))
+	staysTrue(t, 500*time.Millisecond, "second transaction half confirmed", notPast(before2))
 
 	e.broker.ack(2)
 	waitFor(t, 10*time.Second, "slot past the second transaction", func() bool { return e.slotLSN() > before2 })
-	holdsFor(t, 300*time.Millisecond, "third transaction unconfirmed", notPast(before3))
+	staysTrue(t, 300*time.Millisecond, "third transaction unconfirmed", notPast(before3))
 
 	e.broker.ack(1)
 	waitFor(t, 10*time.Second, "slot past the third transaction", func() bool { return e.slotLSN() > before3 })
@@ -136,12 +136,12 @@ func TestRolledBackRowsAreNeverPublished(t *testing.T) {
 	equalIDs(t, ids(got), after)
 }
 
-// The stream asks a publisher that holds its writes to flush them whenever it goes back to
+// The stream asks a publisher that keeps its writes to flush them whenever it goes back to
 // waiting: with a publisher that confirms nothing it was not asked to flush, everything is
 // confirmed all the same, and the slot moves.
 func TestStreamFlushesWhenItWaits(t *testing.T) {
 	b := newFakeBroker(true)
-	b.holdUntilFlush = true
+	b.keepUntilFlush = true
 	e := setup(t, testenv.SharedPostgres(t), b)
 	e.start(func(c *replication.Config) { c.Window = 64 })
 	var want []uuid.UUID
@@ -359,7 +359,7 @@ func TestStandbyTakesOverWhenTheSlotIsReleased(t *testing.T) {
 	standby := newFakeBroker(true)
 	s := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: standby}
 	s.start(nil)
-	holdsFor(t, 500*time.Millisecond, "standby stays idle", func() error {
+	staysTrue(t, 500*time.Millisecond, "standby stays idle", func() error {
 		if n := len(standby.messages()); n > 0 {
 			return fmt.Errorf("standby published %d messages while the slot was active", n)
 		}
@@ -481,7 +481,7 @@ func countType(ms []wire.Message, eventType string) int {
 func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
 	ctx := context.Background()
-	// A text payload column lets a row hold something that is not JSON.
+	// A text payload column lets a row carry something that is not JSON.
 	if _, err := e.conn.Exec(ctx, "ALTER TABLE outbox ALTER COLUMN payload TYPE text"); err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestShutdownAppliesConfirmsThatArrivedDuringAStalledPublish(t *testing.T) {
 	e.start(func(c *replication.Config) { c.ShutdownTimeout = 300 * time.Millisecond })
 	_, beforeA := e.insertTx(1, "a")
 	e.broker.waitPublished(t, 1)
-	// The next publish is held up by the broker; meanwhile the broker confirms the first message,
+	// The next publish is blocked by the broker; meanwhile the broker confirms the first message,
 	// and the confirm waits unread behind the stalled publish.
 	e.broker.block()
 	defer e.broker.unblock()
@@ -606,16 +606,16 @@ func TestLongPublishKeepsTheSessionAlive(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), want)
 }
 
-// The same holds when the long write is a Flush of what the publisher held back, not a Publish.
+// The same goes when the long write is a Flush of what the publisher kept back, not a Publish.
 func TestLongFlushKeepsTheSessionAlive(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
 	testenv.RequireOwn(t, pg)
 	b := newFakeBroker(true)
-	b.holdUntilFlush = true
+	b.keepUntilFlush = true
 	b.slowFlush = 3 * time.Second
 	e := setup(t, pg, b)
 	e.start(nil)
-	want, before := e.insertTx(1, "held")
+	want, before := e.insertTx(1, "kept")
 	waitFor(t, 20*time.Second, "slot past the slowly flushed message", func() bool { return e.slotLSN() > before })
 	if n := e.broker.sessionCount(); n != 1 {
 		t.Fatalf("%d sessions: the long flush let the server drop the replication session", n)
@@ -676,7 +676,7 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 	}
 
 	// Every row behind the refused one is published again once it passes. (The count is taken
-	// outside mu: the judge holds the broker's lock while it asks verdict, which takes mu.)
+	// outside mu: the judge has the broker's lock while it asks verdict, which takes mu.)
 	n0 := len(e.broker.messages())
 	mu.Lock()
 	refuse = false
@@ -698,9 +698,9 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 	})
 }
 
-// A relay held up in a publish (the broker blocks publishers) loses its replication connection:
+// A relay blocked in a publish (the broker blocks publishers) loses its replication connection:
 // the walsender is terminated, and a standby takes the slot over within moments. The old relay
-// must stop publishing at once: were it to publish the row it held once the broker lets it, it
+// must stop publishing at once: were it to publish the row it kept once the broker lets it, it
 // would race the standby, which sends the same rows again.
 func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
@@ -711,8 +711,8 @@ func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 	e.broker.mu.Lock()
 	e.broker.dialErr = errors.New("fake: broker unreachable") // the old relay gets no new session
 	e.broker.mu.Unlock()
-	held, _ := e.insertTx(1, "held")
-	time.Sleep(500 * time.Millisecond) // the relay is held up in the publish
+	kept, _ := e.insertTx(1, "kept")
+	time.Sleep(500 * time.Millisecond) // the relay is blocked in the publish
 
 	ctx := context.Background()
 	if _, err := e.conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
@@ -721,12 +721,12 @@ func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 	}
 	standby := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: newFakeBroker(true)}
 	standby.start(nil)
-	equalIDs(t, ids(standby.broker.waitPublished(t, 1)), held)
+	equalIDs(t, ids(standby.broker.waitPublished(t, 1)), kept)
 
 	e.broker.unblock()
 	time.Sleep(500 * time.Millisecond)
-	if n := countType(e.broker.messages(), "held"); n != 0 {
-		t.Fatalf("the relay that lost its replication connection published the held row %d times, "+
+	if n := countType(e.broker.messages(), "kept"); n != 0 {
+		t.Fatalf("the relay that lost its replication connection published the kept row %d times, "+
 			"after a standby had taken the slot over", n)
 	}
 }

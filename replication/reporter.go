@@ -56,8 +56,8 @@ type reporter struct {
 	mu    sync.Mutex
 	sched *checkpoint.Schedule
 
-	wake   chan struct{}   // holds a token when an offer asks the goroutine to watch
-	reply  chan struct{}   // holds a token when a keepalive asked for a reply
+	wake   chan struct{}   // has a token when an offer asks the goroutine to watch
+	reply  chan struct{}   // has a token when a keepalive asked for a reply
 	finals chan chan error // a final report, and where its result goes
 	stop   chan struct{}   // closed by close
 	done   chan struct{}   // closed when the goroutine has returned
@@ -113,8 +113,9 @@ func socketSender(conn *pgconn.PgConn) func(pglogrepl.StandbyStatusUpdate) error
 }
 
 // sendStatus writes a standby status update straight to the connection's socket, as one write.
-// pglogrepl.SendStandbyStatusUpdate would go through pgconn's write buffer.
-// pgconn's own close of a connection whose read failed writes to that buffer from its own goroutine.
+// The function pglogrepl.SendStandbyStatusUpdate would go through pgconn's write buffer.
+// The pgconn package's own close of a connection whose read failed writes to that buffer.
+// It writes from a goroutine of its own.
 // The two would race, and could send its Terminate twice.
 // A net.Conn takes writes from several goroutines.
 func sendStatus(c net.Conn, u pglogrepl.StandbyStatusUpdate) error {
@@ -153,7 +154,7 @@ func (r *reporter) run() {
 		var err error
 		select {
 		case <-r.wake:
-			r.watch()
+			r.awake()
 		case <-r.reply:
 			err = r.request()
 		case <-r.timer.C:
@@ -236,8 +237,8 @@ func (r *reporter) latest() checkpoint.Mark {
 	return r.sched.Latest()
 }
 
-// watch tells the schedule that an offer woke the goroutine.
-func (r *reporter) watch() {
+// awake tells the schedule that an offer woke the goroutine.
+func (r *reporter) awake() {
 	r.mu.Lock()
 	r.sched.Watch(time.Now())
 	r.mu.Unlock()

@@ -19,7 +19,7 @@ type fakePositions struct {
 	log      []string
 	limit    pglogrepl.LSN
 	recorded pglogrepl.LSN
-	hold     chan struct{} // while non-nil, record waits for it to close
+	gate     chan struct{} // while non-nil, record waits for it to close
 	fail     error         // record fails with it
 }
 
@@ -31,10 +31,10 @@ func (f *fakePositions) capAt(_ context.Context, w pglogrepl.LSN) (pglogrepl.LSN
 
 func (f *fakePositions) record(_ context.Context, lsn pglogrepl.LSN) error {
 	f.mu.Lock()
-	hold := f.hold
+	gate := f.gate
 	f.mu.Unlock()
-	if hold != nil {
-		<-hold
+	if gate != nil {
+		<-gate
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -123,16 +123,16 @@ func TestPositionNotRecordedIsNotSent(t *testing.T) {
 // While the record of a position waits on the database, the reporter sends nothing: not the
 // position, and not an earlier one, whatever a keepalive asks.
 func TestNothingIsSentWhileTheRecordWaits(t *testing.T) {
-	hold := make(chan struct{})
-	pos := &fakePositions{limit: 1000, recorded: 100, hold: hold}
+	gate := make(chan struct{})
+	pos := &fakePositions{limit: 1000, recorded: 100, gate: gate}
 	r := testReporter(t, pos, 10*time.Millisecond)
 	var once sync.Once
 	release := func() {
 		once.Do(func() {
 			pos.mu.Lock()
-			pos.hold = nil
+			pos.gate = nil
 			pos.mu.Unlock()
-			close(hold)
+			close(gate)
 		})
 	}
 	r.offer(checkpoint.Mark{Watermark: 500, Moved: 500})
@@ -202,7 +202,7 @@ func offerAndWatch(t *testing.T, r *reporter, m checkpoint.Mark) {
 	r.offer(m)
 	select {
 	case <-r.wake:
-		r.watch()
+		r.awake()
 	default:
 		t.Fatalf("offer of %+v woke nothing", m)
 	}
@@ -244,11 +244,11 @@ func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	}
 }
 
-// Messages whose position a cap held back still count as not reported: once the cap lifts,
-// the next quiet look reports them. But the held-back report restarts the backlog: reporting
+// Messages whose position a cap kept back still count as not reported: once the cap lifts,
+// the next quiet look reports them. But the capped report restarts the backlog: reporting
 // sooner cannot pass the cap (on a standby, each report sends what the one before recorded), so
 // more messages do not bring the next report forward at every look.
-func TestMessagesHeldBackByACapAreReportedOnceItLifts(t *testing.T) {
+func TestMessagesACapKeptBackAreReportedOnceItLifts(t *testing.T) {
 	pos := &fakePositions{limit: 150, recorded: 100}
 	r := windowReporter(t, pos)
 	offerAndWatch(t, r, checkpoint.Mark{Watermark: 200, Moved: 200, Passed: 4})
@@ -286,7 +286,7 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	if !woken() {
 		t.Fatal("the first offer past the reported position did not wake the reporter")
 	}
-	r.watch()
+	r.awake()
 	for w := pglogrepl.LSN(300); w <= 900; w += 100 {
 		r.offer(checkpoint.Mark{Watermark: w, Moved: w, Passed: uint64(w)})
 		if woken() {

@@ -12,9 +12,9 @@ import (
 	"github.com/walbox/walbox/inspect"
 )
 
-// errTwoServers means the replication connection and the SQL connection reach different servers:
-// a multi-host URL or a load balancer paired them. walbox would check and record on one server
-// and stream from the other.
+// errTwoServers means the replication connection and the SQL connection reach different servers.
+// A multi-host URL or a load balancer paired them.
+// Walbox would check and record on one server, and stream from the other.
 var errTwoServers = errors.New("the replication connection and the SQL connection reach different servers")
 
 // system is what a server says of itself: its system identifier and, on a primary, its timeline.
@@ -44,14 +44,15 @@ func readSystem(ctx context.Context, q inspect.Querier) (system, error) {
 	return s, nil
 }
 
-// checkOneServer makes sure the session's connections reach one server, as IDENTIFY_SYSTEM on the
-// replication connection (sys) and the watch's SQL connections report it. Without
-// --replication-url both connections are --database-url's: system identifier and timeline must
-// match. With it, the replication server is a standby of the --database-url primary (or the
-// primary itself): the same system identifier, on that connection and on the SQL connection to
-// the standby; a standby's timeline may trail its primary's for a while. Last, the replication
-// connection and the SQL connection that reads the slot must reach one running server (see
-// serverStart): two standbys of one primary, or a restored copy, share the rest.
+// checkOneServer makes sure the session's connections reach one server.
+// IDENTIFY_SYSTEM on the replication connection (sys) and the watch's SQL connections report it.
+// Without --replication-url both connections are --database-url's.
+// Their system identifier and timeline must match.
+// With it, the replication server is a standby of the --database-url primary, or the primary itself.
+// The system identifier is the same on that connection and on the SQL connection to the standby.
+// A standby's timeline may trail its primary's for a while.
+// Last, the replication connection and the SQL connection that reads the slot must reach one running server.
+// Two standbys of one primary, or a restored copy, share the rest (see serverStart).
 func (w *watch) checkOneServer(ctx context.Context, repl *pgconn.PgConn, sys pglogrepl.IdentifySystemResult) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
@@ -84,19 +85,22 @@ func (w *watch) checkOneServer(ctx context.Context, repl *pgconn.PgConn, sys pgl
 	return w.checkOneStart(ctx, repl)
 }
 
-// startTime reads when the server's postmaster started, in UTC to the microsecond: two servers
-// of one system (standbys of one primary, a restored copy, two promoted standbys) share their
-// system identifier and may share their timeline, never their start. It runs as SQL on the logical
-// replication connection (a walsender with a database takes SQL before START_REPLICATION) and on
-// an ordinary one alike.
+// startTime reads when the server's postmaster started, in UTC to the microsecond.
+// Two servers of one system share their system identifier, and may share their timeline.
+// They never share their start.
+// Such servers are standbys of one primary, a restored copy, or two promoted standbys.
+// It runs as SQL on the logical replication connection, and on an ordinary one alike.
+// A walsender with a database takes SQL before START_REPLICATION.
 const startTime = `pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.pg_postmaster_start_time()), ` +
 	`'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
 
-// checkOneStart makes sure the replication connection and the SQL connection that reads the slot
-// (slotDB) reach one running server: a multi-host URL or a load-balanced service (a read-only
-// service over several standbys, say) may pair two servers of one system. walbox would check the
-// slot on one and stream from the other. It also keeps the walsender's process id as the server
-// gives it (w.walsender), which slots.CheckHeld finds holding the slot.
+// checkOneStart makes sure two connections reach one running server.
+// They are the replication connection and the SQL connection that reads the slot (slotDB).
+// A multi-host URL or a load-balanced service may pair two servers of one system.
+// A read-only service over several standbys is one example.
+// Walbox would check the slot on one and stream from the other.
+// It also keeps the walsender's process id as the server gives it (w.walsender).
+// That is the process slots.CheckHeld finds holding the slot.
 func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
 	res, err := repl.Exec(ctx, "SELECT "+startTime+", pg_catalog.pg_backend_pid()").ReadAll()
 	if err != nil {
@@ -128,9 +132,10 @@ func (w *watch) checkOneStart(ctx context.Context, repl *pgconn.PgConn) error {
 		errTwoServers, url, replStart, sqlStart, url, url))
 }
 
-// senderTimeout reads wal_sender_timeout as the walsender of repl has it: the server drops
-// repl after that much silence. With --replication-url the walsender runs on another server
-// than the SQL connection, and a connection may set its own (options=-c wal_sender_timeout=...).
+// senderTimeout reads wal_sender_timeout as the walsender of repl has it.
+// The server drops repl after that much silence.
+// With --replication-url the walsender runs on another server than the SQL connection.
+// A connection may also set its own (options=-c wal_sender_timeout=...).
 func senderTimeout(ctx context.Context, repl *pgconn.PgConn) (time.Duration, error) {
 	res, err := repl.Exec(ctx, "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'wal_sender_timeout'").ReadAll()
 	if err != nil {

@@ -8,17 +8,19 @@ import (
 	"time"
 )
 
-// stopClock is all of a session's shutdown timing. When Run's context ends, the stream stops
-// taking new transactions but has Config.ShutdownTimeout, counted from that moment, to read on
-// to the end of the transaction it is in (finishing), to publish it, and to collect the confirms
-// in flight (draining). At the deadline expired closes and publishing ends, which cuts a publish
-// call short; the stream then applies the confirms that have arrived and reports the final
-// position. What is still unconfirmed is not lost: the slot has not moved past it, so the next run
-// sends it again.
+// stopClock is all of a session's shutdown timing.
+// When Run's context ends, the stream stops taking new transactions.
+// It has Config.ShutdownTimeout, counted from that moment, to finish.
+// It reads on to the end of the transaction it is in (finishing), and publishes it.
+// It then collects the confirms in flight (draining).
+// At the deadline, expiredC closes and publishing ends, which cuts a publish call short.
+// The stream then applies the confirms that have arrived and reports the final position.
+// What is still unconfirmed is not lost.
+// The slot has not moved past it, so the next run sends it again.
 //
-// Publishing, the context of every publish call, outlives Run's context by that timeout for this
-// reason: a message received just before the end is still published, and its confirm awaited,
-// rather than failing the final status update.
+// Publishing is the context of every publish call; it outlives Run's context by that timeout.
+// So a message received just before the end is still published, and its confirm awaited.
+// It does not fail the final status update.
 type stopClock struct {
 	publishing context.Context // ends at the deadline
 	end        context.CancelCauseFunc
@@ -34,8 +36,8 @@ type stopClock struct {
 // errShutdownExpired is why publishing ends at the shutdown deadline.
 var errShutdownExpired = errors.New("shutdown timeout expired")
 
-// startStopClock starts the clock of a session; stopping is called, on a goroutine of its own,
-// when ctx ends during the session.
+// startStopClock starts the clock of a session.
+// When ctx ends during the session, stopping is called on a goroutine of its own.
 func startStopClock(ctx context.Context, timeout time.Duration, stopping, expiring func()) *stopClock {
 	c := &stopClock{expiredC: make(chan struct{}), expiring: expiring}
 	c.publishing, c.end = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -57,10 +59,12 @@ func (s *stream) stopping() {
 		"in_flight", s.stats.InFlight.Load(), "shutdown_timeout", s.cfg.ShutdownTimeout.String())
 }
 
-// expiring closes the publisher at the shutdown deadline if a publish call is still in progress:
-// the call may be stuck in a socket write, which no context ends (the broker blocks publishing,
-// or answers nothing), and would hold the stop up to the publisher's write timeout. Its Close
-// must then cut the connection at once. It runs on the stop clock's goroutine.
+// expiring closes the publisher at the shutdown deadline if a publish call is still in progress.
+// The call may be stuck in a socket write, which no context ends.
+// The broker then blocks publishing, or answers nothing.
+// The call would delay the stop up to the publisher's write timeout.
+// Its Close must then cut the connection at once.
+// It runs on the stop clock's goroutine.
 func (s *stream) expiring() {
 	if !s.clock.inCall() {
 		return
@@ -73,8 +77,8 @@ func (s *stream) expiring() {
 	_ = s.pub.Close()
 }
 
-// gaveUp logs the messages still unconfirmed when a graceful stop ends: the slot has not passed
-// them, so the next run sends them again.
+// gaveUp logs the messages still unconfirmed when a graceful stop ends.
+// The slot has not passed them, so the next run sends them again.
 func (s *stream) gaveUp(err error) {
 	if n := s.led.InFlight(); n > 0 || err != nil {
 		s.log.Warn("shutdown: gave up waiting for the broker; the next run sends the unconfirmed messages again from the slot",
@@ -98,15 +102,17 @@ func (c *stopClock) expired() bool {
 	}
 }
 
-// closeGrace is how long a stopping relay waits at least, past its shutdown deadline if need be,
-// for its publisher to close.
+// closeGrace is how long a stopping relay waits at least for its publisher to close.
+// It waits past its shutdown deadline if need be.
 const closeGrace = 500 * time.Millisecond
 
-// closePublisher closes the session's publisher. In a graceful stop (ctx ended) it waits for the
-// close only until the shutdown deadline, or closeGrace if that is sooner: a broker that answers
-// nothing (a stopped process, a network partition) would otherwise hold the exit for the
-// publisher's own close timeout. The close then goes on by itself; whatever it did not confirm
-// stays in the slot. clock is nil if the stream never ran.
+// closePublisher closes the session's publisher.
+// In a graceful stop (ctx ended) it waits for the close only until the shutdown deadline.
+// It waits until closeGrace if that is sooner.
+// A broker that answers nothing would otherwise delay the exit for the publisher's own close timeout.
+// Such a broker is a stopped process, or behind a network partition.
+// The close then goes on by itself; whatever it did not confirm stays in the slot.
+// The clock is nil if the stream never ran.
 func (r *Relay) closePublisher(ctx context.Context, pub Publisher, clock *stopClock) {
 	if ctx.Err() == nil {
 		_ = pub.Close()
@@ -170,11 +176,12 @@ func (s *stream) finalReport() error {
 	return nil
 }
 
-// finalStatus reports the watermark after a broker failure (stream.run), having first applied the confirms
-// that had already arrived: a publish that failed or gave up left them unread. Applying stops at
-// the first failed confirm it reads; the one that ended the session may have been read already,
-// but it froze the tracker, and the watermark never passes a failed confirm, so this confirms
-// nothing the broker did not. Errors change nothing: the session is over.
+// finalStatus reports the watermark after a broker failure (stream.run).
+// It first applies the confirms that had already arrived: a publish that failed or gave up left them unread.
+// Applying stops at the first failed confirm it reads.
+// The one that ended the session may have been read already, but it stopped the ledger.
+// The watermark never passes a failed confirm, so this confirms nothing the broker did not.
+// Errors change nothing: the session is over.
 func (s *stream) finalStatus() {
 	_ = s.drainConfirms()
 	_ = s.rep.final()

@@ -7,17 +7,18 @@ import (
 	"time"
 )
 
-// silenceBound returns how long the relay lets the server stay silent, having asked it to reply,
-// before it takes the replication connection for dead, given the server's wal_sender_timeout
-// (wst; zero or less when off) and the status interval, and whether a configured bound was
-// raised.
+// silenceBound returns how long the server may stay silent, having been asked to reply.
+// Past it, the relay takes the replication connection for dead.
+// It takes the server's wal_sender_timeout (wst; zero or less when off) and the status interval.
+// It also returns whether a configured bound was raised.
 //
-// A live walsender that decodes a large transaction of tables outside the publication reads
-// the relay's replies, and so answers a request for one, only once half of wal_sender_timeout
-// passed since the last reply it read: the bound is never below wst/2 plus a status interval.
-// By default it is three quarters of wal_sender_timeout: above that floor, and below the time
-// after which the server drops a silent client and lets a standby take the slot, so that on a
-// silent partition this relay gives up first.
+// A live walsender may decode a large transaction of tables outside the publication.
+// It then reads the relay's replies only once half of wal_sender_timeout passed since the last one it read.
+// Only then does it answer a request for a reply.
+// So the bound is never below wst/2 plus a status interval.
+// By default it is three quarters of wal_sender_timeout, above that floor.
+// That is below the time after which the server drops a silent client and lets a standby take the slot.
+// So on a silent partition this relay gives up first.
 func silenceBound(configured, wst, statusInterval time.Duration) (bound time.Duration, raised bool) {
 	if wst <= 0 {
 		wst = time.Minute // the server never drops the relay; wait as long as the default would
@@ -32,11 +33,11 @@ func silenceBound(configured, wst, statusInterval time.Duration) (bound time.Dur
 	return configured, false
 }
 
-// setupTimeout bounds a session's setup (connecting, the checks, the slot, the broker and
-// START_REPLICATION) as streaming is bounded: by the silence bound of the last session, or
-// before the first, by the configured ServerTimeout or else a minute (the default
-// wal_sender_timeout). A silent partition during setup would otherwise hold the relay until
-// TCP gives up.
+// setupTimeout bounds a session's setup as streaming is bounded.
+// Setup is connecting, the checks, the slot, the broker and START_REPLICATION.
+// The bound is the silence bound of the last session.
+// Before the first, it is the configured ServerTimeout, or else a minute (the default wal_sender_timeout).
+// A silent partition during setup would otherwise keep the relay waiting until TCP gives up.
 func (r *Relay) setupTimeout() time.Duration {
 	switch {
 	case r.silence > 0:

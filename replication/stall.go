@@ -9,17 +9,19 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// A message the broker refuses (nacks, or returns as unroutable: a per-row exchange with no
-// queue bound and no alternate exchange, say) ends the session, and the next one starts again
-// from the slot. If the refusal repeats, every retry would send again the whole window
-// published behind that message, delivering it to consumers once more each time. So after a
-// refusal the relay stalls: it publishes one message at a time, waiting for each confirm, until
-// the broker confirms the refused message. A retry then sends only what lies between the slot
-// and that message, the relay reports the state "stalled" (not ready), and once the message
-// passes, the window opens again.
+// A message the broker refuses ends the session, and the next one starts again from the slot.
+// The broker refuses by a nack, or returns the message as unroutable.
+// A per-row exchange with no queue bound and no alternate exchange is one example.
+// If the refusal repeats, every retry would send the whole window published behind that message again.
+// Consumers would get it once more each time.
+// So after a refusal the relay stalls: it publishes one message at a time, waiting for each confirm.
+// It stalls until the broker confirms the refused message.
+// A retry then sends only what lies between the slot and that message.
+// The relay reports the state "stalled" (not ready).
+// Once the message passes, the window opens again.
 
-// msgKey identifies a message across sessions: the same row sent again has the same key. The
-// row's WAL position is part of it, so that a later row reusing an id is another message.
+// msgKey identifies a message across sessions: the same row sent again has the same key.
+// The row's WAL position is part of it, so that a later row reusing an id is another message.
 type msgKey struct {
 	id  uuid.UUID
 	mid string // wire.Message.MessageID, for ids that are not UUIDs
@@ -37,15 +39,17 @@ func (k msgKey) String() string {
 	return k.id.String()
 }
 
-// A message the broker refuses for its size (see wire.TooLargeError) closes the channel, and the
-// broker does not say which message it was. If only one message was unconfirmed, or none while
-// a publish was being written, that one is the message: the relay pins it, and every later session
-// parks it with the broker's reason instead of publishing it. A pin is kept after its parked copy
-// is confirmed: a replay starts at the transaction's beginning, and a transaction may hold
-// several such rows. Otherwise the relay stalls until
-// the newest message then in flight is confirmed: one at a time, the refusal recurs with only
-// the refused message unconfirmed, and pins it. Nothing of this outlives the process: a new
-// process meets the same refusal again from the slot and comes to the same row.
+// A message the broker refuses for its size closes the channel (see wire.TooLargeError).
+// The broker does not say which message it was.
+// The message is known if only one message was unconfirmed, or none while a publish was being written.
+// The relay then pins it.
+// Every later session parks it with the broker's reason instead of publishing it.
+// A pin is kept after its parked copy is confirmed.
+// A replay starts at the transaction's beginning, and a transaction may have several such rows.
+// Otherwise the relay stalls until the newest message then in flight is confirmed.
+// One at a time, the refusal recurs with only the refused message unconfirmed, and the relay pins it.
+// Nothing of this outlives the process.
+// A new process meets the same refusal again from the slot, and comes to the same row.
 
 // stall is the relay's memory of a refused message, kept across sessions.
 type stall struct {
@@ -105,8 +109,9 @@ func (s *stream) pinned(m *wire.Message, lsn pglogrepl.LSN) (error, bool) {
 	return why, ok
 }
 
-// tooLarge is the end of a session by a message the broker refused for its size: key is that
-// message when it is known (pin), or else the newest message in flight, which the relay stalls on.
+// tooLarge is the end of a session by a message the broker refused for its size.
+// The key is that message when it is known (pin).
+// Otherwise it is the newest message in flight, which the relay stalls on.
 type tooLarge struct {
 	pin bool
 	key msgKey
@@ -122,10 +127,11 @@ func (t *tooLarge) Error() string {
 
 func (t *tooLarge) Unwrap() error { return t.err }
 
-// refusedTooLarge turns err, a failure of the publishing session, into a *tooLarge if the broker
-// refused a message for its size. publishing is the message whose publish failed, nil when the
-// session's end came as a confirm, and lsn its position. The refused message is one not confirmed yet: the messages in
-// flight, and the one being published.
+// refusedTooLarge turns err, a failure of the publishing session, into a *tooLarge.
+// It does so if the broker refused a message for its size.
+// The message whose publish failed is publishing, at lsn.
+// It is nil when the session's end came as a confirm.
+// The refused message is one not confirmed yet: one of the messages in flight, or the one being published.
 func (s *stream) refusedTooLarge(err error, publishing *wire.Message, lsn pglogrepl.LSN) error {
 	var tl *wire.TooLargeError
 	if !errors.As(err, &tl) {
@@ -146,10 +152,11 @@ func (s *stream) refusedTooLarge(err error, publishing *wire.Message, lsn pglogr
 	return err
 }
 
-// noteStall records a refusal that ended a session, and logs it once per message. It reports
-// whether the relay learned which message to park, or began to look for it: the next session then
-// moves on, so it starts without backing off. A transaction holding many such rows is replayed
-// once per row, and backing off each time would take minutes.
+// noteStall records a refusal that ended a session, and logs it once per message.
+// It reports whether the relay learned which message to park, or began to look for it.
+// The next session then moves on, so it starts without backing off.
+// A transaction with many such rows is replayed once per row.
+// Backing off each time would take minutes.
 func (r *Relay) noteStall(err error) (learned bool) {
 	var tl *tooLarge
 	if errors.As(err, &tl) {

@@ -21,8 +21,8 @@ var errPromoted = errors.New("replication server was promoted")
 // inRecovery reports whether conn's server is a hot standby (PostgreSQL 14+ reports it).
 func inRecovery(conn *pgconn.PgConn) bool { return conn.ParameterStatus("in_hot_standby") == "on" }
 
-// checkReplicationServer refuses a standby as the replication server unless it was given as the
-// replication URL: without, the relay would retry for ever on the first primary-only query.
+// checkReplicationServer refuses a standby as the replication server unless it is the replication URL.
+// Otherwise the relay would retry for ever on the first primary-only query.
 func checkReplicationServer(cfg *Config, conn *pgconn.PgConn) error {
 	if cfg.ReplicationURL != "" || !inRecovery(conn) {
 		return nil
@@ -69,12 +69,12 @@ func sameServer(ctx context.Context, a, b *pgx.Conn) (bool, error) {
 	return ida == idb, nil
 }
 
-// checkStandby returns the position up to which the replication server shares the primary's
-// history: a standby's replay position, unbounded when the relay streams from the primary. A
-// standby promoted later forks its WAL at a position no lower, so positions up to it are the
-// primary's. A replication server that is no longer a standby, and not the primary either, was
-// promoted: its WAL past the fork is not the primary's, and rows the primary commits never reach
-// its slot. That stops the relay.
+// checkStandby returns the position up to which the replication server shares the primary's history.
+// That is a standby's replay position, or no bound when the relay streams from the primary.
+// A standby promoted later forks its WAL at a position no lower, so positions up to it are the primary's.
+// A replication server that is no longer a standby, and not the primary either, was promoted.
+// Its WAL past the fork is not the primary's, and rows the primary commits never reach its slot.
+// That stops the relay.
 func (w *watch) checkStandby(ctx context.Context) (pglogrepl.LSN, error) {
 	if w.standby == nil || w.primaryToo {
 		return pglogrepl.LSN(math.MaxUint64), nil

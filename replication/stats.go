@@ -18,7 +18,7 @@ type Stats struct {
 	ServerLSN    atomic.Uint64 // server's WAL end from the last keepalive
 	LastCommit   atomic.Int64  // commit time of the last transaction begun, unix nanoseconds
 	Streaming    atomic.Bool   // a session is streaming now
-	Blocked      atomic.Bool   // a publish is held up by the broker
+	Blocked      atomic.Bool   // a publish is blocked by the broker
 	InFlight     atomic.Int64  // messages published and not yet confirmed
 	OldestSent   atomic.Int64  // when the oldest unconfirmed message was published, unix nanoseconds; 0 if none
 	LastConfirm  atomic.Int64  // when the broker last confirmed a message, unix nanoseconds

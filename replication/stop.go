@@ -27,17 +27,18 @@ func (r *Relay) wayOut() string {
 	return WayOut
 }
 
-// errStopped means walbox run stopped on the slot earlier, where only walbox recover gets past,
-// and recorded it: putting the cause right does not let the slot deliver what it skipped.
+// errStopped means walbox run stopped on the slot earlier, and recorded it.
+// Only walbox recover gets past such a stop.
+// Putting the cause right does not let the slot deliver what it skipped.
 var errStopped = errors.New("walbox stopped on this slot")
 
-// needsRecover reports whether err is a stop that the slot cannot get past by itself once the
-// cause is put right:
-//   - an outbox column renamed or dropped mid-stream (decoder.ErrSchemaDrift): the WAL holds the
-//     rows written meanwhile in the old shape, and decoding them fails at every replay;
-//   - the publication dropped, or no longer covering the outbox tables' inserts, or changed and
-//     put right again (ErrNoPublication, ErrNotCovered): rows written meanwhile were never
-//     decoded, or their replay fails on the missing publication.
+// needsRecover reports whether err is a stop the slot cannot get past, even once the cause is put right:
+//   - an outbox column renamed or dropped mid-stream (decoder.ErrSchemaDrift).
+//     The WAL has the rows written meanwhile in the old shape.
+//     Decoding them fails at every replay.
+//   - the publication dropped, no longer covering the inserts, or changed and put right again.
+//     These are ErrNoPublication and ErrNotCovered.
+//     Rows written meanwhile were never decoded, or their replay fails on the missing publication.
 //
 // Each needs the rows from the outbox table: walbox recover republishes them and replaces the slot.
 func needsRecover(err error) bool {
@@ -45,10 +46,10 @@ func needsRecover(err error) bool {
 		errors.Is(err, ErrNoPublication))
 }
 
-// noteStop records err in the registry as the slot's stop, if it is one that only walbox recover
-// gets past, and returns it naming the way out and the position up to which everything was
-// delivered. A failing check at the first start (a mistyped publication, say) records nothing:
-// no row was skipped yet, and putting the setting right is enough.
+// noteStop records err in the registry as the slot's stop, if only walbox recover gets past it.
+// It returns err naming the way out, and the position up to which everything was delivered.
+// A failing check at the first start (a mistyped publication, say) records nothing.
+// No row was skipped yet, and putting the setting right is enough.
 func (r *Relay) noteStop(w *watch, err error) error {
 	if !needsRecover(err) || r.coverage == "" {
 		return err
@@ -87,8 +88,8 @@ func (r *Relay) putRight(err error) string {
 	return fmt.Sprintf("Make publication %q publish the inserts of every outbox table again", r.cfg.Publication)
 }
 
-// stopError describes a recorded stop: where, when and why walbox stopped, and the way out (WayOut,
-// or ShardWayOut for a shard's slot).
+// stopError describes a recorded stop: where, when and why walbox stopped.
+// It adds the way out: WayOut, or ShardWayOut for a shard's slot.
 func stopError(slot string, s registry.Stop, wayOut string) error {
 	return fmt.Errorf("%w: slot %s stopped at %s (%s): %s. Only walbox recover gets past it: put the cause right, "+
 		"then run `%s` (add --dry-run first to count the rows it republishes), then start walbox run",

@@ -16,11 +16,11 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// stream is one replication session. Its goroutine owns every piece of its state and the
-// publishing session, and runs no SQL; the reader goroutine only reads the replication
-// connection (reader.go), and the reporter goroutine owns the watch connection and every status
-// update on the replication connection (reporter.go). The stream hands the reporter the
-// watermark; nothing else is shared.
+// stream is one replication session.
+// Its goroutine owns every piece of its state and the publishing session, and runs no SQL.
+// The reader goroutine only reads the replication connection (reader.go).
+// The reporter goroutine owns the watch connection and every status update (reporter.go).
+// The stream hands the reporter the watermark; nothing else is shared.
 type stream struct {
 	cfg   *Config
 	log   *slog.Logger
@@ -42,8 +42,8 @@ type stream struct {
 	silence time.Duration // how long the server may stay silent, having been asked to reply
 	lapse   *lapse        // whether the connection may still hold the slot (lapse.go)
 
-	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter
-	// fails; every publish call's context derives from it.
+	// gone ends, with a connGone cause, when the reader finds the connection gone or the reporter fails.
+	// Every publish call's context derives from it.
 	gone      context.Context
 	goneCause context.CancelCauseFunc
 	clock     callClock // the context of publish calls, and whether one is in progress
@@ -54,12 +54,12 @@ type stream struct {
 	index  int            // the index of its next row or emitted message
 	ev     decoder.Event  // the WAL message being handled, reused for the next: it would escape to the heap
 
-	reader *reader
-	frames []frame   // taken from the reader and not yet handled: frames[next:]
-	read   time.Time // when the reader read the frame being handled
-	next   int
-	held   bool       // published since the publisher was last flushed (if it is a Flusher)
-	stop   *stopClock // the shutdown's timing (shutdown.go)
+	reader    *reader
+	frames    []frame   // taken from the reader and not yet handled: frames[next:]
+	read      time.Time // when the reader read the frame being handled
+	next      int
+	unflushed bool       // published since the publisher was last flushed (if it is a Flusher)
+	stop      *stopClock // the shutdown's timing (shutdown.go)
 }
 
 // phase is where the stream's loop stands; doc.go draws them.
@@ -71,8 +71,9 @@ const (
 	// windowFull: as many messages in flight as the window allows (one while stalled): reading
 	// waits for a confirm.
 	windowFull
-	// finishing: Run's context ended inside a transaction: reading on to its commit, so that
-	// the final status covers what was published, until the shutdown deadline.
+	// finishing: Run's context ended inside a transaction.
+	// Reading goes on to its commit, until the shutdown deadline.
+	// So the final status covers what was published.
 	finishing
 	// draining: stopping at a transaction boundary: only confirms are awaited, until the
 	// shutdown deadline.
@@ -81,8 +82,8 @@ const (
 	stopped
 )
 
-// phase returns the loop's phase. A publish call held up by the broker (publish blocked, see
-// publish) happens inside streaming or finishing.
+// phase returns the loop's phase.
+// A publish call blocked by the broker (publish blocked, see publish) happens inside streaming or finishing.
 func (s *stream) phase(ctx context.Context) phase {
 	switch {
 	case ctx.Err() == nil && s.windowFull():
@@ -99,9 +100,10 @@ func (s *stream) phase(ctx context.Context) phase {
 	return stopped
 }
 
-// run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the
-// session. After a broker failure the replication connection is still good: it reports what the
-// broker did confirm before it failed, so that the next session does not send that again.
+// run streams until ctx ends (then shuts down gracefully and returns nil) or an error ends the session.
+// After a broker failure the replication connection is still good.
+// It reports what the broker did confirm before it failed.
+// So the next session does not send that again.
 func (s *stream) run(ctx context.Context) error {
 	s.begin(ctx)
 	defer s.end()
@@ -112,9 +114,11 @@ func (s *stream) run(ctx context.Context) error {
 	return err
 }
 
-// loop is the stream's state machine. Each turn waits for whichever comes first of: WAL from the
-// reader (when the phase reads), a confirm, the end of ctx or of the shutdown deadline, and the
-// end of the connection or of the reporter.
+// loop is the stream's state machine. Each turn waits for whichever comes first of:
+//   - WAL from the reader, when the phase reads;
+//   - a confirm;
+//   - the end of ctx or of the shutdown deadline;
+//   - the end of the connection or of the reporter.
 func (s *stream) loop(ctx context.Context) error {
 	confirms := s.pub.Confirms()
 	for {
@@ -167,15 +171,15 @@ func (s *stream) loop(ctx context.Context) error {
 	}
 }
 
-// flush asks the publisher to write the messages it holds, if it holds any: Flusher.Flush. The
-// write can last as long as a publish call's (a slow broker); the reporter minds the session
-// meanwhile, as during a publish.
+// flush asks the publisher to write the messages it keeps, if it keeps any: Flusher.Flush.
+// The write can last as long as a publish call's (a slow broker).
+// The reporter minds the session meanwhile, as during a publish.
 func (s *stream) flush() error {
 	f, ok := s.pub.(Flusher)
-	if !ok || !s.held {
+	if !ok || !s.unflushed {
 		return nil
 	}
-	s.held = false
+	s.unflushed = false
 	_, _, err := s.call(func(context.Context) (uint64, error) { return 0, f.Flush() })
 	if err != nil {
 		return publishFailed(fmt.Errorf("flush: %w", err))
@@ -195,8 +199,8 @@ func (s *stream) reads(ph phase) bool {
 func (s *stream) windowFull() bool { return s.led.Full() }
 
 // begin starts what the session's loop needs: the shutdown clock, the reader and the reporter.
-// end stops them, and waits for the reader and the reporter, so that both connections are the
-// session's again.
+// The method end stops them, and waits for the reader and the reporter.
+// Both connections are then the session's again.
 func (s *stream) begin(ctx context.Context) {
 	s.stop = startStopClock(ctx, s.cfg.ShutdownTimeout, s.stopping, s.expiring)
 	s.gone, s.goneCause = context.WithCancelCause(s.stop.publishing)
@@ -219,8 +223,9 @@ func (s *stream) end() {
 	s.stop.release()
 }
 
-// connFailed is the word of the reader or the reporter that the session is over (the
-// connection is gone, the server silent, a check failed): a publish call in progress ends.
+// connFailed is the word of the reader or the reporter that the session is over.
+// The connection is gone, the server silent, or a check failed.
+// A publish call in progress ends.
 func (s *stream) connFailed(err error) { s.goneCause(connGone{err}) }
 
 // handleFrame handles the next frame taken from the reader.
@@ -248,8 +253,8 @@ func (s *stream) handleCopyData(data []byte) error {
 			return fmt.Errorf("replication stream: keepalive: %w", err)
 		}
 		s.stats.serverWALEnd(ka.ServerWALEnd)
-		// Everything before the keepalive's WAL end was sent and handled, so with nothing in
-		// flight and no transaction open that position is safe to confirm.
+		// Everything before the keepalive's WAL end was sent and handled.
+		// So with nothing in flight and no transaction open, that position is safe to confirm.
 		s.led.AdvanceIdle(ka.ServerWALEnd)
 		killpoint.Hit("keepalive")
 		s.offer()
@@ -331,14 +336,17 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	return nil
 }
 
-// publish hands a message to the broker through send (a Publish or a Park). A publish held up
-// by the broker (a memory or disk alarm blocks publishers) is the phase "publish blocked": the
-// reporter sends the status updates that fall due meanwhile, and once the call has lasted a
-// status interval its context asks it to give up; the stream then applies the confirms that
-// arrived meanwhile, so that the reporter reports them, and tries again. The publisher
-// guarantees that a publish ended by its context while waiting wrote nothing and left the
-// session usable; an error that says the session is gone ends the session here too, whatever
-// else it wraps, or the retry would spin on a dead session.
+// publish hands a message to the broker through send (a Publish or a Park).
+// A publish blocked by the broker is the phase "publish blocked".
+// A memory or disk alarm blocks publishers, for example.
+// The reporter sends the status updates that fall due meanwhile.
+// Once the call has lasted a status interval, its context asks it to give up.
+// The stream then applies the confirms that arrived meanwhile, so that the reporter reports them.
+// Then it tries again.
+// The publisher guarantees that a publish ended by its context while waiting wrote nothing.
+// It also left the session usable.
+// An error that says the session is gone ends the session here too, whatever else it wraps.
+// Otherwise the retry would spin on a dead session.
 func (s *stream) publish(send func(context.Context) (uint64, error)) (uint64, error) {
 	defer s.stats.Blocked.Store(false)
 	for {
@@ -363,11 +371,15 @@ func (s *stream) at(index int) {
 // errStatusDue is why a publish call's context ends when the call lasted a status interval.
 var errStatusDue = errors.New("publish held up for a status interval")
 
-// call makes one publish call, send, with a context that ends after a status interval
-// (errStatusDue), at the shutdown deadline, or when the session is found over (connFailed). It
-// reports whether the call only gave up at the end of the interval, with the session alive and
-// nothing written. If the session was found over meanwhile, that is the error, whatever send
-// returned: a relay that lost its replication connection must not publish any more.
+// call makes one publish call, send, with a context that ends at the first of:
+//   - a status interval (errStatusDue);
+//   - the shutdown deadline;
+//   - the session found over (connFailed).
+//
+// It reports whether the call only gave up at the end of the interval.
+// The session is then alive and nothing was written.
+// If the session was found over meanwhile, that is the error, whatever send returned.
+// A relay that lost its replication connection must not publish any more.
 func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, waited bool, err error) {
 	ctx := s.clock.start()
 	seq, err = send(ctx)
@@ -381,9 +393,9 @@ func (s *stream) call(send func(context.Context) (uint64, error)) (seq uint64, w
 	return seq, waited, err
 }
 
-// over returns why the session may no longer write to the broker, or nil: the connection gone,
-// or the process stopped longer than the server waits for a status update (lapse.go). A Guarded
-// publisher asks it right before each write.
+// over returns why the session may no longer write to the broker, or nil.
+// The connection is gone, or the process stopped longer than the server waits for a status update (lapse.go).
+// A Guarded publisher asks it right before each write.
 func (s *stream) over() error {
 	var g connGone
 	if errors.As(context.Cause(s.gone), &g) {
@@ -435,12 +447,12 @@ func (s *stream) drainConfirms() error {
 	}
 }
 
-// applyConfirms applies c and every confirm already waiting behind it, in one step: each message
-// is acked in the tracker and observed on its own, and what depends only on the outcome (the
-// watermark, the in-flight gauges, the next status update) is settled once for the batch. A
-// broker that acks many messages with one multiple ack thus costs the loop one turn, not one per
-// message. The batch is bounded by the window: no more confirms can be waiting than messages in
-// flight.
+// applyConfirms applies c and every confirm already waiting behind it, in one step.
+// Each message is acked in the ledger and observed on its own.
+// What depends only on the outcome is settled once for the batch.
+// That is the watermark, the in-flight gauges and the next status update.
+// A broker that acks many messages with one multiple ack costs the loop one turn, not one per message.
+// The window bounds the batch: no more confirms can be waiting than messages in flight.
 func (s *stream) applyConfirms(c wire.Confirm, ok bool) error {
 	confirms := s.pub.Confirms()
 	var last time.Time // when the last confirm applied arrived; zero while none was
@@ -462,8 +474,8 @@ func (s *stream) applyConfirms(c wire.Confirm, ok bool) error {
 	}
 }
 
-// confirmOne applies one confirm: the tracker's ack and the message's observation. It returns
-// when the confirm arrived (now, if the publisher does not say).
+// confirmOne applies one confirm: the ledger's ack and the message's observation.
+// It returns when the confirm arrived (now, if the publisher does not say).
 func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	if !ok {
 		return time.Time{}, brokerError{errors.New("publisher: session closed")}
@@ -501,9 +513,9 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	return now, nil
 }
 
-// settle brings what follows from the tracker up to date after confirms were applied, the last
-// of which arrived at at: the watermark the next status update reports, the in-flight gauges and
-// the time of the last confirm.
+// settle brings what follows from the ledger up to date after confirms were applied.
+// The last of them arrived at at.
+// It updates the mark the reporter is offered, the in-flight gauges and the time of the last confirm.
 func (s *stream) settle(at time.Time) {
 	s.moved = s.led.Watermark()
 	s.stats.LastConfirm.Store(at.UnixNano())
@@ -525,7 +537,7 @@ func (s *stream) dispatch(seq uint64, m *wire.Message, lsn pglogrepl.LSN) error 
 	if err := s.led.Dispatch(seq, f); err != nil {
 		return err
 	}
-	s.held = true
+	s.unflushed = true
 	s.updateInFlight()
 	return nil
 }
@@ -542,20 +554,21 @@ func (s *stream) updateInFlight() {
 	s.stats.OldestSent.Store(oldest.at.UnixNano())
 }
 
-// owns reports whether this relay publishes or parks m, decoded from table ("" for a logical
-// decoding message). A row reached the slot through its shard's row filter already, but every
-// slot receives every logical decoding message whatever its publication, so a shard's relay keeps
-// to the emitted messages whose aggregate id falls in its shard, as the row filter would select
-// them. That holds for a message to be parked too (not transactional, or malformed): it is parked
-// by one shard's relay, not by each; one whose aggregate id could not be read goes where an empty
-// one does.
+// owns reports whether this relay publishes or parks m, decoded from table ("" for a logical decoding message).
+// A row reached the slot through its shard's row filter already.
+// But every slot receives every logical decoding message, whatever its publication.
+// So a shard's relay keeps to the emitted messages whose aggregate id falls in its shard.
+// The row filter would select the same.
+// The same goes for a message to be parked (not transactional, or malformed).
+// One shard's relay parks it, not each.
+// One whose aggregate id could not be read goes where an empty one does.
 func (s *stream) owns(table string, m *wire.Message) bool {
 	return table != "" || s.cfg.Shards <= 1 || shard.Of(m.AggregateID, s.cfg.Shards) == s.cfg.Shard
 }
 
-// connGone marks the end of a session found over during a publish call (the replication
-// connection gone or silent, a failed check): the session ends on it, and it is no error of the
-// broker's.
+// connGone marks the end of a session found over during a publish call.
+// The replication connection is gone or silent, or a check failed.
+// The session ends on it, and it is no error of the broker's.
 type connGone struct{ err error }
 
 func (c connGone) Error() string { return c.err.Error() }

@@ -22,23 +22,24 @@ import (
 // watchTimeout bounds each query on the watch connection.
 const watchTimeout = 5 * time.Second
 
-// watch is a session's second, ordinary connection to the database (the replication connection
-// accepts no queries while it streams). Through it the session
-//   - records each position in the registry before reporting it to the server, and
-//   - checks that the publication still publishes the inserts of every outbox table, as it is
-//     now (a publication names tables by OID, so a table swapped in by renames is not covered),
-//     and, for a sharded relay, with the row filter of its shard.
+// watch is a session's second, ordinary connection to the database.
+// The replication connection accepts no queries while it streams.
+// Through it the session:
+//   - records each position in the registry before reporting it to the server;
+//   - checks that the publication still publishes the inserts of every outbox table, as it is now.
+//     A publication names tables by OID, so a table swapped in by renames is not covered.
+//     For a sharded relay, it checks the row filter of its shard too.
 //
-// The position reported to the server is capped at the WAL insert position read by the check
-// before the last successful one: a change of the publication that the last check could not yet
-// see committed after that point, so nothing the relay confirms lies beyond a verified position.
-// When the relay streams from a standby, the cap is also the standby's replay position read by
-// the last check (see checkStandby).
+// The position reported is capped at the WAL insert position that the check before the last successful one read.
+// A change of the publication that the last check could not yet see committed after that point.
+// So nothing the relay confirms lies beyond a verified position.
+// When the relay streams from a standby, the cap is also the standby's replay position.
+// The last check read it (see checkStandby).
 type watch struct {
 	conn    *pgx.Conn
 	standby *pgx.Conn // the replication server's, to read a standby's slot; nil: conn's
-	// primaryToo is set when the replication server is conn's server itself: a standby given as
-	// --replication-url that was promoted, with --database-url pointed at it.
+	// primaryToo is set when the replication server is conn's server itself.
+	// That is a standby given as --replication-url that was promoted, with --database-url pointed at it.
 	primaryToo bool
 	// walsender is the process id of the session's walsender, as the server gives it (see
 	// checkOneStart); 0 until read.
@@ -49,8 +50,8 @@ type watch struct {
 	publication string
 	tables      []wire.Table
 	timeline    int32
-	// identity is what the relay's first check found the publication and tables to be (see
-	// inspect.Coverage.Identity), kept by the Relay across its sessions.
+	// identity is what the relay's first check found the publication and tables to be.
+	// The Relay keeps it across its sessions (see inspect.Coverage.Identity).
 	identity *string
 	shard    int // the shard of shards this relay streams; shards 0: not sharded
 	shards   int
@@ -58,8 +59,8 @@ type watch struct {
 	interval time.Duration // how often the publication is checked while streaming
 
 	checks []walCheck // the last successful checks, oldest first
-	// On a standby: the records not yet seen replayed there, and the highest recorded position
-	// whose record the standby replayed (see replicated).
+	// On a standby: the records not yet seen replayed there (see replicated).
+	// Also the highest recorded position whose record the standby replayed.
 	unreplayed []recordedAt
 	replayed   pglogrepl.LSN
 	limit      pglogrepl.LSN // the position the relay may confirm up to
@@ -136,10 +137,11 @@ func (w *watch) slotDB() *pgx.Conn {
 	return w.conn
 }
 
-// ensureRegistry creates the registry if it is missing and the role may; a relay role with only
-// LOGIN REPLICATION may not, and then `walbox migrate` must run first. A registry missing from
-// the schema of --table while another outbox table's schema holds one is refused: walbox reads
-// only the one walbox migrate created, and would otherwise start a new, empty record.
+// ensureRegistry creates the registry if it is missing and the role may.
+// A relay role with only LOGIN REPLICATION may not, and then `walbox migrate` must run first.
+// It refuses a registry missing from the schema of --table while another outbox table's schema has one.
+// Walbox reads only the one walbox migrate created.
+// It would otherwise start a new, empty record.
 func (w *watch) ensureRegistry(ctx context.Context, maps []wire.Mapping) error {
 	ok, err := w.reg.Current(ctx)
 	if err != nil {
@@ -157,8 +159,8 @@ func (w *watch) ensureRegistry(ctx context.Context, maps []wire.Mapping) error {
 	return w.checkRecordRights(ctx)
 }
 
-// refuseStrayRegistry refuses a missing registry while another outbox table's schema holds a
-// table walbox_slots: the slot's record may be there, from a walbox migrate given another --table.
+// refuseStrayRegistry refuses a missing registry while another outbox table's schema has a table walbox_slots.
+// The slot's record may be there, from a walbox migrate given another --table.
 func (w *watch) refuseStrayRegistry(ctx context.Context, maps []wire.Mapping) error {
 	exists, err := w.reg.Exists(ctx)
 	if err != nil || exists {
@@ -182,8 +184,8 @@ func (w *watch) refuseStrayRegistry(ctx context.Context, maps []wire.Mapping) er
 	return nil
 }
 
-// checkRecordRights makes sure this role may execute the functions that move the record: without,
-// the first position to record would fail, after the relay had published.
+// checkRecordRights makes sure this role may execute the functions that move the record.
+// Otherwise the first position to record would fail, after the relay had published.
 func (w *watch) checkRecordRights(ctx context.Context) error {
 	var role string
 	var denied []string
@@ -218,8 +220,9 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 }
 
 // refuseForeignDefiners refuses, to a superuser, record functions of a role that is no superuser.
-// Their owner's code runs inside them, in this session: before PostgreSQL 18 a deferred trigger
-// it queues fires at commit as the session's role, and a statement it prepares outlives the call.
+// Their owner's code runs inside them, in this session.
+// Before PostgreSQL 18, a deferred trigger it queues fires at commit as the session's role.
+// A statement it prepares outlives the call.
 // The application's role that migrated would run code as the superuser at every confirm.
 func (w *watch) refuseForeignDefiners(ctx context.Context) error {
 	var role string
@@ -249,9 +252,10 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// check verifies that the publication publishes inserts of every outbox table and remembers
-// the WAL insert position and xmin horizon it read. A failed check is fatal: rows written to an
-// uncovered table are never decoded, so carrying on would skip them silently.
+// check verifies that the publication publishes inserts of every outbox table.
+// It remembers the WAL insert position and xmin horizon it read.
+// A failed check is fatal: rows written to an uncovered table are never decoded.
+// Carrying on would skip them silently.
 func (w *watch) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
@@ -269,9 +273,9 @@ func (w *watch) check(ctx context.Context) error {
 			}
 		}
 	}
-	// A change put right again between two checks leaves every check satisfied, but rows
-	// written in between were not decoded: the publication or a table that is not the one
-	// checked before is a change walbox cannot see past.
+	// A change put right again between two checks leaves every check satisfied.
+	// But rows written in between were not decoded.
+	// A publication or table that is not the one checked before is a change walbox cannot see past.
 	if *w.identity == "" {
 		*w.identity = c.Identity
 	} else if c.Identity != *w.identity {
@@ -299,11 +303,11 @@ func (w *watch) check(ctx context.Context) error {
 	return nil
 }
 
-// pinCoverage holds the coverage the first check found against the one recorded for the slot,
-// recording it if there is none (walbox migrate records it when it creates the slot): a
-// publication or table changed while no walbox ran, and put right before this start, would
-// otherwise pass unseen. A coverage that holds everything recorded and more widens the record.
-// walbox recover clears the recorded coverage.
+// pinCoverage checks the coverage the first check found against the one recorded for the slot.
+// It records it if there is none; walbox migrate records it when it creates the slot.
+// Otherwise a publication or table changed while no walbox ran, and put right before this start, would pass unseen.
+// A coverage with everything recorded and more widens the record.
+// The command walbox recover clears the recorded coverage.
 func (w *watch) pinCoverage(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
@@ -312,8 +316,8 @@ func (w *watch) pinCoverage(ctx context.Context) error {
 		return err
 	}
 	if recorded != *w.identity && inspect.CoverageHolds(*w.identity, recorded) {
-		// An outbox table mapped and added to the publication since: the record takes it in, so
-		// that it is held from now on as well.
+		// An outbox table mapped and added to the publication since: the record takes it in.
+		// So it is checked from now on as well.
 		if recorded, err = w.reg.WidenCoverage(ctx, w.slot, recorded, *w.identity); err != nil {
 			return err
 		}
@@ -327,10 +331,10 @@ func (w *watch) pinCoverage(ctx context.Context) error {
 	return nil
 }
 
-// capAt returns w capped at the last position the watch verified the publication for. The
-// publication is checked again when the check is due (every interval) or when the cap holds w
-// back: a check whose predecessor read a position past w lifts the cap, so at most two more
-// checks, one round trip each.
+// capAt returns w capped at the last position the watch verified the publication for.
+// The publication is checked again when the check is due (every interval), or when the cap keeps w back.
+// A check whose predecessor read a position past w lifts the cap.
+// So it takes at most two more checks, one round trip each.
 func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, error) {
 	if time.Since(w.checked) >= w.interval {
 		if err := w.check(ctx); err != nil {
@@ -345,8 +349,9 @@ func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, e
 	return min(mark, w.limit), nil
 }
 
-// replayedCap returns lsn, recorded, capped at replicated: a standby's slot waits for the standby
-// to replay the record, and a position held back looks again once a check is due.
+// replayedCap returns lsn, recorded, capped at replicated.
+// A standby's slot waits for the standby to replay the record.
+// A position kept back looks again once a check is due.
 func (w *watch) replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
 	if r := w.replicated(lsn); r < lsn && time.Since(w.checked) >= checkpoint.ReportDelay {
 		if err := w.check(ctx); err != nil {
@@ -390,10 +395,12 @@ func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
 	return nil
 }
 
-// replicated returns how far of lsn, recorded, may be reported to the replication server. A
-// standby's slot may pass only positions whose record the standby replayed: if it is promoted
-// (the way out of a failed primary), its copy of the record must not be behind its slot, or
-// walbox would refuse the slot as advanced behind its back. Streaming from the primary, all of it.
+// replicated returns how far of lsn, recorded, may be reported to the replication server.
+// A standby's slot may pass only positions whose record the standby replayed.
+// A standby may be promoted, the way out of a failed primary.
+// Its copy of the record must then not be behind its slot.
+// Otherwise walbox would refuse the slot as advanced behind its back.
+// Streaming from the primary, all of lsn may be reported.
 func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
 	if w.standby == nil || w.primaryToo {
 		return lsn
@@ -401,9 +408,9 @@ func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
 	return min(lsn, w.replayed)
 }
 
-// xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn:
-// any transaction committing after lsn committed after that check, so its id is no lower. Zero if
-// no check qualifies (the registry then keeps its older, lower horizon).
+// xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn.
+// Any transaction committing after lsn committed after that check, so its id is no lower.
+// It returns zero if no check qualifies; the registry then keeps its older, lower horizon.
 func (w *watch) xminAt(lsn pglogrepl.LSN) uint64 {
 	for i := len(w.checks) - 1; i >= 0; i-- {
 		if w.checks[i].wal <= lsn {

@@ -7,14 +7,14 @@ import (
 	"github.com/walbox/walbox/checkpoint"
 )
 
-// The one bound on the messages in flight (published or parked, not yet confirmed), and the
-// record of them, is the session's checkpoint.Ledger: the stream reads no more WAL while it is
-// full (the phase windowFull), so no publish ever waits for room, and the publisher keeps no
-// window of its own. Its limit is Config.Window, or one while a refused message stalls the
-// stream (see stall.go).
+// The session's checkpoint.Ledger is the one bound on the messages in flight, and their record.
+// Those are the messages published or parked, not yet confirmed.
+// The stream reads no more WAL while the ledger is full (the phase windowFull).
+// So no publish ever waits for room, and the publisher keeps no window of its own.
+// Its limit is Config.Window, or one while a refused message stalls the stream (see stall.go).
 
-// flight is what the ledger keeps of a message in flight, by sequence number: for the latencies
-// of its confirm and for naming it if the broker refuses it.
+// flight is what the ledger keeps of a message in flight, by sequence number.
+// It serves for the latencies of its confirm, and for naming it if the broker refuses it.
 type flight struct {
 	at, commit time.Time
 	read       time.Time // when the reader read the message's frame
@@ -22,8 +22,8 @@ type flight struct {
 	key        msgKey
 }
 
-// newLedger returns a session's ledger, starting at start, the slot's position; st is the
-// relay's stall, kept across sessions.
+// newLedger returns a session's ledger, starting at start, the slot's position.
+// The relay's stall st is kept across sessions.
 func newLedger(start pglogrepl.LSN, size int, st *stall) *checkpoint.Ledger[flight] {
 	l := checkpoint.NewLedger[flight](start, size)
 	if st.active {
