@@ -9,6 +9,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -136,6 +137,7 @@ func (l *lane) flush() error {
 	if err != nil {
 		return fmt.Errorf("send: %w: %v", wire.ErrSessionClosed, err)
 	}
+	killpoint.Hit("stream.flushed")
 	return nil
 }
 

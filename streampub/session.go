@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/wire"
 )
@@ -227,6 +228,7 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		}
 		seq := s.nextSeq()
 		s.send(wire.Confirm{Seq: seq, At: time.Now()})
+		killpoint.Hit("stream.stored")
 		return seq, nil
 	}
 	msg.SetPublishingId(s.nextID)

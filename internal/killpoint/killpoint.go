@@ -25,6 +25,8 @@ var Points = []string{
 	"reshard.slot",      // reshard created and recorded a slot of the new set, the next not yet
 	"retire.dropped",    // retire dropped an old slot, its record not yet forgotten
 	"retire.forgot",     // retire forgot an old slot's record; the next slot, or the publications, not yet
+	"stream.flushed",    // the stream publisher wrote a batch to the broker, none of it confirmed yet
+	"stream.stored",     // the stream publisher confirmed at once a message the stream holds already
 }
 
 // Env is the environment variable that arms a point: name:N.

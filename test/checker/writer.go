@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,7 +168,17 @@ func (w *Writer) Run(ctx context.Context) error {
 // Tx commits one transaction of n rows. An error means the rows did not commit (among them a
 // transaction rolled back on purpose, see WriterConfig.Rollback), or that the outcome is unknown
 // and will be resolved by a later Tx or Flush.
-func (w *Writer) Tx(ctx context.Context, n int) error {
+func (w *Writer) Tx(ctx context.Context, n int) error { return w.tx(ctx, n, nil) }
+
+// TxMixed commits one transaction of len(emitted) rows, the i-th written through the emit
+// function if emitted[i] is true, whatever WriterConfig.Emit says: a test places an emitted
+// message right beside a table row. It never rolls back on purpose; other errors are as for Tx.
+func (w *Writer) TxMixed(ctx context.Context, emitted ...bool) error {
+	return w.tx(ctx, len(emitted), emitted)
+}
+
+// tx commits n rows; emitted, if not nil, says which are written through the emit function.
+func (w *Writer) tx(ctx context.Context, n int, emitted []bool) error {
 	if err := w.ensureConn(ctx); err != nil {
 		return err
 	}
@@ -175,7 +186,10 @@ func (w *Writer) Tx(ctx context.Context, n int) error {
 		return err
 	}
 	rows := w.next(n)
-	err := w.insert(ctx, rows)
+	for i, e := range emitted {
+		rows[i].Emitted = e
+	}
+	err := w.insert(ctx, rows, emitted == nil)
 	if err == nil {
 		w.record(rows)
 	}
@@ -212,9 +226,10 @@ type payload struct {
 	Pad       string `json:"pad,omitempty"`
 }
 
-// insert writes rows in one transaction. COMMIT runs on a context of its own, so that the end of
-// ctx does not make its outcome unknown.
-func (w *Writer) insert(ctx context.Context, rows []Row) error {
+// insert writes rows in one transaction, rolled back on purpose as WriterConfig.Rollback says if
+// mayRollBack. COMMIT runs on a context of its own, so that the end of ctx does not make its
+// outcome unknown.
+func (w *Writer) insert(ctx context.Context, rows []Row, mayRollBack bool) error {
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return w.broken(fmt.Errorf("begin: %w", err))
@@ -228,7 +243,7 @@ func (w *Writer) insert(ctx context.Context, rows []Row) error {
 		}
 		values[i] = []any{r.ID, "checker", r.Aggregate, w.cfg.EventType, string(body)}
 	}
-	if w.cfg.Emit > 0 || w.cfg.Rollback > 0 {
+	if w.cfg.Emit > 0 || w.cfg.Rollback > 0 || slices.ContainsFunc(rows, func(r Row) bool { return r.Emitted }) {
 		err = w.writeMixed(ctx, tx, rows, values)
 	} else {
 		table := pgx.Identifier{w.cfg.Table.Schema, w.cfg.Table.Name}
@@ -241,7 +256,7 @@ func (w *Writer) insert(ctx context.Context, rows []Row) error {
 		w.fail()
 		return w.broken(err)
 	}
-	if w.cfg.Rollback > 0 && w.rng.Float64() < w.cfg.Rollback {
+	if mayRollBack && w.cfg.Rollback > 0 && w.rng.Float64() < w.cfg.Rollback {
 		w.mu.Lock()
 		w.stats.RolledBack++
 		w.mu.Unlock()

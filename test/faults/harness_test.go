@@ -166,6 +166,11 @@ func (w *world) startWriter(cfg checker.WriterConfig) *writer {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	return w.runWriter(cw)
+}
+
+// runWriter runs cw in the background until stop.
+func (w *world) runWriter(cw *checker.Writer) *writer {
 	ctx, cancel := context.WithCancel(context.Background())
 	wr := &writer{Writer: cw, cancel: cancel, done: make(chan struct{})}
 	go func() {

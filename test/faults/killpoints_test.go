@@ -20,11 +20,14 @@ var (
 	prunePoints   = []string{"prune.deleted"}
 	standbyPoints = []string{"standby.took"}
 	reshardPoints = []string{"reshard.published", "slot.created", "reshard.slot", "retire.dropped", "retire.forgot"}
+	// streamPoints are the stream publisher's own, killed at among the relay's: a batch written
+	// before its confirms; a message confirmed at once on the replay after a confirm not recorded.
+	streamPoints = []string{"stream.flushed", "stream.stored"}
 )
 
 // Every kill point is killed at by a test: a point added to the code needs a test here.
 func TestEveryKillPointIsCovered(t *testing.T) {
-	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints)
+	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints, streamPoints)
 	for _, p := range killpoint.Points {
 		if !slices.Contains(covered, p) {
 			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)
@@ -53,6 +56,16 @@ func (w *world) killedAt(point string, hit int, args ...string) {
 	w.checkKilled(point, hit, code, out)
 }
 
+// killRunAt runs walbox run, built with kill points, with the point armed at its hit-th pass and
+// the settings extra, and checks that the kill ended it there.
+func (w *world) killRunAt(point string, hit int, extra ...string) {
+	w.t.Helper()
+	cmd := exec.Command(killBin(w.t), "run")
+	cmd.Env = w.env(append([]string{"WALBOX_LISTEN=" + testenv.FreeAddr(w.t), killpoint.Env + "=" + point + ":" + itoa(hit)}, extra...))
+	p := testenv.Start(w.t, cmd)
+	w.checkKilled(point, hit, p.Wait(2*time.Minute), p.Output())
+}
+
 // checkKilled fails the test unless the process ended by the kill at point.
 func (w *world) checkKilled(point string, hit, code int, out string) {
 	w.t.Helper()
@@ -79,19 +92,16 @@ const killAt = 3
 // without kill points drains, and nothing may be lost, invented or delivered out of order.
 func TestRelayKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	bin := killBin(t)
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v := w.startVerifier()
-	wr := w.startWriter(checker.WriterConfig{Seed: 36, MaxTx: 40, Pause: 10 * time.Millisecond, Emit: 0.3})
+	cw := w.newWriter(checker.WriterConfig{Seed: 36, MaxTx: 40, Pause: 10 * time.Millisecond, Emit: 0.3})
+	w.killBetweenEmitAndRow(cw)
+	wr := w.runWriter(cw)
 	start := time.Now()
 	for _, point := range relayPoints {
 		t.Run(point, func(t *testing.T) {
-			sw := w.in(t)
 			from := v.Count()
-			cmd := exec.Command(bin, "run")
-			cmd.Env = sw.env([]string{"WALBOX_LISTEN=" + testenv.FreeAddr(t), killpoint.Env + "=" + point + ":" + itoa(killAt)})
-			p := testenv.Start(t, cmd)
-			sw.checkKilled(point, killAt, p.Wait(2*time.Minute), p.Output())
+			w.in(t).killRunAt(point, killAt)
 			t.Logf("killed at %s after %d deliveries (%d in this run)", point, v.Count(), v.Count()-from)
 		})
 	}
@@ -223,4 +233,96 @@ func TestReshardKilledAtEveryPoint(t *testing.T) {
 		t.Errorf("walbox status after the reshard exited %d with %+v (%v); want one set of 3:\n%s", code, st, err, out)
 	}
 	w.verdict(wr.Writer, v, 3*time.Minute, len(reshardPoints), len(reshardPoints), "")
+}
+
+// A kill between an emitted message and a table row of one transaction, in either order, is not
+// left to chance: two transactions, an emitted message then a row, and a row then an emitted
+// message, are committed while no relay runs. The relay then passes between two changes of a
+// transaction exactly twice, once in each, and is killed at the first pass, then (the first
+// transaction replayed) at the second. cw's rows count in the test's verdict.
+func (w *world) killBetweenEmitAndRow(cw *checker.Writer, extra ...string) {
+	w.t.Helper()
+	for _, order := range [][]bool{{true, false}, {false, true}} {
+		if err := cw.TxMixed(w.t.Context(), order...); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	w.killRunAt("row.next", 1, extra...)
+	w.killRunAt("row.next", 2, extra...)
+}
+
+// pointHits is the hit at which the modes' test kills at a point; killAt for any other.
+// stream.stored is sure to be hit once on the replay after the kill at confirm.acked.
+var pointHits = map[string]int{"stream.stored": 1}
+
+// killAtEach runs the kill-built relay with the settings extra(i), killed at points[i] in turn.
+func (w *world) killAtEach(points []string, extra func(i int) []string) {
+	for i, point := range points {
+		hit, ok := pointHits[point]
+		if !ok {
+			hit = killAt
+		}
+		w.t.Run(point, func(t *testing.T) { w.in(t).killRunAt(point, hit, extra(i)...) })
+	}
+}
+
+// The relay in its other modes is killed at every point it passes, each once, while a writer
+// commits transactions of table rows and emitted messages mixed; a relay without kill points
+// then drains, and the checker judges what arrived:
+//   - stream: a stream relay, at the relay's points and the stream publisher's own, after the
+//     kills between an emitted message and a row, a tenth of the transactions rolled back. The
+//     stream must hold every committed row exactly once, in commit order, and nothing else.
+//   - shards: the relays of two shards in turn, each with its row filter and every emitted
+//     message of both, into one queue.
+//   - lanes: a relay publishing over three lanes.
+func TestRelayModesKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	cfg := checker.WriterConfig{Seed: 365, Aggregates: 40, MaxTx: 30, Pause: 10 * time.Millisecond, Emit: 0.3}
+	t.Run("stream", func(t *testing.T) {
+		rabbit := testenv.StartRabbitStream(t)
+		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+		name := testenv.UniqueName("events")
+		env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+		sr := readStream(t, rabbit.StreamURL(), name)
+		cfg := cfg
+		cfg.Rollback = 0.1 // the stream must hold nothing rolled back
+		cw := w.newWriter(cfg)
+		w.killBetweenEmitAndRow(cw, env...)
+		wr := w.runWriter(cw)
+		points := []string{"begin", "row.next", "publish.sent", "stream.flushed", "confirm.acked", "stream.stored",
+			"report.recorded", "report.sent", "keepalive"}
+		w.killAtEach(points, func(int) []string { return env })
+		wr.stop()
+		if err := wr.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		w.startRelay(env...)
+		committed := wr.Committed()
+		sr.wait(t, len(committed), 3*time.Minute)
+		time.Sleep(3 * time.Second) // anything stored twice would be there by now
+		checkStream(t, committed, sr.messages(), wr.Stats())
+	})
+	t.Run("shards", func(t *testing.T) {
+		const n = 2
+		w := newShardedWorld(t, n)
+		v := w.startVerifier()
+		wr := w.startWriter(cfg)
+		w.killAtEach(relayPoints, func(i int) []string { return []string{"WALBOX_SHARDS=" + itoa(n), "WALBOX_SHARD=" + itoa(i%n)} })
+		wr.stop()
+		for k := range n {
+			w.startShard(k, n)
+		}
+		w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints), "shards=2")
+	})
+	t.Run("lanes", func(t *testing.T) {
+		w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+		v := w.startVerifier()
+		cw := w.newWriter(cfg)
+		w.killBetweenEmitAndRow(cw, "WALBOX_LANES=3")
+		wr := w.runWriter(cw)
+		w.killAtEach(relayPoints, func(int) []string { return []string{"WALBOX_LANES=3"} })
+		wr.stop()
+		w.startRelay("WALBOX_LANES=3")
+		w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints)+2, "lanes=3")
+	})
 }

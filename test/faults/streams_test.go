@@ -100,6 +100,7 @@ func checkStream(t *testing.T, committed []checker.Row, msgs []*amqp.Message, st
 	rep := checker.Check(committed, deliveries)
 	rep.Unresolved = st.Unresolved
 	t.Logf("SUMMARY %s %s rolled_back=%d emitted_share=0.2", t.Name(), rep, st.RolledBack)
+	soakReport(t.Name(), rep)
 	if err := rep.Err(); err != nil {
 		t.Errorf("%v\n%s", err, rep)
 	}
