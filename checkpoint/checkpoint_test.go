@@ -182,10 +182,10 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
-// TestNeverPassesAnUnconfirmedMessage drives the tracker with random transactions, random ack
-// orders and random nacks, and compares it after every step with a brute-force model: the watermark
-// must equal the end of the longest prefix of complete transactions whose messages are all acked,
-// and must stop for good at the first nack.
+// TestNeverPassesAnUnconfirmedMessage drives the ledger with random transactions, ack orders and nacks.
+// After every step it compares the ledger with a brute-force model.
+// The watermark must equal the end of the longest prefix of complete transactions, all acked.
+// It must stop for good at the first nack.
 func TestNeverPassesAnUnconfirmedMessage(t *testing.T) {
 	for seed := uint64(0); seed < 300; seed++ {
 		rng := rand.New(rand.NewPCG(seed, seed*7+1))

@@ -107,9 +107,9 @@ func TestNackReturnsTheValueAndFreezes(t *testing.T) {
 	}
 }
 
-// TestWindowNeverPassesItsLimit dispatches while the window has room and acks at random, in any
-// order: what lies from the oldest unacked message to the newest never exceeds the limit, and
-// every verdict returns the value dispatched with its sequence.
+// TestWindowNeverPassesItsLimit dispatches while the window has room, and acks at random, in any order.
+// What lies from the oldest unacked message to the newest never exceeds the limit.
+// Every verdict returns the value dispatched with its sequence.
 func TestWindowNeverPassesItsLimit(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
@@ -144,8 +144,8 @@ func TestWindowNeverPassesItsLimit(t *testing.T) {
 	}
 }
 
-// Passed counts the messages below the watermark: those of transactions whose end it reached,
-// not those confirmed in a transaction still open or waiting on an older message.
+// Passed counts the messages below the watermark: those of transactions whose end it reached.
+// It does not count those confirmed in a transaction still open, or waiting on an older message.
 func TestPassedCountsOnlyMessagesBelowTheWatermark(t *testing.T) {
 	l := checkpoint.NewLedger[string](0, 8)
 	step := func(what string, do func(), watermark, passed uint64) {

@@ -40,7 +40,7 @@ const maxCapped = 64
 
 // Schedule decides when the relay reports its position to PostgreSQL.
 // It is fed events and asked Due: "report now?".
-// It does no I/O, reads no clock and holds no locks; one goroutine owns it.
+// It does no I/O, reads no clock and takes no locks; one goroutine owns it.
 //
 // A report is due at once at the start, then every status interval.
 // A keepalive that asks for a reply, and the end of a session, make one due at once (Request).

@@ -241,8 +241,9 @@ func TestSchedule(t *testing.T) {
 	}
 }
 
-// The marks kept while a cap keeps reports back are bounded; past the bound the newest replaces
-// the last kept, and a position past them all covers every message.
+// The marks kept while a cap keeps reports back are bounded.
+// Past the bound the newest replaces the last kept.
+// A position past them all covers every message.
 func TestScheduleBoundsTheCappedMarks(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
 	s := NewSchedule(start, time.Second, 8)

@@ -9,8 +9,8 @@ import (
 // benchWindow is the relay's default window: messages dispatched and not yet acked.
 const benchWindow = 1024
 
-// BenchmarkTrackerWindow runs the tracker as the relay does while draining: 100-row
-// transactions, a full window in flight, acks in order one window behind. One op is one message.
+// BenchmarkTrackerWindow runs the ledger as the relay does while draining.
+// It has 100-row transactions, a full window in flight, and acks in order one window behind. One op is one message.
 func BenchmarkTrackerWindow(b *testing.B) {
 	tr := newLedger(0)
 	var seq, acked uint64
@@ -38,8 +38,8 @@ func BenchmarkTrackerWindow(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkTrackerOutOfOrder acks each block of 64 single-row transactions in reverse order, so
-// that every ack but one per block waits in the tracker for the gap below it to close.
+// BenchmarkTrackerOutOfOrder acks each block of 64 single-row transactions in reverse order.
+// So every ack but one per block waits in the ledger for the gap below it to close.
 func BenchmarkTrackerOutOfOrder(b *testing.B) {
 	const block = 64
 	tr := newLedger(0)

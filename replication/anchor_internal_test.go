@@ -8,8 +8,8 @@ import (
 	"github.com/walbox/walbox/decoder"
 )
 
-// An anchor is in the server's WAL when it is on the server's timeline before its WAL's end, or
-// on an earlier timeline of its history before that timeline's end.
+// An anchor is in the server's WAL when it is on the server's timeline before its WAL's end.
+// It is also there on an earlier timeline of its history, before that timeline's end.
 func TestAnchorGap(t *testing.T) {
 	promoted := decoder.Origin{SystemID: 7, Timeline: 3, History: []decoder.TimelineEnd{{Timeline: 1, End: 0x5000}, {Timeline: 2, End: 0x9000}}}
 	first := decoder.Origin{SystemID: 7, Timeline: 1}

@@ -70,8 +70,8 @@ func TestCallClockEndsOnlyACallThatLastsTheInterval(t *testing.T) {
 	c.done()
 }
 
-// A timer firing for an earlier call, late, must not end a call that just started, even one that
-// shares the earlier call's context.
+// A timer firing late for an earlier call must not end a call that just started.
+// That is so even for a call that shares the earlier call's context.
 func TestCallClockIgnoresAFiringForAnEarlierCall(t *testing.T) {
 	c := newCallClock(context.Background(), time.Hour)
 	defer c.close()

@@ -8,8 +8,8 @@ import (
 
 func TestSilenceIsMeasuredOnTheMonotonicClock(t *testing.T) {
 	c := newHeardClock()
-	// Only a time.Time taken by time.Now carries a monotonic reading ("m=" in its String), and
-	// only differences of two such readings ignore steps of the wall clock.
+	// Only a time.Time taken by time.Now carries a monotonic reading ("m=" in its String).
+	// Only differences of two such readings ignore steps of the wall clock.
 	if !strings.Contains(c.base.String(), " m=") {
 		t.Fatalf("the clock's base %v has no monotonic reading", c.base)
 	}

@@ -60,9 +60,9 @@ func burstStream(t *testing.T, n int, end pglogrepl.LSN) (*stream, *burstPublish
 	return s, pub, obs
 }
 
-// A burst of confirms, as a multiple ack gives, is applied in one step: the first confirm's turn
-// of the loop applies every confirm already waiting, and settles the watermark, the in-flight
-// gauge and the next status update once.
+// A burst of confirms, as a multiple ack gives, is applied in one step.
+// The first confirm's turn of the loop applies every confirm already waiting.
+// It settles the watermark, the in-flight gauge and the next status update once.
 func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	const n, end = 64, pglogrepl.LSN(5000)
 	s, pub, obs := burstStream(t, n, end)
@@ -90,8 +90,9 @@ func TestConfirmBurstIsAppliedInOneStep(t *testing.T) {
 	}
 }
 
-// A failed verdict inside a burst stops the step there: the confirms before it count, the ones
-// after it stay unread, and the watermark does not pass the transaction.
+// A failed verdict inside a burst stops the step there.
+// The confirms before it count, the ones after it stay unread.
+// The watermark does not pass the transaction.
 func TestConfirmBurstStopsAtAFailure(t *testing.T) {
 	const n, end = 10, pglogrepl.LSN(5000)
 	s, pub, obs := burstStream(t, n, end)
@@ -122,8 +123,8 @@ func TestConfirmBurstStopsAtAFailure(t *testing.T) {
 	}
 }
 
-// A session that closes behind a burst ends the step there: the confirms before the close count,
-// and the watermark moves over them alone.
+// A session that closes behind a burst ends the step there.
+// The confirms before the close count, and the watermark moves over them alone.
 func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
 	const n, end = 6, pglogrepl.LSN(5000)
 	s, pub, obs := burstStream(t, n, end)
@@ -146,9 +147,9 @@ func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
 	}
 }
 
-// The mark offered counts the messages below the watermark, not the confirms: a message
-// confirmed in a transaction whose commit is not yet read is counted once the commit moves the
-// watermark past it, so that the reporter watches it then.
+// The mark offered counts the messages below the watermark, not the confirms.
+// A message may be confirmed in a transaction whose commit is not yet read.
+// It is counted once the commit moves the watermark past it, so that the reporter watches it then.
 func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	const end = pglogrepl.LSN(5000)
 	s, pub, _ := burstStream(t, 2, end)

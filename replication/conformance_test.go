@@ -10,14 +10,14 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// The relay's tests stand on the fake behaving as a publisher does: it runs the publisher
-// conformance suite, as Session and Lanes do against RabbitMQ.
+// The relay's tests stand on the fake behaving as a publisher does.
+// It runs the publisher conformance suite, as Session and Lanes do against RabbitMQ.
 func TestFakeKeepsThePublisherContract(t *testing.T) {
 	publishertest.Run(t, &fakeHarness{}, publishertest.Options{InOrder: true, Flushes: true})
 }
 
-// fakeHarness gives each publisher a fake broker of its own, which confirms once flushed,
-// nacks messages of kind Nacked and refuses those of kind Returned.
+// fakeHarness gives each publisher a fake broker of its own, which confirms once flushed.
+// It nacks messages of kind Nacked and refuses those of kind Returned.
 type fakeHarness struct {
 	mu      sync.Mutex
 	brokers map[publishertest.Publisher]*fakeBroker

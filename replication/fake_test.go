@@ -12,8 +12,8 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// fakeBroker is a scriptable stand-in for the publisher: it records what was published and
-// confirms only when the test says so (or at once in auto mode). Every Dial starts a new session.
+// fakeBroker is a scriptable stand-in for the publisher: it records what was published.
+// It confirms only when the test says so, or at once in auto mode. Every Dial starts a new session.
 type fakeBroker struct {
 	mu          sync.Mutex
 	auto        bool
@@ -26,15 +26,17 @@ type fakeBroker struct {
 	changed     chan struct{} // closed and replaced on every publish
 	dialErr     error
 	blocked     chan struct{} // while non-nil, Publish waits for it to close (a broker alarm)
-	// dieOnDeadline makes a Publish blocked by the broker end the session when its ctx ends, as a
-	// publisher that cuts a stalled write does: the error wraps both wire.ErrSessionClosed and
-	// the ctx's error, and so does every later Publish of that session.
+	// dieOnDeadline makes a Publish blocked by the broker end the session when its ctx ends.
+	// A publisher that cuts a stalled write does so.
+	// The error wraps both wire.ErrSessionClosed and the ctx's error.
+	// So does the error of every later Publish of that session.
 	dieOnDeadline bool
-	// slowWrite makes every Publish take that long whatever its ctx says, as the write of a large
-	// message to a slow broker does.
+	// slowWrite makes every Publish take that long whatever its ctx says.
+	// The write of a large message to a slow broker does so.
 	slowWrite time.Duration
-	// keepUntilFlush makes sessions Flushers that, in auto mode, confirm a message only once a
-	// Flush after its Publish wrote it, as a publisher that keeps a burst's writes does.
+	// keepUntilFlush makes sessions Flushers.
+	// In auto mode they confirm a message only once a Flush after its Publish wrote it.
+	// A publisher that keeps a burst's writes does so.
 	keepUntilFlush bool
 	flushes        int // Flush calls that wrote something
 	// slowFlush makes every Flush that has something to write take that long, as a write to a
@@ -306,8 +308,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// judge gives every pending message of the newest session the verdict fail returns for it
-// (nil: confirmed), as a broker does once the relay stops publishing.
+// judge gives every pending message of the newest session the verdict fail returns for it.
+// A nil verdict confirms it, as a broker does once the relay stops publishing.
 func (b *fakeBroker) judge(fail func(*wire.Message) error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

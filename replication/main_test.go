@@ -116,9 +116,9 @@ func (e *env) wait(timeout time.Duration) error {
 	}
 }
 
-// insertTx commits one transaction of n outbox rows with the given event type and returns their
-// ids and a WAL position that lies before the transaction's commit record: a slot confirmed past
-// it has confirmed this transaction.
+// insertTx commits one transaction of n outbox rows with the given event type.
+// It returns their ids, and a WAL position that lies before the transaction's commit record.
+// A slot confirmed past it has confirmed this transaction.
 func (e *env) insertTx(n int, eventType string) ([]uuid.UUID, pglogrepl.LSN) {
 	e.t.Helper()
 	ctx := context.Background()

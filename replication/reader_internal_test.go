@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// A connection that ends right behind frames the stream has not taken yet (WAL and then the
-// server's error, or the end of the socket) must still wake the stream once those frames are
-// handled: the stream waits on ready alone while it reads, and the error is its only word that
-// nothing more will come.
+// A connection may end right behind frames the stream has not taken yet.
+// Examples are WAL and then the server's error, or the end of the socket.
+// It must still wake the stream once those frames are handled.
+// The stream waits on ready alone while it reads.
+// The error is its only word that nothing more will come.
 func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
 	r := &reader{heard: newHeardClock(), onFail: func(error) {}, ready: make(chan struct{}, 1),
 		failed: make(chan struct{}), done: make(chan struct{})}
@@ -34,8 +35,9 @@ func TestReaderFailureBehindQueuedFramesIsSignalled(t *testing.T) {
 	}
 }
 
-// Frames copied into one block are independent copies: changing the source, or appending to one
-// copy, leaves the others as they were; a frame too large for a block gets its own allocation.
+// Frames copied into one block are independent copies.
+// Changing the source, or appending to one copy, leaves the others as they were.
+// A frame too large for a block gets its own allocation.
 func TestCopyFrameKeepsFramesApart(t *testing.T) {
 	r := &reader{}
 	src := []byte("first")

@@ -14,8 +14,9 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// The refusal to recreate a dropped slot lives in the database: a new Relay, as a supervisor's
-// restart makes, refuses as the one that saw the slot vanish did, even with CreateSlot on.
+// The refusal to recreate a dropped slot lives in the database.
+// A new Relay, as a supervisor's restart makes, refuses as the one that saw the slot vanish did.
+// It refuses even with CreateSlot on.
 func TestDroppedSlotIsRefusedAfterARestart(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(nil)
@@ -41,8 +42,8 @@ func TestDroppedSlotIsRefusedAfterARestart(t *testing.T) {
 	}
 }
 
-// A slot advanced behind walbox's back (pg_replication_slot_advance) is ahead of the record: the
-// rows it skipped were never relayed, so the relay refuses it.
+// A slot advanced behind walbox's back (pg_replication_slot_advance) is ahead of the record.
+// The rows it skipped were never relayed, so the relay refuses it.
 func TestAdvancedSlotIsAGap(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.insertTx(3, "skipped")
@@ -58,8 +59,8 @@ func TestAdvancedSlotIsAGap(t *testing.T) {
 	}
 }
 
-// The registry has a position before the server does: sampled again and again while the slot
-// moves, the slot (read first) is never ahead of the record (read second).
+// The registry has a position before the server does.
+// Sampled again and again while the slot moves, the slot (read first) is never ahead of the record (read second).
 func TestPositionIsRecordedBeforeItIsReported(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = 20 * time.Millisecond })
@@ -90,8 +91,8 @@ func TestPositionIsRecordedBeforeItIsReported(t *testing.T) {
 	}
 }
 
-// A position that moves and then stays is reported within about 100 ms, not at the next status
-// interval: a relay killed after a burst sends again little more than its window.
+// A position that moves and then stays is reported within about 100 ms, not at the next status interval.
+// A relay killed after a burst then sends again little more than its window.
 func TestMovingPositionIsReportedSoon(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = 10 * time.Second })
@@ -103,10 +104,10 @@ func TestMovingPositionIsReportedSoon(t *testing.T) {
 	t.Logf("reported %v after the commit (status interval 10 s)", time.Since(start).Round(time.Millisecond))
 }
 
-// The registry lives in the schema of Config.Table (--table). With tables in two schemas, which
-// one the relay looks in must not depend on the order of the tables in its configuration: with
-// the tables listed the other way round, a relay that found no record where it looked
-// recreated a dropped slot, skipping every row committed since.
+// The registry lives in the schema of Config.Table (--table).
+// With tables in two schemas, the one the relay looks in must not depend on the order of the tables.
+// With the tables listed the other way round, a relay found no record where it looked.
+// It recreated a dropped slot, skipping every row committed since.
 func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	ctx := context.Background()
@@ -139,9 +140,9 @@ func TestRecordIsFoundWhateverTheOrderOfTheTables(t *testing.T) {
 	}
 }
 
-// A table swapped in while no walbox runs, and added to the publication before the next start,
-// leaves the publication covering the outbox again by name: only the coverage recorded for the
-// slot shows that rows written in between were never decoded.
+// A table may be swapped in while no walbox runs, and added to the publication before the next start.
+// The publication then covers the outbox again by name.
+// Only the coverage recorded for the slot shows that rows written in between were never decoded.
 func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(nil)
@@ -158,8 +159,9 @@ func TestCoverageChangedWhileStoppedIsRefused(t *testing.T) {
 	}
 }
 
-// The same change before any walbox ever ran on the slot: walbox migrate (and walbox reshard)
-// create the slot and its record ahead of the first relay, which may start much later. Rows
+// The same change before any walbox ever ran on the slot.
+// The commands walbox migrate and walbox reshard create the slot and its record ahead of the first relay.
+// That relay may start much later. Rows
 // written in between were never decoded all the same.
 func TestCoverageChangedBeforeTheFirstRunIsRefused(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true)) // the slot exists, recorded as migrate records it
@@ -170,9 +172,10 @@ func TestCoverageChangedBeforeTheFirstRunIsRefused(t *testing.T) {
 	}
 }
 
-// A relay may start with more tables than the slot's record has: a table mapped and added to
-// the publication after walbox migrate created the slot. The record then takes the table in, so
-// that a later swap of that table while no walbox runs is refused as well.
+// A relay may start with more tables than the slot's record has.
+// A table was mapped and added to the publication after walbox migrate created the slot.
+// The record then takes the table in.
+// So a later swap of that table while no walbox runs is refused as well.
 func TestCoverageWidensForAMappedTable(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	ctx := context.Background()
@@ -210,8 +213,9 @@ func TestCoverageWidensForAMappedTable(t *testing.T) {
 	}
 }
 
-// swapTableWithRowsInTheGap renames a new copy of table into place, commits a row to it while the
-// publication still has the old one (never decoded), and then adds it to the publication.
+// swapTableWithRowsInTheGap renames a new copy of table into place.
+// It commits a row to it while the publication still has the old one (never decoded).
+// Then it adds it to the publication.
 func (e *env) swapTableWithRowsInTheGap(table string) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -240,9 +244,9 @@ func (e *env) insertInto(table, eventType string) {
 	}
 }
 
-// A confirm that arrives while the relay waits on a quiet replication connection is applied as
-// it arrives, and the position it moves reported within about 100 ms: not when the server next
-// sends something, nor at the next status interval.
+// A confirm may arrive while the relay waits on a quiet replication connection.
+// It is applied as it arrives, and the position it moves is reported within about 100 ms.
+// The report does not wait for the server to send something, nor for the next status interval.
 func TestConfirmOnAQuietConnectionIsReportedSoon(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
 	e.start(func(c *replication.Config) { c.StatusInterval = 10 * time.Second })
@@ -258,9 +262,10 @@ func TestConfirmOnAQuietConnectionIsReportedSoon(t *testing.T) {
 	t.Logf("reported %v after the confirm (status interval 10 s)", time.Since(start).Round(time.Millisecond))
 }
 
-// The stream's goroutine runs no SQL: while the registry write of a position waits on a lock,
-// the stream goes on publishing what it reads. The write is bounded (5 s), so a stream that
-// waited on it would publish the next transaction only after that, in a new session.
+// The stream's goroutine runs no SQL.
+// While the registry write of a position waits on a lock, the stream goes on publishing what it reads.
+// The write is bounded (5 s).
+// A stream that waited on it would publish the next transaction only after that, in a new session.
 func TestPublishingGoesOnWhileTheRecordWaits(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })

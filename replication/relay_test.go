@@ -136,9 +136,9 @@ func TestRolledBackRowsAreNeverPublished(t *testing.T) {
 	equalIDs(t, ids(got), after)
 }
 
-// The stream asks a publisher that keeps its writes to flush them whenever it goes back to
-// waiting: with a publisher that confirms nothing it was not asked to flush, everything is
-// confirmed all the same, and the slot moves.
+// The stream asks a publisher that keeps its writes to flush them whenever it goes back to waiting.
+// This publisher confirms nothing it was not asked to flush.
+// Everything is confirmed all the same, and the slot moves.
 func TestStreamFlushesWhenItWaits(t *testing.T) {
 	b := newFakeBroker(true)
 	b.keepUntilFlush = true
@@ -371,8 +371,8 @@ func TestStandbyTakesOverWhenTheSlotIsReleased(t *testing.T) {
 	equalIDs(t, ids(got[len(got)-1:]), want)
 }
 
-// The slot must be confirmed at a transaction's end, not at its commit record's start: otherwise a
-// restart sends the last confirmed transaction again. A later transaction is kept in flight so that
+// The slot must be confirmed at a transaction's end, not at its commit record's start.
+// Otherwise a restart sends the last confirmed transaction again. A later transaction is kept in flight so that
 // no keepalive can move the slot past both.
 func TestRestartResendsOnlyUnconfirmedTransactions(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
@@ -392,8 +392,8 @@ func TestRestartResendsOnlyUnconfirmedTransactions(t *testing.T) {
 	equalIDs(t, ids(again.broker.messages()), unconfirmed)
 }
 
-// While the broker blocks publishers, the relay keeps answering the server, so the walsender
-// (here with a 1 s wal_sender_timeout) does not drop the session.
+// While the broker blocks publishers, the relay keeps answering the server.
+// So the walsender (here with a 1 s wal_sender_timeout) does not drop the session.
 func TestBlockedBrokerKeepsTheSessionAlive(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
 	testenv.RequireOwn(t, pg)
@@ -416,10 +416,10 @@ func TestBlockedBrokerKeepsTheSessionAlive(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), append(first, second...))
 }
 
-// A publish that ends its session at the status deadline (a publisher cutting a stalled write)
-// returns an error wrapping the deadline as well as the session's end. The relay must start a
-// new session, not take it for a wait to retry: that retry would spin on the dead session for
-// ever, delivering nothing.
+// A publish may end its session at the status deadline, as a publisher cutting a stalled write does.
+// It returns an error wrapping the deadline as well as the session's end.
+// The relay must start a new session, not take it for a wait to retry.
+// That retry would spin on the dead session for ever, delivering nothing.
 func TestPublishEndingTheSessionAtItsDeadlineStartsANewSession(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.broker.dieOnDeadline = true
@@ -435,11 +435,11 @@ func TestPublishEndingTheSessionAtItsDeadlineStartsANewSession(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), append(first, second...))
 }
 
-// A message the broker refuses every time it is sent stalls the stream there (transient failures
-// are never skipped), but the relay must neither replay from the slot at full speed nor resend
-// what the broker already confirmed: it reports the confirmed transactions before the failure
-// even when the failure comes before the next status update is due, and backs off while the
-// failing sessions make no progress.
+// A message the broker refuses every time it is sent stalls the stream there.
+// Transient failures are never skipped.
+// But the relay must neither replay from the slot at full speed, nor resend what the broker confirmed.
+// It reports the confirmed transactions before the failure, even before the next status update is due.
+// It backs off while the failing sessions make no progress.
 func TestRepeatedRefusalBacksOffAndKeepsConfirmedProgress(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.broker.mu.Lock()
@@ -476,8 +476,8 @@ func countType(ms []wire.Message, eventType string) int {
 	return n
 }
 
-// Rows that can never become deliverable messages are parked, counted, and the stream moves on;
-// the slot passes them only once the parked copies are confirmed.
+// Rows that can never become deliverable messages are parked, counted, and the stream moves on.
+// The slot passes them only once the parked copies are confirmed.
 func TestBadRowsAreParkedAndTheStreamMovesOn(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
 	ctx := context.Background()
@@ -542,8 +542,8 @@ func TestShutdownAppliesConfirmsThatArrivedDuringAStalledPublish(t *testing.T) {
 	e.start(func(c *replication.Config) { c.ShutdownTimeout = 300 * time.Millisecond })
 	_, beforeA := e.insertTx(1, "a")
 	e.broker.waitPublished(t, 1)
-	// The next publish is blocked by the broker; meanwhile the broker confirms the first message,
-	// and the confirm waits unread behind the stalled publish.
+	// The next publish is blocked by the broker.
+	// Meanwhile the broker confirms the first message, and the confirm waits unread behind the stalled publish.
 	e.broker.block()
 	defer e.broker.unblock()
 	e.insertTx(1, "b")
@@ -589,9 +589,9 @@ func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
 	t.Fatalf("id %v is no position id of a commit between %s and %s on system %d", got, before, after, origin.SystemID)
 }
 
-// A single publish that takes three times wal_sender_timeout (a large message written to a slow
-// broker; the write does not heed its context) must not let the server drop the session: it
-// would be replayed, and dropped again, for ever.
+// A single publish may take three times wal_sender_timeout: a large message written to a slow broker.
+// The write does not heed its context.
+// It must not let the server drop the session: it would be replayed, and dropped again, for ever.
 func TestLongPublishKeepsTheSessionAlive(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
 	testenv.RequireOwn(t, pg)
@@ -623,9 +623,9 @@ func TestLongFlushKeepsTheSessionAlive(t *testing.T) {
 	equalIDs(t, ids(e.broker.messages()), want)
 }
 
-// A message the broker refuses every time (here returned as unroutable) stalls the stream, but
-// each retry must send only that message, not again the whole window published behind it: those
-// messages reach consumers at every retry. The relay says it is stalled, and once the message
+// A message the broker refuses every time (here returned as unroutable) stalls the stream.
+// But each retry must send only that message, not again the whole window published behind it.
+// Those messages would reach consumers at every retry. The relay says it is stalled, and once the message
 // passes, the window opens again.
 func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(false))
@@ -639,9 +639,9 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 		}
 		return nil
 	}
-	// Every row is committed, and the first session has published them all, before the broker
-	// answers: a row the first session had not read yet would wait behind the refused one and
-	// never be published before it passes. The broker then answers whatever is pending every
+	// Every row is committed, and the first session has published them all, before the broker answers.
+	// A row the first session had not read yet would wait behind the refused one.
+	// It would never be published before that one passes. The broker then answers whatever is pending every
 	// 50 ms, long after the relay sent it.
 	e.insertTx(1, "before")
 	e.insertTx(1, "unroutable")
@@ -698,10 +698,11 @@ func TestRefusedMessageStallsWithoutReplayingTheWindow(t *testing.T) {
 	})
 }
 
-// A relay blocked in a publish (the broker blocks publishers) loses its replication connection:
-// the walsender is terminated, and a standby takes the slot over within moments. The old relay
-// must stop publishing at once: were it to publish the row it kept once the broker lets it, it
-// would race the standby, which sends the same rows again.
+// A relay blocked in a publish (the broker blocks publishers) loses its replication connection.
+// The walsender is terminated, and a standby takes the slot over within moments.
+// The old relay must stop publishing at once.
+// Were it to publish the row it kept once the broker lets it, it would race the standby.
+// The standby sends the same rows again.
 func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = time.Second })
@@ -731,10 +732,12 @@ func TestRelayThatLostItsConnectionStopsPublishing(t *testing.T) {
 	}
 }
 
-// The server decodes one large transaction of a table outside the publication. While it does, it
-// reads the relay's replies, and so answers a request for one, only every half wal_sender_timeout
-// (here the shared server's, a minute): a server timeout configured below that would take the
-// live walsender for dead, and the replay would decode the same transaction again, for ever.
+// The server decodes one large transaction of a table outside the publication.
+// While it does, it reads the relay's replies only every half wal_sender_timeout.
+// Only then does it answer a request for a reply.
+// Here that is half the shared server's, a minute.
+// A server timeout configured below that would take the live walsender for dead.
+// The replay would then decode the same transaction again, for ever.
 func TestTooSmallServerTimeoutIsRaised(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	ctx := context.Background()

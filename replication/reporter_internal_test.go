@@ -12,8 +12,8 @@ import (
 	"github.com/walbox/walbox/checkpoint"
 )
 
-// fakePositions is a registry and coverage check in memory that logs, with the status updates
-// sent, what happened in which order.
+// fakePositions is a registry and coverage check in memory.
+// With the status updates sent, it logs what happened in which order.
 type fakePositions struct {
 	mu       sync.Mutex
 	log      []string
@@ -120,8 +120,8 @@ func TestPositionNotRecordedIsNotSent(t *testing.T) {
 	}
 }
 
-// While the record of a position waits on the database, the reporter sends nothing: not the
-// position, and not an earlier one, whatever a keepalive asks.
+// While the record of a position waits on the database, the reporter sends nothing.
+// It sends neither the position nor an earlier one, whatever a keepalive asks.
 func TestNothingIsSentWhileTheRecordWaits(t *testing.T) {
 	gate := make(chan struct{})
 	pos := &fakePositions{limit: 1000, recorded: 100, gate: gate}
@@ -168,8 +168,8 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 	}
 }
 
-// windowReporter returns a reporter with a window of eight (a backlog of four) and a status
-// interval of an hour, not started, that has sent the session's first report (send 100).
+// windowReporter returns a reporter with a window of eight (a backlog of four), not started.
+// Its status interval is an hour, and it has sent the session's first report (send 100).
 func windowReporter(t *testing.T, pos *fakePositions) *reporter {
 	t.Helper()
 	r := newReporter(testParts(t, pos, &Config{StatusInterval: time.Hour, Slot: "s", Window: 8}))
@@ -208,9 +208,10 @@ func offerAndWatch(t *testing.T, r *reporter, m checkpoint.Mark) {
 	}
 }
 
-// Messages below the watermark are reported at the status interval while the stream keeps
-// passing more, until it passed half a window since the last report; and at the next look once
-// it passed no message since the one before, however many keepalives moved it meanwhile.
+// Messages below the watermark are reported at the status interval while the stream keeps passing more.
+// Once it passed half a window since the last report, they are reported at the next look.
+// They are also reported at a look once it passed no message since the look before.
+// Keepalives that moved it meanwhile do not count.
 func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	pos := &fakePositions{limit: 1 << 20, recorded: 100}
 	r := windowReporter(t, pos)
@@ -244,10 +245,11 @@ func TestBacklogOrQuietBringsTheReportForward(t *testing.T) {
 	}
 }
 
-// Messages whose position a cap kept back still count as not reported: once the cap lifts,
-// the next quiet look reports them. But the capped report restarts the backlog: reporting
-// sooner cannot pass the cap (on a standby, each report sends what the one before recorded), so
-// more messages do not bring the next report forward at every look.
+// Messages whose position a cap kept back still count as not reported.
+// Once the cap lifts, the next quiet look reports them.
+// But the capped report restarts the backlog: reporting sooner cannot pass the cap.
+// On a standby, each report sends what the one before recorded.
+// So more messages do not bring the next report forward at every look.
 func TestMessagesACapKeptBackAreReportedOnceItLifts(t *testing.T) {
 	pos := &fakePositions{limit: 150, recorded: 100}
 	r := windowReporter(t, pos)
@@ -267,9 +269,9 @@ func TestMessagesACapKeptBackAreReportedOnceItLifts(t *testing.T) {
 	}
 }
 
-// Confirms do not wake the reporter one by one: the first offer after a report (or while no
-// report is brought forward) wakes it, later ones wait for the report it brought forward, and a
-// report listens again. Watermarks offered meanwhile are reported all the same, each report
+// Confirms do not wake the reporter one by one.
+// The first offer after a report, or while no report is brought forward, wakes it.
+// Later ones wait for the report it brought forward, and a report listens again. Watermarks offered meanwhile are reported all the same, each report
 // taking the latest.
 func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	pos := &fakePositions{limit: 10000, recorded: 100}
@@ -317,8 +319,8 @@ func TestOffersWakeTheReporterOncePerReport(t *testing.T) {
 	}
 }
 
-// A server silent beyond the bound ends the reporter with errServerSilent, whatever the stream
-// is doing, and the stream is told.
+// A server silent beyond the bound ends the reporter with errServerSilent, whatever the stream is doing.
+// The stream is told.
 func TestSilentServerEndsTheReporter(t *testing.T) {
 	pos := &fakePositions{limit: 1000, recorded: 100}
 	told := make(chan error, 1)

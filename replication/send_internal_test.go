@@ -14,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// A connection whose read fails is closed by pgconn from a goroutine of its own, which writes a
-// Terminate message through the connection's write buffer. The reporter may be sending a
-// status update at that moment: the reporter's check of the reader's failure comes before the
-// reader records it. The status update must not touch pgconn's write buffer, or the two race
-// (go test -race reports it) and the Terminate may go out twice.
+// The pgconn package closes a connection whose read fails from a goroutine of its own.
+// That goroutine writes a Terminate message through the connection's write buffer.
+// The reporter may be sending a status update at that moment.
+// Its check of the reader's failure comes before the reader records it.
+// The status update must not touch pgconn's write buffer.
+// Otherwise the two race (go test -race reports it), and the Terminate may go out twice.
 func TestStatusUpdateWhileTheConnectionClosesItself(t *testing.T) {
 	for range 20 {
 		sendWhileClosing(t)

@@ -15,10 +15,10 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// Every slot receives every logical decoding message, so the relays of a set of shards share
-// them out by aggregate id: each emitted message is published by exactly one shard's relay, and a
-// message that is parked (not transactional, or malformed) is parked by exactly one, not once per
-// shard.
+// Every slot receives every logical decoding message.
+// So the relays of a set of shards share them out by aggregate id.
+// Exactly one shard's relay publishes each emitted message.
+// Exactly one parks a message to be parked (not transactional, or malformed), not each shard's.
 func TestShardsShareOutEmittedAndParkedMessages(t *testing.T) {
 	const n = 3
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// A shard's publication dropped is a stop only walbox recover gets past, whichever check saw it:
-// the way out names the shard's slot and publication, and migrate creates the publication again
-// with its row filter (a CREATE PUBLICATION without one would take every shard's rows).
+// A shard's publication dropped is a stop only walbox recover gets past, whichever check saw it.
+// The way out names the shard's slot and publication.
+// Its migrate creates the publication again with its row filter.
+// A CREATE PUBLICATION without one would take every shard's rows.
 func TestShardPublicationStopNamesItsWayOut(t *testing.T) {
 	r := &Relay{cfg: Config{Slot: "walbox_s1of2", Publication: "walbox_s1of2", Shard: 1, Shards: 2}}
 	err := fatal(fmt.Errorf("%w: publication %q", ErrNoPublication, "walbox_s1of2"))

@@ -11,10 +11,10 @@ import (
 	"github.com/walbox/walbox/replication"
 )
 
-// The publication or the table changes and is put right again between two checks of the
-// publication: rows written meanwhile were never decoded, though every check saw a publication
-// that covers the outbox table. The relay must notice that what it checked is no longer the same
-// publication and table, and stop before the slot passes those rows.
+// The publication or the table changes, and is put right again, between two checks of the publication.
+// Rows written meanwhile were never decoded, though every check saw a publication that covers the table.
+// The relay must notice that what it checked is no longer the same publication and table.
+// It must stop before the slot passes those rows.
 func TestCoverageChangedBetweenChecksStops(t *testing.T) {
 	pg := testenv.SharedPostgres(t)
 	for _, tc := range []struct {
@@ -108,10 +108,11 @@ func TestCoverageKeptThroughHarmlessChanges(t *testing.T) {
 	}
 }
 
-// A relay with nothing to do writes nothing: its own record of the position must not move the
-// position it records next (a keepalive carries the WAL of the record), or an idle database
-// gets a write every status interval for ever, and never again skips a checkpoint or an
-// archive_timeout segment switch.
+// A relay with nothing to do writes nothing.
+// Its own record of the position must not move the position it records next.
+// A keepalive carries the WAL of the record.
+// Otherwise an idle database gets a write every status interval, for ever.
+// It would never again skip a checkpoint or an archive_timeout segment switch.
 func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
 	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
 	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
