@@ -234,15 +234,19 @@ func (r *Recovery) rewritten(ctx context.Context, t wire.Table) (bool, error) {
 
 // eachRow calls fn with the text values of every row of the gap, across the tables. The rows come
 // in the order of their inserting transactions' ids, oldest first. Within one transaction they come
-// in the table's physical order. For rows only ever inserted, that is their insert order.
+// in the order of the inserting statements (cmin), across the tables. Rows of one statement (a COPY,
+// a multi-row INSERT) come in the table's physical order. That is their insert order, unless the
+// statement filled free space on an earlier page. A vacuum leaves such space after a rollback or a
+// prune. The physical order alone put a later statement's row before an earlier one's there.
 // Transaction ids are assigned in start order, not commit order. So concurrent transactions may
 // come out of commit order.
 func (r *Recovery) eachRow(ctx context.Context, tx pgx.Tx, fn func(t *gapTable, values [][]byte) error) error {
 	cursors := make([]*cursor, len(r.tables))
 	for i, t := range r.tables {
 		c := &cursor{table: t, name: "walbox_gap_" + strconv.Itoa(i)}
-		_, err := tx.Exec(ctx, "DECLARE "+c.name+" NO SCROLL CURSOR FOR SELECT age(xmin)::text, "+t.columns+
-			" FROM "+t.name+" WHERE "+t.where+" ORDER BY age(xmin) DESC, ctid")
+		// cmin is the inserting statement's command id: rows are never updated, so it is no combo id.
+		_, err := tx.Exec(ctx, "DECLARE "+c.name+" NO SCROLL CURSOR FOR SELECT age(xmin)::text, cmin::pg_catalog.text, "+t.columns+
+			" FROM "+t.name+" WHERE "+t.where+" ORDER BY age(xmin) DESC, cmin::pg_catalog.text::pg_catalog.int8, ctid")
 		if err != nil {
 			return fmt.Errorf("select the rows of %s: %w", t.mapping.Table, err)
 		}
@@ -254,7 +258,7 @@ func (r *Recovery) eachRow(ctx context.Context, tx pgx.Tx, fn func(t *gapTable, 
 			if err := c.fill(ctx, tx); err != nil {
 				return err
 			}
-			if len(c.buf) > 0 && (next == nil || c.buf[0].age > next.buf[0].age) {
+			if len(c.buf) > 0 && (next == nil || c.buf[0].before(next.buf[0])) {
 				next = c
 			}
 		}
@@ -277,10 +281,17 @@ type cursor struct {
 	done  bool
 }
 
-// gapRow is a row's transaction age (larger is older) and its column values as text.
+// gapRow is a row of the gap. It holds its transaction's age (larger is older), its inserting
+// statement (cmin) and its column values as text.
 type gapRow struct {
-	age    int64
-	values [][]byte
+	age, cmd int64
+	values   [][]byte
+}
+
+// before reports whether r was inserted before o. Either its transaction is older, or its
+// statement came earlier in the same one.
+func (r gapRow) before(o gapRow) bool {
+	return r.age > o.age || r.age == o.age && r.cmd < o.cmd
 }
 
 // fill fetches the next batch once the buffer is empty.
@@ -299,8 +310,12 @@ func (c *cursor) fill(ctx context.Context, tx pgx.Tx) error {
 		if err != nil {
 			return fmt.Errorf("read the rows of %s: age %q: %w", c.table.mapping.Table, raw[0], err)
 		}
-		row := gapRow{age: age, values: make([][]byte, len(raw)-1)}
-		for i, v := range raw[1:] {
+		cmd, err := strconv.ParseInt(string(raw[1]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("read the rows of %s: cmin %q: %w", c.table.mapping.Table, raw[1], err)
+		}
+		row := gapRow{age: age, cmd: cmd, values: make([][]byte, len(raw)-2)}
+		for i, v := range raw[2:] {
 			if v != nil {
 				row.values[i] = append([]byte{}, v...)
 			}
