@@ -556,7 +556,7 @@ func (s *seamRun) verdict() {
 	t.Logf("SUMMARY %s %s unknown_commits=%d", t.Name(), rep, st.Unknown)
 	soakReport(t.Name(), rep)
 	if err := rep.Err(); err != nil {
-		t.Errorf("%v\n%s", err, rep)
+		t.Errorf("%v\n%s%s", err, rep, s.streamContext(rep))
 	}
 	if s.sr != nil && !s.c.is("fault", "reshard") && rep.Duplicated != 0 {
 		t.Errorf("%d messages stored more than once in the stream", rep.Duplicated)
@@ -631,4 +631,23 @@ func (s *seamRun) withoutTheGapsEmitted(committed []checker.Row, deliveries []ch
 		s.t.Errorf("%d emitted messages lost with the slot, and recover did not warn of it", gone)
 	}
 	return kept
+}
+
+// streamContext describes, for a failure, the stream's messages around each order violation:
+// which producer stored each, under which publishing id and position.
+func (s *seamRun) streamContext(rep checker.Report) string {
+	if s.sr == nil || len(rep.Violations) == 0 {
+		return ""
+	}
+	msgs := s.sr.messages()
+	var b strings.Builder
+	for _, v := range rep.Violations {
+		for i := max(v.Index-3, 0); i < min(v.Index+2, len(msgs)); i++ {
+			m := msgs[i]
+			d := checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData())
+			fmt.Fprintf(&b, "offset-order %d: %s seq %d producer=%v publishing_id=%v position=%v\n", i, d.Aggregate, d.Seq,
+				m.ApplicationProperties["walbox-producer"], m.ApplicationProperties["walbox-publishing-id"], m.ApplicationProperties["walbox-position"])
+		}
+	}
+	return b.String()
 }
