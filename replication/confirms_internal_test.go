@@ -149,7 +149,7 @@ func TestConfirmBurstEndsAtAClosedSession(t *testing.T) {
 
 // The mark offered counts the messages below the watermark, not the confirms.
 // A message may be confirmed in a transaction whose commit is not yet read.
-// It is counted once the commit moves the watermark past it, so that the reporter watches it then.
+// It is counted once the commit moves the watermark past it, so that the reporter looks at it then.
 func TestMarkCountsMessagesBelowTheWatermark(t *testing.T) {
 	const end = pglogrepl.LSN(5000)
 	s, pub, _ := burstStream(t, 2, end)

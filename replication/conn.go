@@ -11,10 +11,10 @@ import (
 	"github.com/walbox/walbox/slots"
 )
 
-// connectWatched opens a logical replication connection (replication=database).
+// connectHeard opens a logical replication connection (replication=database).
 // It also returns a clock of the last time the connection's socket read any bytes.
 // A server sending one long message is not silent, though no whole message arrived for a while.
-func connectWatched(ctx context.Context, dsn string) (*pgconn.PgConn, *heardClock, error) {
+func connectHeard(ctx context.Context, dsn string) (*pgconn.PgConn, *heardClock, error) {
 	cfg, err := slots.ConnConfig(dsn)
 	if err != nil {
 		return nil, nil, fatal(err)

@@ -118,7 +118,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	sctx, endSetup := context.WithTimeout(ctx, limit)
 	defer endSetup()
 	defer func() { err = setupExpired(ctx, sctx, limit, err) }()
-	conn, heard, err := connectWatched(sctx, r.cfg.replicationURL())
+	conn, heard, err := connectHeard(sctx, r.cfg.replicationURL())
 	if err != nil {
 		return false, r.firstContact(err, &r.dbReached)
 	}

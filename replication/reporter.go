@@ -56,7 +56,7 @@ type reporter struct {
 	mu    sync.Mutex
 	sched *checkpoint.Schedule
 
-	wake   chan struct{}   // has a token when an offer asks the goroutine to watch
+	wake   chan struct{}   // has a token when an offer wakes the goroutine (Schedule.Offer)
 	reply  chan struct{}   // has a token when a keepalive asked for a reply
 	finals chan chan error // a final report, and where its result goes
 	stop   chan struct{}   // closed by close

@@ -179,7 +179,7 @@ func windowReporter(t *testing.T, pos *fakePositions) *reporter {
 	return r
 }
 
-// look runs the reporter's next look at the messages it watches, at once: it reports if due.
+// look runs the reporter's next look at the messages passed, at once: it reports if due.
 func look(t *testing.T, r *reporter) {
 	t.Helper()
 	r.mu.Lock()
@@ -187,7 +187,7 @@ func look(t *testing.T, r *reporter) {
 	due := r.sched.Due(at)
 	r.mu.Unlock()
 	if time.Until(at) > time.Minute {
-		t.Fatal("the reporter watches no messages")
+		t.Fatal("the reporter looks at no messages")
 	}
 	if due {
 		if err := r.report(); err != nil {
