@@ -123,9 +123,9 @@ type Config struct {
 	OnBlocked func(blocked bool, reason string)
 }
 
-// Validate fills in defaults for zero values and reports the first bad setting.
-func (c *Config) Validate() error {
-	c.setDefaults()
+// Validate reports the first bad setting. A zero value stands for its default (WithDefaults).
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	uri, err := parseURL(c.URL)
 	if err != nil {
 		return err
@@ -161,7 +161,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) setDefaults() {
+// WithDefaults returns c with each zero value replaced by its default.
+func (c Config) WithDefaults() Config {
 	if c.Exchange == "" {
 		c.Exchange = DefaultExchange
 	}
@@ -195,6 +196,7 @@ func (c *Config) setDefaults() {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	return c
 }
 
 // parseURL parses an AMQP URL; its error never contains the password.

@@ -53,7 +53,7 @@ func NewEndpoints(cfg Config, urls []string) (*Endpoints, error) {
 	}
 	e := &Endpoints{cfgs: make([]Config, len(urls))}
 	for i, u := range urls {
-		c := cfg
+		c := cfg.WithDefaults()
 		c.URL, c.cluster = u, len(urls) > 1
 		if err := c.Validate(); err != nil {
 			if len(urls) > 1 {

@@ -178,7 +178,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	cfg := publisher.Config{URL: "amqp://localhost/"}
+	cfg := publisher.Config{URL: "amqp://localhost/"}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

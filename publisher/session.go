@@ -68,6 +68,7 @@ type Session struct {
 // Dial connects to the broker, opens a channel in confirm mode and declares the exchange. The
 // context ctx and Config.DialTimeout bound Dial only; the session outlives ctx.
 func Dial(ctx context.Context, cfg Config) (*Session, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -215,8 +215,9 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first bad setting of c, defaults filled in (WithDefaults).
+// Validate reports the first bad setting. A zero value stands for its default (WithDefaults).
 func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.DatabaseURL == "" {
 		return errors.New("database url: required")
 	}

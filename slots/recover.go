@@ -52,15 +52,10 @@ type RecoverConfig struct {
 	ReplicationURL string
 }
 
-func (c *RecoverConfig) validate() error {
-	if c.DatabaseURL == "" {
-		return errors.New("database url: required")
-	}
+// withDefaults returns c with each zero value replaced by its default.
+func (c RecoverConfig) withDefaults() RecoverConfig {
 	if c.Slot == "" {
 		c.Slot = wire.DefaultSlot
-	}
-	if err := CheckName(c.Slot); err != nil {
-		return err
 	}
 	if c.Publication == "" {
 		c.Publication = wire.DefaultPublication
@@ -71,16 +66,28 @@ func (c *RecoverConfig) validate() error {
 	if len(c.Mappings) == 0 {
 		c.Mappings = []wire.Mapping{{Table: c.Table}}
 	}
+	if c.FailoverSlot == "" {
+		c.FailoverSlot = FailoverAuto
+	}
+	return c
+}
+
+// validate reports the first bad setting of c, its defaults filled in.
+func (c RecoverConfig) validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("database url: required")
+	}
+	if err := CheckName(c.Slot); err != nil {
+		return err
+	}
 	for _, m := range c.Mappings {
 		if err := m.Validate(); err != nil {
 			return err
 		}
 	}
-	f, err := ParseFailoverSlot(string(c.FailoverSlot))
-	if err != nil {
+	if _, err := ParseFailoverSlot(string(c.FailoverSlot)); err != nil {
 		return fmt.Errorf("failover slot %w", err)
 	}
-	c.FailoverSlot = f
 	return nil
 }
 
@@ -139,6 +146,7 @@ type Recovery struct {
 
 // OpenRecovery connects to the database twice (a replication and an ordinary connection).
 func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -71,8 +71,23 @@ const (
 // ParkStream is the stream that keeps the messages that can never be published into stream.
 func ParkStream(stream string) string { return stream + ".parked" }
 
-// Validate fills in defaults and reports the first bad setting.
-func (c *Config) Validate() error {
+// WithDefaults returns c with each zero value replaced by its default.
+func (c Config) WithDefaults() Config {
+	if c.Window == 0 {
+		c.Window = wire.DefaultWindow
+	}
+	if c.ConfirmTimeout <= 0 {
+		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.ScanTimeout <= 0 {
+		c.ScanTimeout = DefaultScanTimeout
+	}
+	return c
+}
+
+// Validate reports the first bad setting. A zero value stands for its default (WithDefaults).
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if len(c.URIs) == 0 {
 		return errors.New("stream url: required")
 	}
@@ -90,17 +105,8 @@ func (c *Config) Validate() error {
 	if c.MaxAge < 0 || c.MaxBytes < 0 {
 		return errors.New("stream retention: must not be negative")
 	}
-	if c.Window == 0 {
-		c.Window = wire.DefaultWindow
-	}
 	if c.Window < 1 {
 		return fmt.Errorf("window %d: must be at least 1", c.Window)
-	}
-	if c.ConfirmTimeout <= 0 {
-		c.ConfirmTimeout = DefaultConfirmTimeout
-	}
-	if c.ScanTimeout <= 0 {
-		c.ScanTimeout = DefaultScanTimeout
 	}
 	return nil
 }

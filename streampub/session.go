@@ -41,6 +41,7 @@ type Session struct {
 // Config.Producer set it binds the session at once, to no database system. With Config.Slot, Bind
 // names the producer before the first Publish.
 func Dial(ctx context.Context, cfg Config) (*Session, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

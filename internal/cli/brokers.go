@@ -1,26 +1,21 @@
 package cli
 
-import "github.com/walbox/walbox/publisher"
-
-// amqpURLs reads the --amqp-url list and puts the --amqp-password into every URL of it.
-func amqpURLs(list, password *setting) ([]string, error) {
-	raw, err := list.required()
-	if err != nil {
-		return nil, err
+// amqpURLs returns the --amqp-url list with the --amqp-password in every URL of it.
+func (c *common) amqpURLs() ([]string, error) {
+	if len(c.v.amqpURLs) == 0 {
+		return nil, badSetting(c.s.get("amqp-url"), "required")
 	}
-	urls, err := publisher.ParseURLs(raw)
-	if err != nil {
-		return nil, badSetting(list, "%v", err)
-	}
-	if password.value == "" {
+	urls := append([]string(nil), c.v.amqpURLs...)
+	if c.v.amqpPassword == "" {
 		return urls, nil
 	}
+	var err error
 	for i := range urls {
-		if urls[i], err = withURLPassword(urls[i], password.value); err != nil {
+		if urls[i], err = withURLPassword(urls[i], c.v.amqpPassword); err != nil {
 			if len(urls) > 1 {
-				return nil, badSetting(password, "url %d of %d: %v", i+1, len(urls), err)
+				return nil, badSetting(c.s.get("amqp-password"), "url %d of %d: %v", i+1, len(urls), err)
 			}
-			return nil, badSetting(password, "%v", err)
+			return nil, badSetting(c.s.get("amqp-password"), "%v", err)
 		}
 	}
 	return urls, nil

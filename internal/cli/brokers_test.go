@@ -18,10 +18,10 @@ func TestAMQPURLListWithPasswordFile(t *testing.T) {
 	t.Setenv("WALBOX_CONFIG", conf)
 	t.Setenv("WALBOX_AMQP_URL", "")
 	t.Setenv("WALBOX_AMQP_PASSWORD_FILE", writeFile(t, "pw", "s3cr3t,pw@x\n"))
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
 	c := newCommon("run")
-	b := brokerSettingsOf(&c.s)
 	resolveSettings(t, c)
-	urls, err := amqpURLs(b.url, b.password)
+	urls, err := c.amqpURLs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +68,9 @@ func resolveSettings(t *testing.T, c *common) {
 		t.Fatal(err)
 	}
 	if err := c.s.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.s.bind(c.v); err != nil {
 		t.Fatal(err)
 	}
 }

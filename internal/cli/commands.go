@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/redact"
-	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/shard"
 )
 
 var errHelp = errors.New("help shown")
@@ -62,56 +62,58 @@ func flagError(fs *flag.FlagSet, err error) error {
 	return configError{fmt.Sprintf("unknown flag --%s%s%s", name, didYouMean(name, flags, "--%s"), help)}
 }
 
-// common holds the settings every database command shares.
+// common holds a command's settings and the typed values they bind to.
 type common struct {
-	s                                                       settings
-	databaseURL, databasePassword, slot, publication, table *setting
-	messagePrefix                                           *setting
-	failoverSlot, replicationURL                            *setting // nil unless the command has them
+	s settings
+	v *values
 }
 
 func newCommon(cmd string) *common {
-	c := &common{s: newSettings(cmd)}
-	c.databaseURL, c.databasePassword = c.s.get("database-url"), c.s.get("database-password")
-	c.slot, c.publication, c.table = c.s.get("slot"), c.s.get("publication"), c.s.get("table")
-	c.messagePrefix = c.s.get("message-prefix")
-	c.failoverSlot, c.replicationURL = c.s.find("failover-slot"), c.s.find("replication-url")
-	return c
+	return &common{s: newSettings(cmd), v: newValues()}
 }
 
-// parse registers the command's settings on fs, parses args and resolves every setting from
-// flags, environment and the config file.
+// parse registers the command's settings on fs and parses args. It then resolves each setting
+// from flags, environment and the config file, and binds it to its typed field.
 func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	c.s.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	return c.s.resolve()
+	if err := c.s.resolve(); err != nil {
+		return err
+	}
+	if err := c.s.bind(c.v); err != nil {
+		return err
+	}
+	return c.databaseURLs()
 }
 
-// dsn returns the database connection string with the password setting applied.
-func (c *common) dsn() (string, error) {
-	dsn, err := c.databaseURL.required()
-	if err != nil {
-		return "", err
+// databaseURLs puts --database-password into --database-url and --replication-url. Each is parsed
+// here, before anything starts, so that a malformed URL is a bad setting (exit 2).
+func (c *common) databaseURLs() error {
+	r := &c.v.relay
+	for _, u := range []struct {
+		dsn  *string
+		flag string
+	}{{&r.DatabaseURL, "database-url"}, {&r.ReplicationURL, "replication-url"}} {
+		if *u.dsn == "" {
+			continue
+		}
+		dsn, err := withPGPassword(*u.dsn, c.v.dbPassword)
+		if err != nil {
+			return badSetting(c.s.get("database-password"), "%v", err)
+		}
+		if _, err := pgconn.ParseConfig(dsn); err != nil {
+			return badSetting(c.s.get(u.flag), "%s", redact.Text(err.Error(), c.secrets()...))
+		}
+		*u.dsn = dsn
 	}
-	dsn, err = withPGPassword(dsn, c.databasePassword.value)
-	if err != nil {
-		return "", badSetting(c.databasePassword, "%v", err)
-	}
-	// Parsed here, before anything starts, so that a malformed URL is a bad setting (exit 2).
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return "", badSetting(c.databaseURL, "%s", redact.Text(err.Error(), c.secrets()...))
-	}
-	return dsn, nil
+	return nil
 }
 
-func (c *common) outboxTable() (outbox.Table, error) {
-	t, err := outbox.ParseTable(c.table.value)
-	if err != nil {
-		return outbox.Table{}, badSetting(c.table, "%v", err)
-	}
-	return t, nil
+// set returns the base set of slots and publications: the slot and publication settings.
+func (c *common) set() shard.Set {
+	return shard.Set{Slot: c.v.relay.Slot, Publication: c.v.relay.Publication}
 }
 
 // fail returns err as the command's final error: a refused login said plainly, and no password

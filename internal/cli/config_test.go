@@ -32,6 +32,7 @@ func TestSettingPrecedence(t *testing.T) {
 	t.Setenv("WALBOX_TABLE", "app.from_env")
 	t.Setenv("WALBOX_TABLE_FILE", filepath.Join(t.TempDir(), "missing")) // not read: the variable wins
 	t.Setenv("WALBOX_SLOT", "from_env")
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
 
 	c := newCommon("status")
 	fs := newFlagSet("test", "test", &bytes.Buffer{})
@@ -42,10 +43,13 @@ func TestSettingPrecedence(t *testing.T) {
 	if err := c.s.resolve(); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.s.bind(c.v); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct{ name, got, want string }{
-		{"flag beats environment", c.slot.value, "from_flag"},
-		{"environment beats NAME_FILE and the config file", c.table.value, "app.from_env"},
-		{"NAME_FILE beats config file", c.publication.value, "from_env_file"},
+		{"flag beats environment", c.v.relay.Slot, "from_flag"},
+		{"environment beats NAME_FILE and the config file", c.v.relay.Table.String(), "app.from_env"},
+		{"NAME_FILE beats config file", c.v.relay.Publication, "from_env_file"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -57,10 +61,11 @@ func TestSettingPrecedence(t *testing.T) {
 func TestConfigFileValueAndDefault(t *testing.T) {
 	conf := writeFile(t, "walbox.yaml", "slot: from_file\n")
 	t.Setenv("WALBOX_CONFIG", conf)
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
 	c := newCommon("status")
 	resolveSettings(t, c)
-	if c.slot.value != "from_file" || c.publication.value != "walbox" {
-		t.Fatalf("slot %q publication %q, want from_file and the default walbox", c.slot.value, c.publication.value)
+	if r := c.v.relay; r.Slot != "from_file" || r.Publication != "walbox" {
+		t.Fatalf("slot %q publication %q, want from_file and the default walbox", r.Slot, r.Publication)
 	}
 }
 
@@ -134,7 +139,8 @@ func TestBoolForms(t *testing.T) {
 		if err := s.resolve(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.get("create-slot").bool()
+		var got bool
+		err := decode(&got, s.get("create-slot").value)
 		if err != nil || got != tt.want {
 			t.Errorf("args %v, WALBOX_CREATE_SLOT=%q: got %v (%v), want %v", tt.args, tt.env, got, err, tt.want)
 		}
@@ -145,7 +151,7 @@ func TestBoolForms(t *testing.T) {
 // mismatched --shards found by migrate's or reshard's database work is the user's setting.
 func TestFailKeepsABadSettingAndHidesThePassword(t *testing.T) {
 	c := newCommon("reshard")
-	c.databaseURL.value = "postgres://walbox:s3cret-pw@db/walbox"
+	c.s.get("database-url").value = "postgres://walbox:s3cret-pw@db/walbox"
 	shards := c.s.get("shards")
 	err := c.fail(mismatch(shards, fmt.Errorf("postgres://walbox:s3cret-pw@db/walbox: %w", shard.ErrMismatch)))
 	var ce configError

@@ -9,45 +9,29 @@ import (
 
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/redact"
-	"github.com/walbox/walbox/streampub"
 )
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("doctor")
-	b := brokerSettingsOf(&c.s)
-	asJSON, relayRole := c.s.get("json"), c.s.get("relay-role")
 	fs := newFlagSet("doctor", "Check that PostgreSQL and RabbitMQ are ready for walbox, with the fix for each failure; "+
 		"like `walbox run` it declares the exchanges", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	cfg := doctor.Config{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value),
-		Mappings: c.mappings(), RelayRole: relayRole.value}
-	failover, err := c.failover()
-	if err != nil {
-		return err
-	}
-	cfg.FailoverSlot = string(failover)
-	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
-		return err
-	}
-	if cfg.DatabaseURL, err = c.dsn(); err != nil {
-		return err
-	}
-	if cfg.Table, err = c.outboxTable(); err != nil {
-		return err
-	}
+	r := c.v.relay
+	cfg := doctor.Config{DatabaseURL: r.DatabaseURL, ReplicationURL: r.ReplicationURL, Slot: r.Slot, Publication: r.Publication,
+		Table: r.Table, Prefix: relayedPrefix(r.MessagePrefix), Mappings: c.mappings(), RelayRole: c.v.relayRole,
+		FailoverSlot: string(r.FailoverSlot)}
+	var err error
 	if cfg.Stream, err = doctorStream(c); err != nil {
 		return err
 	}
 	if cfg.Stream == nil {
-		if cfg.Brokers, err = b.configs(c, "walbox-doctor"); err != nil {
+		eps, err := c.brokers("walbox-doctor")
+		if err != nil {
 			return err
 		}
-	}
-	wantJSON, err := asJSON.bool()
-	if err != nil {
-		return err
+		cfg.Brokers = eps.Configs()
 	}
 
 	checks := doctor.Run(ctx, cfg)
@@ -57,7 +41,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		checks[i].Fix = redact.Text(checks[i].Fix, secrets...)
 	}
 	failed := doctor.Failed(checks)
-	if err := printChecks(stdout, checks, failed == 0, wantJSON); err != nil {
+	if err := printChecks(stdout, checks, failed == 0, c.v.json); err != nil {
 		return err
 	}
 	if failed > 0 {
@@ -87,16 +71,12 @@ func printChecks(w io.Writer, checks []doctor.Check, ok, asJSON bool) error {
 // doctorStream returns the stream mode's nodes and stream when --stream-url is set, as run takes
 // them; nil otherwise.
 func doctorStream(c *common) (*doctor.StreamConfig, error) {
-	u, name := c.s.get("stream-url"), c.s.get("stream")
-	if u.value == "" {
+	s := c.v.stream
+	if len(s.URIs) == 0 {
 		return nil, nil
 	}
-	uris, err := streampub.ParseURIs(u.value)
-	if err != nil {
-		return nil, badSetting(u, "%v", err)
+	if s.Stream == "" {
+		return nil, badSetting(c.s.get("stream"), "required with --stream-url")
 	}
-	if name.value == "" {
-		return nil, badSetting(name, "required with --stream-url")
-	}
-	return &doctor.StreamConfig{URIs: uris, Stream: name.value}, nil
+	return &doctor.StreamConfig{URIs: s.URIs, Stream: s.Stream}, nil
 }

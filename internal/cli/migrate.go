@@ -18,36 +18,14 @@ import (
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("migrate")
-	noSlot, relayRole, shardsSetting := c.s.get("no-slot"), c.s.get("relay-role"), c.s.get("shards")
 	fs := newFlagSet("migrate", "Create the outbox table, its publication and then the replication slot, idempotently", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	dsn, err := c.dsn()
-	if err != nil {
-		return err
-	}
-	table, err := c.outboxTable()
-	if err != nil {
-		return err
-	}
-	skipSlot, err := noSlot.bool()
-	if err != nil {
-		return err
-	}
-	failover, err := c.failover()
-	if err != nil {
-		return err
-	}
-	replURL, err := c.replicationDSN()
-	if err != nil {
-		return err
-	}
-	n, err := shardCount(shardsSetting)
-	if err != nil {
-		return err
-	}
-	set := shard.Set{Slot: c.slot.value, Publication: c.publication.value, N: max(n, 1)}
+	r, skipSlot, shardsSetting := c.v.relay, c.v.noSlot, c.s.get("shards")
+	dsn, table := r.DatabaseURL, r.Table
+	set := c.set()
+	set.N = max(c.v.shards, 1)
 	if err := set.Validate(); err != nil {
 		return badSetting(shardsSetting, "%v", err)
 	}
@@ -72,7 +50,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkPositionFilters(ctx, conn, c); err != nil {
 		return fail(err)
 	}
-	if err := checkRole(ctx, conn, relayRole); err != nil {
+	if err := checkRole(ctx, conn, c.s.get("relay-role")); err != nil {
 		return err
 	}
 	if !skipSlot {
@@ -80,8 +58,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fail(err)
 		}
 	}
-	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: c.publication.value,
-		MessagePrefix: c.messagePrefix.value, NoPublication: set.N > 1, RelayRole: relayRole.value})
+	applied, err := migrations.Apply(ctx, conn, migrations.Config{Table: table, Publication: r.Publication,
+		MessagePrefix: r.MessagePrefix, NoPublication: set.N > 1, RelayRole: c.v.relayRole})
 	if err != nil {
 		return fail(err)
 	}
@@ -103,14 +81,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "%s and the publications of %s are up to date\n", table, set)
 		}
 	} else if len(applied) == 0 {
-		fmt.Fprintf(stdout, "%s and publication %s are up to date\n", table, c.publication.value)
+		fmt.Fprintf(stdout, "%s and publication %s are up to date\n", table, r.Publication)
 	}
 	if skipSlot {
 		return nil
 	}
 	// The slots come after the publications: pgoutput must find them in the WAL it decodes.
 	for k := range set.N {
-		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema), failover, replURL); err != nil {
+		if err := ensureSlot(ctx, stdout, dsn, set.SlotName(k), set.PublicationName(k), relayTables(c, table), registry.New(conn, table.Schema), r.FailoverSlot, r.ReplicationURL); err != nil {
 			return fail(err)
 		}
 	}

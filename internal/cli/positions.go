@@ -21,7 +21,7 @@ func checkPositionShards(c *common, n int, st *setting) error {
 // checkPositionFilters refuses a publication that filters the rows of a table whose ids come from
 // positions, naming the config file that maps it so.
 func checkPositionFilters(ctx context.Context, conn *pgx.Conn, c *common) error {
-	err := shard.CheckPositionFilters(ctx, conn, shard.Set{Slot: c.slot.value, Publication: c.publication.value}, c.mappings())
+	err := shard.CheckPositionFilters(ctx, conn, c.set(), c.mappings())
 	if errors.Is(err, shard.ErrPositionIDs) {
 		return badSetting(c.s.get("config"), "%v", err)
 	}

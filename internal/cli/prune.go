@@ -9,38 +9,18 @@ import (
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/outbox"
-	"github.com/walbox/walbox/shard"
 )
 
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("prune")
-	olderThan, batch, pause, dryRun := c.s.get("older-than"), c.s.get("batch-size"), c.s.get("pause"), c.s.get("dry-run")
 	fs := newFlagSet("prune", "Delete outbox rows older than --older-than in short transactions of --batch-size rows; "+
 		"safe while walbox runs (the publication does not publish deletes). Only rows below the transaction horizon every slot "+
 		"relaying the table confirmed go (walbox_slots records it); the others are kept back, whatever their age", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	job := prune.Job{CreatedAt: outbox.ColCreatedAt, Base: shard.Set{Slot: c.slot.value, Publication: c.publication.value}}
-	dsn, err := c.dsn()
-	if err != nil {
-		return err
-	}
-	if job.Table, err = c.outboxTable(); err != nil {
-		return err
-	}
-	if job.OlderThan, err = parseAge(olderThan); err != nil {
-		return err
-	}
-	if job.BatchSize, err = batch.int(); err != nil {
-		return err
-	}
-	if job.Pause, err = time.ParseDuration(pause.value); err != nil || job.Pause < 0 {
-		return badSetting(pause, "%q is not a duration like 100ms (0 for none)", pause.value)
-	}
-	if job.DryRun, err = dryRun.bool(); err != nil {
-		return err
-	}
+	job, dsn := c.v.prune, c.v.relay.DatabaseURL
+	job.CreatedAt, job.Base, job.Table = outbox.ColCreatedAt, c.set(), c.v.relay.Table
 	fail := c.fail
 
 	ctx, stop := signalContext(ctx, func() {})
@@ -81,17 +61,4 @@ func showKept(w io.Writer, res prune.Result) {
 		fmt.Fprintf(w, "kept %d rows created before %s that walbox may not have confirmed: they are not below %s\n",
 			res.Kept, cutoff, res.Horizon)
 	}
-}
-
-// parseAge parses --older-than: a Go duration (36h, 90m) or whole days (7d).
-func parseAge(st *setting) (time.Duration, error) {
-	v, err := st.required()
-	if err != nil {
-		return 0, err
-	}
-	d, err := prune.ParseAge(v)
-	if err != nil {
-		return 0, badSetting(st, "%v", err)
-	}
-	return d, nil
 }

@@ -27,8 +27,6 @@ const recoverSummary = "Recover from a lost, dropped, invalidated or replaced re
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("recover")
-	b := brokerSettingsOf(&c.s)
-	dryRun, allRows, acceptLoss, force := c.s.get("dry-run"), c.s.get("all-rows"), c.s.get("accept-loss"), c.s.get("force")
 	fs := newFlagSet("recover", recoverSummary, stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -37,10 +35,11 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	cfg, eps, dry, err := recoverConfig(c, b, dryRun, allRows, acceptLoss, force, target != nil)
+	cfg, eps, err := recoverConfig(c, target != nil)
 	if err != nil {
 		return err
 	}
+	dry := c.v.dryRun
 	fail := c.fail
 	// Every node of --amqp-url, in turn, as walbox run dials them; or the stream, as run's.
 	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) { return eps.Dial(ctx) }
@@ -78,7 +77,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fail(err)
 		}
 	}
-	if prefix := relayedPrefix(c.messagePrefix.value); prefix != "" {
+	if prefix := relayedPrefix(c.v.relay.MessagePrefix); prefix != "" {
 		// Nothing but the slot ever held them: say so before anything claims the gap closed.
 		fmt.Fprintf(stdout, "messages written with %s (or any logical decoding message with prefix %q) have no row: "+
 			"those committed in the gap cannot be republished and are lost; only the outbox tables' rows are\n",
@@ -142,45 +141,17 @@ func streamThere(c *common, target *doctor.StreamConfig) error {
 	return nil
 }
 
-// recoverConfig reads recover's settings; into a stream (streaming), it needs no AMQP URL.
-func recoverConfig(c *common, b *brokerSettings, dryRun, allRows, acceptLoss, force *setting,
-	streaming bool) (slots.RecoverConfig, *publisher.Endpoints, bool, error) {
-	var (
-		cfg slots.RecoverConfig
-		eps *publisher.Endpoints
-		dry bool
-		err error
-	)
-	if cfg.DatabaseURL, err = c.dsn(); err != nil {
-		return cfg, eps, dry, err
+// recoverConfig is recover's configuration from its settings, with run's broker endpoints; into a
+// stream (streaming), or with --dry-run, it dials no broker and needs no AMQP URL.
+func recoverConfig(c *common, streaming bool) (slots.RecoverConfig, *publisher.Endpoints, error) {
+	r, cfg := c.v.relay, c.v.recover
+	cfg.DatabaseURL, cfg.ReplicationURL, cfg.Table, cfg.Mappings = r.DatabaseURL, r.ReplicationURL, r.Table, c.mappings()
+	cfg.Slot, cfg.Publication, cfg.FailoverSlot = r.Slot, r.Publication, r.FailoverSlot
+	if c.v.dryRun || streaming {
+		return cfg, nil, nil
 	}
-	if cfg.Table, err = c.outboxTable(); err != nil {
-		return cfg, eps, dry, err
-	}
-	cfg.Mappings = c.mappings()
-	cfg.Slot, cfg.Publication = c.slot.value, c.publication.value
-	if dry, err = dryRun.bool(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if cfg.AllRows, err = allRows.bool(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if cfg.AcceptLoss, err = acceptLoss.bool(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if cfg.Force, err = force.bool(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if cfg.FailoverSlot, err = c.failover(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if cfg.ReplicationURL, err = c.replicationDSN(); err != nil {
-		return cfg, eps, dry, err
-	}
-	if !dry && !streaming {
-		eps, err = b.endpoints(c, "walbox")
-	}
-	return cfg, eps, dry, err
+	eps, err := c.brokers("walbox")
+	return cfg, eps, err
 }
 
 func showGap(w io.Writer, slot string, g slots.Gap) {

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
-	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
 )
 
@@ -19,40 +17,13 @@ import (
 // (the cut), the old relays may stop, and --retire drops the old set.
 func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("reshard")
-	shardsSetting, wait, retire := c.s.get("shards"), c.s.get("wait"), c.s.get("retire")
 	fs := newFlagSet("reshard", "Change the number of shards: create the new set beside the old one, then retire the old one once it passed the cut", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	dsn, err := c.dsn()
-	if err != nil {
-		return err
-	}
-	if _, err := c.failover(); err != nil {
-		return err
-	}
-	n, err := shardCount(shardsSetting)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return badSetting(shardsSetting, "required: the number of shards to move to")
-	}
+	v, shardsSetting := c.v, c.s.get("shards")
+	dsn, table, n, doRetire := v.relay.DatabaseURL, v.relay.Table, v.shards, v.retire
 	if err := checkPositionShards(c, n, shardsSetting); err != nil {
-		return err
-	}
-	var waitFor time.Duration
-	if wait.value != "" {
-		if waitFor, err = wait.duration(); err != nil {
-			return err
-		}
-	}
-	doRetire, err := retire.bool()
-	if err != nil {
-		return err
-	}
-	replURL, err := c.replicationDSN()
-	if err != nil {
 		return err
 	}
 	fail := c.fail
@@ -61,14 +32,11 @@ func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
-	table, err := c.outboxTable()
-	if err != nil {
-		return fail(err)
-	}
-	r := resharder{out: stdout, cfg: slots.ReshardConfig{Conn: conn, DatabaseURL: dsn, ReplicationURL: replURL, Table: table,
-		Base: shard.Set{Slot: c.slot.value, Publication: c.publication.value}, Tables: relayTables(c, table),
-		Shards: n, Failover: failover(c), Wait: waitFor}}
-	if replURL != "" {
+	cfg := v.reshard
+	cfg.Conn, cfg.DatabaseURL, cfg.ReplicationURL, cfg.Table = conn, dsn, v.relay.ReplicationURL, table
+	cfg.Base, cfg.Tables, cfg.Shards, cfg.Failover = c.set(), relayTables(c, table), n, v.relay.FailoverSlot
+	r := resharder{out: stdout, cfg: cfg}
+	if replURL := cfg.ReplicationURL; replURL != "" {
 		// The slots are the standby's: read and dropped there, created there by EnsureSlot.
 		if r.cfg.SlotConn, err = pgconnect.Connect(ctx, replURL); err != nil {
 			return fail(fmt.Errorf("connect to the standby (--replication-url): %w", err))

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // setting is one configuration value of a command, read from a flag or else from the environment.
@@ -149,33 +148,41 @@ func badSetting(st *setting, format string, args ...any) error {
 	return configError{name + ": " + fmt.Sprintf(format, args...)}
 }
 
-func (st *setting) required() (string, error) {
-	if st.value == "" {
-		return "", badSetting(st, "required")
+// bind is the resolve step's second half. It decodes each setting into the field its row binds
+// to, in the table's order. It reports the first bad value with its flag and environment
+// variable. A required setting left empty is one, unless a setting its row names is on.
+func (s *settings) bind(v *values) error {
+	for _, st := range s.list {
+		if st.value == "" && st.required && !s.anyOn(st.unless) {
+			if st.need != "" {
+				return badSetting(st, "required: %s", st.need)
+			}
+			return badSetting(st, "required")
+		}
+		if st.value == "" && st.def == "" || st.with != "" && s.get(st.with).value == "" {
+			continue
+		}
+		if err := decode(st.bind(v), st.value); err != nil {
+			return badSetting(st, "%v", err)
+		}
 	}
-	return st.value, nil
+	return nil
 }
 
-func (st *setting) duration() (time.Duration, error) {
-	d, err := time.ParseDuration(st.value)
-	if err != nil || d <= 0 {
-		return 0, badSetting(st, "%q is not a positive duration like 5s", st.value)
+// anyOn reports whether one of the named settings of this command is on. A switch is on when
+// true, any other setting when not empty.
+func (s *settings) anyOn(names []string) bool {
+	for _, name := range names {
+		st := s.find(name)
+		switch {
+		case st == nil:
+		case st.isBool:
+			if on, err := strconv.ParseBool(st.value); err == nil && on {
+				return true
+			}
+		case st.value != "":
+			return true
+		}
 	}
-	return d, nil
-}
-
-func (st *setting) int() (int, error) {
-	n, err := strconv.Atoi(st.value)
-	if err != nil || n < 1 {
-		return 0, badSetting(st, "%q is not a positive whole number", st.value)
-	}
-	return n, nil
-}
-
-func (st *setting) bool() (bool, error) {
-	b, err := strconv.ParseBool(st.value)
-	if err != nil {
-		return false, badSetting(st, "%q is not true or false", st.value)
-	}
-	return b, nil
+	return false
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,37 +14,9 @@ import (
 	"github.com/walbox/walbox/shard"
 )
 
-// shardCount reads the shard count: 0 when not set.
-func shardCount(st *setting) (int, error) {
-	if st.value == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(st.value)
-	if err != nil || n < 1 || n > shard.MaxShards {
-		return 0, badSetting(st, "%q is not a number of shards from 1 to %d", st.value, shard.MaxShards)
-	}
-	return n, nil
-}
-
-// shardIndex reads --shard: -1 when not set.
-func shardIndex(st *setting) (int, error) {
-	if st.value == "" {
-		return -1, nil
-	}
-	k, err := strconv.Atoi(st.value)
-	if err != nil || k < 0 {
-		return 0, badSetting(st, "%q is not a shard number (0, 1, ...)", st.value)
-	}
-	return k, nil
-}
-
 // readLayout reads the shards that publish the outbox table.
 func readLayout(ctx context.Context, conn *pgx.Conn, c *common) (shard.Layout, error) {
-	table, err := c.outboxTable()
-	if err != nil {
-		return shard.Layout{}, err
-	}
-	return shard.ReadLayout(ctx, conn, table, shard.Set{Slot: c.slot.value, Publication: c.publication.value})
+	return shard.ReadLayout(ctx, conn, c.v.relay.Table, c.set())
 }
 
 // mismatch turns a shard mismatch into a bad setting (exit 2) naming the setting.
@@ -61,18 +31,8 @@ func mismatch(st *setting, err error) error {
 // that the shard is one walbox migrate created: a mismatched --shards stops walbox naming both.
 // Without --shard it warns when shards publish the table too (their relays and this one would
 // both deliver those rows; expected only while `walbox reshard` moves between them).
-func applyShard(ctx context.Context, cfg *replication.Config, c *common, shards, shardK *setting, log *slog.Logger) error {
-	n, err := shardCount(shards)
-	if err != nil {
-		return err
-	}
-	k, err := shardIndex(shardK)
-	if err != nil {
-		return err
-	}
-	if k < 0 && n > 1 {
-		return badSetting(shardK, "required with --shards %d: which shard this relay streams", n)
-	}
+func applyShard(ctx context.Context, cfg *replication.Config, c *common) error {
+	n, k, shards, shardK := c.v.shards, c.v.shard, c.s.get("shards"), c.s.get("shard")
 	if k < 0 {
 		// Only a warning: the relay itself reports a database it cannot reach.
 		layout, err := connectAndReadLayout(ctx, cfg.DatabaseURL, c)
@@ -82,12 +42,12 @@ func applyShard(ctx context.Context, cfg *replication.Config, c *common, shards,
 		case !slices.Contains(ns, 1):
 			return badSetting(shardK, "required: %s; run one relay per shard", layout)
 		default:
-			log.Warn("shards publish the outbox table too: rows go out through the single slot and through them "+
+			cfg.Logger.Warn("shards publish the outbox table too: rows go out through the single slot and through them "+
 				"(expected only while `walbox reshard` moves between them)", "layout", layout.String())
 		}
 		return nil
 	}
-	layout, err := readLayoutWaiting(ctx, cfg, c, log)
+	layout, err := readLayoutWaiting(ctx, cfg, c)
 	if err != nil {
 		return err
 	}
@@ -105,7 +65,7 @@ func applyShard(ctx context.Context, cfg *replication.Config, c *common, shards,
 
 // readLayoutWaiting reads the layout, retrying while the database cannot be reached if the
 // relay waits for its servers.
-func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common, log *slog.Logger) (shard.Layout, error) {
+func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common) (shard.Layout, error) {
 	for {
 		l, err := connectAndReadLayout(ctx, cfg.DatabaseURL, c)
 		if err == nil || !cfg.WaitForServers || ctx.Err() != nil {
@@ -114,7 +74,7 @@ func readLayoutWaiting(ctx context.Context, cfg *replication.Config, c *common, 
 			}
 			return l, nil
 		}
-		log.Warn("cannot read the publications yet; retrying", "error", redact.Text(err.Error(), c.secrets()...))
+		cfg.Logger.Warn("cannot read the publications yet; retrying", "error", redact.Text(err.Error(), c.secrets()...))
 		select {
 		case <-ctx.Done():
 			return l, ctx.Err()

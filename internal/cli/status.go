@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	"github.com/walbox/walbox/internal/pgconnect"
@@ -15,30 +14,13 @@ import (
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("status")
-	asJSON, requireRelay, relayURL := c.s.get("json"), c.s.get("require-relay"), c.s.get("relay-url")
 	fs := newFlagSet("status", "Show the replication slot's position, lag and state", stderr)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	dsn, err := c.dsn()
-	if err != nil {
-		return err
-	}
-	wantJSON, err := asJSON.bool()
-	if err != nil {
-		return err
-	}
-	need, err := requireRelay.bool()
-	if err != nil {
-		return err
-	}
-	if err := checkRelayURL(relayURL); err != nil {
-		return err
-	}
-	q := status.Query{Slot: c.slot.value, Publication: c.publication.value, Prefix: relayedPrefix(c.messagePrefix.value)}
-	if q.Table, err = c.outboxTable(); err != nil {
-		return err
-	}
+	r, wantJSON, need, relayURL := c.v.relay, c.v.json, c.v.requireRelay, c.v.relayURL
+	dsn, replURL := r.DatabaseURL, r.ReplicationURL
+	q := status.Query{Slot: r.Slot, Publication: r.Publication, Prefix: relayedPrefix(r.MessagePrefix), Table: r.Table}
 	fail := c.fail
 
 	conn, err := pgconnect.Connect(ctx, dsn)
@@ -46,10 +28,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(fmt.Errorf("connect to postgres: %w", err))
 	}
 	defer conn.Close(context.Background())
-	replURL, err := c.replicationDSN()
-	if err != nil {
-		return err
-	}
 	if replURL != "" {
 		if q.Standby, err = pgconnect.Connect(ctx, replURL); err != nil {
 			return fail(fmt.Errorf("connect to the standby: %w", err))
@@ -60,8 +38,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fail(err)
 	}
-	if relayURL.value != "off" && relayURL.value != "" {
-		st.Relay, err = status.FetchRelay(ctx, relayURL.value)
+	if relayURL != "off" && relayURL != "" {
+		st.Relay, err = status.FetchRelay(ctx, relayURL)
 		if err != nil {
 			st.RelayError = redact.Text(err.Error(), c.secrets()...)
 		}
@@ -76,20 +54,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		printStatus(stdout, st)
 		printShards(stdout, st.Shards)
 	}
-	return st.Verdict(need, relayURL.value)
-}
-
-// checkRelayURL refuses a --relay-url that is not "off" and not an http or https address, before
-// anything starts: otherwise it would only show up as the relay not answering.
-func checkRelayURL(st *setting) error {
-	if st.value == "off" || st.value == "" {
-		return nil
-	}
-	u, err := url.Parse(st.value)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return badSetting(st, "not an http:// or https:// address of the relay's listener (or \"off\")")
-	}
-	return nil
+	return st.Verdict(need, relayURL)
 }
 
 func printStatus(w io.Writer, st status.Report) {

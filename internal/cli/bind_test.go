@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/walbox/walbox/outbox"
+)
+
+// badValue is a value the field p does not take: not a number, duration, switch, URL, address
+// or table name.
+func badValue(p any) string {
+	if _, ok := p.(*outbox.Table); ok {
+		return "a.b.c"
+	}
+	return "not a value"
+}
+
+// Every setting that binds to a field other than a string refuses a bad value, from its flag and
+// from its environment variable, before anything starts: exit 2 and one line naming the flag and
+// the variable (the other settings given, their servers unreachable).
+func TestABadValueNamesItsSetting(t *testing.T) {
+	for _, c := range commands {
+		for _, sp := range specsOf(c.name) {
+			if sp.bind == nil {
+				continue
+			}
+			field := sp.bind(newValues())
+			if _, isString := field.(*string); isString {
+				continue
+			}
+			bad := badValue(field)
+			sources := map[string]func(t *testing.T) []string{
+				"flag": func(*testing.T) []string { return []string{"--" + sp.flag + "=" + bad} },
+			}
+			if sp.env != "" {
+				sources["environment"] = func(t *testing.T) []string { t.Setenv(sp.env, bad); return nil }
+			}
+			for src, set := range sources {
+				t.Run(c.name+"/"+sp.flag+"/"+src, func(t *testing.T) {
+					clearEnv(t)
+					t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+					t.Setenv("WALBOX_AMQP_URL", "amqp://127.0.0.1:1")
+					t.Setenv("WALBOX_PRUNE_OLDER_THAN", "1h")
+					args := append([]string{c.name}, set(t)...)
+					if c.name == "run" && sp.flag != "listen" {
+						args = append(args, "--listen=off")
+					}
+					if c.name == "reshard" && sp.flag != "shards" {
+						args = append(args, "--shards=2")
+					}
+					var out bytes.Buffer
+					code := mainWithExit(context.Background(), args, &out, &out)
+					want := "walbox " + c.name + ": --" + sp.flag
+					if sp.env != "" {
+						want += " (" + sp.env + ")"
+					}
+					if code != 2 || strings.Count(out.String(), "\n") != 1 || !strings.HasPrefix(out.String(), want+": ") {
+						t.Errorf("walbox %v exited %d:\n%s\nwant 2 and one line starting %q", args, code, out.String(), want+": ")
+					}
+				})
+			}
+		}
+	}
+}
+
+// run installs its signal handler before it reads anything from a server: a SIGTERM while it
+// waits for the database to read the shards' layout stops it like any other stop (exit 0).
+func TestRunStopsOnASignalWhileItReadsTheShards(t *testing.T) {
+	if os.Getenv("WALBOX_TEST_RUN_MAIN") == "1" {
+		os.Exit(mainWithExit(context.Background(), []string{"run", "--listen=off", "--shard=0", "--wait-for-servers"},
+			os.Stdout, os.Stderr))
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunStopsOnASignalWhileItReadsTheShards$")
+	cmd.Env = append(os.Environ(), "WALBOX_TEST_RUN_MAIN=1", "WALBOX_LOG_FORMAT=text", "WALBOX_CONFIG=",
+		"WALBOX_DATABASE_URL=postgres://u@127.0.0.1:1/db?connect_timeout=1", "WALBOX_AMQP_URL=amqp://127.0.0.1:1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	var seen []string
+	for lines.Scan() {
+		seen = append(seen, lines.Text())
+		if strings.Contains(lines.Text(), "cannot read the publications yet; retrying") {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stderr)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("walbox run ended with %v on SIGTERM while it read the shards, want exit 0; stderr:\n%s\n%s",
+			err, strings.Join(seen, "\n"), rest)
+	}
+}

@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/walbox/walbox/internal/prune"
+	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/streampub"
+)
+
+// values are the typed settings of one command. Each row of settingTable binds to one field here.
+// Most are fields of the configuration the setting belongs to.
+type values struct {
+	relay   replication.Config  // run's relay; every command's database, slot and table
+	pub     publisher.Config    // the broker's exchanges and limits
+	stream  streampub.Config    // the stream mode's nodes, stream and retention
+	daemon  relayd.Config       // run's lanes and HTTP address
+	prune   prune.Job           // prune's age, batches and dry run
+	recover slots.RecoverConfig // recover's choices
+	reshard slots.ReshardConfig // reshard's wait
+
+	config, dbPassword         string
+	amqpURLs                   []string
+	amqpPassword               string
+	caFile, certFile, keyFile  string
+	otlp, logLevel, logFormat  string
+	relayRole, relayURL        string
+	shards                     int // 0 when not set
+	shard                      int // -1 when not set
+	noSlot, json, requireRelay bool
+	dryRun, retire             bool
+}
+
+func newValues() *values { return &values{shard: -1} }
+
+// decoder is a field type that reads its own setting. Its error says what is wrong with s; bind
+// puts the setting's flag and environment variable in front.
+type decoder interface {
+	decode(s string) error
+}
+
+// decode sets the field p points to from the setting's value s.
+func decode(p any, s string) error {
+	switch p := p.(type) {
+	case decoder:
+		return p.decode(s)
+	case *string:
+		*p = s
+	case *int:
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive whole number", s)
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration like 5s", s)
+		}
+		*p = d
+	case *bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		*p = b
+	case **bool:
+		var b bool
+		if err := decode(&b, s); err != nil {
+			return err
+		}
+		*p = &b
+	case *outbox.Table:
+		t, err := outbox.ParseTable(s)
+		if err != nil {
+			return err
+		}
+		*p = t
+	case *slots.FailoverSlot:
+		f, err := slots.ParseFailoverSlot(s)
+		if err != nil {
+			return err
+		}
+		*p = f
+	default:
+		panic(fmt.Sprintf("a setting binds to a %T, which decode does not know", p))
+	}
+	return nil
+}
+
+// shardCount is a number of shards.
+type shardCount int
+
+func (n *shardCount) decode(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 || v > shard.MaxShards {
+		return fmt.Errorf("%q is not a number of shards from 1 to %d", s, shard.MaxShards)
+	}
+	*n = shardCount(v)
+	return nil
+}
+
+// shardIndex is the number of a shard, from 0.
+type shardIndex int
+
+func (k *shardIndex) decode(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q is not a shard number (0, 1, ...)", s)
+	}
+	*k = shardIndex(v)
+	return nil
+}
+
+// laneCount is --lanes: 1 to relayd.MaxLanes.
+type laneCount int
+
+func (n *laneCount) decode(s string) error {
+	var v int
+	if err := decode(&v, s); err != nil {
+		return err
+	}
+	if v > relayd.MaxLanes {
+		return fmt.Errorf("%d; want 1 to %d", v, relayd.MaxLanes)
+	}
+	*n = laneCount(v)
+	return nil
+}
+
+// byteCount is a positive number of bytes.
+type byteCount int64
+
+func (n *byteCount) decode(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 1 {
+		return fmt.Errorf("%q is not a positive number of bytes", s)
+	}
+	*n = byteCount(v)
+	return nil
+}
+
+// pause is a duration that may be 0.
+type pause time.Duration
+
+func (d *pause) decode(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q is not a duration like 100ms (0 for none)", s)
+	}
+	*d = pause(v)
+	return nil
+}
+
+// age is --older-than: a Go duration (36h, 90m) or whole days (7d).
+type age time.Duration
+
+func (d *age) decode(s string) error {
+	v, err := prune.ParseAge(s)
+	if err != nil {
+		return err
+	}
+	*d = age(v)
+	return nil
+}
+
+// listenAddr is --listen: host:port, or "" for "off". An address that is well formed but taken
+// is only logged when the relay starts: metrics are not the product.
+type listenAddr string
+
+func (a *listenAddr) decode(s string) error {
+	if s == "off" || s == "" {
+		*a = ""
+		return nil
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%v; want host:port, such as 127.0.0.1:9187 (or \"off\")", err)
+	}
+	*a = listenAddr(s)
+	return nil
+}
+
+// relayURL is status's --relay-url: an http or https address, or "off". It is refused before
+// anything starts: otherwise it would only show up as the relay not answering.
+type relayURL string
+
+func (r *relayURL) decode(s string) error {
+	*r = relayURL(s)
+	if s == "off" || s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("not an http:// or https:// address of the relay's listener (or \"off\")")
+	}
+	return nil
+}
+
+// urlList is a comma-separated list of RabbitMQ URLs (--amqp-url).
+type urlList []string
+
+func (l *urlList) decode(s string) error {
+	urls, err := publisher.ParseURLs(s)
+	if err != nil {
+		return err
+	}
+	*l = urls
+	return nil
+}
+
+// streamURIs is a comma-separated list of RabbitMQ stream URIs (--stream-url).
+type streamURIs []string
+
+func (l *streamURIs) decode(s string) error {
+	uris, err := streampub.ParseURIs(s)
+	if err != nil {
+		return err
+	}
+	*l = uris
+	return nil
+}
