@@ -48,8 +48,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// flagError turns the flag package's error into one line: an unknown flag with the nearest known
-// one, and where to find the rest, instead of the whole usage.
+// flagError turns the flag package's error into one line instead of the whole usage. An unknown
+// flag gets the nearest known one, and where to find the rest.
 func flagError(fs *flag.FlagSet, err error) error {
 	help := fmt.Sprintf(" (%s --help lists the flags)", fs.Name())
 	name, unknown := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
@@ -116,8 +116,8 @@ func (c *common) set() shard.Set {
 	return shard.Set{Slot: c.v.relay.Slot, Publication: c.v.relay.Publication}
 }
 
-// fail returns err as the command's final error: a refused login said plainly, and no password
-// of this command's settings in it.
+// fail returns err as the command's final error. A refused login is said plainly, and no
+// password of this command's settings is in it.
 func (c *common) fail(err error) error {
 	text := redact.Text(explainAuth(err).Error(), c.secrets()...)
 	if ce := (configError{}); errors.As(err, &ce) {

@@ -15,8 +15,8 @@ import (
 	"github.com/walbox/walbox/outbox"
 )
 
-// configFile is the YAML configuration file: any setting by its flag name, and for `walbox run`
-// the outbox tables with their column mappings:
+// configFile is the YAML configuration file. It holds any setting by its flag name. For
+// `walbox run` it also holds the outbox tables with their column mappings:
 //
 //	database-url: postgres://walbox@db/app
 //	amqp-url: amqps://walbox@mq/
@@ -137,8 +137,8 @@ func checkTableKeys(node *yaml.Node) error {
 	return nil
 }
 
-// checkEntryKeys checks the keys of one entry of tables, and of the mappings a merge key (<<:
-// *defaults) brings into it.
+// checkEntryKeys checks the keys of one entry of tables. It checks those of the mappings a merge
+// key (<<: *defaults) brings into it too.
 func checkEntryKeys(entry *yaml.Node, i int, keys []string, depth int) error {
 	if entry.Kind == yaml.AliasNode && entry.Alias != nil && depth < 8 {
 		return checkEntryKeys(entry.Alias, i, keys, depth+1)

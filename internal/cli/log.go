@@ -17,8 +17,8 @@ const (
 	defaultLogFormat = "auto"
 )
 
-// newLogger builds the daemon's logger: JSON unless the output is a terminal (or format says
-// otherwise), every message and attribute passed through the redactor.
+// newLogger builds the daemon's logger: JSON unless the output is a terminal or format says
+// otherwise. Every message and attribute passes through the redactor.
 func newLogger(w io.Writer, level, format string, secrets []string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {

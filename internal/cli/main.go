@@ -1,6 +1,7 @@
 // Package cli is the walbox command: its subcommands, settings, printing and exit codes. Two main
-// packages run it: cmd/walbox, built without tracing, and otel/cmd/walbox (a module of its own, so
-// OpenTelemetry stays out of the product's go.mod), which passes the OTLP tracer.
+// packages run it. The one in cmd/walbox is built without tracing. The one in otel/cmd/walbox
+// passes the OTLP tracer. It is a module of its own, so OpenTelemetry stays out of the product's
+// go.mod.
 //
 //	walbox migrate   create the outbox table, its publication and the replication slot
 //	walbox run       relay outbox inserts to the broker until stopped
@@ -61,8 +62,8 @@ func Main(args []string, b Build) int {
 	return mainWithExit(context.Background(), args, os.Stdout, os.Stderr)
 }
 
-// mainWithExit runs one command and returns the process exit code: 0 success, 1 failure, 2 a bad
-// command line or setting.
+// mainWithExit runs one command and returns the process exit code. It is 0 on success, 1 on a
+// failure, 2 on a bad command line or setting.
 func mainWithExit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
@@ -118,8 +119,8 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// envSecrets lists passwords from the environment's connection settings, so no error or log line
-// repeats them even where a library quoted a connection string.
+// envSecrets lists passwords from the environment's connection settings. No error or log line
+// repeats them then, even where a library quoted a connection string.
 func envSecrets() []string {
 	var conns, raw []string
 	for _, kv := range os.Environ() {

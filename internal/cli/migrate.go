@@ -159,10 +159,13 @@ func checkRole(ctx context.Context, conn *pgx.Conn, st *setting) error {
 	return nil
 }
 
-// warnRights names the roles, but the owner, the recorded relay roles and superusers, that may
-// still move walbox's record once migrate restricted the grants: members of a role that holds a
-// right (the relay role, pg_write_all_data), the schema's owner, grants kept without --relay-role.
-// migrate does not take memberships or schemas away; walbox doctor fails on each of them.
+// warnRights names the roles that may still move walbox's record once migrate restricted the
+// grants. The owner, the recorded relay roles and superusers are left out. The others are:
+//   - members of a role that holds a right (the relay role, pg_write_all_data);
+//   - the schema's owner;
+//   - roles whose grants were kept without --relay-role.
+//
+// Migrate does not take memberships or schemas away; walbox doctor fails on each of them.
 func warnRights(ctx context.Context, w io.Writer, conn *pgx.Conn, schema string) error {
 	r, err := migrations.ReadRights(ctx, conn, schema)
 	if err != nil {

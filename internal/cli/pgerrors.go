@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// explainAuth turns a refused login into one line that says so. pgconn tries TLS and then
-// plaintext (sslmode=prefer) and reports every attempt, the TLS refusal first; the cause is the
+// explainAuth turns a refused login into one line that says so. With sslmode=prefer, pgconn tries
+// TLS and then plaintext, and reports every attempt, the TLS refusal first. The cause is the
 // server's error further down the chain.
 func explainAuth(err error) error {
 	var pgErr *pgconn.PgError

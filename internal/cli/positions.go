@@ -10,7 +10,7 @@ import (
 )
 
 // checkPositionShards refuses --shards above 1 when a table of the config file takes its ids
-// from positions: each shard would number its rows on its own (shard.CheckPositionIDs).
+// from positions. Each shard would number its rows on its own (shard.CheckPositionIDs).
 func checkPositionShards(c *common, n int, st *setting) error {
 	if err := shard.CheckPositionIDs(n, c.mappings()); err != nil {
 		return badSetting(st, "%v", err)
@@ -19,7 +19,7 @@ func checkPositionShards(c *common, n int, st *setting) error {
 }
 
 // checkPositionFilters refuses a publication that filters the rows of a table whose ids come from
-// positions, naming the config file that maps it so.
+// positions. The error names the config file that maps it so.
 func checkPositionFilters(ctx context.Context, conn *pgx.Conn, c *common) error {
 	err := shard.CheckPositionFilters(ctx, conn, c.set(), c.mappings())
 	if errors.Is(err, shard.ErrPositionIDs) {

@@ -48,8 +48,8 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// showKept says how many old rows prune keeps back, and why: only rows below the horizon every
-// relaying slot confirmed go.
+// showKept says how many old rows prune keeps back, and why. Only rows go that are below the
+// horizon every relaying slot confirmed.
 func showKept(w io.Writer, res prune.Result) {
 	cutoff := res.Cutoff.UTC().Format(time.RFC3339)
 	switch {

@@ -126,8 +126,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// streamThere refuses a stream that does not exist: recover does not declare one, since a
-// wrong --stream would take the gap's rows where no consumer reads them.
+// streamThere refuses a stream that does not exist: recover does not declare one. A wrong
+// --stream would take the gap's rows where no consumer reads them.
 func streamThere(c *common, target *doctor.StreamConfig) error {
 	ok, err := streampub.Exists(target.URIs, target.Stream)
 	if err != nil {
@@ -141,8 +141,8 @@ func streamThere(c *common, target *doctor.StreamConfig) error {
 	return nil
 }
 
-// recoverConfig is recover's configuration from its settings, with run's broker endpoints; into a
-// stream (streaming), or with --dry-run, it dials no broker and needs no AMQP URL.
+// recoverConfig is recover's configuration from its settings, with run's broker endpoints. Into
+// a stream (streaming), or with --dry-run, it dials no broker and needs no AMQP URL.
 func recoverConfig(c *common, streaming bool) (slots.RecoverConfig, *publisher.Endpoints, error) {
 	r, cfg := c.v.relay, c.v.recover
 	cfg.DatabaseURL, cfg.ReplicationURL, cfg.Table, cfg.Mappings = r.DatabaseURL, r.ReplicationURL, r.Table, c.mappings()
@@ -211,8 +211,8 @@ func showCounts(w io.Writer, g slots.Gap, counts []slots.Count, target *doctor.S
 		"rows committed before it are published again too); nothing changed\n", total, g.Record.ConfirmedLSN)
 }
 
-// parkWaitNotice says once that a row waits for its park queue, which cannot be declared (its
-// node is down, say): recover waits for it rather than lose the row, and not in silence.
+// parkWaitNotice says once that a row waits for its park queue, which cannot be declared. Its
+// node may be down, say. Recover waits for it rather than lose the row, and not in silence.
 func parkWaitNotice(w io.Writer) func(publisher.QueueState) {
 	var once sync.Once
 	return func(st publisher.QueueState) {

@@ -11,10 +11,10 @@ import (
 	"github.com/walbox/walbox/slots"
 )
 
-// runReshard changes the number of shards without losing a row, in two steps that the old relays
-// outlive: first it creates the new set of publications and slots beside the old one (the old
-// relays keep streaming); once every old slot has confirmed past the new slots' consistent point
-// (the cut), the old relays may stop, and --retire drops the old set.
+// runReshard changes the number of shards without losing a row, in two steps the old relays
+// outlive. First it creates the new set of publications and slots beside the old one, while the
+// old relays keep streaming. The new slots' consistent point is the cut. Once every old slot has
+// confirmed past it, the old relays may stop, and --retire drops the old set.
 func runReshard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommon("reshard")
 	fs := newFlagSet("reshard", "Change the number of shards: create the new set beside the old one, then retire the old one once it passed the cut", stderr)
@@ -59,8 +59,8 @@ type resharder struct {
 	cfg slots.ReshardConfig
 }
 
-// begin creates the new set beside the old one (slots.Reshard) and reports how far the old slots
-// are from the cut.
+// begin creates the new set beside the old one (slots.Reshard). It reports how far the old
+// slots are from the cut.
 func (r resharder) begin(ctx context.Context) error {
 	r.cfg.CreatedPublication = func(name string) { fmt.Fprintf(r.out, "created publication %s\n", name) }
 	r.cfg.EnsuredSlot = func(slot string, created bool) { printSlot(r.out, slot, created) }

@@ -126,8 +126,8 @@ func brokerHosts(cfg relayd.Config) string {
 	return strings.Join(cfg.Brokers.Hosts(), ",")
 }
 
-// skipBeforeCut makes a stream relay of a set that a reshard moves into skip the rows committed
-// before the cut (reshardCut). A cut that cannot be read is warned of: rows the old set
+// skipBeforeCut serves a stream relay of a set that a reshard moves into. The relay skips the
+// rows committed before the cut (reshardCut). A cut that cannot be read is warned of: rows the old set
 // delivers may then be stored twice.
 func skipBeforeCut(ctx context.Context, c *common, rc replication.Config, scfg *streampub.Config) {
 	cut, err := reshardCut(ctx, rc, c)

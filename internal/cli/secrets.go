@@ -34,8 +34,8 @@ func withURLPassword(raw, password string) (string, error) {
 	return u.String(), nil
 }
 
-// amqpTLS builds the TLS configuration for amqps from PEM files: a CA bundle to verify the broker
-// with (else the system roots) and an optional client certificate. Host names are always verified.
+// amqpTLS builds the TLS configuration for amqps from PEM files. A CA bundle verifies the broker,
+// else the system roots do; a client certificate is optional. Host names are always verified.
 func amqpTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile == "" && certFile == "" && keyFile == "" {
 		return nil, nil

@@ -31,8 +31,8 @@ func newSettings(cmd string) settings {
 	return s
 }
 
-// get returns the setting of the flag name; it panics when settingTable does not give it to this
-// command, a mistake every test of the command's --help finds.
+// get returns the setting of the flag name. It panics when settingTable does not give it to this
+// command: every test of the command's --help finds that mistake.
 func (s *settings) get(name string) *setting {
 	if st := s.find(name); st != nil {
 		return st
@@ -73,9 +73,10 @@ func defaultNote(def string) string {
 	return " (default " + strconv.Quote(def) + ")"
 }
 
-// resolve fills in values, each from the first of: its flag, its environment variable, the file
-// its NAME_FILE variable names, the config file (--config), its default. An empty environment
-// variable counts as unset. NAME_FILE keeps secrets out of the environment and process listings.
+// resolve fills in values. Each comes from the first source that has it, else from its default.
+// The sources, in order: its flag, its environment variable, the file its NAME_FILE variable
+// names, the config file (--config). An empty environment variable counts as unset. NAME_FILE
+// keeps secrets out of the environment and process listings.
 func (s *settings) resolve() error {
 	for _, st := range s.list {
 		if st.flag == "config" {

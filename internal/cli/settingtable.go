@@ -52,7 +52,7 @@ var (
 )
 
 // settingTable is every setting of every command. A flag may have a row per command when its
-// meaning or environment variable differs; rows of one flag share its default.
+// meaning or environment variable differs. Rows of one flag share its default.
 var settingTable = []group{
 	{"Connections", []spec{
 		{flag: "config", env: "WALBOX_CONFIG", cmds: allCommands, bind: func(v *values) any { return &v.config },
@@ -194,8 +194,8 @@ var settingTable = []group{
 
 var runOnly = []string{"run"}
 
-// streamCmds take the stream mode's connection: run publishes into the stream, doctor checks it,
-// recover publishes a lost slot's gap into it.
+// streamCmds take the stream mode's connection. Run publishes into the stream, doctor checks it,
+// and recover publishes a lost slot's gap into it.
 var streamCmds = []string{"run", "doctor", "recover"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.

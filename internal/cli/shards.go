@@ -27,10 +27,10 @@ func mismatch(st *setting, err error) error {
 	return err
 }
 
-// applyShard points cfg at its shard's slot and publication, when --shard is set, after checking
-// that the shard is one walbox migrate created: a mismatched --shards stops walbox naming both.
-// Without --shard it warns when shards publish the table too (their relays and this one would
-// both deliver those rows; expected only while `walbox reshard` moves between them).
+// applyShard points cfg at its shard's slot and publication, when --shard is set. It checks first
+// that walbox migrate created the shard: a mismatched --shards stops walbox naming both. Without
+// --shard it warns when shards publish the table too. Their relays and this one would both
+// deliver those rows, as expected only while `walbox reshard` moves between them.
 func applyShard(ctx context.Context, cfg *replication.Config, c *common) error {
 	n, k, shards, shardK := c.v.shards, c.v.shard, c.s.get("shards"), c.s.get("shard")
 	if k < 0 {
@@ -99,10 +99,11 @@ func shardLabel(cfg replication.Config) string {
 	return fmt.Sprintf("%d/%d", cfg.Shard, cfg.Shards)
 }
 
-// reshardCut returns the cut of a reshard in progress into the set of the relay cfg (its shards,
-// or the single slot), read from walbox's record of the slots; 0 when no reshard moves into it.
-// The old set delivers every row committed before the cut: a stream relay of the new set skips
-// them (streampub.Config.SkipBefore), or the stream would hold them twice.
+// reshardCut returns the cut of a reshard in progress into the set of the relay cfg. That set is
+// its shards, or the single slot. The cut is read from walbox's record of the slots; it is 0 when
+// no reshard moves into the set. The old set delivers every row committed before the cut. A
+// stream relay of the new set skips them (streampub.Config.SkipBefore), or the stream would hold
+// them twice.
 func reshardCut(ctx context.Context, cfg replication.Config, c *common) (uint64, error) {
 	conn, err := pgconnect.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {

@@ -29,8 +29,8 @@ func streamConfig(c *common) (*streampub.Config, error) {
 	return &cfg, nil
 }
 
-// quietStreamClient drops the stream client's own log lines, which it prints to stdout, for the
-// commands that print their own results: the errors that matter reach them as errors.
+// quietStreamClient drops the stream client's own log lines, which it prints to stdout. It serves
+// the commands that print their own results: the errors that matter reach them as errors.
 type quietStreamClient struct{}
 
 func (quietStreamClient) Info(string, ...any)  {}

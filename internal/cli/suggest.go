@@ -2,8 +2,8 @@ package cli
 
 import "fmt"
 
-// nearest returns the candidate closest to word by edit distance, or "" when none is close
-// enough to be a likely typo (at most a third of the word's length, and at least 1).
+// nearest returns the candidate closest to word by edit distance. It returns "" when none is
+// close enough to be a likely typo. That is at most a third of the word's length, and at least 1.
 func nearest(word string, candidates []string) string {
 	best, bestDist := "", max(len(word)/3, 1)+1
 	for _, c := range candidates {
@@ -37,8 +37,8 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// didYouMean returns "; did you mean X?" for the candidate nearest to word, X written with format;
-// "" when none is near.
+// didYouMean returns "; did you mean X?" for the candidate nearest to word, X written with
+// format. It returns "" when none is near.
 func didYouMean(word string, candidates []string, format string) string {
 	if n := nearest(word, candidates); n != "" {
 		return "; did you mean " + fmt.Sprintf(format, n) + "?"

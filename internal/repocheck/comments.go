@@ -28,6 +28,7 @@ var commentChecked = []string{
 	"consumer/streamconsumer",
 	"decoder",
 	"inspect",
+	"internal/cli",
 	"internal/doctor",
 	"internal/killpoint",
 	"internal/ownertrust",
