@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -20,10 +19,7 @@ func TestRelayKilledAtRandomMoments(t *testing.T) {
 	heavy(t)
 	t.Parallel() // overlaps TestBrokerFaults, which mostly waits
 	rounds := soakInt("WALBOX_SOAK_ROUNDS", 20, 200)
-	seed := uint64(time.Now().UnixNano())
-	if s, err := strconv.ParseUint(os.Getenv("WALBOX_FAULT_SEED"), 10, 64); err == nil {
-		seed = s
-	}
+	seed := faultSeed()
 	t.Logf("seed %d (WALBOX_FAULT_SEED repeats the kill moments and the workload), %d rounds", seed, rounds)
 	relayKilledAtRandomMoments(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t), seed, rounds)
 }

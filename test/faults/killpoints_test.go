@@ -60,10 +60,17 @@ func (w *world) killedAt(point string, hit int, args ...string) {
 // the settings extra, and checks that the kill ended it there.
 func (w *world) killRunAt(point string, hit int, extra ...string) {
 	w.t.Helper()
+	p := w.startKillRun(point, hit, extra...)
+	w.checkKilled(point, hit, p.Wait(2*time.Minute), p.Output())
+}
+
+// startKillRun starts walbox run, built with kill points, with the point armed at its hit-th
+// pass and the settings extra.
+func (w *world) startKillRun(point string, hit int, extra ...string) *testenv.Program {
+	w.t.Helper()
 	cmd := exec.Command(killBin(w.t), "run")
 	cmd.Env = w.env(append([]string{"WALBOX_LISTEN=" + testenv.FreeAddr(w.t), killpoint.Env + "=" + point + ":" + itoa(hit)}, extra...))
-	p := testenv.Start(w.t, cmd)
-	w.checkKilled(point, hit, p.Wait(2*time.Minute), p.Output())
+	return testenv.Start(w.t, cmd)
 }
 
 // checkKilled fails the test unless the process ended by the kill at point.
@@ -92,6 +99,10 @@ const killAt = 3
 // without kill points drains, and nothing may be lost, invented or delivered out of order.
 func TestRelayKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 3, relayKilledAtEveryPoint)
+}
+
+func relayKilledAtEveryPoint(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v := w.startVerifier()
 	cw := w.newWriter(checker.WriterConfig{Seed: 36, MaxTx: 40, Pause: 10 * time.Millisecond, Emit: 0.3})
@@ -117,6 +128,10 @@ func TestRelayKilledAtEveryPoint(t *testing.T) {
 // and publishes the whole gap again. At the end nothing of the gap may be lost.
 func TestRecoverKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 5, recoverKilledAtEveryPoint)
+}
+
+func recoverKilledAtEveryPoint(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v, wr := w.streamingWriter(361)
 	w.dropSlot()
@@ -133,6 +148,10 @@ func TestRecoverKilledAtEveryPoint(t *testing.T) {
 // nothing.
 func TestPruneKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 5, pruneKilledAtEveryPoint)
+}
+
+func pruneKilledAtEveryPoint(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v, wr := w.streamingWriter(362)
 	time.Sleep(2 * time.Second) // rows older than prune's cutoff, confirmed
@@ -166,6 +185,10 @@ func TestPruneKilledAtEveryPoint(t *testing.T) {
 // over from the slot, and nothing is lost.
 func TestStandbyKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 5, standbyKilledAtEveryPoint)
+}
+
+func standbyKilledAtEveryPoint(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	v := w.startVerifier()
 	wr := w.startWriter(checker.WriterConfig{Seed: 363, MaxTx: 10, Pause: 10 * time.Millisecond})
@@ -197,6 +220,10 @@ func TestStandbyKilledAtEveryPoint(t *testing.T) {
 // nothing is lost or out of order.
 func TestReshardKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 5, reshardKilledAtEveryPoint)
+}
+
+func reshardKilledAtEveryPoint(t *testing.T) {
 	w, v, wr, old := twoShardsUnderLoad(t, 364)
 	w.progress(v, 300, time.Minute)
 	reshard := []string{"reshard", "--shards", "3"}
@@ -251,6 +278,23 @@ func (w *world) killBetweenEmitAndRow(cw *checker.Writer, extra ...string) {
 	w.killRunAt("row.next", 2, extra...)
 }
 
+// drainStream stops the writer, lets a relay without kill points with the settings env drain
+// into the stream sr reads, and checks that the stream holds every committed row exactly once,
+// in commit order.
+func (w *world) drainStream(wr *writer, sr *streamReader, env []string) {
+	t := w.t
+	t.Helper()
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.startRelay(env...)
+	committed := wr.Committed()
+	sr.wait(t, len(committed), 3*time.Minute)
+	time.Sleep(3 * time.Second) // anything stored twice would be there by now
+	checkStream(t, committed, sr.messages(), wr.Stats())
+}
+
 // pointHits is the hit at which the modes' test kills at a point; killAt for any other.
 // stream.stored is sure to be hit once on the replay after the kill at confirm.acked.
 var pointHits = map[string]int{"stream.stored": 1}
@@ -277,6 +321,10 @@ func (w *world) killAtEach(points []string, extra func(i int) []string) {
 //   - lanes: a relay publishing over three lanes.
 func TestRelayModesKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
+	killRounds(t, 2, relayModesKilledAtEveryPoint)
+}
+
+func relayModesKilledAtEveryPoint(t *testing.T) {
 	cfg := checker.WriterConfig{Seed: 365, Aggregates: 40, MaxTx: 30, Pause: 10 * time.Millisecond, Emit: 0.3}
 	t.Run("stream", func(t *testing.T) {
 		rabbit := testenv.StartRabbitStream(t)
@@ -292,15 +340,7 @@ func TestRelayModesKilledAtEveryPoint(t *testing.T) {
 		points := []string{"begin", "row.next", "publish.sent", "stream.flushed", "confirm.acked", "stream.stored",
 			"report.recorded", "report.sent", "keepalive"}
 		w.killAtEach(points, func(int) []string { return env })
-		wr.stop()
-		if err := wr.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		w.startRelay(env...)
-		committed := wr.Committed()
-		sr.wait(t, len(committed), 3*time.Minute)
-		time.Sleep(3 * time.Second) // anything stored twice would be there by now
-		checkStream(t, committed, sr.messages(), wr.Stats())
+		w.drainStream(wr, sr, env)
 	})
 	t.Run("shards", func(t *testing.T) {
 		const n = 2

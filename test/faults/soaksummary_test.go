@@ -50,10 +50,14 @@ func (s *soakTable) kill(point string) {
 }
 
 // soakCell records one run of the cell name (a test's or a matrix cell's name) with the checker's
-// figures: rows committed, lost, phantom, and deliveries beyond the first.
+// figures: rows committed, lost, phantom, and deliveries beyond the first. The rounds of a test
+// (subtests round_N) add up in one row.
 func soakCell(name string, committed, lost, phantom, duplicates int) {
-	soak.cell(name, committed, lost, phantom, duplicates)
+	soak.cell(roundName.ReplaceAllString(name, ""), committed, lost, phantom, duplicates)
 }
+
+// roundName is the part of a test's name that names its round.
+var roundName = regexp.MustCompile(`/round_[0-9]+`)
 
 func (s *soakTable) cell(name string, committed, lost, phantom, duplicates int) {
 	s.Lock()
