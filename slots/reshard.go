@@ -159,11 +159,8 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 // table. A set of shards splits that one table, and its publications publish nothing else. Retiring
 // the old set would drop the publication that carries the others (see othersOf).
 func checkOneTable(ctx context.Context, c ReshardConfig, l shard.Layout) error {
-	for _, t := range c.Tables {
-		if t != c.Table {
-			return fmt.Errorf("the configuration relays %s beside %s, but a set of shards splits %s alone: "+
-				"its relays would not relay %s. Relay it with a configuration (slot and publication) of its own", t, c.Table, c.Table, t)
-		}
+	if err := shard.OneTable(c.Table, c.Tables); err != nil {
+		return err
 	}
 	for _, cl := range l.Claims {
 		others, err := othersOf(ctx, c.Conn, cl.Publication, c.Table)

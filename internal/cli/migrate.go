@@ -32,6 +32,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkPositionShards(c, set.N, shardsSetting); err != nil {
 		return err
 	}
+	if set.N > 1 {
+		if err := shard.OneTable(table, relayTables(c, table)); err != nil {
+			return badSetting(shardsSetting, "%v", err)
+		}
+	}
 	fail := c.fail
 
 	conn, err := pgconnect.Connect(ctx, dsn)
