@@ -42,8 +42,8 @@ type seamRun struct {
 	recoverWarned bool
 }
 
-// The legacy table of the mapped and position sources, and its mapping in the config file. It
-// keeps aggregate_id by that name: shards filter rows by it.
+// The legacy table of the mapped and position sources, beside the outbox table, and its mapping
+// in the config file.
 const (
 	legacyTable = "public.legacy_events"
 	legacyDDL   = `CREATE TABLE public.legacy_events (
@@ -180,10 +180,8 @@ func (s *seamRun) world() {
 	if out, code := w.walbox(s.env, args...); code != 0 {
 		t.Fatalf("walbox %s exited %d:\n%s", strings.Join(args, " "), code, out)
 	}
-	if s.table != outbox.DefaultTable {
-		for _, pub := range s.publications() {
-			s.pg.Exec(t, db, "ALTER PUBLICATION "+pub+" ADD TABLE "+legacyTable+s.filter(pub))
-		}
+	if s.table != outbox.DefaultTable && s.shards == 0 {
+		s.pg.Exec(t, db, "ALTER PUBLICATION walbox ADD TABLE "+legacyTable)
 	}
 	if !c.is("publisher", "stream") {
 		w.declare()
@@ -202,29 +200,6 @@ func (s *seamRun) refused() (refusal, bool) {
 // set is the cell's set of shards (N 0: the single slot).
 func (s *seamRun) set(n int) shard.Set {
 	return shard.Set{Slot: s.w.slot, Publication: "walbox", N: n}
-}
-
-// publications are the publications of the cell's slots.
-func (s *seamRun) publications() []string {
-	if s.shards == 0 {
-		return []string{"walbox"}
-	}
-	var pubs []string
-	for k := range s.shards {
-		pubs = append(pubs, s.set(s.shards).PublicationName(k))
-	}
-	return pubs
-}
-
-// filter is the row filter of publication pub on the legacy table: its shard's, as walbox wrote
-// it for the outbox table.
-func (s *seamRun) filter(pub string) string {
-	for k := range s.shards {
-		if s.set(s.shards).PublicationName(k) == pub {
-			return " WHERE (" + s.set(s.shards).Filter(k) + ")"
-		}
-	}
-	return ""
 }
 
 // refusal runs the command that must refuse the cell's pair and checks its exit code and its
@@ -494,11 +469,6 @@ func (s *seamRun) reshard() {
 	old := s.relays
 	s.relays = map[int][]*relay{}
 	s.shards = to
-	if s.table != outbox.DefaultTable {
-		for _, pub := range s.publications() {
-			s.pg.Exec(t, s.w.db, "ALTER PUBLICATION "+pub+" ADD TABLE "+legacyTable+s.filter(pub))
-		}
-	}
 	s.startRelays()
 	for _, rs := range old {
 		for _, r := range rs {
