@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/registry"
 )
 
@@ -136,6 +137,7 @@ func create(ctx context.Context, c PrepareConfig) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
+	killpoint.Hit("run.created")
 	rec := registry.Record{Slot: c.Slot, SystemID: c.System.SystemID, Timeline: c.System.Timeline, Origin: registry.OriginCreated,
 		CreatedLSN: lsn, ConfirmedLSN: lsn, ConfirmedXmin: c.Xmin(lsn)}
 	added, err := c.Registry.Register(ctx, rec)

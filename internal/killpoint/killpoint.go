@@ -22,6 +22,7 @@ var Points = []string{
 	"prune.deleted",     // prune deleted a batch and counted it, not yet committed
 	"reshard.published", // reshard created the new set's publications, no slot yet
 	"slot.created",      // a slot created (migrate, reshard), not yet recorded
+	"run.created",       // walbox run created its missing slot, not yet recorded
 	"reshard.slot",      // reshard created and recorded a slot of the new set, the next not yet
 	"retire.dropped",    // retire dropped an old slot, its record not yet forgotten
 	"retire.forgot",     // retire forgot an old slot's record; the next slot, or the publications, not yet

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"encoding/json"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -23,11 +24,12 @@ var (
 	// streamPoints are the stream publisher's own, killed at among the relay's: a batch written
 	// before its confirms; a message confirmed at once on the replay after a confirm not recorded.
 	streamPoints = []string{"stream.flushed", "stream.stored"}
+	runPoints    = []string{"run.created"} // the relay creates its slot: migrate --no-slot
 )
 
 // Every kill point is killed at by a test: a point added to the code needs a test here.
 func TestEveryKillPointIsCovered(t *testing.T) {
-	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints, streamPoints)
+	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints, streamPoints, runPoints)
 	for _, p := range killpoint.Points {
 		if !slices.Contains(covered, p) {
 			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)
@@ -54,6 +56,7 @@ func (w *world) killedAt(point string, hit int, args ...string) {
 	cmd.Env = w.env([]string{killpoint.Env + "=" + point + ":" + itoa(hit)})
 	out, code := testenv.Run(w.t, cmd, 2*time.Minute)
 	w.checkKilled(point, hit, code, out)
+	soakKill(point)
 }
 
 // killRunAt runs walbox run, built with kill points, with the point armed at its hit-th pass and
@@ -62,6 +65,7 @@ func (w *world) killRunAt(point string, hit int, extra ...string) {
 	w.t.Helper()
 	p := w.startKillRun(point, hit, extra...)
 	w.checkKilled(point, hit, p.Wait(2*time.Minute), p.Output())
+	soakKill(point)
 }
 
 // startKillRun starts walbox run, built with kill points, with the point armed at its hit-th
@@ -73,7 +77,8 @@ func (w *world) startKillRun(point string, hit int, extra ...string) *testenv.Pr
 	return testenv.Start(w.t, cmd)
 }
 
-// checkKilled fails the test unless the process ended by the kill at point.
+// checkKilled fails the test unless the process ended by the kill at point. The caller counts
+// the kill (soakKill).
 func (w *world) checkKilled(point string, hit, code int, out string) {
 	w.t.Helper()
 	if code != -1 {
@@ -82,7 +87,6 @@ func (w *world) checkKilled(point string, hit, code int, out string) {
 	if want := "walbox: kill point " + point + " hit " + itoa(hit) + ": SIGKILL"; !strings.Contains(out, want) {
 		w.t.Fatalf("walbox died without %q:\n%s", want, testenv.Tail(out, 40))
 	}
-	soakKill(point)
 }
 
 // killAt is the hit of each point at which the relay kills itself: past the first, so that the
@@ -203,6 +207,7 @@ func standbyKilledAtEveryPoint(t *testing.T) {
 		w.progress(v, 200, time.Minute)
 		active.Kill()
 		w.checkKilled(point, 1, standby.Wait(2*time.Minute), standby.Output())
+		soakKill(point)
 	}
 	w.startRelay().waitState("streaming", time.Minute)
 	w.progress(v, 200, time.Minute)
@@ -318,6 +323,8 @@ func (w *world) killAtEach(points []string, extra func(i int) []string) {
 //     stream must hold every committed row exactly once, in commit order, and nothing else.
 //   - shards: the relays of two shards in turn, each with its row filter and every emitted
 //     message of both, into one queue.
+//   - least privilege: a relay whose role has LOGIN and REPLICATION only, first killed as it
+//     created its slot (walbox migrate --no-slot ran as the table's owner), before it recorded it.
 //   - lanes: a relay publishing over three lanes.
 func TestRelayModesKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
@@ -354,6 +361,18 @@ func relayModesKilledAtEveryPoint(t *testing.T) {
 		}
 		w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints), "shards=2")
 	})
+	t.Run("least privilege", func(t *testing.T) {
+		w := leastPrivilegedWorld(t)
+		for _, point := range runPoints {
+			w.killRunAt(point, 1)
+		}
+		v := w.startVerifier()
+		wr := w.startWriter(cfg)
+		w.killAtEach(relayPoints, func(int) []string { return nil })
+		wr.stop()
+		w.startRelay()
+		w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints)+len(runPoints), "relay_role=LOGIN_REPLICATION_only")
+	})
 	t.Run("lanes", func(t *testing.T) {
 		w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 		v := w.startVerifier()
@@ -365,4 +384,35 @@ func relayModesKilledAtEveryPoint(t *testing.T) {
 		w.startRelay("WALBOX_LANES=3")
 		w.verdict(wr.Writer, v, 3*time.Minute, len(relayPoints), len(relayPoints)+2, "lanes=3")
 	})
+}
+
+// leastPrivilegedWorld is newWorld with roles of its own on the shared server: the database and
+// the outbox belong to one, which ran walbox migrate --no-slot --relay-role; the relay connects as
+// the other, which has LOGIN and REPLICATION only, and creates its slot itself.
+func leastPrivilegedWorld(t *testing.T) *world {
+	t.Helper()
+	pg := testenv.SharedPostgres(t)
+	owner, relayRole := testenv.UniqueName("owner"), testenv.UniqueName("relay")
+	t.Cleanup(func() { pg.Exec(t, pg.URL(), "DROP ROLE IF EXISTS "+relayRole+", "+owner) }) // after the database
+	pg.Exec(t, pg.URL(), "CREATE ROLE "+owner+" LOGIN")
+	pg.Exec(t, pg.URL(), "CREATE ROLE "+relayRole+" LOGIN REPLICATION")
+	u, err := url.Parse(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Exec(t, pg.URL(), "ALTER DATABASE "+strings.TrimPrefix(u.Path, "/")+" OWNER TO "+owner)
+	asRole := func(role string) string {
+		as := *u
+		as.User = url.User(role)
+		return as.String()
+	}
+	w := &world{t: t, pg: pg, rabbit: testenv.SharedRabbit(t), db: asRole(owner), relayDB: asRole(relayRole),
+		slot: testenv.UniqueName("slot"), exchange: testenv.UniqueName("ex"), queue: testenv.UniqueName("q"), binding: "#"}
+	w.relayMQ = w.rabbit.URL()
+	w.conn = pg.Conn(t, w.db)
+	if out, code := w.walbox([]string{"WALBOX_DATABASE_URL=" + w.db}, "migrate", "--no-slot", "--relay-role", relayRole); code != 0 {
+		t.Fatalf("walbox migrate --no-slot --relay-role %s as the owner exited %d:\n%s", relayRole, code, out)
+	}
+	w.declare()
+	return w
 }

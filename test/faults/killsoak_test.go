@@ -153,6 +153,7 @@ func (w *world) killRunMaybe(point string, hit int, extra ...string) bool {
 		return false
 	}
 	w.checkKilled(point, hit, p.ExitCode(), p.Output())
+	soakKill(point)
 	return true
 }
 
