@@ -22,8 +22,8 @@ func TestSettingTableIsConsistent(t *testing.T) {
 	taken := map[string]bool{}
 	for _, g := range settingTable {
 		for _, sp := range g.specs {
-			if sp.flag == "" || sp.help == "" || len(sp.cmds) == 0 {
-				t.Errorf("--%s: want a name, a description and a command", sp.flag)
+			if sp.flag == "" || sp.help == "" || len(sp.cmds) == 0 || sp.bind == nil {
+				t.Errorf("--%s: want a name, a description, a command and a field it binds to", sp.flag)
 			}
 			if sp.env != "" && !strings.HasPrefix(sp.env, "WALBOX_") {
 				t.Errorf("--%s: environment variable %s lacks the WALBOX_ prefix", sp.flag, sp.env)
@@ -39,6 +39,9 @@ func TestSettingTableIsConsistent(t *testing.T) {
 					t.Errorf("--%s: two rows for walbox %s", sp.flag, cmd)
 				}
 				taken[cmd+" "+sp.flag] = true
+				if sp.with != "" && !slices.ContainsFunc(specsOf(cmd), func(o spec) bool { return o.flag == sp.with }) {
+					t.Errorf("--%s: works only with --%s, which walbox %s does not take", sp.flag, sp.with, cmd)
+				}
 			}
 			if f, ok := first[sp.flag]; ok && (f.def != sp.def || f.isBool != sp.isBool) {
 				t.Errorf("--%s: rows disagree on the default (%q, %q) or on being a switch", sp.flag, f.def, sp.def)
