@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os/exec"
 	"slices"
@@ -52,8 +53,14 @@ func killBin(t *testing.T) string {
 // that the kill ended it there.
 func (w *world) killedAt(point string, hit int, args ...string) {
 	w.t.Helper()
+	w.killedWith(nil, point, hit, args...)
+}
+
+// killedWith is killedAt with the settings env.
+func (w *world) killedWith(env []string, point string, hit int, args ...string) {
+	w.t.Helper()
 	cmd := exec.Command(killBin(w.t), args...)
-	cmd.Env = w.env([]string{killpoint.Env + "=" + point + ":" + itoa(hit)})
+	cmd.Env = w.env(append([]string{killpoint.Env + "=" + point + ":" + itoa(hit)}, env...))
 	out, code := testenv.Run(w.t, cmd, 2*time.Minute)
 	w.checkKilled(point, hit, code, out)
 	soakKill(point)
@@ -145,6 +152,58 @@ func recoverKilledAtEveryPoint(t *testing.T) {
 		w.expectRefusal(w.startRelay(), "ahead of")
 	}
 	w.recoverAndContinue(v, wr, "ahead at")
+}
+
+// A relay publishing into a stream is killed and its slot dropped while rows commit, a tenth of
+// the transactions rolled back. walbox recover into the stream is killed after it created the new
+// slot, and again after the broker confirmed the whole gap, before it reset the record: each time
+// walbox run refuses the new slot. recover, run again to the end, finds the rows the stream holds
+// by their ids, and the relay goes on. The stream holds every committed row once, and nothing
+// rolled back.
+func TestRecoverIntoStreamKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	killRounds(t, 3, recoverIntoStreamKilledAtEveryPoint)
+}
+
+func recoverIntoStreamKilledAtEveryPoint(t *testing.T) {
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.startWriter(checker.WriterConfig{Seed: 366, MaxTx: 10, Pause: 10 * time.Millisecond, Rollback: 0.1})
+	r := w.startRelay(env...)
+	r.waitState("streaming", time.Minute)
+	sr.progress(t, 300, time.Minute)
+	r.Kill()
+	w.dropSlot()
+	time.Sleep(time.Second) // the gap grows
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the killed relay's last messages are stored by now
+	if gap := len(wr.Committed()) - sr.count(); gap <= 0 {
+		t.Fatalf("the stream holds every committed row before recover: no gap, and the test proves nothing")
+	}
+	for _, point := range recoverPoints {
+		w.killedWith(env, point, 1, "recover")
+		w.expectRefusal(w.startRelay(env...), "ahead of")
+	}
+	if out, code := w.walbox(env, "recover"); code != 0 || !strings.Contains(out, "into stream "+name) {
+		t.Fatalf("walbox recover, run again after the kills, exited %d:\n%s", code, out)
+	}
+	after := w.startWriter(checker.WriterConfig{Seed: 367, Name: "after", MaxTx: 10, Pause: 10 * time.Millisecond})
+	w.startRelay(env...).waitState("streaming", time.Minute)
+	sr.progress(t, 100, time.Minute)
+	after.stop()
+	if err := after.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if wr.Stats().RolledBack == 0 {
+		t.Error("the writer rolled back no transaction: the test proved little")
+	}
+	sr.checkOnce(t, append(wr.Committed(), after.Committed()...), fmt.Sprintf("rolled_back=%d", wr.Stats().RolledBack))
 }
 
 // walbox prune is killed with a batch deleted and counted in walbox_deletes, not yet committed:

@@ -95,18 +95,7 @@ func TestRecoverIntoStreamKilledAndRunAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := append(committed, wr2.Committed()...)
-	sr.wait(t, len(all), 3*time.Minute)
-	time.Sleep(3 * time.Second) // anything stored twice would be there by now
-	var deliveries []checker.Delivery
-	for _, m := range sr.messages() {
-		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
-	}
-	rep := checker.Check(all, deliveries)
-	t.Logf("SUMMARY %s %s killed_recover_stored=%d", t.Name(), rep, stored)
-	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
-		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
-			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
-	}
+	sr.checkOnce(t, all, fmt.Sprintf("killed_recover_stored=%d", stored))
 }
 
 // `walbox recover` given a stream that does not exist (a typo, or --stream left at its default
@@ -203,18 +192,7 @@ func TestRecoverIntoAStreamTwoClustersShare(t *testing.T) {
 		}
 		all = append(all, c.wr.Committed()...)
 	}
-	sr.wait(t, len(all), 3*time.Minute)
-	time.Sleep(3 * time.Second) // anything stored twice would be there by now
-	var deliveries []checker.Delivery
-	for _, m := range sr.messages() {
-		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
-	}
-	rep := checker.Check(all, deliveries)
-	t.Logf("SUMMARY %s %s", t.Name(), rep)
-	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
-		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
-			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
-	}
+	sr.checkOnce(t, all, "")
 }
 
 // A relay decodes on a hot standby (--replication-url) into a stream; it is killed and the
@@ -262,19 +240,7 @@ func TestRecoverIntoAStreamFromAStandby(t *testing.T) {
 	if err := wr.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	committed := wr.Committed()
-	sr.wait(t, len(committed), 3*time.Minute)
-	time.Sleep(3 * time.Second) // anything stored twice would be there by now
-	var deliveries []checker.Delivery
-	for _, m := range sr.messages() {
-		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
-	}
-	rep := checker.Check(committed, deliveries)
-	t.Logf("SUMMARY %s %s", t.Name(), rep)
-	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
-		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
-			len(deliveries), len(committed), rep.Lost, rep.Phantom, rep.Duplicated)
-	}
+	sr.checkOnce(t, wr.Committed(), "")
 }
 
 // Two shards publish into one stream, each under its slot's producer name. Shard 0's slot is
@@ -309,17 +275,25 @@ func TestRecoverIntoAStreamShardsShare(t *testing.T) {
 	if err := wr.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	committed := wr.Committed()
-	sr.wait(t, len(committed), 3*time.Minute)
+	sr.checkOnce(t, wr.Committed(), "")
+}
+
+// checkOnce waits until the stream holds as many messages as all has rows, and a little more for
+// anything stored twice. It fails the test unless the stream holds each row of all exactly once
+// and nothing else, logs the summary with extra, and records it in the soak's table.
+func (sr *streamReader) checkOnce(t *testing.T, all []checker.Row, extra string) {
+	t.Helper()
+	sr.wait(t, len(all), 3*time.Minute)
 	time.Sleep(3 * time.Second) // anything stored twice would be there by now
 	var deliveries []checker.Delivery
 	for _, m := range sr.messages() {
 		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
 	}
-	rep := checker.Check(committed, deliveries)
-	t.Logf("SUMMARY %s %s", t.Name(), rep)
+	rep := checker.Check(all, deliveries)
+	t.Logf("SUMMARY %s %s %s", t.Name(), rep, extra)
+	soakReport(t.Name(), rep)
 	if rep.Lost != 0 || rep.Phantom != 0 || rep.Duplicated != 0 {
 		t.Errorf("the stream holds %d messages for %d committed rows: %d lost, %d phantom, %d stored twice",
-			len(deliveries), len(committed), rep.Lost, rep.Phantom, rep.Duplicated)
+			len(deliveries), len(all), rep.Lost, rep.Phantom, rep.Duplicated)
 	}
 }
