@@ -110,7 +110,7 @@ const killAt = 3
 // without kill points drains, and nothing may be lost, invented or delivered out of order.
 func TestRelayKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	killRounds(t, 3, relayKilledAtEveryPoint)
+	killRounds(t, 2, relayKilledAtEveryPoint)
 }
 
 func relayKilledAtEveryPoint(t *testing.T) {
@@ -139,7 +139,7 @@ func relayKilledAtEveryPoint(t *testing.T) {
 // and publishes the whole gap again. At the end nothing of the gap may be lost.
 func TestRecoverKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	killRounds(t, 5, recoverKilledAtEveryPoint)
+	killRounds(t, 3, recoverKilledAtEveryPoint)
 }
 
 func recoverKilledAtEveryPoint(t *testing.T) {
@@ -211,7 +211,7 @@ func recoverIntoStreamKilledAtEveryPoint(t *testing.T) {
 // nothing.
 func TestPruneKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	killRounds(t, 5, pruneKilledAtEveryPoint)
+	killRounds(t, 3, pruneKilledAtEveryPoint)
 }
 
 func pruneKilledAtEveryPoint(t *testing.T) {
@@ -248,7 +248,7 @@ func pruneKilledAtEveryPoint(t *testing.T) {
 // over from the slot, and nothing is lost.
 func TestStandbyKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	killRounds(t, 5, standbyKilledAtEveryPoint)
+	killRounds(t, 3, standbyKilledAtEveryPoint)
 }
 
 func standbyKilledAtEveryPoint(t *testing.T) {
@@ -284,7 +284,7 @@ func standbyKilledAtEveryPoint(t *testing.T) {
 // nothing is lost or out of order.
 func TestReshardKilledAtEveryPoint(t *testing.T) {
 	heavy(t)
-	killRounds(t, 5, reshardKilledAtEveryPoint)
+	killRounds(t, 3, reshardKilledAtEveryPoint)
 }
 
 func reshardKilledAtEveryPoint(t *testing.T) {
