@@ -111,3 +111,36 @@ func TestRunStopsOnASignalWhileItReadsTheShards(t *testing.T) {
 			err, strings.Join(seen, "\n"), rest)
 	}
 }
+
+// --database-password goes into --database-url and --replication-url alike, for every command
+// that takes both. A malformed --replication-url stops the command at start, named, its password
+// hidden.
+func TestDatabasePasswordGoesIntoBothURLs(t *testing.T) {
+	for _, cmd := range []string{"migrate", "run", "status", "doctor", "recover", "reshard"} {
+		t.Run(cmd, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@primary/app")
+			t.Setenv("WALBOX_REPLICATION_URL", "postgres://walbox@standby/app")
+			t.Setenv("WALBOX_DATABASE_PASSWORD", "s3cret")
+			t.Setenv("WALBOX_AMQP_URL", "amqp://mq/")
+			t.Setenv("WALBOX_SHARDS", "2")
+			c := newCommon(cmd)
+			if err := c.parse(newFlagSet(cmd, "test", io.Discard), nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range []string{c.v.relay.DatabaseURL, c.v.relay.ReplicationURL} {
+				if !strings.Contains(u, "walbox:s3cret@") {
+					t.Errorf("URL %q: want the password in it", u)
+				}
+			}
+			t.Setenv("WALBOX_REPLICATION_URL", "postgres://walbox:s3cret@standby:port/app")
+			t.Setenv("WALBOX_DATABASE_PASSWORD", "")
+			var out bytes.Buffer
+			code := mainWithExit(context.Background(), []string{cmd}, &out, &out)
+			want := "walbox " + cmd + ": --replication-url (WALBOX_REPLICATION_URL): "
+			if code != 2 || !strings.HasPrefix(out.String(), want) || strings.Contains(out.String(), "s3cret") {
+				t.Errorf("a malformed replication URL: exit %d, %q; want 2, %q and no password", code, out.String(), want)
+			}
+		})
+	}
+}
