@@ -575,11 +575,14 @@ func (c connGone) Error() string { return c.err.Error() }
 func (c connGone) Unwrap() error { return c.err }
 
 // publishFailed wraps the error of a publish or park as the broker's, unless the session was
-// found over meanwhile.
+// found over meanwhile. The broker holding what the relay cannot continue from ends the relay.
 func publishFailed(err error) error {
 	var g connGone
 	if errors.As(err, &g) {
 		return g.err
+	}
+	if errors.Is(err, wire.ErrConflict) {
+		return fatal(brokerError{err})
 	}
 	return brokerError{err}
 }

@@ -23,7 +23,9 @@
 // It reads the stream back from its end to the last message of that producer.
 // That message's id and position are the anchor.
 // A message at or before the anchor is stored already: Publish confirms it at once and sends
-// nothing. The first message after the anchor gets the last id plus one, the next one more, and so
+// nothing. It must be the stream's message at its position, with its id and body.
+// Else Publish fails with an error that is wire.ErrConflict, and the relay stops.
+// The first message after the anchor gets the last id plus one, the next one more, and so
 // on. So every session numbers the same messages the same way.
 // A message's id is the anchor's id plus its rank after the anchor, whichever session computes it.
 // A replay may reach the broker anyway: an old session's, still in flight.

@@ -71,23 +71,35 @@ type heldSpan struct {
 // subscribed to may be a replica that lags.
 var errStalled = errors.New("nothing new")
 
-// readIDsAgain is readIDs, read again when a read stalls short of hi, up to anchorReads times. Each
-// read goes through another subscription: the client picks a member at random.
+// readIDsAgain reads offsets lo to hi and notes in held the ids it finds (readAgain).
 func (s *Session) readIDsAgain(lo, hi int64, from Position, ids, held map[string]bool) (heldSpan, error) {
+	r := heldSpan{}
+	first, err := s.readAgain(lo, hi, "walbox-recover", func(m *amqp.Message) {
+		s.note(m, from, ids, held, &r)
+	})
+	r.first = first
+	return r, err
+}
+
+// readAgain is readSpan, read again when a read stalls short of hi, up to anchorReads times. Each
+// read goes through another subscription: the client picks a member at random. So each may see a
+// message twice.
+func (s *Session) readAgain(lo, hi int64, reader string, each func(*amqp.Message)) (int64, error) {
 	for n := 1; ; n++ {
-		r, err := s.readIDs(lo, hi, from, ids, held)
+		first, err := s.readSpan(lo, hi, reader, each)
 		if !errors.Is(err, errStalled) || n == anchorReads {
-			return r, err
+			return first, err
 		}
 		time.Sleep(anchorPause)
 	}
 }
 
-// readIDs reads offsets lo to hi (exclusive) and notes in held the ids it finds.
-func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool) (heldSpan, error) {
+// readSpan reads offsets lo to hi (exclusive) and hands each message to each. It returns the
+// first offset the broker sent, -1 for none.
+func (s *Session) readSpan(lo, hi int64, reader string, each func(*amqp.Message)) (int64, error) {
 	var (
 		mu    sync.Mutex
-		r     = heldSpan{first: -1}
+		first = int64(-1)
 		heard = time.Now()
 		done  = make(chan struct{})
 		ended bool
@@ -100,11 +112,11 @@ func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool
 		}
 		offset := cc.Consumer.GetOffset()
 		heard = time.Now()
-		if r.first < 0 {
-			r.first = offset
+		if first < 0 {
+			first = offset
 		}
 		if offset < hi {
-			s.note(m, from, ids, held, &r)
+			each(m)
 		}
 		if offset >= hi-1 {
 			ended = true
@@ -112,9 +124,9 @@ func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool
 		}
 	}
 	c, err := s.env.NewConsumer(s.cfg.Stream, handle, stream.NewConsumerOptions().
-		SetOffset(stream.OffsetSpecification{}.Offset(lo)).SetClientProvidedName("walbox-recover"))
+		SetOffset(stream.OffsetSpecification{}.Offset(lo)).SetClientProvidedName(reader))
 	if err != nil {
-		return r, fmt.Errorf("read stream %s: %w", s.cfg.Stream, err)
+		return first, fmt.Errorf("read stream %s: %w", s.cfg.Stream, err)
 	}
 	defer c.Close()
 	tick := time.NewTicker(s.cfg.ScanTimeout / 10)
@@ -124,14 +136,14 @@ func (s *Session) readIDs(lo, hi int64, from Position, ids, held map[string]bool
 		case <-done:
 			mu.Lock()
 			defer mu.Unlock()
-			return r, nil
+			return first, nil
 		case <-tick.C:
 		}
 		mu.Lock()
 		if time.Since(heard) > s.cfg.ScanTimeout {
 			ended = true
 			mu.Unlock()
-			return r, fmt.Errorf("read stream %s: %w for %v reading offsets %d to %d", s.cfg.Stream, errStalled, s.cfg.ScanTimeout, lo, hi)
+			return first, fmt.Errorf("read stream %s: %w for %v reading offsets %d to %d", s.cfg.Stream, errStalled, s.cfg.ScanTimeout, lo, hi)
 		}
 		mu.Unlock()
 	}

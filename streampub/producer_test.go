@@ -71,11 +71,13 @@ func TestTwoSystemsWithOneSlotNameStoreEveryRow(t *testing.T) {
 	}
 }
 
-// legacyRow is a message as walbox stored it under the slot's old producer name.
+// legacyRow is a message as walbox stored it under the slot's old producer name: msg's id and
+// body, or none and "{}" when msg is nil.
 type legacyRow struct {
 	id     int64
 	system string
 	pos    streampub.Position
+	msg    *wire.Message
 }
 
 // publishLegacy stores rows under the name walbox gave the slot's producer before, as it did.
@@ -98,6 +100,10 @@ func publishLegacy(tb testing.TB, uri, streamName, slot string, rows []legacyRow
 	var msgs []message.StreamMessage
 	for _, r := range rows {
 		m := amqp.NewMessage([]byte(`{}`))
+		if r.msg != nil {
+			m = amqp.NewMessage(r.msg.Payload)
+			m.Properties = &amqp.MessageProperties{MessageID: r.msg.AMQPMessageID()}
+		}
 		m.SetPublishingId(r.id)
 		m.ApplicationProperties = map[string]any{streampub.PropProducer: name, streampub.PropSystem: r.system,
 			streampub.PropPosition: r.pos.String(), streampub.PropPublishingID: r.id}
@@ -132,8 +138,9 @@ func TestProducerContinuesFromItsSystemsLastMessageUnderTheOldName(t *testing.T)
 	pos, msgs := rows(0x3000000, 12)
 	other := strconv.FormatUint(7000000000000000099, 10)
 	publishLegacy(t, r.StreamURL(), cfg.Stream, cfg.Slot, []legacyRow{
-		{1, "7000000000000000001", pos[0]}, {2, "7000000000000000001", pos[1]}, {3, other, streampub.Position{Timeline: 1, LSN: 0x9000000}},
-		{4, "7000000000000000001", pos[2]}, {5, other, streampub.Position{Timeline: 1, LSN: 0x9000100}},
+		{1, "7000000000000000001", pos[0], msgs[0]}, {2, "7000000000000000001", pos[1], msgs[1]},
+		{3, other, streampub.Position{Timeline: 1, LSN: 0x9000000}, nil},
+		{4, "7000000000000000001", pos[2], msgs[2]}, {5, other, streampub.Position{Timeline: 1, LSN: 0x9000100}, nil},
 	})
 
 	s := dial(t, cfg)

@@ -102,10 +102,10 @@ func TestHeldIsNotTakenFromALaggingReplica(t *testing.T) {
 func TestLegacyAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
 	c := testenv.StartStreamCluster(t)
 	cfg := config(c.Node(0))
-	pos, _ := rows(0x7000000, 200)
+	pos, msgs := rows(0x7000000, 200)
 	legacy := make([]legacyRow, 200)
 	for i := range legacy {
-		legacy[i] = legacyRow{int64(i + 1), strconv.FormatUint(system, 10), pos[i]}
+		legacy[i] = legacyRow{int64(i + 1), strconv.FormatUint(system, 10), pos[i], msgs[i]}
 	}
 	publishLegacy(t, c.Node(0).StreamURL(), cfg.Stream, cfg.Slot, legacy[:100])
 	time.Sleep(2 * time.Second) // every replica has them

@@ -22,6 +22,7 @@ type Session struct {
 	main   *lane // the named producer: exactly once
 	park   *lane // the park stream's producer: at least once
 	anchor anchor
+	stored stored // what the stream holds from the first message skipped to the anchor
 
 	system string       // the database system identifier, set by Bind; "" for none
 	guard  func() error // called before each write; nil for none (Guard)
@@ -226,6 +227,12 @@ func (s *Session) Publish(_ context.Context, m *wire.Message) (uint64, error) {
 		msg.ApplicationProperties[PropPublishingID] = s.anchor.id
 		if _, err := s.main.encode(msg); err != nil {
 			return 0, err
+		}
+		// Rows before a reshard's cut are the old set's, in no message of this producer.
+		if s.pos.LSN >= s.cfg.SkipBefore {
+			if err := s.checkStored(msg); err != nil {
+				return 0, err
+			}
 		}
 		seq := s.nextSeq()
 		s.send(wire.Confirm{Seq: seq, At: time.Now()})

@@ -69,6 +69,7 @@
 //     TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout,
 //     TestStreamPrefixChangedInsideATransactionLosesNoRow,
 //     TestStreamReshardStoresNoRowBeforeTheCutTwice
+//   - a restored data directory, in each mode: TestRestoredDatabase
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - code of another role: TestPlantedOverloadsNeverRun, TestBuiltinScanFindsWalboxCalls,
 //     TestPlantedOperatorsNeverRunInTheLibraries, TestRecordPlantedInAMappedSchemaIsIgnored,

@@ -3,9 +3,6 @@ package faults_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -406,28 +403,12 @@ func TestStreamRestoredDatabaseStopsTheRelay(t *testing.T) {
 			t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
 		}
 	}
-	data := filepath.Join(pg.Dir(), "data")
-	backup := filepath.Join(t.TempDir(), "data")
-	copyDir := func(from, to string) {
-		t.Helper()
-		if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
-			t.Fatalf("cp -a %s %s: %v\n%s", from, to, err, out)
-		}
-	}
-
 	write(41, 20)
 	relayAll(100)
-	pg.Stop(t, "fast")
-	copyDir(data, backup)
-	pg.Start(t)
-	write(42, 20)
-	relayAll(200)
-	pg.Stop(t, "fast")
-	if err := os.RemoveAll(data); err != nil {
-		t.Fatal(err)
-	}
-	copyDir(backup, data)
-	pg.Start(t)
+	restoreFault(t, pg, func() {
+		write(42, 20)
+		relayAll(200)
+	})
 	write(43, 10) // new rows, at LSNs the stream's last rows had
 	var before string
 	if err := execRow(t, w.db, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &before, w.slot); err != nil {

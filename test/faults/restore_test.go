@@ -1,0 +1,212 @@
+package faults_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// restoreFault restores pg's data directory from a copy taken when it is called. It stops the
+// server, copies its data directory and starts it again. Then between writes and relays more
+// rows. Then the server stops and the copy goes back in place. The server comes back with its
+// system identifier and timeline, at the older WAL position. The slot and walbox's record are as
+// they were at the copy; the broker, the stream and consumers keep what they got meanwhile. No
+// relay may run while it stops the server: between stops the relays it starts.
+func restoreFault(t *testing.T, pg *testenv.Postgres, between func()) {
+	t.Helper()
+	testenv.RequireOwn(t, pg)
+	data := filepath.Join(pg.Dir(), "data")
+	backup := filepath.Join(t.TempDir(), "data")
+	copyDir := func(from, to string) {
+		t.Helper()
+		if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+			t.Fatalf("cp -a %s %s: %v\n%s", from, to, err, out)
+		}
+	}
+	pg.Stop(t, "fast")
+	copyDir(data, backup)
+	pg.Start(t)
+	between()
+	pg.Stop(t, "fast")
+	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(backup, data)
+	pg.Start(t)
+}
+
+// restoreCell is one mode of TestRestoredDatabase.
+type restoreCell struct {
+	name   string
+	stream bool    // publish into a stream (--stream-url)
+	emit   float64 // the share of rows written through walbox_emit
+	config string  // a config file's tables section; "" for none
+	// past: the restored server writes past the relay's last row before walbox starts, so that
+	// this row's commit LSN is in its WAL again
+	past bool
+}
+
+// A data directory restored from a copy taken before the relay's last rows, in each mode. Rows
+// are written and relayed, the copy taken, more rows written and relayed, the copy put back, and
+// new rows written before walbox starts. walbox must deliver every row committed after the
+// restore, or stop with one line naming the cause and the way out; then doctor, status and
+// recover --dry-run say the same, and the way out delivers the new rows.
+func TestRestoredDatabase(t *testing.T) {
+	heavy(t)
+	for _, c := range []restoreCell{
+		{name: "amqp table ids"},
+		{name: "amqp walbox_emit", emit: 0.5},
+		{name: "amqp mapped table", config: "tables:\n  - table: public.outbox\n    id: id\n    payload: payload\n"},
+		{name: "stream table ids", stream: true},
+		{name: "stream walbox_emit", stream: true, emit: 0.5},
+		{name: "stream written past the last row", stream: true, past: true},
+		{name: "stream walbox_emit written past the last row", stream: true, emit: 0.5, past: true},
+	} {
+		t.Run(c.name, func(t *testing.T) { restoredDatabase(t, c) })
+	}
+}
+
+func restoredDatabase(t *testing.T, c restoreCell) {
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	var rabbit *testenv.Rabbit
+	if c.stream {
+		rabbit = testenv.StartRabbitStream(t)
+	} else {
+		rabbit = testenv.SharedRabbit(t)
+	}
+	w := newWorld(t, pg, rabbit)
+	var env []string
+	if c.config != "" {
+		conf := filepath.Join(t.TempDir(), "tables.yaml")
+		if err := os.WriteFile(conf, []byte(c.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "WALBOX_CONFIG="+conf)
+	}
+	name := testenv.UniqueName("events")
+	if c.stream {
+		env = append(env, "WALBOX_STREAM_URL="+rabbit.StreamURL(), "WALBOX_STREAM="+name)
+	}
+	var committed []checker.Row
+	write := func(seed uint64, txs int) {
+		t.Helper()
+		wr := w.newWriter(checker.WriterConfig{Seed: seed, Name: fmt.Sprintf("agg%d", seed), Emit: c.emit})
+		for range txs {
+			if err := wr.Tx(t.Context(), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wr.Close()
+		committed = append(committed, wr.Committed()...)
+	}
+	var sr *streamReader
+	var v *checker.Verifier
+	if c.stream {
+		sr = readStream(t, rabbit.StreamURL(), name)
+	} else {
+		v = w.startVerifier()
+	}
+	delivered := func() int {
+		if c.stream {
+			return sr.count()
+		}
+		return v.Count()
+	}
+	relayAll := func() {
+		t.Helper()
+		r := w.startRelay(env...)
+		want := len(committed)
+		waitFor(t, 2*time.Minute, fmt.Sprintf("%d rows delivered", want), func() bool { return delivered() >= want })
+		time.Sleep(time.Second) // the slot catches up with the confirms
+		if code := r.Stop(time.Minute); code != 0 {
+			t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
+		}
+	}
+
+	write(41, 20)
+	relayAll()
+	restoreFault(t, pg, func() {
+		write(42, 20)
+		relayAll()
+	})
+	before, txs := len(committed), 10
+	if c.past {
+		txs = 40
+	}
+	write(43, txs) // after the restore, at positions the relayed rows had
+	after := committed[before:]
+
+	r := w.startRelay(env...)
+	if !c.stream {
+		rep := v.Await(t.Context(), committed, 2*time.Minute)
+		if err := rep.Err(); err != nil {
+			t.Errorf("rows committed after the restore: %v\n%s\n%s", err, rep, r.Output())
+		}
+		return
+	}
+	stored := sr.count()
+	waitFor(t, 2*time.Minute, "walbox to stop, or every row committed after the restore in the stream", func() bool {
+		return r.Exited() || len(notInStream(sr, after)) == 0
+	})
+	if !r.Exited() {
+		t.Logf("walbox delivered every row committed after the restore into the stream")
+		return
+	}
+	stoppedOnRestore(t, w, r, env)
+	if got := sr.count(); got != stored {
+		t.Errorf("the stream went from %d to %d messages on the restored server", stored, got)
+	}
+	wayOutNewStream(t, w, rabbit, env, after)
+}
+
+// notInStream returns the ids of rows the stream read by sr does not hold.
+func notInStream(sr *streamReader, rows []checker.Row) []string {
+	seen := map[string]bool{}
+	for _, m := range sr.messages() {
+		seen[fmt.Sprint(m.Properties.MessageID)] = true
+	}
+	var ids []string
+	for _, row := range rows {
+		if !seen[row.ID] {
+			ids = append(ids, row.ID)
+		}
+	}
+	return ids
+}
+
+// stoppedOnRestore checks that the relay r stopped on the restored server in one line naming the
+// cause and the way out, and that doctor, status and recover --dry-run name the same cause.
+func stoppedOnRestore(t *testing.T, w *world, r *relay, env []string) {
+	t.Helper()
+	code := r.Wait(time.Minute)
+	out := r.Output()
+	t.Logf("walbox run exited %d:\n%s", code, out)
+	if code == 0 || !strings.Contains(out, "WAL does not have") || !strings.Contains(out, "restored") ||
+		!strings.Contains(out, "new stream") {
+		t.Fatalf("walbox run exited %d; want a stop naming the restored data directory and the way out:\n%s", code, out)
+	}
+	for _, args := range [][]string{{"status"}, {"doctor"}, {"recover", "--dry-run"}} {
+		out, code := w.walbox(env, args...)
+		t.Logf("walbox %s exited %d:\n%s", strings.Join(args, " "), code, out)
+	}
+}
+
+// wayOutNewStream follows the way out the stop names: walbox run into a new stream delivers
+// every row committed after the restore.
+func wayOutNewStream(t *testing.T, w *world, rabbit *testenv.Rabbit, env []string, after []checker.Row) {
+	t.Helper()
+	fresh := testenv.UniqueName("events")
+	sr := readStream(t, rabbit.StreamURL(), fresh)
+	w.startRelay(append(env, "WALBOX_STREAM="+fresh)...)
+	waitFor(t, 2*time.Minute, "every row committed after the restore in the new stream", func() bool {
+		return len(notInStream(sr, after)) == 0
+	})
+}
