@@ -18,42 +18,6 @@ import (
 // commentMaxWords is the most words a sentence of a Go comment may have.
 const commentMaxWords = 20
 
-// commentChecked are the packages, as folders from the repository root, whose comments keep every
-// sentence within commentMaxWords words. A package joins the list once its comments pass.
-var commentChecked = []string{
-	"checkpoint",
-	"cmd/walbox",
-	"consumer",
-	"consumer/internal/handling",
-	"consumer/streamconsumer",
-	"decoder",
-	"inspect",
-	"internal/cli",
-	"internal/doctor",
-	"internal/killpoint",
-	"internal/ownertrust",
-	"internal/pgconnect",
-	"internal/prune",
-	"internal/redact",
-	"internal/relayd",
-	"internal/repocheck",
-	"internal/status",
-	"internal/streamconn",
-	"metrics",
-	"migrations",
-	"otel/cmd/walbox",
-	"otel/tracing",
-	"outbox",
-	"publisher",
-	"publisher/publishertest",
-	"registry",
-	"replication",
-	"shard",
-	"slots",
-	"streampub",
-	"wire",
-}
-
 // notProduct are the packages of the product's modules that are not the product.
 // The package internal/testenv starts servers for tests, and only tests import it.
 var notProduct = []string{"internal/testenv"}
@@ -68,44 +32,28 @@ type commentStats struct {
 	tooLong []string // "file:line: n words: sentence"
 }
 
-// checkComments measures the sentences of the product's Go comments. Each sentence of a checked
-// package over commentMaxWords words is a problem.
+// checkComments measures the sentences of the product's Go comments.
+// Each sentence over commentMaxWords words is a problem.
 func checkComments(root string, verbose bool, out io.Writer) ([]string, error) {
 	pkgs, err := measureComments(root)
 	if err != nil {
 		return nil, err
 	}
 	var all proseStats
-	over := 0
-	var unchecked, problems []string
+	var problems []string
 	for _, dir := range slices.Sorted(maps.Keys(pkgs)) {
 		st := pkgs[dir]
 		all = all.add(st.proseStats)
-		over += len(st.tooLong)
-		checked := slices.Contains(commentChecked, dir)
-		if !checked {
-			unchecked = append(unchecked, dir)
-		}
 		if verbose {
 			fmt.Fprintf(out, "  %s: %.1f words a sentence (%d sentences, %d over %d words)\n",
 				dir, st.perSentence(), st.sentences, len(st.tooLong), commentMaxWords)
 		}
-		if checked {
-			for _, s := range st.tooLong {
-				problems = append(problems, fmt.Sprintf("%s (a comment sentence has at most %d words)", s, commentMaxWords))
-			}
+		for _, s := range st.tooLong {
+			problems = append(problems, fmt.Sprintf("%s (a comment sentence has at most %d words)", s, commentMaxWords))
 		}
 	}
-	for _, dir := range commentChecked {
-		if _, ok := pkgs[dir]; !ok {
-			problems = append(problems, fmt.Sprintf("comments: %s is in commentChecked but is no product package", dir))
-		}
-	}
-	fmt.Fprintf(out, "Go comments: %.1f words a sentence (%d sentences, %d over %d words); %d of %d packages checked\n",
-		all.perSentence(), all.sentences, over, commentMaxWords, len(pkgs)-len(unchecked), len(pkgs))
-	if verbose && len(unchecked) > 0 {
-		fmt.Fprintf(out, "  not checked yet: %s\n", strings.Join(unchecked, " "))
-	}
+	fmt.Fprintf(out, "Go comments: %.1f words a sentence (%d sentences, %d over %d words) in %d packages\n",
+		all.perSentence(), all.sentences, len(problems), commentMaxWords, len(pkgs))
 	return problems, nil
 }
 

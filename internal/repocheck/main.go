@@ -8,7 +8,7 @@
 //   - The prose of docs/ averages at most 22 words a sentence.
 //   - docs/performance.md has at most 150 lines.
 //
-// A sentence of a Go comment has at most 20 words, in the packages of commentChecked.
+// A sentence of a Go comment has at most 20 words, in every package of the product.
 // Tracked files are at most 2 MB and none is an executable binary.
 // See docs/testing.md for how sentences are counted, and docs/architecture.md for the other packages.
 package main
