@@ -3,6 +3,7 @@ package main
 import (
 	"go/parser"
 	"go/token"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -156,5 +157,13 @@ func TestMeasureCommentsReadsTheProductOnly(t *testing.T) {
 	}
 	if st := pkgs["otel/tracing"]; len(st.tooLong) != 1 {
 		t.Errorf("otel/tracing: %+v, want one long sentence", st)
+	}
+	// Every product package is checked, one no list names too.
+	problems, err := checkComments(root, false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !strings.HasPrefix(problems[0], "otel/tracing/t.go:1: 25 words") {
+		t.Errorf("problems %q, want the long sentence of otel/tracing", problems)
 	}
 }
