@@ -145,12 +145,13 @@ func TestMeasureCommentsReadsTheProductOnly(t *testing.T) {
 	write("test/t.go", long)
 	write("otel/go.mod", "module o\n")
 	write("otel/tracing/t.go", long)
+	write("newlib/n.go", long)
 	pkgs, err := measureComments(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(maps.Keys(pkgs)); !slices.Equal(got, []string{"lib", "otel/tracing"}) {
-		t.Fatalf("packages %q, want lib and otel/tracing", got)
+	if got := slices.Sorted(maps.Keys(pkgs)); !slices.Equal(got, []string{"lib", "newlib", "otel/tracing"}) {
+		t.Fatalf("packages %q, want lib, newlib and otel/tracing", got)
 	}
 	if st := pkgs["lib"]; st.sentences != 1 || len(st.tooLong) != 0 {
 		t.Errorf("lib: %+v, want one short sentence", st)
@@ -163,7 +164,8 @@ func TestMeasureCommentsReadsTheProductOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(problems) != 1 || !strings.HasPrefix(problems[0], "otel/tracing/t.go:1: 25 words") {
-		t.Errorf("problems %q, want the long sentence of otel/tracing", problems)
+	if len(problems) != 2 || !strings.HasPrefix(problems[0], "newlib/n.go:1: 25 words") ||
+		!strings.HasPrefix(problems[1], "otel/tracing/t.go:1: 25 words") {
+		t.Errorf("problems %q, want the long sentences of newlib and otel/tracing", problems)
 	}
 }
