@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/test/checker"
@@ -168,9 +169,7 @@ func TestRecoverIntoStreamKilledAtEveryPoint(t *testing.T) {
 func recoverIntoStreamKilledAtEveryPoint(t *testing.T) {
 	rabbit := testenv.StartRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
-	name := testenv.UniqueName("events")
-	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
-	sr := readStream(t, rabbit.StreamURL(), name)
+	env, sr := newStream(t, rabbit)
 	wr := w.startWriter(checker.WriterConfig{Seed: 366, MaxTx: 10, Pause: 10 * time.Millisecond, Rollback: 0.1})
 	r := w.startRelay(env...)
 	r.waitState("streaming", time.Minute)
@@ -190,7 +189,7 @@ func recoverIntoStreamKilledAtEveryPoint(t *testing.T) {
 		w.killedWith(env, point, 1, "recover")
 		w.expectRefusal(w.startRelay(env...), "ahead of")
 	}
-	if out, code := w.walbox(env, "recover"); code != 0 || !strings.Contains(out, "into stream "+name) {
+	if out, code := w.walbox(env, "recover"); code != 0 || !strings.Contains(out, "into stream ") {
 		t.Fatalf("walbox recover, run again after the kills, exited %d:\n%s", code, out)
 	}
 	after := w.startWriter(checker.WriterConfig{Seed: 367, Name: "after", MaxTx: 10, Pause: 10 * time.Millisecond})
@@ -290,17 +289,75 @@ func TestReshardKilledAtEveryPoint(t *testing.T) {
 func reshardKilledAtEveryPoint(t *testing.T) {
 	w, v, wr, old := twoShardsUnderLoad(t, 364)
 	w.progress(v, 300, time.Minute)
+	w.reshardKilled(old, nil, func() { w.progress(v, 300, time.Minute) })
+	wr.stop()
+	w.verdict(wr.Writer, v, 3*time.Minute, len(reshardPoints), len(reshardPoints), "")
+}
+
+// TestReshardKilledAtEveryPoint, with every relay publishing into one stream. The new set's
+// relays skip the rows committed before the cut, which the old set delivers, so no row before
+// the cut is stored twice; the kills do not change that. Nothing is lost or phantom.
+func TestStreamReshardKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	killRounds(t, 2, streamReshardKilledAtEveryPoint)
+}
+
+func streamReshardKilledAtEveryPoint(t *testing.T) {
+	rabbit := testenv.StartRabbitStream(t)
+	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, 2)
+	env, sr := newStream(t, rabbit)
+	wr := w.startWriter(checker.WriterConfig{Seed: 368, Aggregates: 40, MaxTx: 5, Pause: 5 * time.Millisecond})
+	old := []*relay{w.startShard(0, 2, env...), w.startShard(1, 2, env...)}
+	sr.progress(t, 300, 2*time.Minute)
+	w.reshardKilled(old, env, func() { sr.progress(t, 300, 2*time.Minute) })
+	wr.stop()
+	if err := wr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	committed := wr.Committed()
+	sr.checkCut(t, committed, w.cutOf(3))
+	var deliveries []checker.Delivery
+	for _, m := range sr.messages() {
+		deliveries = append(deliveries, checker.Parse(fmt.Sprint(m.Properties.MessageID), m.GetData()))
+	}
+	rep := checker.Check(committed, deliveries)
+	t.Logf("SUMMARY %s %s", t.Name(), rep)
+	soakReport(t.Name(), rep)
+	if rep.Lost != 0 || rep.Phantom != 0 {
+		t.Errorf("the stream lost %d rows and holds %d phantom", rep.Lost, rep.Phantom)
+	}
+}
+
+// reshardKilled reshards from the two shards whose relays old run with the settings env to
+// three, killed at each step: walbox reshard, each run one step further (the new publications
+// created, no slot yet; the first new slot created, not recorded; the first recorded as found
+// and the second created and recorded). After each kill an old relay is started again: it reads
+// the reshard half done. reshard, run again, finishes and waits for the cut; the new relays
+// start; progress waits for deliveries; the old relays stop. walbox reshard --retire is killed
+// with the first old slot dropped and forgotten and the second dropped, its record kept; and
+// again with both forgotten, the publications kept. Run again, it retires the old set, and one
+// set of 3 remains.
+func (w *world) reshardKilled(old []*relay, env []string, progress func()) {
+	t := w.t
+	t.Helper()
 	reshard := []string{"reshard", "--shards", "3"}
-	w.killedAt("reshard.published", 1, reshard...)
-	w.killedAt("slot.created", 1, reshard...)
-	w.killedAt("reshard.slot", 2, reshard...)
+	for i, step := range []struct {
+		point string
+		hit   int
+	}{{"reshard.published", 1}, {"slot.created", 1}, {"reshard.slot", 2}} {
+		w.killedAt(step.point, step.hit, reshard...)
+		k := i % len(old)
+		old[k].Kill()
+		old[k] = w.startShard(k, 2, env...)
+		old[k].waitState("streaming", time.Minute)
+	}
 	if out, code := w.walbox(nil, append(reshard, "--wait", "90s")...); code != 0 {
 		t.Fatalf("walbox reshard --shards 3, run again after the kills, exited %d:\n%s", code, out)
 	}
 	for k := range 3 {
-		w.startShard(k, 3)
+		w.startShard(k, 3, env...)
 	}
-	w.progress(v, 300, time.Minute)
+	progress()
 	for _, r := range old {
 		if code := r.Stop(30 * time.Second); code != 0 {
 			t.Errorf("old relay exited %d", code)
@@ -312,8 +369,7 @@ func reshardKilledAtEveryPoint(t *testing.T) {
 	if out, code := w.walbox(nil, retire...); code != 0 {
 		t.Fatalf("walbox reshard --shards 3 --retire, run again after the kills, exited %d:\n%s", code, out)
 	}
-	w.progress(v, 300, time.Minute)
-	wr.stop()
+	progress()
 	out, code := w.walbox(nil, "status", "--json")
 	var st struct {
 		Sets []struct {
@@ -323,7 +379,6 @@ func reshardKilledAtEveryPoint(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || len(st.Sets) != 1 || st.Sets[0].Shards != 3 {
 		t.Errorf("walbox status after the reshard exited %d with %+v (%v); want one set of 3:\n%s", code, st, err, out)
 	}
-	w.verdict(wr.Writer, v, 3*time.Minute, len(reshardPoints), len(reshardPoints), "")
 }
 
 // A kill between an emitted message and a table row of one transaction, in either order, is not
@@ -395,9 +450,7 @@ func relayModesKilledAtEveryPoint(t *testing.T) {
 	t.Run("stream", func(t *testing.T) {
 		rabbit := testenv.StartRabbitStream(t)
 		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
-		name := testenv.UniqueName("events")
-		env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
-		sr := readStream(t, rabbit.StreamURL(), name)
+		env, sr := newStream(t, rabbit)
 		cfg := cfg
 		cfg.Rollback = 0.1 // the stream must hold nothing rolled back
 		cw := w.newWriter(cfg)
@@ -474,4 +527,28 @@ func leastPrivilegedWorld(t *testing.T) *world {
 	}
 	w.declare()
 	return w
+}
+
+// newStream names a stream of its own on rabbit's stream node, returns the relay's settings for
+// it, and reads it from its start.
+func newStream(t *testing.T, rabbit *testenv.Rabbit) (env []string, sr *streamReader) {
+	t.Helper()
+	name := testenv.UniqueName("events")
+	return []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}, readStream(t, rabbit.StreamURL(), name)
+}
+
+// cutOf is the cut of a reshard into n shards, by walbox's record: the latest consistent point
+// of the new set's slots.
+func (w *world) cutOf(n int) pglogrepl.LSN {
+	w.t.Helper()
+	var cutText string
+	if err := execRow(w.t, w.db, "SELECT max(created_lsn)::text FROM walbox_slots WHERE slot_name LIKE $1", &cutText,
+		w.slot+"_s%of"+itoa(n)); err != nil {
+		w.t.Fatal(err)
+	}
+	cut, err := pglogrepl.ParseLSN(cutText)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return cut
 }

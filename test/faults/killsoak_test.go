@@ -113,9 +113,7 @@ func soakStreamRound(t *testing.T) soakRound {
 	rabbit := testenv.StartRabbitStream(t)
 	return func(t *testing.T, rng *rand.Rand, seed uint64) {
 		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
-		name := testenv.UniqueName("events")
-		env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
-		sr := readStream(t, rabbit.StreamURL(), name)
+		env, sr := newStream(t, rabbit)
 		cfg := soakWriter(seed)
 		cfg.Rollback = 0.1 // the stream must hold nothing rolled back
 		wr := w.startWriter(cfg)
