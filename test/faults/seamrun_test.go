@@ -164,7 +164,7 @@ func (s *seamRun) world() {
 		} else {
 			urls = []string{s.rabbit.StreamURL()}
 		}
-		s.env = append(s.env, "WALBOX_STREAM_URL="+strings.Join(urls, ","), "WALBOX_STREAM="+s.stream)
+		s.env = append(s.env, "WALBOX_STREAM_URL="+strings.Join(urls, ","), "WALBOX_STREAM="+s.stream, "WALBOX_STREAM_MAX_AGE=24h")
 	}
 	if c.is("slots", "lanes") {
 		s.env = append(s.env, "WALBOX_LANES=3")
@@ -376,11 +376,18 @@ func (s *seamRun) killBroker() {
 	if s.cluster != nil {
 		node = s.cluster.Node(1)
 	}
+	if s.sr != nil {
+		// A stream killed within seconds of its declaration stays unavailable after the node is back
+		// ("Internal Error"): give it time to settle, as it has in production.
+		time.Sleep(10 * time.Second)
+	}
 	node.Kill(t)
-	time.Sleep(time.Second) // the writer goes on committing
+	time.Sleep(2 * time.Second) // the writer goes on committing
 	node.Start(t)
 	if s.sr != nil && s.cluster == nil {
-		s.sr.restart(t)
+		// The stream's node may take a while on a loaded machine.
+		s.sr.close()
+		waitFor(t, 3*time.Minute, "the stream reader to reconnect", func() bool { return s.sr.start() == nil })
 	}
 }
 
