@@ -18,5 +18,6 @@
 //
 // A Schedule is fed the watermark, looks and reports, and asked whether a report is due.
 //
-// The package does no I/O and takes no locks; one goroutine owns a Ledger or a Schedule.
+// The package does no I/O and takes no locks.
+// One goroutine owns a Ledger; a Schedule's caller makes its calls one at a time.
 package checkpoint

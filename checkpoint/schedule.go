@@ -40,7 +40,7 @@ const maxCapped = 64
 
 // Schedule decides when the relay reports its position to PostgreSQL.
 // It is fed events and asked Due: "report now?".
-// It does no I/O, reads no clock and takes no locks; one goroutine owns it.
+// It does no I/O, reads no clock and takes no locks; its caller makes the calls one at a time.
 //
 // A report is due at once at the start, then every status interval.
 // A keepalive that asks for a reply, and the end of a session, make one due at once (Request).
@@ -49,6 +49,8 @@ const maxCapped = 64
 // It also reports when a backlog passed since the mark the last report took.
 // The backlog is half a window.
 // A steady stream under that rate is reported once a status interval, not ten times a second.
+// A burst is reported about two looks after it ends.
+// What this leaves a killed relay to send again is in docs/reliability.md.
 // Each report costs a coverage check and a registry write.
 type Schedule struct {
 	interval time.Duration

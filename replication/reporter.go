@@ -238,6 +238,8 @@ func (r *reporter) latest() checkpoint.Mark {
 }
 
 // awake tells the schedule that an offer woke the goroutine.
+// Watch reads the latest mark and decides whether offers wake the goroutine, under the one lock.
+// So no offer falls between: its messages would otherwise wait for the status interval.
 func (r *reporter) awake() {
 	r.mu.Lock()
 	r.sched.Watch(time.Now())
