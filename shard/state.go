@@ -86,9 +86,16 @@ type Move struct {
 //
 // A set may lack a consistent point and still be the older one. Each of its shards is then gone (no
 // slot, no record) or recorded as created before the other set. A retire stopped midway leaves such
-// a set. It dropped and forgot some slots, or all of them but not the publications. The newer set
-// needs the consistent point of every slot: that is the cut.
-func FindMove(sets []SetState) (m Move, ok bool, err error) {
+// a set: it dropped and forgot some slots. The newer set needs the consistent point of every slot:
+// that is the cut. A set gone whole, its publications alone left, may be either: FindMoveTo tells.
+func FindMove(sets []SetState) (m Move, ok bool, err error) { return findMove(sets, 0) }
+
+// FindMoveTo is FindMove for a reshard into n shards. A set gone whole is then the older one when
+// the other set has n shards. A retire that stopped after it forgot every slot leaves such a set,
+// with its publications.
+func FindMoveTo(sets []SetState, n int) (m Move, ok bool, err error) { return findMove(sets, n) }
+
+func findMove(sets []SetState, to int) (m Move, ok bool, err error) {
 	if len(sets) != 2 {
 		return Move{}, false, nil
 	}
@@ -96,15 +103,17 @@ func FindMove(sets []SetState) (m Move, ok bool, err error) {
 	if a.Created > b.Created {
 		a, b = b, a
 	}
-	if b.Created == 0 || (a.Created == 0 && !a.retiredBefore(b.Created)) {
-		return Move{}, false, fmt.Errorf("the slots of %s or of %s have no recorded consistent point; cannot tell which set replaces which", a.Set, b.Set)
+	if b.Created == 0 || (a.Created == 0 && !a.retiredBefore(b.Created, b.Set.N == to)) {
+		return Move{}, false, fmt.Errorf("the slots of %s or of %s have no recorded consistent point; cannot tell which set "+
+			"replaces which. If walbox reshard or its --retire was stopped midway, run it again", a.Set, b.Set)
 	}
 	return Move{From: a, To: b, Cut: b.Created}, true, nil
 }
 
 // retiredBefore reports whether each shard of the set is gone (no slot, no record) or recorded
-// as created before cut.
-func (st *SetState) retiredBefore(cut pglogrepl.LSN) bool {
+// as created before cut. A set gone whole counts only if whole is true.
+func (st *SetState) retiredBefore(cut pglogrepl.LSN, whole bool) bool {
+	recorded := false
 	for k, rec := range st.Records {
 		if rec == nil && k < len(st.Slots) && st.Slots[k].Exists {
 			return false
@@ -112,8 +121,9 @@ func (st *SetState) retiredBefore(cut pglogrepl.LSN) bool {
 		if rec != nil && (rec.CreatedLSN == 0 || rec.CreatedLSN >= cut) {
 			return false
 		}
+		recorded = recorded || rec != nil
 	}
-	return true
+	return recorded || whole
 }
 
 // Passed reports whether slot k of the old set has confirmed everything before the cut. It judges

@@ -75,26 +75,34 @@ func TestFindMoveAfterARetireCutShort(t *testing.T) {
 	}
 	to := shard.SetState{Set: shard.Set{Slot: "walbox", Publication: "walbox", N: 3}, Created: 200}
 	for _, tc := range []struct {
-		name string
-		from shard.SetState
-		ok   bool
+		name     string
+		from     shard.SetState
+		ok, okTo bool // by FindMove; by FindMoveTo 3 shards
 	}{
-		{"one slot dropped and forgotten", old(nil, created(100)), true},
-		{"every slot dropped and forgotten", old(nil, nil), true},
-		{"a slot recorded without a consistent point", old(nil, created(0)), false},
-		{"a slot recorded as created after the other set", old(nil, created(250)), false},
+		{"one slot dropped and forgotten", old(nil, created(100)), true, true},
+		{"every slot dropped and forgotten", old(nil, nil), false, true},
+		{"a slot recorded without a consistent point", old(nil, created(0)), false, false},
+		{"a slot recorded as created after the other set", old(nil, created(250)), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, sets := range [][]shard.SetState{{tc.from, to}, {to, tc.from}} {
-				m, ok, err := shard.FindMove(sets)
-				if ok != tc.ok || (err == nil) != tc.ok {
-					t.Fatalf("FindMove = %t, %v; want a move %t", ok, err, tc.ok)
+				if _, ok, err := shard.FindMove(sets); ok != tc.ok || (err == nil) != tc.ok {
+					t.Errorf("FindMove = %t, %v; want a move %t", ok, err, tc.ok)
+				}
+				m, ok, err := shard.FindMoveTo(sets, 3)
+				if ok != tc.okTo || (err == nil) != tc.okTo {
+					t.Fatalf("FindMoveTo 3 = %t, %v; want a move %t", ok, err, tc.okTo)
 				}
 				if ok && (m.To.Set.N != 3 || m.Cut != 200 || !m.Passed(0)) {
-					t.Errorf("FindMove = %+v: want to the set of 3, cut 200, the gone slot passed", m)
+					t.Errorf("FindMoveTo 3 = %+v: want to the set of 3, cut 200, the gone slot passed", m)
 				}
 			}
 		})
+	}
+	// A set gone whole is the newer one when the reshard moves into it: walbox reshard stopped
+	// after it created the publications, before any slot. It has no cut yet.
+	if _, ok, err := shard.FindMoveTo([]shard.SetState{old(nil, nil), to}, 2); ok || err == nil {
+		t.Errorf("FindMoveTo 2 shards gone whole = %t, %v; want an error", ok, err)
 	}
 	unrecorded := old(nil, created(100))
 	unrecorded.Slots[0].Exists = true

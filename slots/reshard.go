@@ -145,7 +145,7 @@ func ReadReshard(ctx context.Context, c ReshardConfig) (shard.Move, error) {
 	if err != nil {
 		return shard.Move{}, err
 	}
-	m, ok, err := shard.FindMove(sets)
+	m, ok, err := shard.FindMoveTo(sets, c.Shards)
 	if err != nil {
 		return shard.Move{}, err
 	}
