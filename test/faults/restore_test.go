@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,18 @@ import (
 // relay may run while it stops the server: between stops the relays it starts.
 func restoreFault(t *testing.T, pg *testenv.Postgres, between func()) {
 	t.Helper()
+	restoreCopy(t, pg, between, false)
+}
+
+// restoreToNewTimeline is restoreFault with the copy started through recovery: it ends at once
+// (recovery_target immediate) and the server goes on, on a new timeline.
+func restoreToNewTimeline(t *testing.T, pg *testenv.Postgres, between func()) {
+	t.Helper()
+	restoreCopy(t, pg, between, true)
+}
+
+func restoreCopy(t *testing.T, pg *testenv.Postgres, between func(), newTimeline bool) {
+	t.Helper()
 	testenv.RequireOwn(t, pg)
 	data := filepath.Join(pg.Dir(), "data")
 	backup := filepath.Join(t.TempDir(), "data")
@@ -39,7 +52,24 @@ func restoreFault(t *testing.T, pg *testenv.Postgres, between func()) {
 		t.Fatal(err)
 	}
 	copyDir(backup, data)
+	if newTimeline {
+		recovery := "\nrestore_command = 'false'\n"
+		f, err := os.OpenFile(filepath.Join(data, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0o600)
+		if err == nil {
+			_, err = f.WriteString(recovery)
+			err = errors.Join(err, f.Close(), os.WriteFile(filepath.Join(data, "recovery.signal"), nil, 0o600))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	pg.Start(t)
+	if newTimeline {
+		waitFor(t, time.Minute, "the restored server to end its recovery", func() bool {
+			var recovering bool
+			return execRow(t, pg.URL(), "SELECT pg_catalog.pg_is_in_recovery()", &recovering) == nil && !recovering
+		})
+	}
 }
 
 // restoreCell is one mode of TestRestoredDatabase.
@@ -51,19 +81,25 @@ type restoreCell struct {
 	// past: the restored server writes past the relay's last row before walbox starts, so that
 	// this row's commit LSN is in its WAL again
 	past bool
+	// positions: the table's message ids come from commit positions (message-id: position). The
+	// restore is to a new timeline, as docs/configuration.md asks, and the rows written after it
+	// must reach an exactly-once consumer, which drops a message whose id it handled.
+	positions bool
 }
 
 // A data directory restored from a copy taken before the relay's last rows, in each mode. Rows
 // are written and relayed, the copy taken, more rows written and relayed, the copy put back, and
 // new rows written before walbox starts. walbox must deliver every row committed after the
-// restore, or stop with one line naming the cause and the way out; then doctor, status and
-// recover --dry-run say the same, and the way out delivers the new rows.
+// restore, or stop with one line naming the cause and the way out; the way out then delivers
+// the new rows. Position ids are restored to a new timeline, as docs/configuration.md asks.
 func TestRestoredDatabase(t *testing.T) {
 	heavy(t)
 	for _, c := range []restoreCell{
 		{name: "amqp table ids"},
 		{name: "amqp walbox_emit", emit: 0.5},
 		{name: "amqp mapped table", config: "tables:\n  - table: public.outbox\n    id: id\n    payload: payload\n"},
+		{name: "amqp position ids on a new timeline", positions: true,
+			config: "tables:\n  - table: public.outbox\n    message-id: position\n"},
 		{name: "stream table ids", stream: true},
 		{name: "stream walbox_emit", stream: true, emit: 0.5},
 		{name: "stream written past the last row", stream: true, past: true},
@@ -133,11 +169,15 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 
 	write(41, 20)
 	relayAll()
-	restoreFault(t, pg, func() {
+	restore := restoreFault
+	if c.positions {
+		restore = restoreToNewTimeline
+	}
+	restore(t, pg, func() {
 		write(42, 20)
 		relayAll()
 	})
-	before, txs := len(committed), 10
+	before, txs := len(committed), 20
 	if c.past {
 		txs = 40
 	}
@@ -145,6 +185,10 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	after := committed[before:]
 
 	r := w.startRelay(env...)
+	if c.positions {
+		exactlyOnceGetsEvery(t, v, after, r)
+		return
+	}
 	if !c.stream {
 		rep := v.Await(t.Context(), committed, 2*time.Minute)
 		if err := rep.Err(); err != nil {
@@ -183,7 +227,7 @@ func notInStream(sr *streamReader, rows []checker.Row) []string {
 }
 
 // stoppedOnRestore checks that the relay r stopped on the restored server in one line naming the
-// cause and the way out, and that doctor, status and recover --dry-run name the same cause.
+// cause and the way out. It logs what doctor, status and recover --dry-run say then.
 func stoppedOnRestore(t *testing.T, w *world, r *relay, env []string) {
 	t.Helper()
 	code := r.Wait(time.Minute)
@@ -209,4 +253,31 @@ func wayOutNewStream(t *testing.T, w *world, rabbit *testenv.Rabbit, env []strin
 	waitFor(t, 2*time.Minute, "every row committed after the restore in the new stream", func() bool {
 		return len(notInStream(sr, after)) == 0
 	})
+}
+
+// exactlyOnceGetsEvery waits until a consumer that handles each message id once, as the
+// consumer package does, got every row of after. Position ids are not the rows' own, so rows
+// are matched by body.
+func exactlyOnceGetsEvery(t *testing.T, v *checker.Verifier, after []checker.Row, r *relay) {
+	t.Helper()
+	var lost int
+	waitFor(t, 2*time.Minute, "every row committed after the restore handled by an exactly-once consumer", func() bool {
+		seen, handled := map[string]bool{}, map[string]bool{}
+		for _, d := range v.Deliveries() {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				handled[fmt.Sprintf("%s/%d", d.Aggregate, d.Seq)] = true
+			}
+		}
+		lost = 0
+		for _, row := range after {
+			if !handled[fmt.Sprintf("%s/%d", row.Aggregate, row.Seq)] {
+				lost++
+			}
+		}
+		return lost == 0
+	})
+	if r.Exited() {
+		t.Errorf("walbox run exited:\n%s", r.Output())
+	}
 }
