@@ -29,7 +29,8 @@ type Record struct {
 	SystemID string // the server's system identifier when the slot was first recorded
 	Timeline int32  // the server's timeline at the last confirm
 	Origin   string
-	// CreatedLSN is the slot's consistent point, when walbox created it; zero otherwise.
+	// CreatedLSN is the slot's consistent point, when walbox created it. For an adopted slot it is
+	// the slot's position then, no earlier than its consistent point. Zero when unknown.
 	CreatedLSN pglogrepl.LSN
 	// ConfirmedLSN is the highest position walbox recorded before reporting it to the server.
 	ConfirmedLSN pglogrepl.LSN

@@ -77,8 +77,10 @@ func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 	case !info.Exists:
 		return create(ctx, c)
 	case !recorded:
+		// Its position serves as its consistent point, as in recordFound. A reshard killed before it
+		// recorded a new slot leaves one. Its rerun takes the cut from this record.
 		rec = registry.Record{Slot: c.Slot, SystemID: c.System.SystemID, Timeline: c.System.Timeline,
-			Origin: registry.OriginAdopted, ConfirmedLSN: info.ConfirmedFlush}
+			Origin: registry.OriginAdopted, CreatedLSN: info.ConfirmedFlush, ConfirmedLSN: info.ConfirmedFlush}
 		if _, err := c.Registry.Register(ctx, rec); err != nil {
 			return p, err
 		}

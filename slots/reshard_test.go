@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
@@ -59,23 +62,8 @@ func TestReshardCreatesTheNewSetBesideTheOld(t *testing.T) {
 // cut (the relay confirmed it), the old set goes, records and publications too. The old code
 // judged the slot alone, dropped it and forgot its record.
 func TestRetireHoldsEachOldSlotAgainstItsRecord(t *testing.T) {
-	db, conn, slot := setup(t)
-	ctx := t.Context()
-	if _, err := ensure(t, db, conn, slot); err != nil {
-		t.Fatal(err)
-	}
-	cfg := slots.ReshardConfig{Conn: conn, DatabaseURL: db, Table: wire.DefaultTable,
-		Base: shard.Set{Slot: slot, Publication: "walbox"}, Tables: []wire.Table{wire.DefaultTable}, Shards: 2}
-	res, err := slots.Reshard(ctx, cfg)
-	if err != nil || res.Move == nil {
-		t.Fatalf("Reshard to 2 = %+v, %v", res, err)
-	}
-	to := shard.Set{Slot: slot, Publication: "walbox", N: 2}
-	t.Cleanup(func() {
-		for k := range 2 {
-			_ = slots.Drop(context.Background(), conn, to.SlotName(k))
-		}
-	})
+	r := reshardToTwo(t)
+	ctx, conn, slot, cfg := t.Context(), r.conn, r.slot, r.cfg
 	// Anyone with REPLICATION may move an inactive slot past the cut.
 	if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", slot); err != nil {
 		t.Fatal(err)
@@ -89,7 +77,7 @@ func TestRetireHoldsEachOldSlotAgainstItsRecord(t *testing.T) {
 		}
 		return slots.Retire(ctx, cfg, m, func(inspect.Slot) {})
 	}
-	err = retire()
+	err := retire()
 	if err == nil || !strings.Contains(err.Error(), "ahead of") {
 		t.Fatalf("Retire of a slot advanced behind walbox's back = %v; want a refusal saying it is ahead of its record", err)
 	}
@@ -205,4 +193,91 @@ func TestReshardKeepsThePublicationOfOtherTables(t *testing.T) {
 	if got := publications(); !slices.Contains(got, "walbox") {
 		t.Fatalf("publications after the refused retire: %v; want walbox kept", got)
 	}
+}
+
+// A reshard killed after it created the new set's last slot, before it recorded it, leaves the slot
+// unrecorded. A relay of the new set started before the rerun adopts it (Prepare) and streams. The
+// rerun must still finish: the adopted record's position is no earlier than the slot's consistent
+// point, so the cut taken from it keeps the old set delivering every row the new slot skipped. The
+// old code recorded no consistent point on adoption, and the rerun failed for good.
+func TestReshardRerunAfterARelayAdoptedTheUnrecordedSlot(t *testing.T) {
+	r := reshardToTwo(t)
+	ctx, db, conn, cfg := t.Context(), r.db, r.conn, r.cfg
+	last := r.to.SlotName(1)
+	reg := registry.New(conn, "public")
+	if err := reg.Forget(ctx, last); err != nil { // as if killed at slot.created
+		t.Fatal(err)
+	}
+	// Rows committed after the slot's consistent point; something moves it past them.
+	if _, err := conn.Exec(ctx, "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) "+
+		"SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 20) g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", last); err != nil {
+		t.Fatal(err)
+	}
+	info, err := inspect.ReadSlot(ctx, conn, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A relay of the new set, started before the rerun, adopts the slot.
+	rcfg, err := slots.ConnConfig(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repl, err := pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repl.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := slots.Prepare(ctx, slots.PrepareConfig{Slot: last, Conn: repl, Primary: conn, SlotDB: conn, Registry: reg,
+		System: sys, Xmin: func(pglogrepl.LSN) uint64 { return 0 }})
+	if err != nil || !p.Adopted {
+		t.Fatalf("Prepare of the unrecorded slot = %+v, %v; want it adopted", p, err)
+	}
+
+	res, err := slots.Reshard(ctx, cfg)
+	if err != nil || res.Move == nil {
+		t.Fatalf("the rerun of the reshard = %+v, %v; want the move to 2 shards", res, err)
+	}
+	if res.Move.To.Set.N != 2 || res.Move.Cut < info.ConfirmedFlush {
+		t.Errorf("the rerun's move = %+v; want to 2 shards with the cut no earlier than %s, where the slot was adopted",
+			res.Move, info.ConfirmedFlush)
+	}
+}
+
+// resharded is a single slot resharded to two shards: the old slot and the new set side by side.
+type resharded struct {
+	db   string
+	conn *pgx.Conn
+	slot string
+	cfg  slots.ReshardConfig
+	to   shard.Set
+}
+
+// reshardToTwo creates a single slot and reshards it to two shards. The new slots go when the
+// test ends.
+func reshardToTwo(t *testing.T) resharded {
+	t.Helper()
+	db, conn, slot := setup(t)
+	if _, err := ensure(t, db, conn, slot); err != nil {
+		t.Fatal(err)
+	}
+	r := resharded{db: db, conn: conn, slot: slot, to: shard.Set{Slot: slot, Publication: "walbox", N: 2},
+		cfg: slots.ReshardConfig{Conn: conn, DatabaseURL: db, Table: wire.DefaultTable,
+			Base: shard.Set{Slot: slot, Publication: "walbox"}, Tables: []wire.Table{wire.DefaultTable}, Shards: 2}}
+	t.Cleanup(func() {
+		for k := range 2 {
+			_ = slots.Drop(context.Background(), conn, r.to.SlotName(k))
+		}
+	})
+	if res, err := slots.Reshard(t.Context(), r.cfg); err != nil || res.Move == nil {
+		t.Fatalf("Reshard to 2 = %+v, %v", res, err)
+	}
+	return r
 }
