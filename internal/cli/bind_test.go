@@ -144,3 +144,44 @@ func TestDatabasePasswordGoesIntoBothURLs(t *testing.T) {
 		})
 	}
 }
+
+// A setting the command leaves unused in its mode is not decoded. A value it would refuse does
+// not stop the command then. The AMQP settings are unused into a stream and with recover
+// --dry-run; the window is unused where nothing is published. A shared environment keeps working.
+func TestAnUnusedSettingIsNotDecoded(t *testing.T) {
+	stream := "--stream-url=rabbitmq-stream://127.0.0.1:1/"
+	for _, args := range [][]string{
+		{"run", stream, "--listen=off"},
+		{"doctor", stream},
+		{"recover", stream},
+		{"recover", "--dry-run"},
+	} {
+		for _, env := range []string{"WALBOX_AMQP_URL=bogus", "WALBOX_MAX_MESSAGE_SIZE=0", "WALBOX_WINDOW=0"} {
+			name, value, _ := strings.Cut(env, "=")
+			if args[0] == "run" && name == "WALBOX_WINDOW" {
+				continue // run into a stream keeps its window
+			}
+			t.Run(strings.Join(args, " ")+"/"+env, func(t *testing.T) {
+				clearEnv(t)
+				t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+				t.Setenv(name, value)
+				var out bytes.Buffer
+				code := mainWithExit(context.Background(), args, &out, &out)
+				if code != 1 || strings.Contains(out.String(), name) {
+					t.Errorf("walbox %v with %s exited %d:\n%s\nwant 1 (the servers unreachable), %s ignored", args, env, code, out.String(), name)
+				}
+			})
+		}
+	}
+}
+
+// A bad --dry-run is reported as itself, not as the --amqp-url it would make optional.
+func TestABadSwitchIsReportedBeforeWhatItExcuses(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+	var out bytes.Buffer
+	code := mainWithExit(context.Background(), []string{"recover", "--dry-run=x"}, &out, &out)
+	if want := "walbox recover: --dry-run: "; code != 2 || !strings.HasPrefix(out.String(), want) {
+		t.Errorf("walbox recover --dry-run=x exited %d:\n%s\nwant 2 and a line starting %q", code, out.String(), want)
+	}
+}

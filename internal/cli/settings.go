@@ -160,7 +160,8 @@ func (s *settings) bind(v *values) error {
 			}
 			return badSetting(st, "required")
 		}
-		if st.value == "" && st.def == "" || st.with != "" && s.get(st.with).value == "" {
+		if st.value == "" && st.def == "" || st.with != "" && s.get(st.with).value == "" ||
+			st.idle != nil && st.idle(s) {
 			continue
 		}
 		if err := decode(st.bind(v), st.value); err != nil {
@@ -171,14 +172,14 @@ func (s *settings) bind(v *values) error {
 }
 
 // anyOn reports whether one of the named settings of this command is on. A switch is on when
-// true, any other setting when not empty.
+// not false, any other setting when not empty. A bad switch counts as on: its own row reports it.
 func (s *settings) anyOn(names []string) bool {
 	for _, name := range names {
 		st := s.find(name)
 		switch {
 		case st == nil:
 		case st.isBool:
-			if on, err := strconv.ParseBool(st.value); err == nil && on {
+			if on, err := strconv.ParseBool(st.value); err != nil || on {
 				return true
 			}
 		case st.value != "":

@@ -33,6 +33,9 @@ type spec struct {
 	bind func(*values) any
 	// unless names the settings that make a required one optional, when set (switched on).
 	unless []string
+	// idle reports whether the command leaves this setting unused, given the others. An idle
+	// setting is not decoded: a value it would refuse is ignored, as the command ignores it.
+	idle func(*settings) bool
 	// need says what a required setting is for, after "required: " ("" for nothing).
 	need string
 	// with names the setting this one works only with. Without it, this one is not decoded,
@@ -66,7 +69,7 @@ var settingTable = []group{
 			help: "a hot standby of `--database-url`'s server (PostgreSQL 16+) to decode on: its slot is streamed from (and created there), " +
 				"while the record and the checks stay on `--database-url`, the primary",
 			see: "ha.md#postgresql-16-decoding-on-a-standby"},
-		{flag: "amqp-url", env: "WALBOX_AMQP_URL", required: true, cmds: dialers, bind: func(v *values) any { return (*urlList)(&v.amqpURLs) }, unless: []string{"stream-url", "dry-run"},
+		{flag: "amqp-url", env: "WALBOX_AMQP_URL", required: true, cmds: dialers, bind: func(v *values) any { return (*urlList)(&v.amqpURLs) }, unless: noBroker, idle: withoutBroker,
 			help: "RabbitMQ URL, `amqp://` or `amqps://`; several, comma-separated, for the nodes of a cluster: " +
 				"walbox connects to the first that answers and moves on to the next when the connection is lost " +
 				"(`recover --dry-run`, and `run` and `recover` with `--stream-url`, need none)", see: "setup.md#a-rabbitmq-cluster"},
@@ -99,10 +102,10 @@ var settingTable = []group{
 				"auto is quorum with several --amqp-url nodes, else classic, and keeps an existing queue as it is " +
 				"(one URL in front of a cluster needs quorum: a classic queue is unavailable while its node is down)",
 			see: "setup.md#a-rabbitmq-cluster"},
-		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: strconv.Itoa(publisher.DefaultMaxMessageSize), cmds: dialers, bind: func(v *values) any { return &v.pub.MaxMessageSize },
+		{flag: "max-message-size", env: "WALBOX_MAX_MESSAGE_SIZE", def: strconv.Itoa(publisher.DefaultMaxMessageSize), cmds: dialers, bind: func(v *values) any { return &v.pub.MaxMessageSize }, idle: withoutBroker,
 			help: "largest message body in bytes (the default is 16 MiB); larger rows are parked " +
 				"(keep at or below the broker's `max_message_size`)"},
-		{flag: "window", env: "WALBOX_WINDOW", def: strconv.Itoa(replication.DefaultWindow), cmds: dialers, bind: func(v *values) any { return &v.relay.Window }, help: "most messages published and not yet confirmed"},
+		{flag: "window", env: "WALBOX_WINDOW", def: strconv.Itoa(replication.DefaultWindow), cmds: dialers, bind: func(v *values) any { return &v.relay.Window }, idle: withoutWindow, help: "most messages published and not yet confirmed"},
 	}},
 	{"Relaying: walbox run", []spec{
 		{flag: "lanes", env: "WALBOX_LANES", def: strconv.Itoa(relayd.DefaultLanes), cmds: runOnly, bind: func(v *values) any { return (*laneCount)(&v.daemon.Lanes) },
@@ -193,6 +196,19 @@ var settingTable = []group{
 }
 
 var runOnly = []string{"run"}
+
+// noBroker are the settings that, on, leave the exchange alone: a stream takes the messages, or
+// recover --dry-run publishes nothing.
+var noBroker = []string{"stream-url", "dry-run"}
+
+// withoutBroker reports whether the command dials no broker over AMQP.
+func withoutBroker(s *settings) bool { return s.anyOn(noBroker) }
+
+// withoutWindow reports whether the command publishes nothing. Run into a stream keeps its
+// window; doctor and recover use it only with the exchange.
+func withoutWindow(s *settings) bool {
+	return s.anyOn([]string{"dry-run"}) || s.cmd != "run" && s.anyOn([]string{"stream-url"})
+}
 
 // streamCmds take the stream mode's connection. Run publishes into the stream, doctor checks it,
 // and recover publishes a lost slot's gap into it.
