@@ -197,11 +197,19 @@ func EnsureSlot(ctx context.Context, dsn, slot, publication string, tables []wir
 // recorded it. So that position is recorded as its consistent point: it is no earlier than the true
 // one. A reshard may take its cut from it. The old set then delivers at least every row the new
 // slot does not decode. The record holds no transaction horizon. So prune keeps every row until a
-// relay confirms on the slot.
+// relay confirms on the slot. Any role with REPLICATION may create a slot of any name. A slot
+// walbox cannot stream from is refused, and so is one streaming: a relay records a slot first.
 func recordFound(ctx context.Context, conn *pgconn.PgConn, reg *registry.Store, info inspect.Slot) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
+	}
+	if err := info.Usable(sys.DBName); err != nil {
+		return fmt.Errorf("%w; it exists unrecorded, not created by walbox: drop it or pick another --slot", err)
+	}
+	if info.Active {
+		return fmt.Errorf("%w: slot %s exists unrecorded and streams to pid %d: not a relay of walbox's; stop it, or drop the slot",
+			ErrSlotActive, info.Name, deref(info.ActivePID))
 	}
 	_, err = reg.Register(ctx, registry.Record{Slot: info.Name, SystemID: sys.SystemID, Timeline: sys.Timeline,
 		Origin: registry.OriginAdopted, CreatedLSN: info.ConfirmedFlush, ConfirmedLSN: info.ConfirmedFlush})

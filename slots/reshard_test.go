@@ -2,6 +2,7 @@ package slots_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/slots"
@@ -280,4 +282,49 @@ func reshardToTwo(t *testing.T) resharded {
 		t.Fatalf("Reshard to 2 = %+v, %v", res, err)
 	}
 	return r
+}
+
+// Any role with REPLICATION may create a slot of any name. One named as a slot of the new set, in
+// another database or with another plugin, is not walbox's: the reshard refuses to record it as
+// the new set's slot. The old code recorded it and reported the move, and its relay could never
+// stream from it.
+func TestReshardRefusesAForeignSlotOfTheNewSetsName(t *testing.T) {
+	for foreign, want := range map[string]error{"another database": inspect.ErrSlotMismatch,
+		"another plugin": inspect.ErrSlotMismatch, "streaming": slots.ErrSlotActive} {
+		t.Run(foreign, func(t *testing.T) {
+			db, conn, slot := setup(t)
+			ctx := t.Context()
+			if _, err := ensure(t, db, conn, slot); err != nil {
+				t.Fatal(err)
+			}
+			cfg := slots.ReshardConfig{Conn: conn, DatabaseURL: db, Table: wire.DefaultTable,
+				Base: shard.Set{Slot: slot, Publication: "walbox"}, Tables: []wire.Table{wire.DefaultTable}, Shards: 2}
+			to := shard.Set{Slot: slot, Publication: "walbox", N: 2}
+			at, plugin := conn, "pgoutput"
+			switch foreign {
+			case "another database":
+				at = testenv.SharedPostgres(t).Conn(t, testenv.SharedPostgres(t).NewDatabase(t))
+			case "another plugin":
+				plugin = "test_decoding"
+			}
+			if _, err := at.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, $2)", to.SlotName(1), plugin); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = slots.Drop(context.Background(), conn, to.SlotName(0))
+				_ = slots.Drop(context.Background(), at, to.SlotName(1))
+			})
+			if foreign == "streaming" {
+				repl := stream(t, db, to.SlotName(1))
+				t.Cleanup(func() { _ = repl.Close(context.Background()) })
+			}
+			res, err := slots.Reshard(ctx, cfg)
+			if !errors.Is(err, want) || !strings.Contains(err.Error(), to.SlotName(1)) {
+				t.Fatalf("Reshard with a foreign %s = %+v, %v; want %v naming it", to.SlotName(1), res, err, want)
+			}
+			if _, ok, err := registry.New(conn, "public").Get(ctx, to.SlotName(1)); err != nil || ok {
+				t.Errorf("the foreign slot is recorded (%v)", err)
+			}
+		})
+	}
 }
