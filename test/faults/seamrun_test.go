@@ -374,7 +374,7 @@ func (s *seamRun) killBroker() {
 	t := s.t
 	node := s.rabbit
 	if s.cluster != nil {
-		node = s.cluster.Node(1)
+		node = s.publishingNode()
 	}
 	if s.sr != nil {
 		// A stream killed within seconds of its declaration stays unavailable after the node is back
@@ -389,6 +389,18 @@ func (s *seamRun) killBroker() {
 		s.sr.close()
 		waitFor(t, 3*time.Minute, "the stream reader to reconnect", func() bool { return s.sr.start() == nil })
 	}
+}
+
+// publishingNode is the node of the cluster the first slot's active relay publishes to.
+func (s *seamRun) publishingNode() *testenv.Rabbit {
+	host := connectedTo(s.t, s.relays[0][0])
+	for _, node := range s.cluster.Nodes() {
+		if hostOf(s.t, node.URL()) == host || s.sr != nil && hostOf(s.t, node.StreamURL()) == host {
+			return node
+		}
+	}
+	s.t.Fatalf("the relay publishes to %s, no node of the cluster", host)
+	return nil
 }
 
 // failover stops the writer, waits for the standby to replay all of it (so that no committed row
