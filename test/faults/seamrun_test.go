@@ -40,6 +40,8 @@ type seamRun struct {
 	columns []string
 	// recoverWarned is set once walbox recover said that the gap's emitted messages are lost.
 	recoverWarned bool
+	// restoreAt is the index of the writer that wrote between the copy and the restore.
+	restoreAt int
 }
 
 // The legacy table of the mapped and position sources, beside the outbox table, and its mapping
@@ -81,7 +83,9 @@ func runSeamCell(t *testing.T, n int, c cell) {
 	s.startWriter("agg")
 	s.progress(200, 2*time.Minute)
 	s.fault()
-	s.progress(200, 2*time.Minute)
+	if !c.is("fault", "restore") { // the relays may stop there, by design
+		s.progress(200, 2*time.Minute)
+	}
 	s.verdict()
 }
 
@@ -97,7 +101,7 @@ func (s *seamRun) servers() {
 			testenv.WithSetting("sync_replication_slots", "on"), testenv.WithSetting("hot_standby_feedback", "on"))
 		s.pg.Exec(t, s.pg.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
 		s.pg.Exec(t, s.pg.URL(), "SELECT pg_reload_conf()")
-	case c.is("fault", "pg-restart"):
+	case c.is("fault", "pg-restart"), c.is("fault", "restore"):
 		s.pg = testenv.StartPostgres(t)
 		testenv.RequireOwn(t, s.pg)
 	default:
@@ -340,6 +344,8 @@ func (s *seamRun) fault() {
 		s.pruneDuringOutage()
 	case "reshard":
 		s.reshard()
+	case "restore":
+		s.restore()
 	default:
 		s.t.Fatalf("the matrix has no way to inject the fault %q", fault)
 	}
@@ -500,12 +506,99 @@ func (s *seamRun) reshard() {
 	}
 }
 
+// restore stops the writer and the relays once everything is delivered, and copies the data
+// directory. Then rows are written and relayed, and the copy goes back in place: those rows are
+// gone from the server, not from the broker. Then the writer and the relays start again on the
+// restored server, at the older WAL position.
+func (s *seamRun) restore() {
+	t := s.t
+	quiesce := func() {
+		t.Helper()
+		s.writers[len(s.writers)-1].stop()
+		var committed []checker.Row
+		for _, wr := range s.writers {
+			committed = append(committed, wr.Committed()...)
+		}
+		waitFor(t, 3*time.Minute, "every committed row delivered", func() bool { return s.deliveredAll(committed) })
+		time.Sleep(time.Second) // the slot catches up with the confirms
+		for k, rs := range s.relays {
+			for _, r := range rs {
+				if code := r.Stop(time.Minute); code != 0 {
+					t.Fatalf("walbox run exited %d:\n%s", code, testenv.Tail(r.Output(), 20))
+				}
+			}
+			delete(s.relays, k)
+		}
+	}
+	quiesce()
+	s.restoreAt = len(s.writers)
+	restoreFault(t, s.pg, func() {
+		s.startRelays()
+		s.startWriter("between")
+		s.progress(200, 2*time.Minute)
+		quiesce()
+	})
+	s.startWriter("after")
+	for k := range max(s.shards, 1) {
+		s.relays[k] = append(s.relays[k], s.w.startRelay(s.relayEnv(k, s.shards)...))
+	}
+}
+
+// deliveredAll reports whether every row of committed arrived.
+func (s *seamRun) deliveredAll(committed []checker.Row) bool {
+	if s.sr != nil {
+		return len(notInStream(s.sr, committed)) == 0
+	}
+	return delivered(bodyKeys(committed, false), s.v.Deliveries())
+}
+
+// stoppedOnRestore reports whether a relay stopped on the restored server, naming it in one
+// line: the promise then holds for the rows before the restore. It fails the test if a relay
+// stopped otherwise.
+func (s *seamRun) stoppedOnRestore() bool {
+	t := s.t
+	wr := s.writers[len(s.writers)-1]
+	waitFor(t, time.Minute, "200 rows committed after the restore", func() bool { return wr.Stats().Rows >= 200 })
+	var all []checker.Row
+	for _, wr := range s.writers {
+		all = append(all, wr.Committed()...)
+	}
+	var stopped *relay
+	waitFor(t, 3*time.Minute, "every row delivered, or a relay stopped", func() bool {
+		for _, rs := range s.relays {
+			for _, r := range rs {
+				if r.Exited() {
+					stopped = r
+					return true
+				}
+			}
+		}
+		return s.deliveredAll(all)
+	})
+	if stopped == nil {
+		return false
+	}
+	out := stopped.Output()
+	if !strings.Contains(out, "restored") || !strings.Contains(lastLine(out, "walbox run:"), "restored") {
+		t.Fatalf("walbox run stopped on the restored server without one line naming the restore:\n%s", testenv.Tail(out, 20))
+	}
+	t.Logf("walbox run stopped on the restored server: %s", lastLine(out, "walbox run:"))
+	return true
+}
+
 // verdict stops the writers and checks what the cell promises.
 func (s *seamRun) verdict() {
 	t := s.t
+	writers := s.writers
+	if s.c.is("fault", "restore") && s.stoppedOnRestore() {
+		writers = s.writers[:s.restoreAt+1] // the rows before the restore
+		for _, wr := range s.writers[s.restoreAt+1:] {
+			wr.stop()
+		}
+	}
 	var committed []checker.Row
 	var st checker.WriterStats
-	for _, wr := range s.writers {
+	for _, wr := range writers {
 		wr.stop()
 		if err := wr.Flush(t.Context()); err != nil {
 			t.Errorf("writer: %v", err)
@@ -536,6 +629,10 @@ func (s *seamRun) verdict() {
 	}
 	if s.c.is("source", "position") {
 		committed = positionIDs(committed, deliveries)
+		if shared := sharedIDs(committed); len(shared) > 0 {
+			t.Errorf("%d message ids name two committed rows each, so a consumer deduplicating by id drops one (e.g. %s)",
+				len(shared), shared[0])
+		}
 	}
 	if s.c.is("source", "emit") && s.c.is("fault", "slot-lost") {
 		committed = s.withoutTheGapsEmitted(committed, deliveries)
@@ -639,4 +736,17 @@ func (s *seamRun) streamContext(rep checker.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// sharedIDs returns the message ids that more than one committed row was delivered under.
+func sharedIDs(committed []checker.Row) []string {
+	rows := map[string]int{}
+	var shared []string
+	for _, r := range committed {
+		rows[r.ID]++
+		if rows[r.ID] == 2 {
+			shared = append(shared, r.ID)
+		}
+	}
+	return shared
 }
