@@ -76,6 +76,10 @@ func Prepare(ctx context.Context, c PrepareConfig) (Prepared, error) {
 			ErrSlotMissing, c.Slot, rec.ConfirmedLSN, rec.ConfirmedAt.UTC().Format(time.RFC3339))}
 	case !info.Exists:
 		return create(ctx, c)
+	case !recorded && info.Active:
+		// Not recorded while another process holds it: walbox reshard may be creating it, at no
+		// position yet. Its creator records it.
+		return p, fmt.Errorf("%w: slot %s is held by pid %d and not recorded yet", ErrSlotActive, c.Slot, deref(info.ActivePID))
 	case !recorded:
 		// Its position serves as its consistent point, as in recordFound. A reshard killed before it
 		// recorded a new slot leaves one. Its rerun takes the cut from this record.

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
@@ -224,15 +224,7 @@ func TestReshardRerunAfterARelayAdoptedTheUnrecordedSlot(t *testing.T) {
 	}
 
 	// A relay of the new set, started before the rerun, adopts the slot.
-	rcfg, err := slots.ConnConfig(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repl, err := pgconn.ConnectConfig(ctx, rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repl.Close(context.Background())
+	repl := replConn(t, db)
 	sys, err := pglogrepl.IdentifySystem(ctx, repl)
 	if err != nil {
 		t.Fatal(err)
@@ -326,5 +318,73 @@ func TestReshardRefusesAForeignSlotOfTheNewSetsName(t *testing.T) {
 				t.Errorf("the foreign slot is recorded (%v)", err)
 			}
 		})
+	}
+}
+
+// A relay of the new set may start while the rerun of a reshard still creates a slot. The slot is
+// then in pg_replication_slots, held by the creating process, at no position yet. The relay must
+// not record it: the old code recorded it at 0/0, the creator's record was then left out, and the
+// reshard could never find its cut.
+func TestRelayDoesNotRecordASlotBeingCreated(t *testing.T) {
+	r := reshardToTwo(t)
+	ctx, db, conn, cfg := t.Context(), r.db, r.conn, r.cfg
+	last := r.to.SlotName(1)
+	reg := registry.New(conn, "public")
+	// As if the reshard was killed before it created the last slot.
+	if err := slots.Drop(ctx, conn, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Forget(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	// An open transaction with an id holds the creation of the slot until it ends.
+	open := testenv.SharedPostgres(t).Conn(t, db)
+	tx, err := open.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	rerun := make(chan error, 1)
+	go func() {
+		_, err := slots.Reshard(ctx, slots.ReshardConfig{Conn: testenv.SharedPostgres(t).Conn(t, db), DatabaseURL: db,
+			Table: cfg.Table, Base: cfg.Base, Tables: cfg.Tables, Shards: 2})
+		rerun <- err
+	}()
+	for {
+		info, err := inspect.ReadSlot(ctx, conn, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Exists {
+			break
+		}
+		select {
+		case err := <-rerun:
+			t.Fatalf("the rerun ended before it created %s: %v", last, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	repl := replConn(t, db)
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = slots.Prepare(ctx, slots.PrepareConfig{Slot: last, Conn: repl, Primary: conn, SlotDB: conn, Registry: reg,
+		System: sys, Xmin: func(pglogrepl.LSN) uint64 { return 0 }})
+	if !errors.Is(err, slots.ErrSlotActive) {
+		t.Errorf("Prepare of a slot being created = %v; want ErrSlotActive", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rerun; err != nil {
+		t.Fatalf("the rerun of the reshard: %v", err)
+	}
+	if rec, ok, err := reg.Get(ctx, last); err != nil || !ok || rec.CreatedLSN == 0 {
+		t.Fatalf("record of %s = %+v, %t, %v; want its consistent point", last, rec, ok, err)
 	}
 }

@@ -106,6 +106,19 @@ func TestDropRefusesASlotInUse(t *testing.T) {
 // that connection.
 func stream(t *testing.T, db, slot string) *pgconn.PgConn {
 	t.Helper()
+	repl := replConn(t, db)
+	err := pglogrepl.StartReplication(t.Context(), repl, slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication, PluginArgs: []string{"proto_version '1'", `publication_names '"walbox"'`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repl
+}
+
+// replConn opens a logical replication connection to db until the test ends.
+func replConn(t *testing.T, db string) *pgconn.PgConn {
+	t.Helper()
 	cfg, err := slots.ConnConfig(db)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +128,5 @@ func stream(t *testing.T, db, slot string) *pgconn.PgConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = repl.Close(context.Background()) })
-	err = pglogrepl.StartReplication(t.Context(), repl, slot, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication, PluginArgs: []string{"proto_version '1'", `publication_names '"walbox"'`},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return repl
 }
