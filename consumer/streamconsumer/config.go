@@ -61,8 +61,10 @@ type Config struct {
 	OnError func(error)
 }
 
-// Validate checks the settings New does not fill in.
+// Validate reports the first bad setting of c. A zero field stands for its default, as in New.
+// Validate changes nothing.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	if len(c.URIs) == 0 || c.Stream == "" || c.ConsumerName == "" {
 		return errors.New("stream consumer: uris, stream and consumer name are required")
 	}

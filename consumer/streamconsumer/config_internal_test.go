@@ -37,3 +37,16 @@ func TestWithDefaultsLeavesTheConfigAlone(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestValidateTakesZeroFieldsAsDefaults: a config that leaves the offset table to New is valid,
+// as the queue consumer's is; a bad table is still refused.
+func TestValidateTakesZeroFieldsAsDefaults(t *testing.T) {
+	cfg := Config{URIs: []string{"rabbitmq-stream://localhost:5552"}, Stream: "events", ConsumerName: "billing"}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a zero offset table: %v", err)
+	}
+	cfg.OffsetTable = "a.b.c"
+	if err := cfg.Validate(); err == nil {
+		t.Error("offset table a.b.c: no error")
+	}
+}
