@@ -70,7 +70,11 @@ func (r *Report) readShards(ctx context.Context, conn, slotDB *pgx.Conn, layout 
 				r.problems = append(r.problems, fmt.Sprintf("walbox run stopped on slot %s at %s and refuses it until `%s`: %s",
 					sl.Name, stop.LSN, one.Stopped.WayOut, stop.Reason))
 			}
-			if !sl.Exists {
+			retired := moving && set == m.From && !sl.Exists && set.Records[k] == nil
+			if retired {
+				r.problems = append(r.problems, fmt.Sprintf("slot %s was retired by a walbox reshard --retire stopped midway: "+
+					"run walbox reshard --shards %d --retire again", sl.Name, m.To.Set.N))
+			} else if !sl.Exists {
 				r.problems = append(r.problems, "slot "+sl.Name+" does not exist")
 			} else if sl.WALStatus == "lost" {
 				r.problems = append(r.problems, "slot "+sl.Name+" is invalidated (wal_status lost)")
