@@ -41,7 +41,7 @@ type Querier interface {
 // tells the two apart.
 func ServerIdentity(ctx context.Context, q Querier) (string, error) {
 	var id string
-	err := q.QueryRow(ctx, "SELECT system_identifier::text || '/' || pg_postmaster_start_time()::text FROM pg_control_system()").Scan(&id)
+	err := q.QueryRow(ctx, "SELECT system_identifier::text || '/' || pg_catalog.pg_postmaster_start_time()::text FROM pg_catalog.pg_control_system()").Scan(&id)
 	if err != nil {
 		return "", fmt.Errorf("read the server's identity: %w", err)
 	}
@@ -74,13 +74,13 @@ type Server struct {
 func ReadServer(ctx context.Context, q Querier) (Server, error) {
 	var s Server
 	var timeoutMS int64
-	err := q.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('wal_level'),
-			current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
-			current_setting('max_wal_senders')::int, (SELECT count(*) FROM pg_stat_replication)::int,
+	err := q.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version'), pg_catalog.current_setting('wal_level'),
+			pg_catalog.current_setting('max_replication_slots')::int, (SELECT pg_catalog.count(*) FROM pg_replication_slots)::int,
+			pg_catalog.current_setting('max_wal_senders')::int, (SELECT pg_catalog.count(*) FROM pg_stat_replication)::int,
 			(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
-			current_setting('max_slot_wal_keep_size'),
+			pg_catalog.current_setting('max_slot_wal_keep_size'),
 			(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'),
-			pg_is_in_recovery(), current_user, current_database(),
+			pg_catalog.pg_is_in_recovery(), current_user, pg_catalog.current_database(),
 			coalesce((SELECT rolreplication FROM pg_roles WHERE rolname = current_user), false),
 			coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false)`).
 		Scan(&s.Version, &s.WalLevel, &s.MaxSlots, &s.UsedSlots, &s.MaxSenders, &s.UsedSenders, &s.KeepSizeMB, &s.KeepSize,
@@ -132,12 +132,12 @@ func ReadSlot(ctx context.Context, q Querier, name string) (Slot, error) {
 	s := Slot{Name: name}
 	var current string
 	var confirmed, restart, status *string
-	err := q.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text,
+	err := q.QueryRow(ctx, `SELECT CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END::text,
 			coalesce(s.slot_type, ''), coalesce(s.plugin, ''), coalesce(s.database::text, ''), coalesce(s.active, false), s.active_pid, s.wal_status,
 			s.confirmed_flush_lsn::text, s.restart_lsn::text,
-			coalesce((to_jsonb(s)->>'failover')::bool, false), coalesce((to_jsonb(s)->>'synced')::bool, false),
-			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
-			CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
+			coalesce((pg_catalog.to_jsonb(s)->>'failover')::bool, false), coalesce((pg_catalog.to_jsonb(s)->>'synced')::bool, false),
+			CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL ELSE pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
+			CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL ELSE pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn)::bigint END
 		FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`, name).
 		Scan(&current, &s.Type, &s.Plugin, &s.Database, &s.Active, &s.ActivePID, &status, &confirmed, &restart, &s.Failover, &s.Synced, &s.LagBytes, &s.RetainedBytes)
 	if err != nil {
@@ -219,17 +219,17 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 	var pubID *string
 	var tableIDs []string
 	var version int
-	err := q.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text,
-		current_setting('server_version_num')::int,
+	err := q.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text,
+		pg_catalog.current_setting('server_version_num')::int,
 		(SELECT pubinsert FROM pg_publication WHERE pubname = $1),
-		ARRAY(SELECT quote_ident(x.s) || '.' || quote_ident(x.n) FROM unnest($2::text[], $3::text[]) AS x(s, n)
+		ARRAY(SELECT pg_catalog.quote_ident(x.s) || '.' || pg_catalog.quote_ident(x.n) FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])) AS x(s, n)
 			WHERE NOT EXISTS (SELECT 1 FROM pg_publication_tables t
 				WHERE t.pubname = $1 AND t.schemaname = x.s AND t.tablename = x.n)),
 		(SELECT oid::text || '@' || xmin::text FROM pg_publication WHERE pubname = $1),
-		ARRAY(SELECT coalesce(c.oid::text, '-') || ':' || coalesce((SELECT string_agg(r.oid::text, ',' ORDER BY r.oid)
+		ARRAY(SELECT coalesce(c.oid::text, '-') || ':' || coalesce((SELECT pg_catalog.string_agg(r.oid::text, ',' ORDER BY r.oid)
 				FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
 				WHERE p.pubname = $1 AND r.prrelid = c.oid), '')
-			FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS x(s, n, i)
+			FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])) WITH ORDINALITY AS x(s, n, i)
 			LEFT JOIN pg_namespace ns ON ns.nspname = x.s
 			LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = x.n
 			ORDER BY x.i)`,
@@ -260,7 +260,7 @@ func ReadCoverage(ctx context.Context, q Querier, publication string, tables []w
 		return c, fmt.Errorf("check publication: xmin %q: %w", xmin, err)
 	}
 	if c.Exists && len(c.Missing) > 0 {
-		err = q.QueryRow(ctx, `SELECT ARRAY(SELECT quote_ident(schemaname) || '.' || quote_ident(tablename)
+		err = q.QueryRow(ctx, `SELECT ARRAY(SELECT pg_catalog.quote_ident(schemaname) || '.' || pg_catalog.quote_ident(tablename)
 			FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1)`, publication).Scan(&c.Contains)
 		if err != nil {
 			return c, fmt.Errorf("list the tables of publication %s: %w", publication, err)
@@ -321,9 +321,9 @@ func (c Coverage) Err() error {
 // false when there is no such table.
 func ReadColumns(ctx context.Context, q Querier, t wire.Table) (cols map[string]string, exists bool, err error) {
 	var names, types []string
-	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-		ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum),
-		ARRAY(SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum)`,
+	err = q.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1) IS NOT NULL,
+		ARRAY(SELECT attname::text FROM pg_attribute WHERE attrelid = pg_catalog.to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum),
+		ARRAY(SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = pg_catalog.to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum)`,
 		t.Quoted()).Scan(&exists, &names, &types)
 	if err != nil {
 		return nil, false, fmt.Errorf("read the columns of %s: %w", t, err)

@@ -87,7 +87,7 @@ func (s *Store) Table() string { return s.schema + ".walbox_slots" }
 // Exists reports whether the registry table exists.
 func (s *Store) Exists(ctx context.Context) (bool, error) {
 	var ok bool
-	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table).Scan(&ok)
+	err := s.db.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", s.table).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
 	}
@@ -98,7 +98,7 @@ func (s *Store) Exists(ctx context.Context) (bool, error) {
 // includes the newest function. A registry from an older walbox needs `walbox migrate`.
 func (s *Store) Current(ctx context.Context) (bool, error) {
 	var ok bool
-	err := s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL",
+	err := s.db.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regprocedure($2) IS NOT NULL",
 		s.table, s.fn("walbox_slot_stop")+"(text, text, pg_lsn)").Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look up %s: %w", s.Table(), err)
@@ -121,7 +121,7 @@ func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	// recording no stop.
 	err := s.db.QueryRow(ctx, `SELECT slot_name, system_identifier, timeline, origin, created_lsn::text,
 		confirmed_lsn::text, confirmed_xmin::text, confirmed_at, first_recorded_at,
-		to_jsonb(t)->>'stop_reason', to_jsonb(t)->>'stop_lsn', (to_jsonb(t)->>'stopped_at')::timestamptz
+		pg_catalog.to_jsonb(t)->>'stop_reason', pg_catalog.to_jsonb(t)->>'stop_lsn', (pg_catalog.to_jsonb(t)->>'stopped_at')::timestamptz
 		FROM `+s.table+` AS t WHERE slot_name = $1`, slot).Scan(&r.Slot, &r.SystemID, &r.Timeline, &r.Origin,
 		&created, &confirmed, &xmin, &r.ConfirmedAt, &r.FirstRecorded, &reason, &stopLSN, &stoppedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -247,7 +247,7 @@ func (s *Store) Reset(ctx context.Context, r Record) error {
 // before it. Any transaction that commits after the position has an id no lower than the horizon.
 func (s *Store) Horizon(ctx context.Context) (pglogrepl.LSN, uint64, error) {
 	var lsn, xmin string
-	err := s.db.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&lsn, &xmin)
+	err := s.db.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text").Scan(&lsn, &xmin)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the wal position: %w", err)
 	}

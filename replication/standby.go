@@ -81,7 +81,7 @@ func (w *watch) checkStandby(ctx context.Context) (pglogrepl.LSN, error) {
 	}
 	var recovery bool
 	var replay *string
-	if err := w.standby.QueryRow(ctx, "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text").Scan(&recovery, &replay); err != nil {
+	if err := w.standby.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.pg_last_wal_replay_lsn()::text").Scan(&recovery, &replay); err != nil {
 		return 0, fmt.Errorf("read the standby's replay position: %w", err)
 	}
 	if !recovery {

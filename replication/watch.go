@@ -190,8 +190,8 @@ func (w *watch) checkRecordRights(ctx context.Context) error {
 	var role string
 	var denied []string
 	err := w.conn.QueryRow(ctx, `SELECT current_user, ARRAY(SELECT p.proname::text FROM pg_proc p
-			WHERE p.pronamespace = to_regnamespace($1) AND p.proname = ANY($2)
-			  AND NOT has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1)`,
+			WHERE p.pronamespace = pg_catalog.to_regnamespace($1) AND p.proname = ANY($2)
+			  AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1)`,
 		pgx.Identifier{w.reg.Schema()}.Sanitize(), migrations.RecordFunctions).Scan(&role, &denied)
 	if err != nil {
 		return fmt.Errorf("read the rights on %s: %w", w.reg.Table(), err)
@@ -380,7 +380,7 @@ func (w *watch) record(ctx context.Context, lsn pglogrepl.LSN) error {
 		return nil
 	}
 	var after string
-	if err := w.conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&after); err != nil {
+	if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text").Scan(&after); err != nil {
 		return fmt.Errorf("read the wal position after the record: %w", err)
 	}
 	a, err := pglogrepl.ParseLSN(after)

@@ -24,7 +24,7 @@ func CreatePublications(ctx context.Context, conn *pgx.Conn, table wire.Table, s
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	var created []string
@@ -72,7 +72,7 @@ func DropPublications(ctx context.Context, conn *pgx.Conn, set Set) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	for k := range set.N {

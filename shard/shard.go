@@ -54,7 +54,7 @@ func (s Set) Filter(k int) string {
 	if s.N == 1 {
 		return ""
 	}
-	return fmt.Sprintf("((hashtext(coalesce(%s, '')) & 2147483647) %% %d = %d)", column, s.N, k)
+	return fmt.Sprintf("((pg_catalog.hashtext(coalesce(%s, '')) & 2147483647) %% %d = %d)", column, s.N, k)
 }
 
 // String names the set for messages: "3 shards (walbox_s0of3 ... walbox_s2of3)" or "the single

@@ -16,7 +16,7 @@ type Execer interface {
 // ErrSlotMissing. It leaves the slot's record alone. The command walbox recover resets the record.
 // The command walbox reshard --retire forgets it (registry.Store.Forget) once the slot is gone.
 func Drop(ctx context.Context, db Execer, slot string) error {
-	if _, err := db.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+	if _, err := db.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", slot); err != nil {
 		return fmt.Errorf("drop slot %s: %w", slot, classify(err, slot))
 	}
 	return nil

@@ -85,7 +85,7 @@ func (r *Recovery) gapCondition(ctx context.Context, g Gap) (string, error) {
 			errNoLowerBound, r.cfg.Slot, why)
 	}
 	var next string
-	if err := r.db.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").Scan(&next); err != nil {
+	if err := r.db.QueryRow(ctx, "SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text").Scan(&next); err != nil {
 		return "", fmt.Errorf("read the next transaction id: %w", err)
 	}
 	n, err := strconv.ParseUint(next, 10, 64)
@@ -167,7 +167,7 @@ func (r *Recovery) count(ctx context.Context, q interface {
 	counts := make([]Count, len(r.tables))
 	for i, t := range r.tables {
 		counts[i].Table = t.mapping.Table
-		err := q.QueryRow(ctx, "SELECT count(*) FILTER (WHERE "+t.where+"), count(*) = 0 FROM "+t.name).
+		err := q.QueryRow(ctx, "SELECT pg_catalog.count(*) FILTER (WHERE "+t.where+"), pg_catalog.count(*) = 0 FROM "+t.name).
 			Scan(&counts[i].Rows, &counts[i].Empty)
 		if err != nil {
 			return nil, fmt.Errorf("count the rows of %s: %w", t.mapping.Table, err)
@@ -245,8 +245,8 @@ func (r *Recovery) eachRow(ctx context.Context, tx pgx.Tx, fn func(t *gapTable, 
 	for i, t := range r.tables {
 		c := &cursor{table: t, name: "walbox_gap_" + strconv.Itoa(i)}
 		// cmin is the inserting statement's command id: rows are never updated, so it is no combo id.
-		_, err := tx.Exec(ctx, "DECLARE "+c.name+" NO SCROLL CURSOR FOR SELECT age(xmin)::text, cmin::pg_catalog.text, "+t.columns+
-			" FROM "+t.name+" WHERE "+t.where+" ORDER BY age(xmin) DESC, cmin::pg_catalog.text::pg_catalog.int8, ctid")
+		_, err := tx.Exec(ctx, "DECLARE "+c.name+" NO SCROLL CURSOR FOR SELECT pg_catalog.age(xmin)::text, cmin::pg_catalog.text, "+t.columns+
+			" FROM "+t.name+" WHERE "+t.where+" ORDER BY pg_catalog.age(xmin) DESC, cmin::pg_catalog.text::pg_catalog.int8, ctid")
 		if err != nil {
 			return fmt.Errorf("select the rows of %s: %w", t.mapping.Table, err)
 		}

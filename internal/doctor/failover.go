@@ -18,9 +18,9 @@ const failoverSince = 170000
 func (d doctor) failoverChecks(ctx context.Context, conn *pgx.Conn, f pgFacts) []Check {
 	var num int
 	var syncSlots, physical string
-	err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int,
-			coalesce(current_setting('synchronized_standby_slots', true), ''),
-			coalesce((SELECT string_agg(slot_name, ', ' ORDER BY slot_name) FROM pg_replication_slots WHERE slot_type = 'physical'), '')`).
+	err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num')::int,
+			coalesce(pg_catalog.current_setting('synchronized_standby_slots', true), ''),
+			coalesce((SELECT pg_catalog.string_agg(slot_name, ', ' ORDER BY slot_name) FROM pg_replication_slots WHERE slot_type = 'physical'), '')`).
 		Scan(&num, &syncSlots, &physical)
 	if err != nil {
 		return []Check{failCheck("failover_slot", "", "read the failover settings: %v", err)}

@@ -81,7 +81,7 @@ func (d doctor) readFacts(ctx context.Context, conn *pgx.Conn) (pgFacts, error) 
 	if f.slot, err = inspect.ReadSlot(ctx, conn, d.slot); err != nil {
 		return f, err
 	}
-	err = conn.QueryRow(ctx, `SELECT quote_ident(current_user), quote_ident($1), quote_ident($2) || '.' || quote_ident($3)`,
+	err = conn.QueryRow(ctx, `SELECT pg_catalog.quote_ident(current_user), pg_catalog.quote_ident($1), pg_catalog.quote_ident($2) || '.' || pg_catalog.quote_ident($3)`,
 		d.publication, d.table.Schema, d.table.Name).Scan(&f.userSQL, &f.publicationSQL, &f.tableSQL)
 	return f, err
 }

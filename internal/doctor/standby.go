@@ -36,8 +36,8 @@ func (d doctor) standbyChecks(ctx context.Context, primary *pgx.Conn, f *pgFacts
 	}
 	defer conn.Close(context.Background())
 	s := standbyFacts{source: hostPort(&conn.Config().Config)}
-	err = conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, pg_is_in_recovery(),
-			current_setting('hot_standby_feedback'), current_setting('primary_slot_name')`).
+	err = conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version'), pg_catalog.current_setting('server_version_num')::int, pg_catalog.pg_is_in_recovery(),
+			pg_catalog.current_setting('hot_standby_feedback'), pg_catalog.current_setting('primary_slot_name')`).
 		Scan(&s.version, &s.num, &s.inRecovery, &s.feedback, &s.primarySlot)
 	if err == nil {
 		f.slot, err = inspect.ReadSlot(ctx, conn, d.slot)

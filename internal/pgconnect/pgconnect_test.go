@@ -1,7 +1,6 @@
 package pgconnect_test
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,24 +36,12 @@ func TestEveryConfigPinsTheSearchPath(t *testing.T) {
 // Every connection of the product goes through this package: no file of it calls pgx or pgconn
 // to connect, or parses a configuration it then connects with, itself.
 func TestNoConnectionBypassesThePin(t *testing.T) {
-	root := filepath.Join("..", "..")
 	banned := regexp.MustCompile(`\b(pgx\.Connect|pgxpool\.New\w*|pgxpool\.ParseConfig|pgconn\.Connect)\(`)
 	parse := regexp.MustCompile(`\b(pgx|pgconn)\.ParseConfig\(`)
 	connect := regexp.MustCompile(`\b(pgx|pgconn)\.ConnectConfig\(`)
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			switch {
-			case rel != "." && strings.HasPrefix(d.Name(), "."), rel == "test", rel == "examples", rel == "deploy",
-				rel == filepath.Join("internal", "testenv"), rel == filepath.Join("internal", "pgconnect"):
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+	walkProduct(t, func(rel, path string) error {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
+			strings.HasPrefix(rel, filepath.Join("internal", "pgconnect")+string(filepath.Separator)) {
 			return nil
 		}
 		data, err := os.ReadFile(path)
@@ -70,7 +57,4 @@ func TestNoConnectionBypassesThePin(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

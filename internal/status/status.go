@@ -122,7 +122,7 @@ func (r *Report) readRecord(ctx context.Context, conn *pgx.Conn, q Query, sl ins
 // systemID returns the server's system identifier, or "" where the role may not read it.
 func systemID(ctx context.Context, conn *pgx.Conn) string {
 	var id string
-	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&id); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_catalog.pg_control_system()").Scan(&id); err != nil {
 		return ""
 	}
 	return id
