@@ -54,7 +54,11 @@ func (d doctor) postgres(ctx context.Context) []Check {
 		out = append(out, failCheck("slot", "", "%v", err))
 	}
 	if single {
-		out = append(out, slotCheck(f, d.slot))
+		sc := slotCheck(f, d.slot)
+		if fix, ok := d.goneInReshard(ctx, conn, nil)[d.slot]; ok && !f.slot.Exists {
+			sc.Fix = fix
+		}
+		out = append(out, sc)
 	}
 	out = append(out, d.failoverChecks(ctx, conn, f)...)
 	if single {

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/inspect"
@@ -41,7 +42,7 @@ func (d doctor) shardChecks(ctx context.Context, conn *pgx.Conn, f pgFacts, slot
 	if len(slots) == 0 {
 		return nil
 	}
-	var slotDB inspect.Querier = conn
+	slotDB := conn
 	if d.standby != "" {
 		standby, err := pgconnect.Connect(ctx, d.standby)
 		if err != nil {
@@ -50,6 +51,7 @@ func (d doctor) shardChecks(ctx context.Context, conn *pgx.Conn, f pgFacts, slot
 		defer standby.Close(context.Background())
 		slotDB = standby
 	}
+	gone := d.goneInReshard(ctx, conn, slotDB)
 	var out []Check
 	for _, name := range slots {
 		sf := f
@@ -58,7 +60,44 @@ func (d doctor) shardChecks(ctx context.Context, conn *pgx.Conn, f pgFacts, slot
 			out = append(out, failCheck("slot", "", "%v", err))
 			continue
 		}
-		out = append(out, slotCheck(sf, name), d.recordCheckOf(ctx, conn, sf, name))
+		sc := slotCheck(sf, name)
+		if fix, ok := gone[name]; ok && !sf.slot.Exists {
+			sc.Fix = fix
+		}
+		out = append(out, sc, d.recordCheckOf(ctx, conn, sf, name))
 	}
 	return out
+}
+
+// goneInReshard returns the way out for each missing, unrecorded slot of a reshard stopped midway.
+// The usual way out, walbox migrate, would create an old slot anew. The
+// slots are read through slotDB; nil is conn, or none with --replication-url.
+func (d doctor) goneInReshard(ctx context.Context, conn *pgx.Conn, slotDB *pgx.Conn) map[string]string {
+	l, err := shard.ReadLayout(ctx, conn, d.table, shard.Set{Slot: d.slot, Publication: d.publication})
+	if err != nil || len(l.Counts()) != 2 || (slotDB == nil && d.standby != "") {
+		return nil
+	}
+	var q inspect.Querier // a nil *pgx.Conn in it would not be nil
+	if slotDB != nil {
+		q = slotDB
+	}
+	sets, err := shard.ReadStates(ctx, conn, q, l)
+	if err != nil {
+		return nil
+	}
+	m, moving, err := shard.FindMove(sets)
+	gone := map[string]string{}
+	for i := range sets {
+		set := &sets[i]
+		for k, sl := range set.Slots {
+			switch {
+			case sl.Exists || set.Records[k] != nil:
+			case moving && set == m.From:
+				gone[sl.Name] = fmt.Sprintf("a walbox reshard --retire stopped midway dropped it: run walbox reshard --shards %d --retire again", m.To.Set.N)
+			case err != nil:
+				gone[sl.Name] = "if walbox reshard or its --retire stopped midway, run it again (do not run walbox migrate)"
+			}
+		}
+	}
+	return gone
 }
