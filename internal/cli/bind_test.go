@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/walbox/walbox/outbox"
 )
@@ -183,5 +184,27 @@ func TestABadSwitchIsReportedBeforeWhatItExcuses(t *testing.T) {
 	code := mainWithExit(context.Background(), []string{"recover", "--dry-run=x"}, &out, &out)
 	if want := "walbox recover: --dry-run: "; code != 2 || !strings.HasPrefix(out.String(), want) {
 		t.Errorf("walbox recover --dry-run=x exited %d:\n%s\nwant 2 and a line starting %q", code, out.String(), want)
+	}
+}
+
+// A bad slot name stops run before it reads a server, even one it waits for: exit 2 and the
+// name's one line, with no shard lookup or warning first.
+func TestRunRefusesABadSlotBeforeItReadsAServer(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--amqp-url=amqp://127.0.0.1:1", "--shard=0", "--wait-for-servers"},
+		{"run", "--stream-url=rabbitmq-stream://127.0.0.1:1/"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			code := mainWithExit(ctx, append(args, "--listen=off", "--slot=Bad-Slot"), &out, &out)
+			want := "walbox run: slot \"Bad-Slot\": "
+			if code != 2 || strings.Count(out.String(), "\n") != 1 || !strings.HasPrefix(out.String(), want) {
+				t.Errorf("walbox %v exited %d:\n%s\nwant 2 and one line starting %q", args, code, out.String(), want)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/streampub"
 )
 
@@ -73,6 +74,11 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 		return cfg, "", err
 	} else {
 		exchange = cfg.Brokers.Configs()[0].Exchange
+	}
+	// The slot's name is checked before any server is read, as relayd.New checks it after.
+	// Otherwise a bad name waits for the servers, with --wait-for-servers for good.
+	if err := slots.CheckName(cfg.Relay.Slot); err != nil {
+		return cfg, "", configError{err.Error()}
 	}
 	if cfg.Relay.Logger, err = newLogger(stderr, c.v.logLevel, c.v.logFormat, c.secrets()); err != nil {
 		return cfg, "", configError{"--log-level/--log-format: " + err.Error()}
