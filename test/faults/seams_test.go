@@ -210,9 +210,9 @@ func seamPromise(c cell) string {
 	case c.is("fault", "restore"):
 		return "every row written after the restore delivered, or walbox stops in one line naming the restore"
 	case c.is("publisher", "stream") && c.is("fault", "reshard"):
-		return "none lost or phantom; order per aggregate; no row before the cut stored twice"
+		return "none lost or phantom; order per aggregate; rows after the cut may be stored twice"
 	case c.is("publisher", "stream"):
-		return "exactly once, in commit order"
+		return "each row once; order per aggregate"
 	case c.is("source", "emit") && c.is("fault", "slot-lost"):
 		return "rows: none lost or phantom; emitted messages of the gap lost, as recover warns"
 	}
