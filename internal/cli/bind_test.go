@@ -188,8 +188,17 @@ func TestABadSwitchIsReportedBeforeWhatItExcuses(t *testing.T) {
 }
 
 // A bad slot name stops run before it reads a server, even one it waits for: exit 2 and the
-// name's one line, with no shard lookup or warning first.
+// name's one line, with no shard lookup or warning first. An empty one is the default.
 func TestRunRefusesABadSlotBeforeItReadsAServer(t *testing.T) {
+	t.Run("empty", func(t *testing.T) {
+		clearEnv(t)
+		t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+		var out bytes.Buffer
+		args := []string{"run", "--amqp-url=amqp://127.0.0.1:1", "--listen=off", "--slot="}
+		if code := mainWithExit(context.Background(), args, &out, &out); code != 1 {
+			t.Errorf("walbox %v exited %d:\n%s\nwant 1: the default slot, the database unreachable", args, code, out.String())
+		}
+	})
 	for _, args := range [][]string{
 		{"run", "--amqp-url=amqp://127.0.0.1:1", "--shard=0", "--wait-for-servers"},
 		{"run", "--stream-url=rabbitmq-stream://127.0.0.1:1/"},

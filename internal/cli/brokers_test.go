@@ -102,7 +102,8 @@ func TestRunRejectsStreamSettingsItWouldIgnore(t *testing.T) {
 		{nil, "orders", "--stream "},
 		{[]string{"--stream-max-age", "168h"}, "", "--stream-max-age"},
 		{[]string{"--stream-max-bytes", "1000"}, "", "--stream-max-bytes"},
-		{[]string{"--stream-url", "rabbitmq-stream://mq1:5552/", "--lanes", "4"}, "", "--lanes"},
+		{[]string{"--stream-url", "rabbitmq-stream://mq1:5552/", "--lanes", "4"}, "", "--lanes (WALBOX_LANES): 4; a stream takes one producer"},
+		{[]string{"--stream-url", "rabbitmq-stream://mq1:5552/", "--lanes", "100"}, "", "--lanes (WALBOX_LANES): 100; a stream takes one producer"},
 	}
 	for _, c := range cases {
 		t.Setenv("WALBOX_STREAM", c.env)

@@ -68,6 +68,10 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 	if cfg.Stream, err = streamConfig(c); err != nil {
 		return cfg, "", err
 	}
+	// After streamConfig: into a stream, more than one lane is refused as such.
+	if cfg.Lanes > relayd.MaxLanes {
+		return cfg, "", badSetting(c.s.get("lanes"), "%d; want 1 to %d", cfg.Lanes, relayd.MaxLanes)
+	}
 	if cfg.Stream != nil {
 		exchange = "stream:" + cfg.Stream.Stream
 	} else if cfg.Brokers, err = c.brokers("walbox"); err != nil {
@@ -75,9 +79,10 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 	} else {
 		exchange = cfg.Brokers.Configs()[0].Exchange
 	}
-	// The slot's name is checked before any server is read, as relayd.New checks it after.
-	// Otherwise a bad name waits for the servers, with --wait-for-servers for good.
-	if err := slots.CheckName(cfg.Relay.Slot); err != nil {
+	// The slot's name (an empty one is the default) is checked before any server is read, as
+	// relayd.New checks it after. Otherwise a bad name waits for the servers, with
+	// --wait-for-servers for good.
+	if err := slots.CheckName(cfg.Relay.WithDefaults().Slot); err != nil {
 		return cfg, "", configError{err.Error()}
 	}
 	if cfg.Relay.Logger, err = newLogger(stderr, c.v.logLevel, c.v.logFormat, c.secrets()); err != nil {

@@ -108,7 +108,7 @@ var settingTable = []group{
 		{flag: "window", env: "WALBOX_WINDOW", def: strconv.Itoa(replication.DefaultWindow), cmds: dialers, bind: func(v *values) any { return &v.relay.Window }, idle: withoutWindow, help: "most messages published and not yet confirmed"},
 	}},
 	{"Relaying: walbox run", []spec{
-		{flag: "lanes", env: "WALBOX_LANES", def: strconv.Itoa(relayd.DefaultLanes), cmds: runOnly, bind: func(v *values) any { return (*laneCount)(&v.daemon.Lanes) },
+		{flag: "lanes", env: "WALBOX_LANES", def: strconv.Itoa(relayd.DefaultLanes), cmds: runOnly, bind: func(v *values) any { return &v.daemon.Lanes },
 			help: "publish over this many channels, each on its own connection, by a hash of the aggregate id: " +
 				"each aggregate's messages keep their commit order, different aggregates' need not (1: commit order)",
 			see: "setup.md#publishing-lanes"},

@@ -122,21 +122,6 @@ func (k *shardIndex) decode(s string) error {
 	return nil
 }
 
-// laneCount is --lanes: 1 to relayd.MaxLanes.
-type laneCount int
-
-func (n *laneCount) decode(s string) error {
-	var v int
-	if err := decode(&v, s); err != nil {
-		return err
-	}
-	if v > relayd.MaxLanes {
-		return fmt.Errorf("%d; want 1 to %d", v, relayd.MaxLanes)
-	}
-	*n = laneCount(v)
-	return nil
-}
-
 // byteCount is a positive number of bytes.
 type byteCount int64
 
