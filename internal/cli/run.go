@@ -79,8 +79,8 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 	} else {
 		exchange = cfg.Brokers.Configs()[0].Exchange
 	}
-	// The slot's name (an empty one is the default) is checked before any server is read, as
-	// relayd.New checks it after. Otherwise a bad name waits for the servers, with
+	// The slot's name is checked before any server is read; an empty one is the default.
+	// relayd.New checks it again later. Otherwise a bad name waits for the servers, with
 	// --wait-for-servers for good.
 	if err := slots.CheckName(cfg.Relay.WithDefaults().Slot); err != nil {
 		return cfg, "", configError{err.Error()}
