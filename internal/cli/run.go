@@ -79,7 +79,7 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 	} else {
 		exchange = cfg.Brokers.Configs()[0].Exchange
 	}
-	// The slot's name is checked before any server is read; an empty one is the default.
+	// The slot's name is checked before any server is read. An empty one is the default.
 	// relayd.New checks it again later. Otherwise a bad name waits for the servers, with
 	// --wait-for-servers for good.
 	if err := slots.CheckName(cfg.Relay.WithDefaults().Slot); err != nil {
