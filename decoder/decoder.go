@@ -81,8 +81,9 @@ type Decoder struct {
 	share bool
 
 	// The transaction being decoded: position ids are derived from them.
-	finalLSN pglogrepl.LSN
-	inserts  int // inserts decoded since its Begin
+	finalLSN   pglogrepl.LSN
+	commitTime time.Time
+	inserts    int // inserts decoded since its Begin
 
 	origin Origin // see SetOrigin
 }
@@ -171,7 +172,7 @@ func (d *Decoder) decodeBegin(r *reader) (Event, error) {
 	if !r.done() {
 		return Event{}, malformed("begin message of %d bytes, want 21", len(r.b)+1)
 	}
-	d.finalLSN, d.inserts = ev.FinalLSN, 0
+	d.finalLSN, d.commitTime, d.inserts = ev.FinalLSN, ev.CommitTime, 0
 	return ev, nil
 }
 
@@ -193,7 +194,7 @@ func (d *Decoder) decodeInsert(r *reader) (Event, error) {
 	if !ok {
 		return Event{}, malformed("insert into relation %d, which was never announced", relID)
 	}
-	pos := position{finalLSN: d.finalLSN, ordinal: d.inserts, origin: &d.origin}
+	pos := position{finalLSN: d.finalLSN, commitTime: d.commitTime, ordinal: d.inserts, origin: &d.origin}
 	d.inserts++
 	var buf [16]value // on the stack: room for the columns of nearly every mapping
 	var row []value

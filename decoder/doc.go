@@ -46,8 +46,8 @@
 //     Message.ID then stays zero. NULL or empty is a bad row.
 //     With wire.IDFromPosition the table needs no id column.
 //     Message.ID is then Origin.PositionID of the Origin given to SetOrigin.
-//     Its arguments are Begin's FinalLSN and the number of inserts before the row in its
-//     transaction. The id is the same every time the transaction is sent again.
+//     Its arguments are Begin's FinalLSN and CommitTime, and the number of inserts before the row
+//     in its transaction. The id is the same every time the transaction is sent again.
 //   - The event_type (required) is a non-empty string.
 //   - The payload (required) is JSON. It is validated unless the column is of type json or jsonb.
 //     The server has validated those already.

@@ -3,6 +3,7 @@ package decoder
 import (
 	"crypto/sha1"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -42,32 +43,43 @@ func (o *Origin) TimelineAt(lsn pglogrepl.LSN) int32 {
 }
 
 // PositionID is the message id of a row on o's system. The row is insert number ordinal (from 0) of
-// the transaction whose commit record is at finalLSN. The id is the version 5 UUID, in
-// PositionNamespace, of "<system id>/<timeline>/<finalLSN>/<ordinal>". An example is
-// "7301234567890123456/1/16/B374D848/0". The timeline is the one finalLSN was written on. The zero
-// Origin gives PositionID's ids, without system and timeline. The server sends a transaction again
-// exactly as before, so the id is the same on every replay. A transaction of another system or
-// timeline at the same LSN gets another id.
-func (o *Origin) PositionID(finalLSN pglogrepl.LSN, ordinal int) uuid.UUID {
+// a transaction. Its commit record is at finalLSN, and it committed at commitTime. The id is
+// the version 5 UUID, in PositionNamespace, of "<system id>/<timeline>/<finalLSN>/<commit time>/<ordinal>".
+// An example is "7301234567890123456/1/16/B374D848/817617600123456/0". The timeline is the one
+// finalLSN was written on. The commit time is in microseconds since 2000-01-01 00:00 UTC, the
+// PostgreSQL epoch, as pgoutput's Begin sends it. The zero Origin gives PositionID's ids, without
+// system, timeline and commit time. The server sends a transaction again exactly as before, so the
+// id is the same on every replay. A transaction of another system or timeline at the same LSN gets
+// another id. A data directory restored from a plain copy keeps its system and timeline. A later
+// transaction of it at the same LSN still gets another id, since it commits later.
+func (o *Origin) PositionID(finalLSN pglogrepl.LSN, commitTime time.Time, ordinal int) uuid.UUID {
 	if o.SystemID == 0 && o.Timeline == 0 {
 		return PositionID(finalLSN, ordinal)
 	}
-	var buf [len(positionNamespace) + 72]byte
+	var buf [len(positionNamespace) + 96]byte
 	b := append(buf[:0], positionNamespace[:]...)
 	b = strconv.AppendUint(b, o.SystemID, 10)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, int64(o.TimelineAt(finalLSN)), 10)
 	b = append(b, '/')
-	return positionUUID(appendPosition(b, finalLSN, ordinal))
+	b = appendLSN(b, finalLSN)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, commitTime.UnixMicro()-microsecFromUnixEpochToY2K, 10)
+	b = append(b, '/')
+	return positionUUID(strconv.AppendInt(b, int64(ordinal), 10))
 }
 
-// appendPosition appends "<finalLSN>/<ordinal>", the LSN as pglogrepl.LSN.String writes it.
+// appendPosition appends "<finalLSN>/<ordinal>".
 func appendPosition(b []byte, finalLSN pglogrepl.LSN, ordinal int) []byte {
-	b = appendHex(b, uint64(finalLSN)>>32)
-	b = append(b, '/')
-	b = appendHex(b, uint64(finalLSN)&0xffffffff)
-	b = append(b, '/')
+	b = append(appendLSN(b, finalLSN), '/')
 	return strconv.AppendInt(b, int64(ordinal), 10)
+}
+
+// appendLSN appends lsn as pglogrepl.LSN.String writes it.
+func appendLSN(b []byte, lsn pglogrepl.LSN) []byte {
+	b = appendHex(b, uint64(lsn)>>32)
+	b = append(b, '/')
+	return appendHex(b, uint64(lsn)&0xffffffff)
 }
 
 // positionUUID returns the version 5 UUID of name, which starts with the namespace's bytes.

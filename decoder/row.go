@@ -34,12 +34,13 @@ func (e *rowError) set(column string, format string, args ...any) {
 	}
 }
 
-// position is a row's place in the stream. It is its transaction's commit LSN and the number of
-// inserts before it in the transaction.
+// position is a row's place in the stream. It is its transaction's commit LSN and commit time,
+// and the number of inserts before it in the transaction.
 type position struct {
-	finalLSN pglogrepl.LSN
-	ordinal  int
-	origin   *Origin
+	finalLSN   pglogrepl.LSN
+	commitTime time.Time
+	ordinal    int
+	origin     *Origin
 }
 
 // message turns the mapped columns of a tuple into a Message. Every field is decoded even after an
@@ -86,7 +87,7 @@ func (rel *relation) required(row []value, ro role, bad *rowError) ([]byte, bool
 // another type, which becomes m.MessageID.
 func (rel *relation) id(row []value, pos position, m *wire.Message, bad *rowError) []byte {
 	if rel.mapping.MessageID == wire.IDFromPosition {
-		m.ID = pos.origin.PositionID(pos.finalLSN, pos.ordinal)
+		m.ID = pos.origin.PositionID(pos.finalLSN, pos.commitTime, pos.ordinal)
 		return nil
 	}
 	data, ok := rel.required(row, roleID, bad)

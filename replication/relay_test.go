@@ -562,12 +562,31 @@ func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
 	e.start(func(c *replication.Config) {
 		c.Mappings = []wire.Mapping{{Table: wire.DefaultTable, MessageID: wire.IDFromPosition}}
 	})
+	// A second slot, of test_decoding, tells the transaction's commit time.
+	ctx := context.Background()
+	side := e.pg.Conn(t, e.db)
+	if _, err := side.Exec(ctx, "SET TimeZone = 'UTC'"); err != nil {
+		t.Fatal(err)
+	}
+	times := testenv.UniqueName("times")
+	if _, err := side.Exec(ctx, "SELECT pg_catalog.pg_create_logical_replication_slot($1, 'test_decoding', true)", times); err != nil {
+		t.Fatal(err)
+	}
 	_, before := e.insertTx(1, "by.position")
 	after := e.currentLSN()
 	got := e.broker.waitPublished(t, 1)[0].ID
+	var commit string
+	if err := side.QueryRow(ctx, "SELECT data FROM pg_catalog.pg_logical_slot_peek_changes($1, NULL, NULL, 'include-timestamp', '1') "+
+		"WHERE data LIKE 'COMMIT %' LIMIT 1", times).Scan(&commit); err != nil {
+		t.Fatal(err)
+	}
+	_, stamp, _ := strings.Cut(strings.TrimSuffix(commit, ")"), "(at ")
+	at, err := time.Parse("2006-01-02 15:04:05.999999-07", stamp)
+	if err != nil {
+		t.Fatalf("commit time of %q: %v", commit, err)
+	}
 
 	var origin decoder.Origin
-	ctx := context.Background()
 	if err := e.conn.QueryRow(ctx, "SELECT system_identifier::text::numeric FROM pg_control_system()").Scan(&origin.SystemID); err != nil {
 		t.Fatal(err)
 	}
@@ -580,13 +599,13 @@ func TestPositionIDsNameTheServersSystemAndTimeline(t *testing.T) {
 	// The commit record lies between the two positions: one of them is the transaction's.
 	for lsn := before; lsn <= after; lsn++ {
 		switch got {
-		case origin.PositionID(lsn, 0):
+		case origin.PositionID(lsn, at, 0):
 			return
 		case decoder.PositionID(lsn, 0):
 			t.Fatalf("id %v names the position %s only, not the server's system %d and timeline %d", got, lsn, origin.SystemID, origin.Timeline)
 		}
 	}
-	t.Fatalf("id %v is no position id of a commit between %s and %s on system %d", got, before, after, origin.SystemID)
+	t.Fatalf("id %v is no position id of a commit between %s and %s at %s on system %d", got, before, after, at, origin.SystemID)
 }
 
 // A single publish may take three times wal_sender_timeout: a large message written to a slow broker.

@@ -12,10 +12,10 @@ const (
 	// IDFromColumn takes the id from the mapped id column (a uuid, or any type as text).
 	IDFromColumn IDSource = "column"
 	// IDFromPosition derives a UUID for tables without a usable id column. It derives it from the
-	// server's system identifier and timeline, and the transaction's commit position. The row's
-	// place in the transaction counts too (decoder.Origin.PositionID). The UUID is the same on
-	// every replay. It is another after a failover or a point-in-time recovery that reuses the
-	// position.
+	// server's system identifier and timeline, and the transaction's commit position and commit
+	// time. The row's place in the transaction counts too (decoder.Origin.PositionID). The UUID is
+	// the same on every replay. It is another after a failover or a point-in-time recovery that
+	// reuses the position. It is another after a restored copy reuses it too: the copy commits later.
 	IDFromPosition IDSource = "position"
 )
 

@@ -82,23 +82,29 @@ type restoreCell struct {
 	// this row's commit LSN is in its WAL again
 	past bool
 	// positions: the table's message ids come from commit positions (message-id: position). The
-	// restore is to a new timeline, as docs/configuration.md asks, and the rows written after it
-	// must reach an exactly-once consumer, which drops a message whose id it handled.
+	// rows written after the restore must reach an exactly-once consumer, which drops a message
+	// whose id it handled.
 	positions bool
+	// newTimeline: the copy is started through recovery, onto a new timeline; else it is a plain
+	// copy, on its old timeline.
+	newTimeline bool
 }
 
 // A data directory restored from a copy taken before the relay's last rows, in each mode. Rows
 // are written and relayed, the copy taken, more rows written and relayed, the copy put back, and
 // new rows written before walbox starts. walbox must deliver every row committed after the
 // restore, or stop with one line naming the cause and the way out; the way out then delivers
-// the new rows. Position ids are restored to a new timeline, as docs/configuration.md asks.
+// the new rows. Position ids are restored both ways: a plain copy writes new transactions at the
+// commit LSNs of relayed ones, and only their commit time tells them apart.
 func TestRestoredDatabase(t *testing.T) {
 	heavy(t)
 	for _, c := range []restoreCell{
 		{name: "amqp table ids"},
 		{name: "amqp walbox_emit", emit: 0.5},
 		{name: "amqp mapped table", config: "tables:\n  - table: public.outbox\n    id: id\n    payload: payload\n"},
-		{name: "amqp position ids on a new timeline", positions: true,
+		{name: "amqp position ids on a new timeline", positions: true, newTimeline: true,
+			config: "tables:\n  - table: public.outbox\n    message-id: position\n"},
+		{name: "amqp position ids, plain copy", positions: true,
 			config: "tables:\n  - table: public.outbox\n    message-id: position\n"},
 		{name: "stream table ids", stream: true},
 		{name: "stream walbox_emit", stream: true, emit: 0.5},
@@ -170,7 +176,7 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	write(41, 20)
 	relayAll()
 	restore := restoreFault
-	if c.positions {
+	if c.newTimeline {
 		restore = restoreToNewTimeline
 	}
 	restore(t, pg, func() {
