@@ -193,7 +193,7 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 // only if the stored offset is not past it. So a message another instance of the consumer
 // handled is skipped. A stored offset below it is one the session checked (startOffset, and
 // the gap check in session). The result handlerErr is the handler's error, after a rollback.
-// The result err is a database error.
+// It is also a transaction the handler ended or left failed. The result err is a database error.
 func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Delivery,
 	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
@@ -209,16 +209,19 @@ func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Deliver
 		return nil, handling.ClassifyDB(fmt.Errorf("lock offset: %w", err))
 	}
 	if stored > offset {
-		return nil, nil // handled by another instance of this consumer
+		return nil, nil // handled by another instance of this consumer, or an earlier attempt
+	}
+	// The offset moves before the handler runs, as the queue consumer's processed row goes in
+	// first. A handler that ends tx itself then gets a retry, not a failed offset update. And
+	// a retry after its own commit finds the message handled.
+	if _, err := tx.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $3 WHERE consumer = $1 AND stream = $2",
+		c.cfg.ConsumerName, c.cfg.Stream, offset+1); err != nil {
+		return nil, handling.ClassifyDB(fmt.Errorf("store offset: %w", err))
 	}
 	if h != nil {
 		if err := handling.Call(ctx, h, tx, d); err != nil {
 			return err, nil
 		}
-	}
-	if _, err := tx.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $3 WHERE consumer = $1 AND stream = $2",
-		c.cfg.ConsumerName, c.cfg.Stream, offset+1); err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("store offset: %w", err))
 	}
 	return handling.Commit(ctx, tx)
 }

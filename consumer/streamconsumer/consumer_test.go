@@ -109,6 +109,23 @@ func (se *streamEnv) waitOffset(t *testing.T, n int, timeout time.Duration) {
 	}
 }
 
+// runUntil runs a consumer of cfg with h until the stored next offset is n.
+func (se *streamEnv) runUntil(t *testing.T, cfg streamconsumer.Config, h consumer.Handler, n int) {
+	t.Helper()
+	c, err := streamconsumer.New(se.pool, cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	se.waitOffset(t, n, time.Minute)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // A message whose handler fails is retried in place, then dead-lettered; every other message
 // is handled once, with no row per message besides the handler's own.
 func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
@@ -126,18 +143,7 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := streamconsumer.New(se.pool, se.config(), h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	se.waitOffset(t, 40, time.Minute)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	se.runUntil(t, se.config(), h, 40)
 	for i, id := range se.ids {
 		want := 1
 		if id == poison {
@@ -164,17 +170,8 @@ func TestStreamConsumerRetriesAndDeadLetters(t *testing.T) {
 func TestStreamConsumerRetriesAPanic(t *testing.T) {
 	se := newStreamEnv(t, 3)
 	panicky := se.ids[1]
-	var mu sync.Mutex
-	var retried []string
 	cfg := se.config()
-	cfg.OnError = func(err error) {
-		var me *consumer.MessageError
-		if errors.As(err, &me) {
-			mu.Lock()
-			defer mu.Unlock()
-			retried = append(retried, me.Error())
-		}
-	}
+	retried := messageErrors(&cfg)
 	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 		if err := recordEffect(ctx, tx, d); err != nil {
 			return err
@@ -184,33 +181,93 @@ func TestStreamConsumerRetriesAPanic(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := streamconsumer.New(se.pool, cfg, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	se.waitOffset(t, 3, time.Minute)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	se.runUntil(t, cfg, h, 3)
 	if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1 AND attempt = 3", panicky); got != 1 {
 		t.Errorf("%d effects of attempt 3, want 1", got)
 	}
 	if got := se.count(t, "SELECT count(*) FROM effects"); got != 3 {
 		t.Errorf("%d effects, want 3 (the attempts that panicked leave none)", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(retried) != 2 {
-		t.Fatalf("OnError heard %q, want 2 message errors", retried)
+	if len(retried()) != 2 {
+		t.Fatalf("OnError heard %q, want 2 message errors", retried())
 	}
-	for _, m := range retried {
+	for _, m := range retried() {
 		if !strings.Contains(m, "handler panic: handler bug") {
 			t.Errorf("message error %q, want the panic in it", m)
 		}
+	}
+}
+
+// A handler that ends its transaction itself, or leaves it failed, is retried, then
+// dead-lettered, as by the queue consumer. It used to fail the offset update instead: the
+// session started again at attempt 1, for good. A retry after the handler's own commit finds
+// the message handled.
+func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
+	se := newStreamEnv(t, 4)
+	spoilt, selfCommit, alwaysFailed := se.ids[0], se.ids[1], se.ids[2]
+	cfg := se.config()
+	retried := messageErrors(&cfg)
+	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if err := recordEffect(ctx, tx, d); err != nil {
+			return err
+		}
+		switch {
+		case d.MessageID == spoilt && d.Attempt == 1:
+			return tx.Rollback(ctx) // ends it
+		case d.MessageID == selfCommit && d.Attempt == 1:
+			return tx.Commit(ctx) // ends it, the message handled
+		case d.MessageID == spoilt && d.Attempt == 2, d.MessageID == alwaysFailed:
+			_, _ = tx.Exec(ctx, "SELECT 1/0") // leaves it failed
+		}
+		return nil
+	}
+	se.runUntil(t, cfg, h, 4)
+	for _, want := range []struct {
+		id             string
+		attempt, count int
+	}{{spoilt, 3, 1}, {selfCommit, 1, 1}, {alwaysFailed, 0, 0}, {se.ids[3], 1, 1}} {
+		if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1", want.id); got != want.count {
+			t.Errorf("message %s: %d effects, want %d", want.id, got, want.count)
+		}
+		if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1 AND attempt = $2", want.id, want.attempt); got != want.count {
+			t.Errorf("message %s: %d effects of attempt %d, want %d", want.id, got, want.attempt, want.count)
+		}
+	}
+	dead := readAll(t, se.uri, se.stream+".dead", 1)
+	if got := fmt.Sprint(dead[0].Properties.MessageID); got != alwaysFailed {
+		t.Errorf("dead letter %s, want %s", got, alwaysFailed)
+	}
+	const unusable = "handler left the transaction unusable"
+	if got := fmt.Sprint(dead[0].ApplicationProperties[consumer.HeaderError]); !strings.Contains(got, unusable) {
+		t.Errorf("dead letter's %s: %q, want %q in it", consumer.HeaderError, got, unusable)
+	}
+	if len(retried()) != 2+1+3 {
+		t.Errorf("OnError heard %q, want 6 message errors", retried())
+	}
+	for _, m := range retried() {
+		if !strings.Contains(m, unusable) {
+			t.Errorf("message error %q, want %q in it", m, unusable)
+		}
+	}
+}
+
+// messageErrors sets cfg.OnError to keep the text of each *consumer.MessageError. It returns
+// those heard so far.
+func messageErrors(cfg *streamconsumer.Config) func() []string {
+	var mu sync.Mutex
+	var heard []string
+	cfg.OnError = func(err error) {
+		var me *consumer.MessageError
+		if errors.As(err, &me) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard = append(heard, me.Error())
+		}
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), heard...)
 	}
 }
 

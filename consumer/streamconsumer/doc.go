@@ -8,11 +8,13 @@
 // The handler's transaction also stores the offset of the next message in Config.OffsetTable.
 // So a message is handled again only if its transaction did not commit. The consumer needs no
 // row per message. Messages are handled one at a time, in stream order. A failing message is
-// retried in place, the messages behind it waiting. After MaxAttempts attempts it goes to
-// DeadLetterStream, exactly once: a named producer, with the offset as publishing id. Dead
-// letters carry consumer.HeaderError, HeaderAttempts and HeaderConsumer as application
-// properties. Two instances with one ConsumerName never both handle a message: the offset row
-// is locked and checked in each transaction.
+// retried in place, the messages behind it waiting. A handler that ends its transaction
+// itself, or leaves it failed, is failing too. The offset is stored before the handler runs,
+// so a retry after the handler's own commit finds the message handled. After MaxAttempts
+// attempts the message goes to DeadLetterStream, exactly once: a named producer, with the
+// offset as publishing id. Dead letters carry consumer.HeaderError, HeaderAttempts and
+// HeaderConsumer as application properties. Two instances with one ConsumerName never both
+// handle a message: the offset row is locked and checked in each transaction.
 //
 // # A stored offset outside the stream
 //
