@@ -74,6 +74,15 @@ func (c Config) Validate() error {
 	if _, err := wire.ParseTable(c.OffsetTable); err != nil {
 		return fmt.Errorf("offset table: %w", err)
 	}
+	// The queue consumer's Validate words these the same.
+	switch {
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("max attempts %d: negative", c.MaxAttempts)
+	case c.RetryBackoff < 0:
+		return fmt.Errorf("retry backoff %s: negative", c.RetryBackoff)
+	case c.ReconnectBackoff < 0:
+		return fmt.Errorf("reconnect backoff %s: negative", c.ReconnectBackoff)
+	}
 	return nil
 }
 

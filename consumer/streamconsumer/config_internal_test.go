@@ -50,3 +50,20 @@ func TestValidateTakesZeroFieldsAsDefaults(t *testing.T) {
 		t.Error("offset table a.b.c: no error")
 	}
 }
+
+// TestValidateRefusesNegatives: a negative MaxAttempts skipped every attempt, and the dead
+// letter's reason was nil: the first message panicked Run. Negative pauses are refused too, as
+// by the queue consumer.
+func TestValidateRefusesNegatives(t *testing.T) {
+	ok := Config{URIs: []string{"rabbitmq-stream://localhost:5552"}, Stream: "events", ConsumerName: "billing"}
+	for want, cfg := range map[string]Config{
+		"max attempts -1: negative":       {MaxAttempts: -1},
+		"retry backoff -1s: negative":     {RetryBackoff: -time.Second},
+		"reconnect backoff -1s: negative": {ReconnectBackoff: -time.Second},
+	} {
+		cfg.URIs, cfg.Stream, cfg.ConsumerName = ok.URIs, ok.Stream, ok.ConsumerName
+		if err := cfg.Validate(); err == nil || err.Error() != want {
+			t.Errorf("Validate: %v, want %q", err, want)
+		}
+	}
+}
