@@ -145,3 +145,20 @@ func positions(msgs []*amqp.Message) []string {
 	}
 	return out
 }
+
+// declareTrimmed declares stream name with small segments and 40 kB of retention, so that retention
+// removes its first messages soon. It returns the connection, closed when the test ends.
+func declareTrimmed(tb testing.TB, uri, name string) *stream.Environment {
+	tb.Helper()
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(uri))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = env.Close() })
+	err = env.DeclareStream(name, stream.NewStreamOptions().SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(20000)).
+		SetMaxLengthBytes(stream.ByteCapacity{}.B(40000)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return env
+}

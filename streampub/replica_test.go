@@ -10,7 +10,6 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
-	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/internal/testenv"
 )
 
@@ -139,16 +138,7 @@ func TestLegacyAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
 func TestNoAnchorIsNotTakenFromALaggingReplicaOfATrimmedStream(t *testing.T) {
 	c := testenv.StartStreamCluster(t)
 	cfg := config(c.Node(0))
-	env, err := stream.NewEnvironment(streamconn.Options().SetUri(c.Node(0).StreamURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	err = env.DeclareStream(cfg.Stream, stream.NewStreamOptions().SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(20000)).
-		SetMaxLengthBytes(stream.ByteCapacity{}.B(40000)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := declareTrimmed(t, c.Node(0).StreamURL(), cfg.Stream)
 	filler, err := env.NewProducer(cfg.Stream, stream.NewProducerOptions())
 	if err != nil {
 		t.Fatal(err)

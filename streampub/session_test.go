@@ -171,3 +171,61 @@ func TestTooLargeRowBeforeTheAnchorIsUnpublishable(t *testing.T) {
 		t.Fatalf("Publish of 2 MiB before the anchor: %v, want ErrUnpublishable (to be parked)", err)
 	}
 }
+
+// Retention removed the stream's first messages. A replay skips a row from before the stream's
+// first message: it is not checked. The next row it skips lies past that first message, at a
+// position the stream has no message at. It was never stored: the session stops on it. (Before,
+// the floor of what the read back found was its last message, not its first: such a row was taken
+// for one retention removed.)
+func TestSkippedRowPastATrimmedStreamsFirstMessageIsChecked(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	declareTrimmed(t, r.StreamURL(), cfg.Stream)
+	pos, msgs := rows(0x5000000, 600)
+	for _, m := range msgs {
+		m.Payload = []byte(`{"pad":"` + strings.Repeat("x", 300) + `"}`)
+	}
+	first := dial(t, cfg)
+	for i := 0; i < len(pos); i += 20 { // a chunk each: retention removes whole segments
+		publishAll(t, first, pos[i:i+20], msgs[i:i+20])
+	}
+	_ = first.Close()
+
+	var kept []string
+	for range 30 {
+		kept = positions(readStream(t, r.StreamURL(), cfg.Stream))
+		if len(kept) > 0 && len(kept) < len(pos)-10 && kept[0] != pos[0].String() {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(kept) == 0 || kept[0] == pos[0].String() || len(kept) >= len(pos)-10 {
+		t.Fatalf("retention removed none of the stream's first messages: %d kept", len(kept))
+	}
+	k := len(pos) - len(kept) // the first message the stream holds
+	if kept[0] != pos[k].String() {
+		t.Fatalf("first message kept at %s, want %s", kept[0], pos[k])
+	}
+
+	replay := func(at streampub.Position, m *wire.Message) error {
+		s := dial(t, cfg)
+		defer func() { _ = s.Close() }()
+		s.At(pos[0].Timeline, pos[0].LSN, pos[0].Index)
+		if _, err := s.Publish(context.Background(), msgs[0]); err != nil {
+			t.Fatalf("the row retention removed: %v", err)
+		}
+		s.At(at.Timeline, at.LSN, at.Index)
+		_, err := s.Publish(context.Background(), m)
+		return err
+	}
+	// A row the stream holds, past its first message: skipped.
+	if err := replay(pos[k+1], msgs[k+1]); err != nil {
+		t.Fatalf("a stored row: %v", err)
+	}
+	// A row of a restored server, at a position of the stream's span where it holds none.
+	other := streampub.Position{Timeline: 1, LSN: pos[k+1].LSN, Index: 7}
+	_, m := row(other.LSN, other.Index)
+	if err := replay(other, m); !errors.Is(err, wire.ErrConflict) {
+		t.Fatalf("a row the stream never stored, past its first message: err %v, want wire.ErrConflict", err)
+	}
+}

@@ -106,10 +106,10 @@ func (s *Session) readStored(from Position) error {
 			before = true
 			return
 		}
-		st.byPos[pos] = storedDigest(m)
-		if !st.short || pos.less(st.floor) {
+		if len(st.byPos) == 0 || pos.less(st.floor) {
 			st.floor = pos
 		}
+		st.byPos[pos] = storedDigest(m)
 	}
 	hi, step := s.anchor.offset+1, int64(1024)
 	for hi > 0 && !before {
