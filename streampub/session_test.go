@@ -229,3 +229,29 @@ func TestSkippedRowPastATrimmedStreamsFirstMessageIsChecked(t *testing.T) {
 		t.Fatalf("a row the stream never stored, past its first message: err %v, want wire.ErrConflict", err)
 	}
 }
+
+// A replay skips a row whose message is not the stream's at its position: the session stops, and
+// names both causes. A restored server wrote it, or walbox's settings changed since the stream
+// stored the row: the old settings are the way out then.
+func TestSkippedRowWithAnotherMessageNamesTheSettings(t *testing.T) {
+	r := testenv.StartRabbitStream(t)
+	cfg := config(r)
+	pos, msgs := rows(0x6000000, 6)
+	first := dial(t, cfg)
+	publishAll(t, first, pos, msgs)
+	_ = first.Close()
+
+	s := dial(t, cfg)
+	m := *msgs[2]
+	m.Payload = []byte(`{"n":2}`)
+	s.At(pos[2].Timeline, pos[2].LSN, pos[2].Index)
+	_, err := s.Publish(context.Background(), &m)
+	if !errors.Is(err, wire.ErrConflict) {
+		t.Fatalf("a row with another body: err %v, want wire.ErrConflict", err)
+	}
+	for _, want := range []string{"restored", "--message-prefix", "until the slot is past " + pos[5].String()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}

@@ -63,7 +63,9 @@ func (e *errNotStored) Error() string {
 		"at %s, the server has a row where the stream has %s: this server's data directory was restored from a copy older "+
 		"than the stream, and it wrote other rows since. walbox stops rather than take new rows for stored ones. "+
 		"Point it at the server that wrote the stream's rows (the current primary). If they are gone for good, "+
-		"publish into a new stream (--stream) or from a new slot", e.Stream, e.Pos, e.Anchor, there)
+		"publish into a new stream (--stream) or from a new slot. Or walbox's settings changed since a relay stored them "+
+		"(a table's mapping, --message-prefix, the tables relayed), and a row's message is another: "+
+		"run with the old settings until the slot is past %s", e.Stream, e.Pos, e.Anchor, there, e.Anchor)
 }
 
 // Unwrap makes the error wire.ErrConflict: the relay stops on it.
