@@ -47,7 +47,7 @@ $(STATICCHECK):
 
 test: check chart ## the full suite: the checks, the chart's tests, and every test of every module (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
 	@rc=0; for m in $(MODULES); do echo "go test in $$m"; \
-	  (cd $$m && $(GO) test -race -count=1 -timeout 30m $(PKGS)) || rc=1; done; exit $$rc
+	  (cd $$m && $(GO) test -race -count=1 -timeout 50m $(PKGS)) || rc=1; done; exit $$rc
 
 chart: $(STATICCHECK) ## the Helm chart's tests (deploy/helm, a module of its own): vet, staticcheck, helm lint, render, strict decode; the first run builds Helm into the user cache
 	cd deploy/helm && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout 20m ./...
