@@ -191,6 +191,19 @@ func TestHandlerThatSpoilsItsTransactionIsRetried(t *testing.T) {
 	}, unusable, unusable)
 }
 
+// A handler that ends its transaction with its own ROLLBACK statement is retried. The
+// consumer committed outside a transaction and acknowledged the message, with no writes kept.
+func TestHandlerThatEndsItsTransactionByStatementIsRetried(t *testing.T) {
+	const unusable = "handler left the transaction unusable"
+	testRetrySucceeds(t, func(ctx context.Context, tx pgx.Tx, attempt int) error {
+		if attempt < 3 {
+			_, err := tx.Exec(ctx, "ROLLBACK")
+			return err
+		}
+		return nil
+	}, unusable, unusable)
+}
+
 // testRetrySucceeds runs a handler whose attempts 1 and 2 fail as fail says, and checks that
 // attempt 3 is handled alone. OnError hears of the two retries, with wantErrs in them.
 func testRetrySucceeds(t *testing.T, fail func(ctx context.Context, tx pgx.Tx, attempt int) error, wantErrs ...string) {

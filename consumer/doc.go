@@ -29,6 +29,9 @@
 //     up to RetryBackoffMax. One queue per distinct delay keeps expiry in order. This needs no
 //     plugin and works on RabbitMQ 3.10. After MaxAttempts attempts the message goes to
 //     DeadLetterQueue.
+//   - A handler that ends tx itself, or leaves it failed, fails that attempt too. That holds
+//     for tx.Commit, tx.Rollback and its own COMMIT or ROLLBACK statement. A retry after its
+//     own commit is a duplicate.
 //   - No message id: the message goes to DeadLetterQueue unhandled.
 //   - Dead letters keep the body and properties. Header x-walbox-error carries the reason.
 //     Headers x-walbox-routing-key and x-walbox-exchange say where the message was first

@@ -199,12 +199,13 @@ func TestStreamConsumerRetriesAPanic(t *testing.T) {
 }
 
 // A handler that ends its transaction itself, or leaves it failed, is retried, then
-// dead-lettered, as by the queue consumer. It used to fail the offset update instead: the
+// dead-lettered, as by the queue consumer. So is one that ends it with its own statement. It used to fail the offset update instead: the
 // session started again at attempt 1, for good. A retry after the handler's own commit finds
 // the message handled.
 func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
-	se := newStreamEnv(t, 4)
+	se := newStreamEnv(t, 6)
 	spoilt, selfCommit, alwaysFailed := se.ids[0], se.ids[1], se.ids[2]
+	rollbackStatement, commitStatement := se.ids[4], se.ids[5]
 	cfg := se.config()
 	retried := messageErrors(&cfg)
 	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
@@ -218,14 +219,21 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 			return tx.Commit(ctx) // ends it, the message handled
 		case d.MessageID == spoilt && d.Attempt == 2, d.MessageID == alwaysFailed:
 			_, _ = tx.Exec(ctx, "SELECT 1/0") // leaves it failed
+		case d.MessageID == rollbackStatement && d.Attempt == 1:
+			_, err := tx.Exec(ctx, "ROLLBACK") // ends it unknown to pgx
+			return err
+		case d.MessageID == commitStatement && d.Attempt == 1:
+			_, err := tx.Exec(ctx, "COMMIT") // ends it unknown to pgx, the message handled
+			return err
 		}
 		return nil
 	}
-	se.runUntil(t, cfg, h, 4)
+	se.runUntil(t, cfg, h, 6)
 	for _, want := range []struct {
 		id             string
 		attempt, count int
-	}{{spoilt, 3, 1}, {selfCommit, 1, 1}, {alwaysFailed, 0, 0}, {se.ids[3], 1, 1}} {
+	}{{spoilt, 3, 1}, {selfCommit, 1, 1}, {alwaysFailed, 0, 0}, {se.ids[3], 1, 1},
+		{rollbackStatement, 2, 1}, {commitStatement, 1, 1}} {
 		if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1", want.id); got != want.count {
 			t.Errorf("message %s: %d effects, want %d", want.id, got, want.count)
 		}
@@ -241,8 +249,8 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 	if got := fmt.Sprint(dead[0].ApplicationProperties[consumer.HeaderError]); !strings.Contains(got, unusable) {
 		t.Errorf("dead letter's %s: %q, want %q in it", consumer.HeaderError, got, unusable)
 	}
-	if len(retried()) != 2+1+3 {
-		t.Errorf("OnError heard %q, want 6 message errors", retried())
+	if len(retried()) != 2+1+3+1+1 {
+		t.Errorf("OnError heard %q, want 8 message errors", retried())
 	}
 	for _, m := range retried() {
 		if !strings.Contains(m, unusable) {

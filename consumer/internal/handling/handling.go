@@ -31,6 +31,11 @@ func Call[D any](ctx context.Context, h func(context.Context, pgx.Tx, D) error, 
 // itself, gets handlerErr: a retry is right either way. A transaction the handler committed
 // makes the retry a duplicate. Any other failed commit is err, a database error.
 func Commit(ctx context.Context, tx pgx.Tx) (handlerErr, err error) {
+	if c := tx.Conn(); c != nil && c.PgConn().TxStatus() == 'I' {
+		// A COMMIT or ROLLBACK statement of the handler's ended tx unknown to pgx. Commit would
+		// succeed outside any transaction, though the writes may have rolled back.
+		return errors.New("handler left the transaction unusable: its own statement ended it"), nil
+	}
 	if err := tx.Commit(ctx); err != nil {
 		if errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
 			return fmt.Errorf("handler left the transaction unusable: %w", err), nil
