@@ -23,10 +23,10 @@ type Anchored interface {
 	Moved(ctx context.Context) (bool, error)
 }
 
-// errAnchorGap means the broker stores rows of this relay from WAL the server does not have.
+// ErrAnchorGap means the broker stores rows of this relay from WAL the server does not have.
 // The server is a restored data directory, or an old primary brought back.
 // New rows would take positions at or before the stored ones, and be confirmed without being sent.
-var errAnchorGap = errors.New("the stream holds rows this server's WAL does not have")
+var ErrAnchorGap = errors.New("the stream holds rows this server's WAL does not have")
 
 // errAnchorMoved means the broker stored messages of this relay's producer after the session read its anchor.
 // The session starts over, with the new anchor.
@@ -48,6 +48,27 @@ func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o deco
 	if !found {
 		return nil
 	}
+	return checkLast(ctx, conn, tl, lsn, o, standby)
+}
+
+// StreamGap checks the stream's last row, committed at lsn on timeline tl, against the server of
+// conn, a replication connection. It is walbox run's check at start (checkAnchor), for doctor and
+// `walbox recover --dry-run`. It returns an ErrAnchorGap when the row is beyond the server's WAL or
+// timeline history. The flag standby says that conn reaches a standby (--replication-url).
+func StreamGap(ctx context.Context, conn *pgconn.PgConn, tl int32, lsn uint64, standby bool) error {
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	o, err := readOrigin(ctx, conn, sys)
+	if err != nil {
+		return err
+	}
+	return checkLast(ctx, conn, tl, lsn, o, standby)
+}
+
+// checkLast checks the last stored row, at timeline tl and commit LSN lsn, as checkAnchor does.
+func checkLast(ctx context.Context, conn *pgconn.PgConn, tl int32, lsn uint64, o decoder.Origin, standby bool) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
@@ -61,7 +82,7 @@ func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o deco
 	return anchorGap(tl, pglogrepl.LSN(lsn), o, sys.XLogPos)
 }
 
-// anchorGap returns an errAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the server's WAL.
+// anchorGap returns an ErrAnchorGap if the anchor at timeline tl, commit LSN lsn, is not in the server's WAL.
 // The server's history is o, and its WAL ends at end on its current timeline.
 // The anchor is missing on a timeline the history does not have.
 // It is also missing at or past where the server's WAL on its timeline ends.
@@ -72,7 +93,7 @@ func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN)
 		}
 		return fmt.Errorf("%w: the last stored row was committed at %s on timeline %d, and this server's WAL ends at %s: "+
 			"its data directory was restored from a copy older than the stream, or it is an old primary brought back. "+
-			"%s", errAnchorGap, lsn, tl, end, gapWayOut)
+			"%s", ErrAnchorGap, lsn, tl, end, gapWayOut)
 	}
 	for _, h := range o.History {
 		if h.Timeline != tl {
@@ -82,19 +103,19 @@ func anchorGap(tl int32, lsn pglogrepl.LSN, o decoder.Origin, end pglogrepl.LSN)
 			return nil
 		}
 		return fmt.Errorf("%w: the last stored row was committed at %s on timeline %d, and this server left timeline %d at %s "+
-			"(its history): those rows were lost in a failover or a restore. %s", errAnchorGap, lsn, tl, tl, h.End, gapWayOut)
+			"(its history): those rows were lost in a failover or a restore. %s", ErrAnchorGap, lsn, tl, tl, h.End, gapWayOut)
 	}
 	return fmt.Errorf("%w: the last stored row was committed on timeline %d, which is not in the history of this server "+
-		"(timeline %d): it is an old primary brought back, or a restored copy. %s", errAnchorGap, tl, o.Timeline, gapWayOut)
+		"(timeline %d): it is an old primary brought back, or a restored copy. %s", ErrAnchorGap, tl, o.Timeline, gapWayOut)
 }
 
-// gapWayOut is the way out of an errAnchorGap.
+// gapWayOut is the way out of an ErrAnchorGap.
 const gapWayOut = "walbox stops rather than take new rows for stored ones. Point it at the server that wrote those rows " +
 	"(the current primary). If they are gone for good, publish into a new stream (--stream) or from a new slot"
 
 // anchorError makes a gap the end of the relay; other errors end the session.
 func anchorError(err error) error {
-	if errors.Is(err, errAnchorGap) {
+	if errors.Is(err, ErrAnchorGap) {
 		return fatal(err)
 	}
 	return err

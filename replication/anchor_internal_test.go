@@ -33,7 +33,7 @@ func TestAnchorGap(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := anchorGap(tt.tl, tt.lsn, tt.o, tt.end)
-			if got := errors.Is(err, errAnchorGap); got != tt.gap {
+			if got := errors.Is(err, ErrAnchorGap); got != tt.gap {
 				t.Fatalf("anchorGap: %v, want a gap: %v", err, tt.gap)
 			}
 			if err != nil && retryable(anchorError(err)) {

@@ -103,19 +103,9 @@ func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	a, err := findAnchor(s.env, &s.cfg, p)
+	a, err := lookupAnchor(s.env, &s.cfg, p, system)
 	if err != nil {
 		return err
-	}
-	if a.id == 0 && system != "" {
-		legacy := producerOf{name: LegacyProducerName(s.cfg.Slot), system: system}
-		if a, err = findAnchor(s.env, &s.cfg, legacy); err != nil {
-			return err
-		}
-		if !a.found {
-			a = anchor{} // none of this system's: number from 1
-		}
-		a.legacy = legacy.name
 	}
 	s.cfg.Producer, s.system, s.anchor, s.nextID = p.name, system, a, a.id+1
 	if a.legacy == "" {
@@ -128,6 +118,46 @@ func (s *Session) bind(ctx context.Context, p producerOf, system string) error {
 		return err
 	}
 	return nil
+}
+
+// lookupAnchor finds the anchor of producer p for system. When p has no anchor and system is set,
+// it takes the legacy name's anchor.
+func lookupAnchor(env *stream.Environment, cfg *Config, p producerOf, system string) (anchor, error) {
+	a, err := findAnchor(env, cfg, p)
+	if err != nil || a.id != 0 || system == "" {
+		return a, err
+	}
+	legacy := producerOf{name: LegacyProducerName(cfg.Slot), system: system}
+	if a, err = findAnchor(env, cfg, legacy); err != nil {
+		return a, err
+	}
+	if !a.found {
+		a = anchor{} // none of this system's: number from 1
+	}
+	a.legacy = legacy.name
+	return a, nil
+}
+
+// LastStored returns the position of the last row that walbox run's relay of cfg.Slot stored in
+// cfg.Stream. The relay streams from database on the database system system. This is the anchor
+// Bind finds (Session.Last). LastStored only reads: it declares no stream and no producer. The
+// result found is false when the stream holds no row of the relay, or does not exist.
+func LastStored(cfg Config, system uint64, database string) (timeline int32, commitLSN uint64, found bool, err error) {
+	cfg = cfg.WithDefaults()
+	env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs))
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
+	}
+	defer env.Close()
+	if ok, err := env.StreamExists(cfg.Stream); err != nil || !ok {
+		return 0, 0, false, err
+	}
+	sys := strconv.FormatUint(system, 10)
+	a, err := lookupAnchor(env, &cfg, producerOf{name: ProducerName(system, database, cfg.Slot)}, sys)
+	if err != nil || !a.found {
+		return 0, 0, false, err
+	}
+	return a.pos.Timeline, a.pos.LSN, true, nil
 }
 
 // declare creates the stream with the configured retention unless it exists. A stream that exists

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -68,6 +69,15 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fail(err)
 	}
 	showGap(stdout, cfg.Slot, gap)
+	if target != nil && dry {
+		// walbox run's check at start: a stream whose last row the server's WAL does not have.
+		a := doctor.AnchorCheck(ctx, doctor.Config{DatabaseURL: cfg.DatabaseURL, ReplicationURL: cfg.ReplicationURL,
+			Slot: cfg.Slot, Stream: target})
+		if a.Status == "fail" {
+			return fail(errors.New(a.Message))
+		}
+		fmt.Fprintf(stdout, "  stream                  %s\n", a.Message)
+	}
 	if gap.None() {
 		fmt.Fprintf(stdout, "no gap: slot %s continues from the recorded position; nothing to do\n", cfg.Slot)
 		return nil

@@ -174,17 +174,10 @@ func roleCheck(f pgFacts) Check {
 // IDENTIFY_SYSTEM: it proves pg_hba.conf and the role admit it. It notes the server's system
 // identifier in f.
 func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
-	dsn := d.dsn
-	if d.standby != "" {
-		dsn = d.standby // walbox streams from the standby
-	}
-	cfg, err := pgconnect.ParseConnConfig(dsn)
-	if err != nil {
+	conn, err := d.replicationConn(ctx)
+	if errors.Is(err, errBadURL) {
 		return failCheck("replication_connection", "check --database-url", "parse database url: not a valid connection string or URL")
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "walbox-doctor"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err == nil {
 		defer conn.Close(context.Background())
 		var res []*pgconn.Result
@@ -209,6 +202,24 @@ func (d doctor) replicationCheck(ctx context.Context, f *pgFacts) Check {
 		fix = "raise max_wal_senders in postgresql.conf (restart needed)"
 	}
 	return failCheck("replication_connection", fix, "replication connection refused: %s", msg)
+}
+
+// errBadURL means the database URL does not parse.
+var errBadURL = errors.New("parse database url: not a valid connection string or URL")
+
+// replicationConn opens a logical replication connection to the server walbox run streams from.
+func (d doctor) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
+	dsn := d.dsn
+	if d.standby != "" {
+		dsn = d.standby // walbox streams from the standby
+	}
+	cfg, err := pgconnect.ParseConnConfig(dsn)
+	if err != nil {
+		return nil, errBadURL
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "walbox-doctor"
+	return pgconn.ConnectConfig(ctx, cfg)
 }
 
 // publicationChecks judges the publication as `walbox run` does (inspect.Coverage). The publication

@@ -81,6 +81,9 @@ type restoreCell struct {
 	// past: the restored server writes past the relay's last row before walbox starts, so that
 	// this row's commit LSN is in its WAL again
 	past bool
+	// short: the restored server writes a few rows only before walbox starts, so that its WAL ends
+	// before the relay's last row: run stops at start
+	short bool
 	// positions: the table's message ids come from commit positions (message-id: position). The
 	// rows written after the restore must reach an exactly-once consumer, which drops a message
 	// whose id it handled.
@@ -110,6 +113,7 @@ func TestRestoredDatabase(t *testing.T) {
 		{name: "stream walbox_emit", stream: true, emit: 0.5},
 		{name: "stream written past the last row", stream: true, past: true},
 		{name: "stream walbox_emit written past the last row", stream: true, emit: 0.5, past: true},
+		{name: "stream short of the last row", stream: true, short: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { restoredDatabase(t, c) })
 	}
@@ -184,8 +188,11 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 		relayAll()
 	})
 	before, txs := len(committed), 20
-	if c.past {
+	switch {
+	case c.past:
 		txs = 40
+	case c.short:
+		txs = 2
 	}
 	write(43, txs) // after the restore, at positions the relayed rows had
 	after := committed[before:]
@@ -233,7 +240,8 @@ func notInStream(sr *streamReader, rows []checker.Row) []string {
 }
 
 // stoppedOnRestore checks that the relay r stopped on the restored server in one line naming the
-// cause and the way out. It logs what doctor, status and recover --dry-run say then.
+// cause and the way out. When run stopped at start, on the stream's last row beyond the server's
+// WAL, doctor fails and recover --dry-run exits 1, each with run's cause. It logs what status says.
 func stoppedOnRestore(t *testing.T, w *world, r *relay, env []string) {
 	t.Helper()
 	code := r.Wait(time.Minute)
@@ -243,9 +251,16 @@ func stoppedOnRestore(t *testing.T, w *world, r *relay, env []string) {
 		!strings.Contains(out, "new stream") {
 		t.Fatalf("walbox run exited %d; want a stop naming the restored data directory and the way out:\n%s", code, out)
 	}
+	// run's cause at start, without the position: "the last stored row was committed at ... and
+	// this server's WAL ends at".
+	const cause = "the stream holds rows this server's WAL does not have: the last stored row was committed at"
+	atStart := strings.Contains(out, cause)
 	for _, args := range [][]string{{"status"}, {"doctor"}, {"recover", "--dry-run"}} {
-		out, code := w.walbox(env, args...)
-		t.Logf("walbox %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		got, code := w.walbox(env, args...)
+		t.Logf("walbox %s exited %d:\n%s", strings.Join(args, " "), code, got)
+		if atStart && args[0] != "status" && (code == 0 || !strings.Contains(got, cause) || !strings.Contains(got, "restored")) {
+			t.Errorf("walbox %s exited %d; want run's cause (%q) and a non-zero exit:\n%s", strings.Join(args, " "), code, cause, got)
+		}
 	}
 }
 
