@@ -65,7 +65,7 @@ func (e *errNotStored) Error() string {
 		"Point it at the server that wrote the stream's rows (the current primary). If they are gone for good, "+
 		"publish into a new stream (--stream) or from a new slot. Or walbox's settings changed since a relay stored them "+
 		"(a table's mapping, --message-prefix, the tables relayed), and a row's message is another: "+
-		"run with the old settings until the slot is past %s", e.Stream, e.Pos, e.Anchor, there, e.Anchor)
+		"run with the old settings until the slot is past the stream's last row", e.Stream, e.Pos, e.Anchor, there)
 }
 
 // Unwrap makes the error wire.ErrConflict: the relay stops on it.
