@@ -18,8 +18,12 @@
 //     TestTablelessRelayKilled, TestShardsKilledAtRandomMoments
 //   - kill points (a walbox built with the tag killpoints killed at a named boundary):
 //     TestRelayKilledAtEveryPoint, TestStandbyKilledAtEveryPoint, TestRecoverKilledAtEveryPoint,
-//     TestPruneKilledAtEveryPoint,
-//     TestEveryKillPointIsCovered
+//     TestPruneKilledAtEveryPoint, TestReshardKilledAtEveryPoint,
+//     TestStreamReshardKilledAtEveryPoint, TestRecoverIntoStreamKilledAtEveryPoint,
+//     TestRelayModesKilledAtEveryPoint (stream, shards, lanes), TestKillPointsSoak (make soak),
+//     TestEveryKillPointIsCovered, TestSoakSummaryTable
+//   - the seam matrix (docs/seams.md): TestSeams, TestCoveringArrayCoversEveryPair,
+//     TestEveryModeHasACell, TestSeamsDocListsTheCells
 //   - broker lost: TestBrokerFaults (memory alarm, silent partition, long
 //     outage, graceful restart, node killed), TestClusterFaults,
 //     TestNackedMessagesAreRetried, TestRecoverUsesTheNextBrokerWhenTheFirstIsDown
