@@ -7,13 +7,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
 // pipeCoalescer returns a coalescer writing into a pipe and the pipe's reading end.
-func pipeCoalescer(t *testing.T, delay time.Duration, failed func(error) error) (*coalescer, net.Conn) {
+func pipeCoalescer(t testing.TB, delay time.Duration, failed func(error) error) (*coalescer, net.Conn) {
 	t.Helper()
 	client, server := net.Pipe()
 	t.Cleanup(func() { client.Close(); server.Close() })
@@ -22,7 +24,7 @@ func pipeCoalescer(t *testing.T, delay time.Duration, failed func(error) error) 
 }
 
 // readExactly reads want from r, failing if it does not come within a second.
-func readExactly(t *testing.T, r net.Conn, want string) {
+func readExactly(t testing.TB, r net.Conn, want string) {
 	t.Helper()
 	r.SetReadDeadline(time.Now().Add(time.Second))
 	got := make([]byte, len(want))
@@ -32,7 +34,7 @@ func readExactly(t *testing.T, r net.Conn, want string) {
 }
 
 // nothingToRead fails if r has something to read within d.
-func nothingToRead(t *testing.T, r net.Conn, d time.Duration) {
+func nothingToRead(t testing.TB, r net.Conn, d time.Duration) {
 	t.Helper()
 	r.SetReadDeadline(time.Now().Add(d))
 	var b [1]byte
@@ -119,6 +121,53 @@ func TestCoalescerStuckWriteNowFails(t *testing.T) {
 // of the delay) of the first byte held; when it is, what is held waits for that call, which
 // writes them all once the next is no longer expected within the span.
 func TestCoalescerFlushSoonWaitsOnlyForWhatIsExpected(t *testing.T) {
+	withRetries(t, 3, flushSoonWaitsOnlyForWhatIsExpected)
+}
+
+// withRetries runs check up to n times and fails t only if every run fails. The check sleeps
+// and reads with short deadlines, so a loaded machine can fail one run; a broken rule fails all.
+func withRetries(t *testing.T, n int, check func(testing.TB)) {
+	t.Helper()
+	var last []string
+	for i := 0; i < n; i++ {
+		a := &attempt{TB: t}
+		done := make(chan struct{})
+		go func() { defer close(done); check(a) }()
+		<-done
+		if len(a.failures) == 0 {
+			return
+		}
+		last = a.failures
+		t.Logf("run %d of %d failed: %s", i+1, n, strings.Join(a.failures, "; "))
+	}
+	t.Errorf("every run failed; the last: %s", strings.Join(last, "; "))
+}
+
+// attempt is a testing.TB whose failures are kept, not reported: Fatal ends only the attempt.
+type attempt struct {
+	testing.TB
+	failures []string
+}
+
+func (a *attempt) Helper() {}
+
+func (a *attempt) Errorf(format string, args ...any) {
+	a.failures = append(a.failures, fmt.Sprintf(format, args...))
+}
+
+func (a *attempt) Fatalf(format string, args ...any) {
+	a.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (a *attempt) Error(args ...any) { a.failures = append(a.failures, fmt.Sprint(args...)) }
+
+func (a *attempt) Fatal(args ...any) {
+	a.Error(args...)
+	runtime.Goexit()
+}
+
+func flushSoonWaitsOnlyForWhatIsExpected(t testing.TB) {
 	w, r := pipeCoalescer(t, 100*time.Millisecond, nil)
 	publish(w, "pub1") // a fresh connection expects nothing
 	go w.flushSoon(true)
