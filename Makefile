@@ -66,7 +66,7 @@ bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway server
 	cd test && $(GO) build -o ../bin/walbox-bench ./cmd/walbox-bench
 	bin/walbox-bench -wait-load 1.5 $(BENCH_ARGS)
 
-soak: ## the long fault soak: 2,000 kills at kill points, 200 at random moments, long outages, 300,000 rows; one summary table (about 45 min)
+soak: ## the long fault soak: 2,000 kills at kill points, 200 at random moments, long outages, 300,000 rows, the seam matrix; one summary table (about 80 min on two busy cores)
 	cd test && WALBOX_SOAK=1 $(GO) test -race -count=1 -timeout 3h -v ./faults/ > ../soak.out 2>&1; rc=$$?; \
 	  grep -E 'SUMMARY|^SOAK |^(--- |ok|FAIL|PASS)' ../soak.out; echo "full output: soak.out"; exit $$rc
 
