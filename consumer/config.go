@@ -102,7 +102,26 @@ type Config struct {
 	// connection, a failed database call, or a handler error (then a *MessageError). Run calls
 	// it from its own goroutine. It must not block for long.
 	OnError func(error)
+
+	// Metrics, if set, is told what became of each message. Package consumer/consumermetrics
+	// exports them to a Prometheus registry. Default none.
+	Metrics Metrics
 }
+
+// Metrics is told what became of each message a consumer took. Its methods must be quick and
+// safe for concurrent use. Package consumer/consumermetrics implements it.
+type Metrics interface {
+	// Handled: the handler of consumer handled d, and its transaction committed.
+	Handled(consumer string, d Delivery)
+	// Failed: an attempt of consumer at d failed, in the handler or the database.
+	Failed(consumer string, d Delivery)
+}
+
+// noMetrics is the default Metrics.
+type noMetrics struct{}
+
+func (noMetrics) Handled(string, Delivery) {}
+func (noMetrics) Failed(string, Delivery)  {}
 
 // Validate reports the first bad setting of c. A zero field stands for its default, as in New.
 // Validate changes nothing.
@@ -165,6 +184,9 @@ func (c Config) withDefaults() Config {
 	handling.SetDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	handling.SetDefault(&c.ProcessedTable, DefaultProcessedTable)
 	handling.SetDefault(&c.ConsumerName, c.Queue)
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
 	if c.DeadLetterQueue == "" && c.Queue != "" {
 		c.DeadLetterQueue = c.Queue + ".dlq"
 	}

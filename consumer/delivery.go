@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/wire"
 )
 
 // Handler handles one message within tx, the transaction that also records the message as
@@ -42,6 +44,9 @@ type Delivery struct {
 	Body       []byte
 	Headers    map[string]any
 	Timestamp  time.Time
+	// CommitTime is when the message's transaction committed, from the header wire.HeaderCommitTime.
+	// It is zero when the message has none.
+	CommitTime time.Time
 	// Redelivered says the broker delivered it before, without an acknowledgement.
 	Redelivered bool
 	// Attempt is 1 on the first attempt, 2 on the first retry, and so on.
@@ -60,9 +65,16 @@ func newDelivery(d *amqp.Delivery) Delivery {
 		Body:        d.Body,
 		Headers:     d.Headers,
 		Timestamp:   d.Timestamp,
+		CommitTime:  CommitTime(d.Headers),
 		Redelivered: d.Redelivered,
 		Attempt:     attemptsBefore(d.Headers) + 1,
 	}
+}
+
+// CommitTime reads the header wire.HeaderCommitTime; zero when missing or malformed.
+func CommitTime(h map[string]any) time.Time {
+	t, _ := wire.ParseCommitTime(h[wire.HeaderCommitTime])
+	return t
 }
 
 // attemptsBefore reads HeaderAttempts, whatever integer type it arrived as.

@@ -7,6 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer/internal/handling"
+	"github.com/walbox/walbox/wire"
 )
 
 // handle processes one delivery and settles it. It acks a handled message or a duplicate. It
@@ -15,47 +16,64 @@ import (
 // unusable, or a fatal database error. The session then ends, and the broker requeues what was
 // not acknowledged.
 func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
+	if d.Type == wire.CanaryEventType {
+		return ackCanary(d) // walbox's own, for its canary queue: a binding of # gets it too
+	}
 	if d.MessageId == "" {
 		return c.deadLetter(hctx, ch, d, attemptsBefore(d.Headers), ErrMissingMessageID)
 	}
 	del := newDelivery(d)
-	handlerErr, err := c.process(hctx, del)
+	handled, handlerErr, err := c.process(hctx, del)
 	switch {
 	case err != nil:
+		c.cfg.Metrics.Failed(c.cfg.ConsumerName, del)
 		return c.requeue(ctx, d, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
 	case handlerErr != nil:
+		c.cfg.Metrics.Failed(c.cfg.ConsumerName, del)
 		c.dbBackoff = 0
 		return c.retry(hctx, ch, d, del.Attempt, handlerErr)
 	}
 	c.dbBackoff = 0
+	if handled {
+		c.cfg.Metrics.Handled(c.cfg.ConsumerName, del)
+	}
 	if err := d.Ack(false); err != nil {
 		return fmt.Errorf("ack message %s: %w", del.MessageID, err)
 	}
 	return nil
 }
 
+// ackCanary acknowledges a message of walbox's canary without handling it.
+func ackCanary(d *amqp.Delivery) error {
+	if err := d.Ack(false); err != nil {
+		return fmt.Errorf("ack canary message %s: %w", d.MessageId, err)
+	}
+	return nil
+}
+
 // process runs the handler for d in a transaction that first records d as processed. A message
-// already recorded is a duplicate and skipped. It returns the handler's error as handlerErr. It
-// returns err when the consumer's own statements failed. Then whether the handler ran is
-// unknown, and the message is delivered again. The processed row keeps it from being handled
-// twice.
-func (c *Consumer) process(ctx context.Context, d Delivery) (handlerErr, err error) {
+// already recorded is a duplicate and skipped; handled is false then. It returns the handler's
+// error as handlerErr. It returns err when the consumer's own statements failed. Then whether the
+// handler ran is unknown, and the message is delivered again. The processed row keeps it from
+// being handled twice.
+func (c *Consumer) process(ctx context.Context, d Delivery) (handled bool, handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	tag, err := tx.Exec(ctx, c.insertProcessed, d.MessageID, c.cfg.ConsumerName)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
 	if tag.RowsAffected() == 0 {
-		return nil, nil // handled before
+		return false, nil, nil // handled before
 	}
 	if err := handling.Call(ctx, c.handler, tx, d); err != nil {
-		return err, nil
+		return false, err, nil
 	}
-	return handling.Commit(ctx, tx)
+	handlerErr, err = handling.Commit(ctx, tx)
+	return handlerErr == nil && err == nil, handlerErr, err
 }
 
 // requeue returns d to the queue after a database error. It pauses first, so that an

@@ -32,8 +32,8 @@ const ContentType = "application/json"
 //   - AppId is appID, ContentType application/json, DeliveryMode persistent.
 //   - Body is m.Payload, shared, not copied.
 //
-// Headers are aggregate_type, aggregate_id and every key of m.Headers. Their values are made legal
-// in an AMQP table:
+// Headers are aggregate_type, aggregate_id, wire.HeaderCommitTime (when known) and every key of
+// m.Headers. Their values are made legal in an AMQP table:
 //   - strings, bools, float64 and nil pass as they are;
 //   - []any becomes a field array and map[string]any a nested table, both converted recursively;
 //   - other integers become int64;
@@ -41,12 +41,15 @@ const ContentType = "application/json"
 //     where neither is exact, its text;
 //   - any other type becomes its fmt.Sprint text.
 func Publishing(m *wire.Message, appID string) amqp.Publishing {
-	h := make(amqp.Table, len(m.Headers)+2)
+	h := make(amqp.Table, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		h[k] = tableValue(v)
 	}
 	h[HeaderAggregateType] = m.AggregateType
 	h[HeaderAggregateID] = m.AggregateID
+	if !m.CommitTime.IsZero() {
+		h[wire.HeaderCommitTime] = wire.FormatCommitTime(m.CommitTime)
+	}
 	return amqp.Publishing{
 		Headers:      h,
 		ContentType:  ContentType,

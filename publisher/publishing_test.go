@@ -208,3 +208,19 @@ func TestMalformedURLHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+func TestMessageCarriesItsCommitTime(t *testing.T) {
+	m := newMessage("e")
+	if _, ok := publisher.Publishing(m, "walbox").Headers[wire.HeaderCommitTime]; ok {
+		t.Fatal("a message without a commit time got the header")
+	}
+	m.CommitTime = time.Date(2026, 11, 28, 7, 30, 1, 123456789, time.FixedZone("x", 3600))
+	v := publisher.Publishing(m, "walbox").Headers[wire.HeaderCommitTime]
+	if v != "2026-11-28T06:30:01.123456Z" {
+		t.Fatalf("header %s: got %#v, want the commit time in UTC, to the microsecond", wire.HeaderCommitTime, v)
+	}
+	got, ok := wire.ParseCommitTime(v)
+	if !ok || !got.Equal(m.CommitTime.Truncate(time.Microsecond)) {
+		t.Fatalf("ParseCommitTime(%v) = %v, %v; want %v", v, got, ok, m.CommitTime)
+	}
+}

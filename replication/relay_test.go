@@ -136,6 +136,25 @@ func TestRolledBackRowsAreNeverPublished(t *testing.T) {
 	equalIDs(t, ids(got), after)
 }
 
+// Each message carries its transaction's commit time, from the server's Begin message.
+func TestMessagesCarryTheirCommitTime(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	var before, after time.Time
+	if err := e.conn.QueryRow(context.Background(), "SELECT pg_catalog.clock_timestamp()").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	e.insertTx(2, "timed")
+	if err := e.conn.QueryRow(context.Background(), "SELECT pg_catalog.clock_timestamp()").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range e.broker.waitPublished(t, 2) {
+		if m.CommitTime.Before(before) || m.CommitTime.After(after) {
+			t.Errorf("message %s: commit time %v, want between %v and %v", m.ID, m.CommitTime, before, after)
+		}
+	}
+}
+
 // The stream asks a publisher that keeps its writes to flush them whenever it goes back to waiting.
 // This publisher confirms nothing it was not asked to flush.
 // Everything is confirmed all the same, and the slot moves.

@@ -305,6 +305,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		if !s.owns(ev.Table, &ev.Message) {
 			return nil
 		}
+		ev.Message.CommitTime = s.commit
 		if why, ok := s.pinned(&ev.Message, xld.WALStart); ok {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
 		}

@@ -27,7 +27,8 @@ const (
 //   - the content type is application/json;
 //   - the creation time is the row's created_at;
 //   - the event type, aggregate type, aggregate id and the row's headers are application
-//     properties, with the producer and the position.
+//     properties, with the producer and the position;
+//   - so is the commit time, wire.HeaderCommitTime, when known.
 func (s *Session) message(m *wire.Message) (*amqp.AMQP10, error) {
 	msg := baseMessage(m)
 	msg.ApplicationProperties[PropProducer] = s.cfg.Producer
@@ -45,13 +46,16 @@ func baseMessage(m *wire.Message) *amqp.AMQP10 {
 		ContentType:  "application/json",
 		CreationTime: m.CreatedAt,
 	}
-	props := make(map[string]any, len(m.Headers)+5)
+	props := make(map[string]any, len(m.Headers)+6)
 	for k, v := range m.Headers {
 		props[k] = propertyValue(v)
 	}
 	props[PropEventType] = m.EventType
 	props[PropAggregateType] = m.AggregateType
 	props[PropAggregateID] = m.AggregateID
+	if !m.CommitTime.IsZero() {
+		props[wire.HeaderCommitTime] = wire.FormatCommitTime(m.CommitTime)
+	}
 	msg.ApplicationProperties = props
 	return msg
 }

@@ -34,6 +34,9 @@ type Message struct {
 	RoutingKey string
 	// Exchange overrides the exchange the relay publishes to.
 	Exchange string
+	// CommitTime is when the row's transaction committed; zero when unknown. It becomes the
+	// header HeaderCommitTime.
+	CommitTime time.Time
 }
 
 // AMQPMessageID returns the id the message carries on the wire.

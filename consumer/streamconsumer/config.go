@@ -59,7 +59,15 @@ type Config struct {
 	// OnError receives the errors Run recovers from, and an offset reset it made. It receives an
 	// *OffsetError before Run returns it. The default is none.
 	OnError func(error)
+	// Metrics, if set, is told what became of each message (see consumer.Metrics). Default none.
+	Metrics consumer.Metrics
 }
+
+// noMetrics is the default Metrics.
+type noMetrics struct{}
+
+func (noMetrics) Handled(string, consumer.Delivery) {}
+func (noMetrics) Failed(string, consumer.Delivery)  {}
 
 // Validate reports the first bad setting of c. A zero field stands for its default, as in New.
 // Validate changes nothing.
@@ -96,6 +104,9 @@ func (c Config) withDefaults() Config {
 	handling.SetDefault(&c.ReconnectBackoff, consumer.DefaultReconnectBackoff)
 	if c.OnError == nil {
 		c.OnError = func(error) {}
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	return c
 }

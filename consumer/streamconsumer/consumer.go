@@ -167,6 +167,10 @@ func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, e
 // offset.
 func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) error {
 	d := streamDelivery(r.msg)
+	if d.Type == wire.CanaryEventType {
+		_, _, err := c.process(ctx, r.offset, d, nil) // walbox's canary: only the offset moves
+		return err
+	}
 	var handlerErr error
 	for d.Attempt = 1; d.Attempt <= c.cfg.MaxAttempts; d.Attempt++ {
 		if d.Attempt > 1 && !handling.Sleep(ctx, c.cfg.retryDelay(d.Attempt-1)) {
@@ -176,8 +180,15 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 			handlerErr = consumer.ErrMissingMessageID
 			break
 		}
-		var err error
-		if handlerErr, err = c.process(ctx, r.offset, d, c.handler); err != nil || handlerErr == nil {
+		handled, herr, err := c.process(ctx, r.offset, d, c.handler)
+		handlerErr = herr
+		switch {
+		case err != nil || handlerErr != nil:
+			c.cfg.Metrics.Failed(c.cfg.ConsumerName, d)
+		case handled:
+			c.cfg.Metrics.Handled(c.cfg.ConsumerName, d)
+		}
+		if err != nil || handlerErr == nil {
 			return err
 		}
 		c.cfg.OnError(&consumer.MessageError{MessageID: d.MessageID, Attempt: d.Attempt, Err: handlerErr})
@@ -185,7 +196,7 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), handlerErr); err != nil {
 		return err
 	}
-	_, err := c.process(ctx, r.offset, d, nil) // only the offset moves
+	_, _, err := c.process(ctx, r.offset, d, nil) // only the offset moves
 	return err
 }
 
@@ -194,11 +205,12 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 // handled is skipped. A stored offset below it is one the session checked (startOffset, and
 // the gap check in session). The result handlerErr is the handler's error, after a rollback.
 // It is also a transaction the handler ended or left failed. The result err is a database error.
+// The result handled says that h ran and its transaction committed.
 func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Delivery,
-	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handlerErr, err error) {
+	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handled bool, handlerErr, err error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var stored int64
@@ -206,24 +218,25 @@ func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Deliver
 		" ON CONFLICT (consumer, stream) DO UPDATE SET next_offset = o.next_offset RETURNING next_offset",
 		c.cfg.ConsumerName, c.cfg.Stream, offset).Scan(&stored)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("lock offset: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("lock offset: %w", err))
 	}
 	if stored > offset {
-		return nil, nil // handled by another instance of this consumer, or an earlier attempt
+		return false, nil, nil // handled by another instance of this consumer, or an earlier attempt
 	}
 	// The offset moves before the handler runs, as the queue consumer's processed row goes in
 	// first. A handler that ends tx itself then gets a retry, not a failed offset update. And
 	// a retry after its own commit finds the message handled.
 	if _, err := tx.Exec(ctx, "UPDATE "+c.table+" SET next_offset = $3 WHERE consumer = $1 AND stream = $2",
 		c.cfg.ConsumerName, c.cfg.Stream, offset+1); err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("store offset: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("store offset: %w", err))
 	}
 	if h != nil {
 		if err := handling.Call(ctx, h, tx, d); err != nil {
-			return err, nil
+			return false, err, nil
 		}
 	}
-	return handling.Commit(ctx, tx)
+	handlerErr, err = handling.Commit(ctx, tx)
+	return h != nil && handlerErr == nil && err == nil, handlerErr, err
 }
 
 // streamDelivery is the handler's view of a stream message. The application properties are
@@ -239,6 +252,7 @@ func streamDelivery(m *amqp.Message) consumer.Delivery {
 		}
 		d.Timestamp = p.CreationTime
 	}
+	d.CommitTime = consumer.CommitTime(d.Headers)
 	d.Type, _ = d.Headers["event_type"].(string)
 	d.RoutingKey = d.Type
 	d.Body = []byte(strings.Join(dataSections(m), ""))

@@ -43,6 +43,20 @@ func newStreamEnv(t *testing.T, n int) *streamEnv {
 // newStreamEnvPadded is newStreamEnv with pad more bytes in each message's payload.
 func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 	t.Helper()
+	msgs := make([]*wire.Message, n)
+	for i := range n {
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		if pad > 0 {
+			body = fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("x", pad))
+		}
+		msgs[i] = &wire.Message{ID: uuid.New(), EventType: "order.created", Payload: []byte(body)}
+	}
+	return newStreamEnvOf(t, msgs)
+}
+
+// newStreamEnvOf is newStreamEnv with the messages msgs.
+func newStreamEnvOf(t *testing.T, msgs []*wire.Message) *streamEnv {
+	t.Helper()
 	skipShort(t)
 	r := testenv.StartRabbitStream(t)
 	pg := testenv.SharedPostgres(t)
@@ -58,17 +72,12 @@ func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 	t.Cleanup(pool.Close)
 	se := &streamEnv{pool: pool, dbURL: dbURL, uri: r.StreamURL(), stream: testenv.UniqueName("events")}
 	s, err := streampub.Dial(context.Background(), streampub.Config{URIs: []string{se.uri}, Stream: se.stream,
-		Producer: "test", Window: n + 1})
+		Producer: "test", Window: len(msgs) + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for i := range n {
-		body := fmt.Sprintf(`{"n":%d}`, i)
-		if pad > 0 {
-			body = fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("x", pad))
-		}
-		m := &wire.Message{ID: uuid.New(), EventType: "order.created", Payload: []byte(body)}
+	for i, m := range msgs {
 		se.ids = append(se.ids, m.ID.String())
 		s.At(1, uint64(i+1), 0)
 		if _, err := s.Publish(context.Background(), m); err != nil {
@@ -78,7 +87,7 @@ func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for range n {
+	for range msgs {
 		if c := <-s.Confirms(); c.Err != nil {
 			t.Fatal(c.Err)
 		}
