@@ -230,23 +230,37 @@ const (
 	HeaderParkEventType  = "x-walbox-event-type"
 	HeaderParkExchange   = "x-walbox-exchange"    // the row's own exchange, if it has one
 	HeaderParkRoutingKey = "x-walbox-routing-key" // the row's own routing key, if it has one
+	HeaderParkParkedAt   = "x-walbox-parked-at"   // when it was parked, a timestamp
+	HeaderParkSize       = "x-walbox-size"        // the payload's size in bytes, kept or not
+	HeaderParkHeaders    = "x-walbox-headers"     // the row's own headers as JSON text; their size if too large
 )
+
+// maxParkedHeaders bounds the JSON text of a parked row's own headers. Larger ones are left out.
+const maxParkedHeaders = 16 << 10
 
 // ParkedPublishing builds the publishing for a parked message. It holds:
 //   - the row's id, type, timestamp and payload, as far as they were decoded; the payload is
 //     dropped if over maxBody;
 //   - its aggregate headers;
 //   - headers naming the reason, the table and the WAL position;
-//   - the row's own exchange and routing key, if it has them.
+//   - the row's own exchange and routing key, if it has them;
+//   - when it was parked, and the payload's size;
+//   - the row's own headers as JSON text, if it has any and they fit.
 //
-// The row's own headers are left out: they may be what made it unpublishable.
+// The row's own headers are not headers of the parked copy: they may be what made it unpublishable.
 func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing {
 	m := &p.Message
 	body := m.Payload
 	if len(body) > maxBody {
 		body = nil
 	}
+	size := p.Size
+	if size == 0 {
+		size = len(m.Payload)
+	}
 	h := amqp.Table{
+		HeaderParkParkedAt:  time.Now().UTC(),
+		HeaderParkSize:      int64(size),
 		HeaderAggregateType: truncate(m.AggregateType),
 		HeaderAggregateID:   truncate(m.AggregateID),
 		HeaderParkReason:    truncate(p.Reason),
@@ -259,6 +273,16 @@ func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing
 	}
 	if m.RoutingKey != "" {
 		h[HeaderParkRoutingKey] = truncate(m.RoutingKey)
+	}
+	if len(m.Headers) > 0 {
+		b, err := json.Marshal(m.Headers)
+		switch {
+		case err != nil:
+		case len(b) <= maxParkedHeaders:
+			h[HeaderParkHeaders] = string(b)
+		default:
+			h[HeaderParkHeaders] = int64(len(b)) // too large to keep: only their size
+		}
 	}
 	return amqp.Publishing{
 		Headers:      h,

@@ -418,7 +418,7 @@ func (s *stream) over() error {
 func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
 	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
 	if _, ok := s.pinned(m, lsn); ok {
-		p.Message.Payload = nil
+		p.Message.Payload, p.Size = nil, len(m.Payload)
 	}
 	seq, err := s.publish(func(ctx context.Context) (uint64, error) { return s.pub.Park(ctx, p) })
 	if err != nil {

@@ -35,7 +35,7 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)
-		return p.park(ctx, &de.Partial, t.mapping.Table.String(), err)
+		return p.park(ctx, &de.Partial, t.mapping.Table.String(), err, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("table %s: %w", t.mapping.Table, err)
@@ -48,7 +48,7 @@ func (p *republisher) row(ctx context.Context, t *gapTable, values [][]byte) err
 	}
 	_, err = p.pub.Publish(ctx, &m)
 	if errors.Is(err, wire.ErrUnpublishable) {
-		return p.park(ctx, &m, t.mapping.Table.String(), err)
+		return p.park(ctx, &m, t.mapping.Table.String(), err, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", m.AMQPMessageID(), err)
@@ -70,7 +70,7 @@ func (p *republisher) alone(ctx context.Context, t *gapTable, m *wire.Message) e
 	}
 	_, err := p.pub.Publish(ctx, m)
 	if errors.Is(err, wire.ErrUnpublishable) {
-		return p.park(ctx, m, t.mapping.Table.String(), err)
+		return p.park(ctx, m, t.mapping.Table.String(), err, 0)
 	}
 	if err == nil {
 		p.sent++
@@ -90,7 +90,7 @@ func (p *republisher) alone(ctx context.Context, t *gapTable, m *wire.Message) e
 	parked := *m
 	parked.Payload = nil // the broker would refuse it again
 	return p.park(ctx, &parked, t.mapping.Table.String(),
-		fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.Reason))
+		fmt.Errorf("%w: refused by the broker: %s", wire.ErrUnpublishable, tl.Reason), len(m.Payload))
 }
 
 // reopen replaces the session the broker closed with a new one.
@@ -106,8 +106,9 @@ func (p *republisher) reopen(ctx context.Context) error {
 
 // park sets the row aside on the park exchange. A recovered row has no WAL position: its
 // x-walbox-lsn header is empty.
-func (p *republisher) park(ctx context.Context, m *wire.Message, table string, why error) error {
-	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table}
+// The payload's size is size where it was dropped, else 0.
+func (p *republisher) park(ctx context.Context, m *wire.Message, table string, why error, size int) error {
+	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, Size: size}
 	if err := p.room(ctx); err != nil {
 		return err
 	}

@@ -81,6 +81,8 @@ type Parked struct {
 	// Table and LSN say where it came from.
 	Table string
 	LSN   string
+	// Size is the payload's size in bytes where Message.Payload was dropped; 0 means its length.
+	Size int
 }
 
 // DefaultAlternateExchange is the alternate exchange walbox declares for exchange. Messages no

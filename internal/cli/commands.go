@@ -29,6 +29,18 @@ func newFlagSet(name, summary string, stderr io.Writer) *flag.FlagSet {
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return configError{fmt.Sprintf("unexpected argument %q (%s --help lists the flags)", fs.Arg(0), fs.Name())}
+	}
+	return nil
+}
+
+// parseFlags parses args into fs, one line for a bad flag, and leaves the arguments after the
+// flags in fs.Args().
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	usage, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
@@ -41,9 +53,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 			return errHelp
 		}
 		return flagError(fs, err)
-	}
-	if fs.NArg() > 0 {
-		return configError{fmt.Sprintf("unexpected argument %q (%s --help lists the flags)", fs.Arg(0), fs.Name())}
 	}
 	return nil
 }
@@ -79,6 +88,28 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	return c.settle()
+}
+
+// parseWithArgs parses as parse does, but takes arguments between and after the flags. It returns
+// them in order.
+func (c *common) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	c.s.register(fs)
+	var rest []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest, args = append(rest, fs.Arg(0)), fs.Args()[1:]
+	}
+	return rest, c.settle()
+}
+
+// settle resolves each setting from flags, environment and the config file, and binds it.
+func (c *common) settle() error {
 	if err := c.s.resolve(); err != nil {
 		return err
 	}

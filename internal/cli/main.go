@@ -10,6 +10,7 @@
 //	walbox prune     delete old outbox rows in short batches
 //	walbox reshard   change the number of shards without losing a row
 //	walbox recover   recover the rows of a lost slot from the outbox table, then replace the slot
+//	walbox parked    list, show, replay or discard the messages walbox parked
 //	walbox version   print the version
 package cli
 
@@ -49,6 +50,7 @@ var commands = []command{
 	{"prune", "delete outbox rows older than a duration, in short batches", runPrune},
 	{"reshard", "change the number of shards: create the new set of slots, retire the old one once it passed the cut", runReshard},
 	{"recover", "after a slot was lost, republish the rows of the gap from the outbox table and replace the slot", runRecover},
+	{"parked", "list, show, replay or discard the messages walbox parked", runParked},
 	{"version", "print the version", runVersion},
 }
 

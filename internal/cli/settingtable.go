@@ -50,8 +50,8 @@ type group struct {
 }
 
 var (
-	allCommands = []string{"migrate", "run", "status", "doctor", "prune", "reshard", "recover"}
-	dialers     = []string{"run", "doctor", "recover"} // the commands that dial the broker as run does
+	allCommands = []string{"migrate", "run", "status", "doctor", "prune", "reshard", "recover", "parked"}
+	dialers     = []string{"run", "doctor", "recover", "parked"} // the commands that dial the broker as run does
 )
 
 // settingTable is every setting of every command. A flag may have a row per command when its
@@ -185,6 +185,12 @@ var settingTable = []group{
 				"(a table swapped in, the publication dropped or altered) or the slot cannot decode (a column renamed and renamed back); " +
 				"a stop walbox run recorded needs no --force, but takes it"},
 	}},
+	{"Parked messages: walbox parked", []spec{
+		{flag: "all", def: "false", isBool: true, cmds: []string{"parked"}, bind: func(v *values) any { return &v.parkedAll },
+			help: "replay or discard every parked message, instead of the ids given", see: "operations.md#parked-messages"},
+		{flag: "yes", def: "false", isBool: true, cmds: []string{"parked"}, bind: func(v *values) any { return &v.yes },
+			help: "confirm a discard: the messages are gone for good"},
+	}},
 	{"Resharding: walbox reshard", []spec{
 		{flag: "shards", env: "WALBOX_SHARDS", required: true, cmds: []string{"reshard"}, bind: func(v *values) any { return (*shardCount)(&v.shards) }, need: "the number of shards to move to",
 			help: "the number of shards to move to (1: back to a single slot)", see: "scaling.md#changing-the-number-of-shards"},
@@ -212,7 +218,7 @@ func withoutWindow(s *settings) bool {
 
 // streamCmds take the stream mode's connection. Run publishes into the stream, doctor checks it,
 // and recover publishes a lost slot's gap into it.
-var streamCmds = []string{"run", "doctor", "recover"}
+var streamCmds = []string{"run", "doctor", "recover", "parked"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.
 func specsOf(cmd string) []spec {

@@ -39,6 +39,7 @@ type values struct {
 	shard                      int // -1 when not set
 	noSlot, json, requireRelay bool
 	dryRun, retire             bool
+	parkedAll, yes             bool
 }
 
 func newValues() *values { return &values{shard: -1} }

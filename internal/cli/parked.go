@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/walbox/walbox/internal/parked"
+	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/publisher"
+)
+
+const parkedSummary = "List, show, replay or discard the messages walbox parked: rows that could never be delivered as written. " +
+	"Usage: walbox parked list | show ID | replay ID... | replay --all | discard --yes ID... | discard --yes --all. " +
+	"Replay publishes each to its own exchange and routing key with its original id and headers, " +
+	"reading the row's current version from its outbox table where it is still there, " +
+	"and removes the parked copy only once the broker confirmed it; one that still cannot be published is parked again. " +
+	"Takes run's database, table and broker settings"
+
+var parkedSubcommands = []string{"list", "show", "replay", "discard"}
+
+func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommon("parked")
+	fs := newFlagSet("parked", parkedSummary, stderr)
+	args, err := c.parseWithArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return configError{"a subcommand is required: list, show ID, replay ID... or discard ID..."}
+	}
+	sub, ids := args[0], args[1:]
+	if !slices.Contains(parkedSubcommands, sub) {
+		return configError{fmt.Sprintf("unknown subcommand %q%s (want list, show, replay or discard)", sub,
+			didYouMean(sub, parkedSubcommands, "%q"))}
+	}
+	if err := checkParkedArgs(sub, ids, c.v.parkedAll, c.v.yes); err != nil {
+		return err
+	}
+	if len(c.v.stream.URIs) > 0 {
+		return configError{"--stream-url: the park stream is not supported yet; read it with a stream consumer"}
+	}
+	cfg, err := parkedConfig(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(ctx, func() {})
+	defer stop()
+	err = runParkedSub(ctx, c, cfg, sub, ids, stdout, stderr)
+	if errors.Is(err, parked.ErrUnknownID) {
+		return configError{err.Error()}
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	return nil
+}
+
+func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string, ids []string, stdout, stderr io.Writer) error {
+	switch sub {
+	case "list":
+		msgs, err := parked.List(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		showParked(stdout, stderr, msgs)
+		return nil
+	case "show":
+		msgs, err := parked.List(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		groups, err := parked.Select(msgs, ids, false)
+		if err != nil {
+			return err
+		}
+		showParkedMessages(stdout, groups[0])
+		return nil
+	case "discard":
+		return parked.Discard(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+	}
+	db, err := pgconnect.Connect(ctx, c.v.relay.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer db.Close(context.Background())
+	cfg.DB = db
+	return parked.Replay(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+}
+
+// checkParkedArgs checks the ids and switches a subcommand takes.
+func checkParkedArgs(sub string, ids []string, all, yes bool) error {
+	switch {
+	case sub == "list" && len(ids) > 0:
+		return configError{fmt.Sprintf("list takes no ids (got %q); walbox parked show ID shows one", ids[0])}
+	case sub == "show" && len(ids) != 1:
+		return configError{fmt.Sprintf("show takes one id, got %d", len(ids))}
+	case (sub == "list" || sub == "show") && (all || yes):
+		return configError{fmt.Sprintf("%s takes neither --all nor --yes", sub)}
+	case (sub == "replay" || sub == "discard") && len(ids) == 0 && !all:
+		return configError{fmt.Sprintf("%s needs the ids to %s, or --all (walbox parked list shows the ids)", sub, sub)}
+	case (sub == "replay" || sub == "discard") && len(ids) > 0 && all:
+		return configError{fmt.Sprintf("%s takes ids or --all, not both", sub)}
+	case sub == "discard" && !yes:
+		return configError{"discard needs --yes: discarded messages are gone for good"}
+	case sub == "replay" && yes:
+		return configError{"replay takes no --yes"}
+	}
+	return nil
+}
+
+// parkedConfig dials the broker as walbox run does, with its tables.
+func parkedConfig(c *common) (parked.Config, error) {
+	eps, err := c.brokers("walbox")
+	if err != nil {
+		return parked.Config{}, err
+	}
+	maps := c.mappings()
+	if len(maps) == 0 {
+		maps = []outbox.Mapping{{Table: c.v.relay.Table}}
+	}
+	return parked.Config{Dial: func(ctx context.Context) (*publisher.Session, error) { return eps.Dial(ctx) }, Mappings: maps}, nil
+}
+
+// showParked prints one line per parked message, in queue order.
+func showParked(stdout, stderr io.Writer, msgs []publisher.ParkedMessage) {
+	if len(msgs) == 0 {
+		fmt.Fprintln(stdout, "no parked messages")
+		return
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTABLE\tPOSITION\tREASON\tSIZE\tPARKED AT")
+	var returned int64
+	for _, p := range msgs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, dash(p.Table), dash(p.LSN), shortReason(p.Reason), p.Size, parkedAt(p.ParkedAt))
+		returned = max(returned, p.Returned)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d parked messages\n", len(msgs))
+	if returned >= parkedReturnWarning {
+		fmt.Fprintf(stderr, "warning: a parked message was returned to its quorum queue %d times by readers; "+
+			"a quorum queue with a delivery limit (RabbitMQ 4.0 sets 20) drops it past that: "+
+			"set the policy delivery-limit -1 on the park queue\n", returned)
+	}
+}
+
+// parkedReturnWarning is the count of returns from which list warns of a quorum queue's delivery limit.
+const parkedReturnWarning = 10
+
+// showParkedMessages prints every parked copy of one id: properties, headers and payload.
+func showParkedMessages(w io.Writer, g parked.Group) {
+	for i, p := range g {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "id          %s\ntable       %s\nposition    %s\nreason      %s\nsize        %d bytes\nparked at   %s\ncreated at  %s\n",
+			p.ID, dash(p.Table), dash(p.LSN), p.Reason, p.Size, parkedAt(p.ParkedAt), parkedAt(p.CreatedAt))
+		fmt.Fprintln(w, "headers")
+		keys := make([]string, 0, len(p.Headers))
+		for k := range p.Headers {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s: %v\n", k, p.Headers[k])
+		}
+		if p.BodyDropped() {
+			fmt.Fprintf(w, "payload     not kept (%d bytes)\n", p.Size)
+			continue
+		}
+		fmt.Fprintf(w, "payload\n%s\n", p.Body)
+	}
+}
+
+func parkedReport(w io.Writer) func(parked.Outcome) {
+	return func(o parked.Outcome) {
+		switch o.Action {
+		case "replayed":
+			fmt.Fprintf(w, "replayed %s from the %s (%d parked copies removed)\n", o.ID, o.Source, o.Copies)
+		case "parked again":
+			fmt.Fprintf(w, "parked %s again: %s\n", o.ID, o.Reason)
+		default:
+			fmt.Fprintf(w, "discarded %s (%d parked copies)\n", o.ID, o.Copies)
+		}
+	}
+}
+
+// shortReason keeps the end of a reason: what is wrong, without where it was found.
+func shortReason(s string) string {
+	const max = 80
+	s = strings.ReplaceAll(s, "\n", " ")
+	for _, mark := range []string{"bad outbox row: ", "message can never be published: "} {
+		if i := strings.LastIndex(s, mark); i >= 0 {
+			s = s[i+len(mark):]
+		}
+	}
+	if len(s) > max {
+		return s[:max-3] + "..."
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func parkedAt(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,142 @@
+package parked
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
+)
+
+// ErrUnknownID: an id given is not in the park queue (or another reader holds it).
+var ErrUnknownID = errors.New("not parked")
+
+// Config is what the commands need besides the ids.
+type Config struct {
+	// Dial opens a publishing session with the relay's broker settings.
+	Dial func(ctx context.Context) (*publisher.Session, error)
+	// DB, when set, is where replay reads each row's current version from its outbox table.
+	DB *pgx.Conn
+	// Mappings are the outbox tables, as the relay reads them.
+	Mappings []wire.Mapping
+}
+
+// Group is the parked copies of one message id, in queue order. A row is parked more than once
+// where the relay parked it again after a restart.
+type Group []*publisher.ParkedMessage
+
+// List returns every ready message of the park queue, in queue order, and returns them.
+func List(ctx context.Context, cfg Config) ([]publisher.ParkedMessage, error) {
+	s, err := cfg.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	r, err := s.ReadParked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Messages, r.Close()
+}
+
+// Select groups msgs by id, in queue order: those of ids, or all of them. An id not among them
+// is an error wrapping ErrUnknownID.
+func Select(msgs []publisher.ParkedMessage, ids []string, all bool) ([]Group, error) {
+	byID := map[string]int{}
+	var groups []Group
+	for i := range msgs {
+		p := &msgs[i]
+		if j, ok := byID[p.ID]; ok {
+			groups[j] = append(groups[j], p)
+			continue
+		}
+		byID[p.ID] = len(groups)
+		groups = append(groups, Group{p})
+	}
+	if all {
+		return groups, nil
+	}
+	var out []Group
+	var unknown []string
+	for _, id := range ids {
+		j, ok := byID[id]
+		switch {
+		case !ok:
+			unknown = append(unknown, id)
+		case !containsGroup(out, id):
+			out = append(out, groups[j])
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("%w: %s (walbox parked list shows the ids; another reader may hold some)", ErrUnknownID, strings.Join(unknown, ", "))
+	}
+	return out, nil
+}
+
+func containsGroup(gs []Group, id string) bool {
+	for _, g := range gs {
+		if g[0].ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Outcome is what became of one message id.
+type Outcome struct {
+	ID     string
+	Copies int    // parked copies removed
+	Action string // "replayed", "parked again" or "discarded"
+	Source string // for a replay: "table row" or "parked copy"
+	Reason string // for "parked again": why
+}
+
+// Discard removes the parked copies of ids (all, with all). It tells report of each.
+func Discard(ctx context.Context, cfg Config, ids []string, all bool, report func(Outcome)) error {
+	return take(ctx, cfg, ids, all, func(_ context.Context, r *publisher.ParkedReader, g Group) error {
+		if err := remove(r, g); err != nil {
+			return err
+		}
+		report(Outcome{ID: g[0].ID, Copies: len(g), Action: "discarded"})
+		return nil
+	})
+}
+
+// take reads the park queue, selects the groups of ids and hands each to handle, in queue order.
+// What handle does not remove goes back to the queue.
+func take(ctx context.Context, cfg Config, ids []string, all bool,
+	handle func(context.Context, *publisher.ParkedReader, Group) error) error {
+	s, err := cfg.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	r, err := s.ReadParked(ctx)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	groups, err := Select(r.Messages, ids, all)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if err := handle(ctx, r, g); err != nil {
+			return err
+		}
+	}
+	return r.Close()
+}
+
+func remove(r *publisher.ParkedReader, g Group) error {
+	for _, p := range g {
+		if err := r.Remove(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

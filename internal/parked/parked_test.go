@@ -1,0 +1,209 @@
+package parked_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/internal/parked"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/wire"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// fixture is an exchange with a consumers' queue bound to every key, and its park queue.
+type fixture struct {
+	t        *testing.T
+	cfg      parked.Config
+	exchange string
+	queue    string
+	ch       *amqp.Channel
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	r := testenv.SharedRabbit(t)
+	pcfg := publisher.Config{URL: r.URL(), Exchange: testenv.UniqueName("outbox")}
+	f := &fixture{t: t, exchange: pcfg.Exchange, queue: testenv.UniqueName("q")}
+	f.cfg.Dial = func(ctx context.Context) (*publisher.Session, error) { return publisher.Dial(ctx, pcfg) }
+	conn, err := amqp.Dial(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if f.ch, err = conn.Channel(); err != nil {
+		t.Fatal(err)
+	}
+	s := f.session()
+	defer s.Close()
+	if _, err := f.ch.QueueDeclare(f.queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ch.QueueBind(f.queue, "#", f.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) session() *publisher.Session {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := f.cfg.Dial(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// park parks each of ps on one session and waits for the confirms.
+func (f *fixture) park(ps ...*wire.Parked) {
+	f.t.Helper()
+	s := f.session()
+	defer s.Close()
+	for _, p := range ps {
+		if _, err := s.Park(context.Background(), p); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := s.Flush(); err != nil {
+			f.t.Fatal(err)
+		}
+		select {
+		case c := <-s.Confirms():
+			if c.Err != nil {
+				f.t.Fatal(c.Err)
+			}
+		case <-time.After(time.Minute):
+			f.t.Fatal("no confirm")
+		}
+	}
+}
+
+func (f *fixture) list() []publisher.ParkedMessage {
+	f.t.Helper()
+	msgs, err := parked.List(context.Background(), f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return msgs
+}
+
+func ids(msgs []publisher.ParkedMessage) []string {
+	var out []string
+	for _, p := range msgs {
+		out = append(out, p.ID)
+	}
+	return out
+}
+
+// consumed gets every message of the consumers' queue.
+func (f *fixture) consumed() []amqp.Delivery {
+	f.t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := f.ch.Get(f.queue, true)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func message(eventType string, headers map[string]any) wire.Message {
+	return wire.Message{ID: uuid.New(), AggregateType: "order", AggregateID: "7", EventType: eventType,
+		Payload: []byte(`{"n":1}`), Headers: headers, CreatedAt: time.Now().Truncate(time.Second)}
+}
+
+// Listing returns every parked message and leaves them all in place, in order, however often.
+// A replayed message from the parked copy reaches the consumers once, with its original id,
+// headers and routing key, and leaves the park queue. One whose copy lacks its payload, or still
+// has a reserved header, is parked again with its reason. A discard removes only the ids given.
+func TestParkQueueListReplayDiscard(t *testing.T) {
+	f := newFixture(t)
+	good := message("order.created", map[string]any{"trace": "abc", "n": int64(5)})
+	good.RoutingKey = "orders.eu"
+	big := message("order.big", nil)
+	big.Payload = nil
+	bad := message("order.bad", map[string]any{"x-walbox-mine": "1"})
+	other := message("order.other", nil)
+	f.park(
+		&wire.Parked{Message: good, Reason: "exchange missing", Table: "public.outbox", LSN: "0/1"},
+		&wire.Parked{Message: big, Reason: "body too large", Table: "public.outbox", LSN: "0/2", Size: 5000},
+		&wire.Parked{Message: bad, Reason: "reserved header", Table: "public.outbox", LSN: "0/3"},
+		&wire.Parked{Message: other, Reason: "whatever", Table: "public.outbox", LSN: "0/4"},
+		&wire.Parked{Message: other, Reason: "parked twice", Table: "public.outbox", LSN: "0/4"},
+	)
+	want := []string{good.ID.String(), big.ID.String(), bad.ID.String(), other.ID.String(), other.ID.String()}
+	for range 3 {
+		if got := ids(f.list()); !slices.Equal(got, want) {
+			t.Fatalf("list = %v, want %v", got, want)
+		}
+	}
+	msgs := f.list()
+	if p := msgs[1]; p.Size != 5000 || !p.BodyDropped() || p.Table != "public.outbox" || p.LSN != "0/2" ||
+		p.Reason != "body too large" || time.Since(p.ParkedAt) > time.Hour {
+		t.Fatalf("the big row listed as %+v", p)
+	}
+
+	var outcomes []parked.Outcome
+	report := func(o parked.Outcome) { outcomes = append(outcomes, o) }
+	ctx := context.Background()
+	if err := parked.Replay(ctx, f.cfg, []string{good.ID.String(), big.ID.String(), bad.ID.String()}, false, report); err != nil {
+		t.Fatal(err)
+	}
+	got := f.consumed()
+	if len(got) != 1 {
+		t.Fatalf("consumers got %d messages, want the one replayable", len(got))
+	}
+	d := got[0]
+	if d.MessageId != good.ID.String() || d.RoutingKey != "orders.eu" || d.Type != "order.created" ||
+		d.Headers["trace"] != "abc" || d.Headers["n"] != int64(5) || string(d.Body) != `{"n":1}` || d.Exchange != f.exchange {
+		t.Fatalf("replayed as id %s key %s type %s headers %v body %s on %s", d.MessageId, d.RoutingKey, d.Type, d.Headers, d.Body, d.Exchange)
+	}
+	actions := map[string]string{}
+	for _, o := range outcomes {
+		actions[o.ID] = o.Action + ": " + o.Reason
+	}
+	if !strings.HasPrefix(actions[good.ID.String()], "replayed") ||
+		!strings.Contains(actions[big.ID.String()], "lacks the payload of 5000 bytes") ||
+		!strings.Contains(actions[bad.ID.String()], "x-walbox-mine") {
+		t.Fatalf("outcomes %v", actions)
+	}
+
+	// The ones parked again are at the back, after the one not touched.
+	want = []string{other.ID.String(), other.ID.String(), big.ID.String(), bad.ID.String()}
+	if got := ids(f.list()); !slices.Equal(got, want) {
+		t.Fatalf("after the replay, list = %v, want %v", got, want)
+	}
+	if err := parked.Discard(ctx, f.cfg, []string{other.ID.String()}, false, report); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(f.list()), want[2:]; !slices.Equal(got, want) {
+		t.Fatalf("after the discard, list = %v, want %v", got, want)
+	}
+	err := parked.Discard(ctx, f.cfg, []string{"no-such-id"}, false, report)
+	if !errors.Is(err, parked.ErrUnknownID) {
+		t.Fatalf("discard of an unknown id: %v, want ErrUnknownID", err)
+	}
+	if got := ids(f.list()); len(got) != 2 {
+		t.Fatalf("an unknown id changed the queue: %v", got)
+	}
+	if err := parked.Discard(ctx, f.cfg, nil, true, report); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.list(); len(got) != 0 {
+		t.Fatalf("after discard --all, list = %v", ids(got))
+	}
+}

@@ -1,0 +1,183 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// ParkedMessage is one message of the park queue, as walbox parked it.
+type ParkedMessage struct {
+	// ID is the row's message id.
+	ID string
+	// Table and LSN say where the row came from; Reason why it was parked.
+	Table, LSN, Reason string
+	// ParkedAt is when it was parked; zero for a message parked before walbox recorded it.
+	ParkedAt time.Time
+	// Size is the payload's size in bytes, whether Body kept it or not.
+	Size int
+	// Body is the payload, nil where it was dropped (too large).
+	Body []byte
+	// Headers are every header of the parked copy, walbox's and the aggregate's.
+	Headers amqp.Table
+	// CreatedAt is the row's creation time, in whole seconds.
+	CreatedAt time.Time
+	// Returned is how often readers returned it to a quorum queue (x-delivery-count).
+	Returned int64
+
+	tag uint64
+}
+
+// BodyDropped reports whether the payload was left out of the parked copy.
+func (p *ParkedMessage) BodyDropped() bool { return len(p.Body) == 0 && p.Size > 0 }
+
+// Message returns the row as the parked copy holds it. That is its id, aggregate, event type, own
+// exchange and routing key, own headers and payload. It reports false where the headers were too
+// large to keep.
+func (p *ParkedMessage) Message() (m wire.Message, ok bool) {
+	str := func(k string) string { s, _ := p.Headers[k].(string); return s }
+	m = wire.Message{
+		MessageID: p.ID, AggregateType: str(HeaderAggregateType), AggregateID: str(HeaderAggregateID),
+		EventType: str(HeaderParkEventType), Payload: p.Body, CreatedAt: p.CreatedAt,
+		Exchange: str(HeaderParkExchange), RoutingKey: str(HeaderParkRoutingKey),
+	}
+	if id, err := uuid.Parse(p.ID); err == nil && id.String() == p.ID {
+		m.ID = id
+	}
+	v, present := p.Headers[HeaderParkHeaders]
+	raw, kept := v.(string)
+	if !kept {
+		return m, !present
+	}
+	d := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	d.UseNumber()
+	if err := d.Decode(&m.Headers); err != nil {
+		return m, false
+	}
+	return m, true
+}
+
+func parkedOf(d *amqp.Delivery) ParkedMessage {
+	p := ParkedMessage{ID: d.MessageId, Body: d.Body, Headers: d.Headers, CreatedAt: d.Timestamp, tag: d.DeliveryTag}
+	p.Table, _ = d.Headers[HeaderParkTable].(string)
+	p.LSN, _ = d.Headers[HeaderParkLSN].(string)
+	p.Reason, _ = d.Headers[HeaderParkReason].(string)
+	p.ParkedAt, _ = d.Headers[HeaderParkParkedAt].(time.Time)
+	p.Size = len(d.Body)
+	if n, ok := intHeader(d.Headers[HeaderParkSize]); ok {
+		p.Size = int(n)
+	}
+	p.Returned, _ = intHeader(d.Headers["x-delivery-count"])
+	return p
+}
+
+func intHeader(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int32:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// ParkedReader holds the messages of the park queue, taken on a channel of their own without
+// acknowledging them. No other reader gets them meanwhile. Close returns the ones not removed to the
+// queue. Classic queues put them back in place; quorum queues count a return (x-delivery-count).
+type ParkedReader struct {
+	ch       *amqp.Channel
+	closed   chan *amqp.Error
+	Messages []ParkedMessage
+}
+
+// parkedIdle is how long ReadParked waits for a delivery the queue's count promised.
+const parkedIdle = 5 * time.Second
+
+// ReadParked takes every message ready in the park queue (Config.ParkExchange), up to the count
+// the queue gave when asked. Messages another reader holds are not among them. The caller removes
+// some (Remove) and closes the reader.
+func (s *Session) ReadParked(ctx context.Context) (*ParkedReader, error) {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	r := &ParkedReader{ch: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1))}
+	if err := r.read(ctx, s.cfg.ParkExchange); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *ParkedReader) read(ctx context.Context, queue string) error {
+	q, err := r.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("park queue %s: %w", queue, err)
+	}
+	if q.Messages == 0 {
+		return nil
+	}
+	deliveries, err := r.ch.ConsumeWithContext(ctx, queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("read park queue %s: %w", queue, err)
+	}
+	idle := time.NewTimer(parkedIdle)
+	defer idle.Stop()
+	for len(r.Messages) < q.Messages {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return fmt.Errorf("read park queue %s: %w", queue, r.closeCause())
+			}
+			r.Messages = append(r.Messages, parkedOf(&d))
+			idle.Reset(parkedIdle)
+		case <-idle.C:
+			return nil // another reader holds the rest
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (r *ParkedReader) closeCause() error {
+	select {
+	case e, ok := <-r.closed:
+		if ok && e != nil {
+			return e
+		}
+	default:
+	}
+	return errors.New("channel closed")
+}
+
+// Remove removes p from the park queue. The broker acknowledges nothing back: a reader killed right
+// after may still find it there.
+func (r *ParkedReader) Remove(p *ParkedMessage) error {
+	if err := r.ch.Ack(p.tag, false); err != nil {
+		return fmt.Errorf("remove %s from the park queue: %w", p.ID, err)
+	}
+	return nil
+}
+
+// Close returns every message not removed to the park queue.
+func (r *ParkedReader) Close() error {
+	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return err
+	}
+	return nil
+}
