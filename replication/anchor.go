@@ -56,15 +56,20 @@ func checkAnchor(ctx context.Context, conn *pgconn.PgConn, pub Publisher, o deco
 // `walbox recover --dry-run`. It returns an ErrAnchorGap when the row is beyond the server's WAL or
 // timeline history. The flag standby says that conn reaches a standby (--replication-url).
 func StreamGap(ctx context.Context, conn *pgconn.PgConn, tl int32, lsn uint64, standby bool) error {
-	sys, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("identify system: %w", err)
-	}
-	o, err := readOrigin(ctx, conn, sys)
+	o, err := serverOrigin(ctx, conn)
 	if err != nil {
 		return err
 	}
 	return checkLast(ctx, conn, tl, lsn, o, standby)
+}
+
+// serverOrigin identifies the server of conn, a replication connection, and reads its timeline history.
+func serverOrigin(ctx context.Context, conn *pgconn.PgConn) (decoder.Origin, error) {
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return decoder.Origin{}, fmt.Errorf("identify system: %w", err)
+	}
+	return readOrigin(ctx, conn, sys)
 }
 
 // checkLast checks the last stored row, at timeline tl and commit LSN lsn, as checkAnchor does.

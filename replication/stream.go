@@ -12,7 +12,6 @@ import (
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/internal/killpoint"
-	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -564,7 +563,7 @@ func (s *stream) updateInFlight() {
 // One shard's relay parks it, not each.
 // One whose aggregate id could not be read goes where an empty one does.
 func (s *stream) owns(table string, m *wire.Message) bool {
-	return table != "" || s.cfg.Shards <= 1 || shard.Of(m.AggregateID, s.cfg.Shards) == s.cfg.Shard
+	return owns(table, m, s.cfg.Shards, s.cfg.Shard)
 }
 
 // connGone marks the end of a session found over during a publish call.

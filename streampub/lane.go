@@ -102,13 +102,16 @@ func (l *lane) guard() error {
 
 // encode returns m's body; a message that cannot be encoded or is too large for the frame wraps
 // wire.ErrUnpublishable.
-func (l *lane) encode(m *amqp.AMQP10) ([]byte, error) {
+func (l *lane) encode(m *amqp.AMQP10) ([]byte, error) { return encodeWithin(m, l.maxFrame) }
+
+// encodeWithin encodes m, which must fit a frame of frame bytes: else it is unpublishable.
+func encodeWithin(m *amqp.AMQP10, frame int) ([]byte, error) {
 	body, err := m.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w: %v", wire.ErrUnpublishable, err)
 	}
-	if len(body)+maxFrameOverhead > l.maxFrame {
-		return nil, fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), l.maxFrame)
+	if len(body)+maxFrameOverhead > frame {
+		return nil, fmt.Errorf("%w: %d bytes encoded, over the stream's frame of %d", wire.ErrUnpublishable, len(body), frame)
 	}
 	return body, nil
 }

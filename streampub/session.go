@@ -138,28 +138,6 @@ func lookupAnchor(env *stream.Environment, cfg *Config, p producerOf, system str
 	return a, nil
 }
 
-// LastStored returns the position of the last row that walbox run's relay of cfg.Slot stored in
-// cfg.Stream. The relay streams from database on the database system system. This is the anchor
-// Bind finds (Session.Last). LastStored only reads: it declares no stream and no producer. The
-// result found is false when the stream holds no row of the relay, or does not exist.
-func LastStored(cfg Config, system uint64, database string) (timeline int32, commitLSN uint64, found bool, err error) {
-	cfg = cfg.WithDefaults()
-	env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs))
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("connect: %w", wire.ErrSessionClosed) // its error may print the URI
-	}
-	defer env.Close()
-	if ok, err := env.StreamExists(cfg.Stream); err != nil || !ok {
-		return 0, 0, false, err
-	}
-	sys := strconv.FormatUint(system, 10)
-	a, err := lookupAnchor(env, &cfg, producerOf{name: ProducerName(system, database, cfg.Slot)}, sys)
-	if err != nil || !a.found {
-		return 0, 0, false, err
-	}
-	return a.pos.Timeline, a.pos.LSN, true, nil
-}
-
 // declare creates the stream with the configured retention unless it exists. A stream that exists
 // is not declared again, and keeps its own arguments. The broker refuses a declaration whose
 // arguments differ from the stream's: a segment size, another retention.

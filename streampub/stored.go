@@ -68,8 +68,8 @@ func (e *errNotStored) Error() string {
 		"run with the old settings until the slot is past the stream's last row", e.Stream, e.Pos, e.Anchor, there)
 }
 
-// Unwrap makes the error wire.ErrConflict: the relay stops on it.
-func (e *errNotStored) Unwrap() error { return wire.ErrConflict }
+// Unwrap makes the error wire.ErrConflict, on which the relay stops, and ErrNotStored.
+func (e *errNotStored) Unwrap() []error { return []error{wire.ErrConflict, ErrNotStored} }
 
 // checkStored checks that msg, which the session is about to skip at s.pos, is the stream's
 // message at that position. The first call reads the stream back from the anchor to before

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/redact"
 )
@@ -25,6 +27,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var err error
 	if cfg.Stream, err = doctorStream(c); err != nil {
 		return err
+	}
+	if cfg.Stream != nil {
+		logs.SetLogger(quietStreamClient{})
 	}
 	if cfg.Stream == nil {
 		eps, err := c.brokers("walbox-doctor")

@@ -70,9 +70,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	showGap(stdout, cfg.Slot, gap)
 	if target != nil && dry {
-		// walbox run's check at start: a stream whose last row the server's WAL does not have.
+		// walbox run's checks: the stream's last row beyond the server's WAL, or rows it skips not the stream's.
 		a := doctor.AnchorCheck(ctx, doctor.Config{DatabaseURL: cfg.DatabaseURL, ReplicationURL: cfg.ReplicationURL,
-			Slot: cfg.Slot, Stream: target})
+			Slot: cfg.Slot, Publication: cfg.Publication, Table: cfg.Table, Mappings: cfg.Mappings,
+			Prefix: relayedPrefix(c.v.relay.MessagePrefix), Stream: target})
 		if a.Status == "fail" {
 			return fail(errors.New(a.Message))
 		}

@@ -216,9 +216,9 @@ func withoutWindow(s *settings) bool {
 	return s.anyOn([]string{"dry-run"}) || s.cmd != "run" && s.anyOn([]string{"stream-url"})
 }
 
-// streamCmds take the stream mode's connection. Run publishes into the stream, doctor checks it,
-// and recover publishes a lost slot's gap into it.
-var streamCmds = []string{"run", "doctor", "recover", "parked"}
+// streamCmds take the stream mode's connection. Run publishes into the stream, doctor and status
+// check it, recover publishes a lost slot's gap into it, and parked reads its park stream.
+var streamCmds = []string{"run", "status", "doctor", "recover", "parked"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.
 func specsOf(cmd string) []spec {

@@ -7,6 +7,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+
+	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/status"
@@ -38,6 +41,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fail(err)
 	}
+	target, err := doctorStream(c)
+	if err != nil {
+		return err
+	}
+	if target != nil {
+		st.Stream = streamStatus(ctx, c, target)
+	}
 	if relayURL != "off" && relayURL != "" {
 		st.Relay, err = status.FetchRelay(ctx, relayURL)
 		if err != nil {
@@ -53,6 +63,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else {
 		printStatus(stdout, st)
 		printShards(stdout, st.Shards)
+		printStream(stdout, st.Stream)
 	}
 	return st.Verdict(need, relayURL)
 }
@@ -84,6 +95,40 @@ func printStatus(w io.Writer, st status.Report) {
 			s.At.UTC().Format(time.RFC3339), s.WayOut)
 	}
 	printRelay(w, st)
+}
+
+// streamBound bounds status's stream checks: a stream node that does not answer holds status no
+// longer.
+const streamBound = 4 * doctor.Timeout
+
+// streamStatus runs doctor's stream checks with status's settings, as run takes them. They are the
+// stream's node and stream_anchor on each relay's slot.
+func streamStatus(ctx context.Context, c *common, target *doctor.StreamConfig) []status.StreamCheck {
+	logs.SetLogger(quietStreamClient{})
+	r := c.v.relay
+	cfg := doctor.Config{DatabaseURL: r.DatabaseURL, ReplicationURL: r.ReplicationURL, Slot: r.Slot, Publication: r.Publication,
+		Table: r.Table, Prefix: relayedPrefix(r.MessagePrefix), Mappings: c.mappings(), Stream: target}
+	var out []status.StreamCheck
+	for _, ch := range doctor.StreamStatus(ctx, cfg, streamBound) {
+		out = append(out, status.StreamCheck{Name: ch.Name, Status: ch.Status,
+			Message: redact.Text(ch.Message, c.secrets()...), WayOut: redact.Text(ch.Fix, c.secrets()...)})
+	}
+	return out
+}
+
+// printStream says what the stream checks found. That is stream_anchor's verdict on each slot,
+// and a node or stream that is not there.
+func printStream(w io.Writer, checks []status.StreamCheck) {
+	for _, ch := range checks {
+		switch {
+		case ch.Name == "stream_broker" && ch.Status != "pass":
+			fmt.Fprintf(w, "stream               not reachable (%s): the stream's last row is not checked\n", ch.Message)
+		case ch.Name == "stream_anchor" && ch.Status == "fail":
+			fmt.Fprintf(w, "stream               %s; way out: %s\n", ch.Message, ch.WayOut)
+		case ch.Name == "stream_anchor" || ch.Status != "pass":
+			fmt.Fprintf(w, "stream               %s\n", ch.Message)
+		}
+	}
 }
 
 // messagesLine says whether emitted messages are relayed, with which prefix.

@@ -85,13 +85,7 @@ type doctor struct {
 // returns them in order. It declares the exchanges as `walbox run` would, and changes nothing
 // in PostgreSQL.
 func Run(ctx context.Context, cfg Config) []Check {
-	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
-		table: cfg.Table, registry: cmp.Or(cfg.Table, outbox.DefaultTable).Schema, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
-		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL, stream: cfg.Stream}
-	if len(cfg.Mappings) > 0 {
-		d.mappings = cfg.Mappings
-		d.table = d.mappings[0].WithDefaults().Table
-	}
+	d := newDoctor(cfg)
 	pgCtx, cancel := context.WithTimeout(ctx, Timeout)
 	checks := d.postgres(pgCtx)
 	cancel()
@@ -101,6 +95,18 @@ func Run(ctx context.Context, cfg Config) []Check {
 	}
 	checks = append(checks, d.brokerChecks(ctx)...)
 	return append(checks, d.amqpTLS())
+}
+
+// newDoctor holds cfg for the checks.
+func newDoctor(cfg Config) doctor {
+	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, publication: cfg.Publication, prefix: cfg.Prefix,
+		table: cfg.Table, registry: cmp.Or(cfg.Table, outbox.DefaultTable).Schema, mappings: []outbox.Mapping{{Table: cfg.Table}}, brokers: cfg.Brokers, relayRole: cfg.RelayRole,
+		failover: cfg.FailoverSlot, standby: cfg.ReplicationURL, stream: cfg.Stream}
+	if len(cfg.Mappings) > 0 {
+		d.mappings = cfg.Mappings
+		d.table = d.mappings[0].WithDefaults().Table
+	}
+	return d
 }
 
 // Failed counts the failed checks.

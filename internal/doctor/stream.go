@@ -7,14 +7,19 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/internal/streamconn"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/shard"
 	"github.com/walbox/walbox/streampub"
+	"github.com/walbox/walbox/wire"
 )
 
 // StreamConfig is `walbox run`'s stream mode (--stream-url): the nodes and the stream.
@@ -77,24 +82,58 @@ func (d doctor) streamChecks(ctx context.Context) []Check {
 			"declare it yourself for other settings", "stream %s does not exist yet", cfg.Stream))
 	}
 	checks = append(checks, passCheck("stream", "stream %s exists", cfg.Stream))
-	return append(checks, d.anchorCheck(ctx))
+	return append(checks, d.anchorChecks(ctx)...)
+}
+
+// StreamStatus is doctor's stream checks for `walbox status`: the stream's node, the stream, and
+// stream_anchor for each relay's slot. It returns within bound: a node that does not answer by
+// then fails the stream_broker check. The rest is then not checked.
+func StreamStatus(ctx context.Context, cfg Config, bound time.Duration) []Check {
+	d := newDoctor(cfg)
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	done := make(chan []Check, 1)
+	go func() { done <- d.streamChecks(ctx) }()
+	select {
+	case checks := <-done:
+		return checks
+	case <-ctx.Done():
+		return []Check{failCheck("stream_broker", "", "RabbitMQ stream at %s: no answer within %v", streamHosts(cfg.Stream.URIs), bound)}
+	}
 }
 
 // anchorFix is the way out of a stream whose last row the server's WAL does not have.
 const anchorFix = "point walbox at the server that wrote those rows (the current primary); if they are gone for good, " +
 	"publish into a new stream (--stream) or from a new slot"
 
-// AnchorCheck is doctor's stream_anchor check alone, for `walbox recover --dry-run`. It needs
-// cfg's DatabaseURL, ReplicationURL, Slot and Stream.
+// AnchorCheck is doctor's stream_anchor check alone, for `walbox recover --dry-run` and `walbox
+// status`. It needs cfg's DatabaseURL, ReplicationURL, Slot, Publication, Table, Mappings, Prefix
+// and Stream. It checks cfg.Slot alone, as a slot of no shard.
 func AnchorCheck(ctx context.Context, cfg Config) Check {
-	d := doctor{dsn: cfg.DatabaseURL, slot: cfg.Slot, standby: cfg.ReplicationURL, stream: cfg.Stream}
-	return d.anchorCheck(ctx)
+	d := newDoctor(cfg)
+	return d.anchorCheck(ctx, streamSlot{slot: d.slot, publication: d.publication})
 }
 
-// anchorCheck reads the last row walbox run's relay stored in the stream, as run does at start. It
-// fails, with run's words, when that row is beyond the server's WAL or timeline history. The data
-// directory was then restored from an older copy, or an old primary came back.
-func (d doctor) anchorCheck(ctx context.Context) Check {
+// anchorChecks runs anchorCheck on the slot of each relay that publishes the outbox table: the
+// single slot, and each shard's.
+func (d doctor) anchorChecks(ctx context.Context) []Check {
+	slots, err := d.streamSlots(ctx)
+	if err != nil {
+		return []Check{warnCheck("stream_anchor", "", "cannot check the stream's last row: read the shards: %v", err)}
+	}
+	var checks []Check
+	for _, s := range slots {
+		checks = append(checks, d.anchorCheck(ctx, s))
+	}
+	return checks
+}
+
+// anchorCheck reads the last row walbox run's relay of s stored in the stream, as run does at
+// start. It fails, with run's words, when that row is beyond the server's WAL or timeline history.
+// The data directory was then restored from an older copy, or an old primary came back. Then it
+// peeks the rows the slot replays up to that row. It compares them with the stream, as run does
+// when it skips them. A restored server that wrote other rows there fails too.
+func (d doctor) anchorCheck(ctx context.Context, s streamSlot) Check {
 	ctx, cancel := context.WithTimeout(ctx, 3*Timeout)
 	defer cancel()
 	conn, err := d.replicationConn(ctx)
@@ -110,13 +149,15 @@ func (d doctor) anchorCheck(ctx context.Context) Check {
 	if err != nil {
 		return warnCheck("stream_anchor", "", "cannot check the stream's last row: system identifier %q: %v", sys.SystemID, err)
 	}
-	cfg := streampub.Config{URIs: d.stream.URIs, Stream: d.stream.Stream, Slot: d.slot}
-	tl, lsn, found, err := streampub.LastStored(cfg, system, sys.DBName)
+	cfg := streampub.Config{URIs: d.stream.URIs, Stream: d.stream.Stream, Slot: s.slot, SkipBefore: s.cut}
+	chk, err := streampub.OpenCheck(cfg, system, sys.DBName)
 	if err != nil {
 		return warnCheck("stream_anchor", "", "cannot read the stream's last row: %s", redactURIs(err.Error(), d.stream.URIs))
 	}
+	defer chk.Close()
+	tl, lsn, found := chk.Last()
 	if !found {
-		return passCheck("stream_anchor", "stream %s holds no row of slot %s yet", d.stream.Stream, d.slot)
+		return passCheck("stream_anchor", "stream %s holds no row of slot %s yet", d.stream.Stream, s.slot)
 	}
 	err = replication.StreamGap(ctx, conn, tl, lsn, d.standby != "")
 	switch {
@@ -125,8 +166,99 @@ func (d doctor) anchorCheck(ctx context.Context) Check {
 	case err != nil:
 		return warnCheck("stream_anchor", "", "cannot check the stream's last row: %v", err)
 	}
-	return passCheck("stream_anchor", "the stream's last row of slot %s (timeline %d, %s) is in this server's WAL",
-		d.slot, tl, pglogrepl.LSN(lsn))
+	last := fmt.Sprintf("the stream's last row of slot %s (timeline %d, %s) is in this server's WAL", s.slot, tl, pglogrepl.LSN(lsn))
+	return d.skippedCheck(ctx, conn, s, chk, last)
+}
+
+// skippedCheck peeks the rows slot s replays up to the stream's last row (replication.PeekSkipped).
+// It compares each with the stream's message at its position. The text last says the anchor
+// check passed.
+func (d doctor) skippedCheck(ctx context.Context, conn *pgconn.PgConn, s streamSlot, chk *streampub.Check, last string) Check {
+	_, lsn, _ := chk.Last()
+	rows := 0
+	err := replication.PeekSkipped(ctx, conn, replication.PeekConfig{Slot: s.slot, Publication: s.publication,
+		Mappings: d.mappings, MessagePrefix: d.prefix, Shards: s.shards, Shard: s.shard, Upto: lsn},
+		func(tl int32, lsn uint64, index int, m *wire.Message) (bool, error) {
+			past, err := chk.Stored(tl, lsn, index, m)
+			if !past {
+				rows++
+			}
+			return past, err
+		})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, streampub.ErrNotStored):
+		return failCheck("stream_anchor", anchorFix, "slot %s: %s", s.slot, redactURIs(err.Error(), d.stream.URIs))
+	case errors.Is(err, replication.ErrSlotActive):
+		return passCheck("stream_anchor", "%s; slot %s is streaming: walbox run compares the rows it skips with the stream itself", last, s.slot)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		return warnCheck("stream_anchor", "run doctor as a role with REPLICATION, such as walbox run's",
+			"%s; this role may not peek slot %s (%s), so the rows it replays up to that row are not compared with the stream", last, s.slot, pgErr.Message)
+	case err != nil:
+		return warnCheck("stream_anchor", "", "%s; the rows slot %s replays up to it were not compared with the stream: %s",
+			last, s.slot, redactURIs(err.Error(), d.stream.URIs))
+	}
+	return passCheck("stream_anchor", "%s, and the %d rows slot %s replays up to it are the stream's", last, rows, s.slot)
+}
+
+// streamSlot is the slot of one relay into the stream: the single slot, or a shard's.
+type streamSlot struct {
+	slot, publication string
+	shards, shard     int
+	cut               uint64 // a reshard's cut into the relay's set: rows before it are not this relay's
+}
+
+// streamSlots returns the slot of each relay that publishes the outbox table. Each comes with a
+// reshard's cut into its set, as walbox run reads it (reshardCut).
+func (d doctor) streamSlots(ctx context.Context) ([]streamSlot, error) {
+	single := streamSlot{slot: d.slot, publication: d.publication}
+	conn, err := pgconnect.Connect(ctx, d.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	l, err := shard.ReadLayout(ctx, conn, d.table, shard.Set{Slot: d.slot, Publication: d.publication})
+	if err != nil {
+		return nil, err
+	}
+	var cut pglogrepl.LSN
+	to := 0
+	if len(l.Counts()) > 1 {
+		sets, err := shard.ReadStates(ctx, conn, nil, l)
+		if err != nil {
+			return nil, err
+		}
+		if m, moving, err := shard.FindMove(sets); err != nil {
+			return nil, err
+		} else if moving {
+			cut, to = m.Cut, m.To.Set.N
+		}
+	}
+	var out []streamSlot
+	for _, n := range l.Counts() {
+		if n == 1 {
+			single.cut = uint64(cutFor(cut, to, 1))
+			out = append(out, single)
+			continue
+		}
+		set := l.Set(n)
+		for k := range n {
+			out = append(out, streamSlot{slot: set.SlotName(k), publication: set.PublicationName(k), shards: n, shard: k,
+				cut: uint64(cutFor(cut, to, n))})
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, single)
+	}
+	return out, nil
+}
+
+// cutFor is a reshard's cut for the set of n shards: the cut if the reshard moves into it (to).
+func cutFor(cut pglogrepl.LSN, to, n int) pglogrepl.LSN {
+	if to != n {
+		return 0
+	}
+	return cut
 }
 
 // streamHosts names the nodes of uris, without their credentials.

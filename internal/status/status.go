@@ -37,6 +37,9 @@ type Report struct {
 	// Stopped is the stop walbox run recorded on the slot, where only walbox recover gets past;
 	// nil if none.
 	Stopped *Stop `json:"stopped,omitempty"`
+	// Stream is what walbox doctor's stream checks say, with --stream-url; nil without. A
+	// stream_anchor check that fails names a restored server, or an old primary, and its way out.
+	Stream []StreamCheck `json:"stream,omitempty"`
 	// Relay is what the running relay reports at its /status, when it can be reached.
 	Relay      *Relay `json:"relay,omitempty"`
 	RelayError string `json:"relay_error,omitempty"`
@@ -51,6 +54,26 @@ type Stop struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason"`
 	WayOut string    `json:"way_out"`
+}
+
+// StreamCheck is one of walbox doctor's stream checks. It has a name, a status (pass, warn or
+// fail), what it found and the way out.
+type StreamCheck struct {
+	Name    string `json:"name"`
+	Status  string `json:"status"`
+	Message string `json:"message"`
+	WayOut  string `json:"way_out,omitempty"`
+}
+
+// streamFailure returns the stream_anchor check that fails, if one does. A stream node that does
+// not answer is no failure of the slot's: status says so, and judges the rest.
+func (r Report) streamFailure() *StreamCheck {
+	for i, c := range r.Stream {
+		if c.Name == "stream_anchor" && c.Status == "fail" {
+			return &r.Stream[i]
+		}
+	}
+	return nil
 }
 
 // wayOut is the command that gets past a recorded stop (replication.WayOut).
@@ -132,6 +155,7 @@ func systemID(ctx context.Context, conn *pgx.Conn) string {
 //   - a shard slot missing or lost;
 //   - the slot missing, ahead of its record, recorded on another server or invalidated;
 //   - a stop recorded on the slot;
+//   - a stream whose rows the server's WAL does not have (a restored server);
 //   - if requireRelay, a relay that does not answer at relayURL, or is neither streaming nor a
 //     standby.
 func (r Report) Verdict(requireRelay bool, relayURL string) error {
@@ -143,6 +167,9 @@ func (r Report) Verdict(requireRelay bool, relayURL string) error {
 	case r.Stopped != nil:
 		return fmt.Errorf("walbox run stopped on slot %s at %s and refuses it until `%s`: %s",
 			r.Slot, r.Stopped.LSN, r.Stopped.WayOut, r.Stopped.Reason)
+	case r.streamFailure() != nil:
+		c := r.streamFailure()
+		return fmt.Errorf("%s; way out: %s", c.Message, c.WayOut)
 	case requireRelay && r.Relay == nil:
 		return fmt.Errorf("relay not reachable at %s", relayURL)
 	case requireRelay && r.Relay.State != "streaming" && r.Relay.State != "standby":

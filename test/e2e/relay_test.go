@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -663,4 +664,38 @@ func (w *world) queueMessages(queue string, n int) []amqp.Delivery {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return got
+}
+
+// With the stream's settings, status names the stream's node when it does not answer, and judges
+// the slot as without them. One node refuses the connection; another accepts it and never answers.
+// Status says so within its bound, and exits 0 on a healthy slot.
+func TestStatusWithAStreamNodeThatDoesNotAnswer(t *testing.T) {
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := refused.Addr().String()
+	refused.Close()
+	for _, addr := range []string{closed, silent.Addr().String()} {
+		out, code := w.walbox([]string{"WALBOX_STREAM_URL=rabbitmq-stream://guest:guest@" + addr + "/", "WALBOX_STREAM=events"}, "status")
+		if code != 0 || !strings.Contains(out, "stream               not reachable") || !strings.Contains(out, addr) {
+			t.Errorf("walbox status with the stream node at %s exited %d; want 0 and a line saying the node is not reachable:\n%s",
+				addr, code, out)
+		}
+	}
 }
