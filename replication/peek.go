@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -70,6 +71,7 @@ type peek struct {
 	origin decoder.Origin
 	check  RowCheck
 	final  pglogrepl.LSN // the commit LSN of the transaction being read
+	commit time.Time     // and its commit time
 	index  int           // the index of its next row or emitted message
 	past   bool
 	failed error // the check's error, returned as it is
@@ -130,13 +132,14 @@ func (p *peek) handle(row [][]byte) error {
 	}
 	switch ev.Kind {
 	case decoder.KindBegin:
-		p.final, p.index = ev.FinalLSN, 0
+		p.final, p.index, p.commit = ev.FinalLSN, 0, ev.CommitTime
 	case decoder.KindRow:
 		index := p.index
 		p.index++
 		if !owns(ev.Table, &ev.Message, p.cfg.Shards, p.cfg.Shard) {
 			return nil
 		}
+		ev.Message.CommitTime = p.commit
 		p.past, p.failed = p.check(p.origin.TimelineAt(p.final), uint64(p.final), index, &ev.Message)
 		return p.failed
 	case decoder.KindOtherMessage:
