@@ -216,8 +216,8 @@ func withoutWindow(s *settings) bool {
 	return s.anyOn([]string{"dry-run"}) || s.cmd != "run" && s.anyOn([]string{"stream-url"})
 }
 
-// streamCmds take the stream mode's connection. Run publishes into the stream, doctor and status
-// check it, recover publishes a lost slot's gap into it, and parked reads its park stream.
+// streamCmds take the stream mode's connection. Run publishes into the stream, and doctor and status
+// check it. Recover publishes a lost slot's gap into it, and parked reads its park stream.
 var streamCmds = []string{"run", "status", "doctor", "recover", "parked"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.

@@ -497,6 +497,55 @@ func TestStreamPrefixChangedInsideATransactionLosesNoRow(t *testing.T) {
 	t.Logf("%d rows and %d messages in the transaction; %d stored", rows, n-rows, len(msgs))
 }
 
+// A relay killed inside one large transaction leaves part of it in the stream, and the slot before
+// it. The next relay reads that part back from the stream at the first row it skips, while the slot
+// streams. Race-built, reading tens of thousands of messages outlasts a wal_sender_timeout of 1 s.
+// The relay's reporter sends status updates meanwhile, without moving the slot, so the walsender
+// keeps the session: one session stores the rest of the transaction, each row once.
+func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, pg, rabbit)
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	wr := w.newWriter(checker.WriterConfig{Seed: 53})
+	const n = 100_000
+	if err := wr.Tx(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	first := w.startRelay(env...)
+	sr.wait(t, n/2, 3*time.Minute)
+	first.Kill()
+	stored := sr.count()
+	if stored >= n {
+		t.Fatal("the whole transaction was stored before the kill: the test proved nothing")
+	}
+	second := w.startRelay(env...)
+	began := time.Now()
+	sr.wait(t, stored+1, 3*time.Minute)
+	t.Logf("killed with %d of %d rows stored; the next relay stored its first row %v after its start",
+		stored, n, time.Since(began).Round(time.Millisecond))
+	sr.wait(t, n, 3*time.Minute)
+	time.Sleep(2 * time.Second) // anything stored twice would be there by now
+	seen := map[string]int{}
+	for _, m := range sr.messages() {
+		seen[fmt.Sprint(m.Properties.MessageID)]++
+	}
+	for _, row := range wr.Committed() {
+		if seen[row.ID] != 1 {
+			t.Errorf("row %s stored %d times", row.ID, seen[row.ID])
+			break
+		}
+	}
+	if got := strings.Count(second.Output(), "msg=streaming"); got != 1 || second.Exited() {
+		t.Errorf("the relay after the kill started %d sessions (exited %t), want one: the server dropped it during the read-back:\n%s",
+			got, second.Exited(), testenv.Tail(second.Output(), 30))
+	}
+}
+
 // A reshard from two shards to three, publishing into one stream under load. The new slots are
 // created one after another, and the last one's consistent point is the cut: a new slot created
 // earlier also holds rows committed before the cut, which the old shards deliver. The new
