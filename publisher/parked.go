@@ -101,6 +101,7 @@ func intHeader(v any) (int64, bool) {
 type ParkedReader struct {
 	ch       *amqp.Channel
 	closed   chan *amqp.Error
+	removed  map[uint64]bool // delivery tags removed
 	Messages []ParkedMessage
 }
 
@@ -115,7 +116,7 @@ func (s *Session) ReadParked(ctx context.Context) (*ParkedReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	r := &ParkedReader{ch: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1))}
+	r := &ParkedReader{ch: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1)), removed: map[uint64]bool{}}
 	if err := r.read(ctx, s.cfg.ParkExchange); err != nil {
 		r.Close()
 		return nil, err
@@ -171,8 +172,33 @@ func (r *ParkedReader) Remove(p *ParkedMessage) error {
 	if err := r.ch.Ack(p.tag, false); err != nil {
 		return fmt.Errorf("remove %s from the park queue: %w", p.ID, err)
 	}
+	r.removed[p.tag] = true
 	return nil
 }
+
+// Repark parks p again as it is, with confirms like Park. The new copy goes to the back of the park queue.
+// Its count of returns starts from zero. The caller then removes p.
+func (s *Session) Repark(ctx context.Context, p *ParkedMessage) (uint64, error) {
+	if err := s.awaitPark(ctx); err != nil {
+		return 0, fmt.Errorf("park %.255s again: %w", p.ID, err)
+	}
+	h := make(amqp.Table, len(p.Headers))
+	for k, v := range p.Headers {
+		if k != "x-delivery-count" {
+			h[k] = v
+		}
+	}
+	msg := amqp.Publishing{Headers: h, ContentType: parkedContentType, DeliveryMode: amqp.Persistent, MessageId: p.ID,
+		Timestamp: p.CreatedAt, Type: parkedType, AppId: s.cfg.AppID, Body: p.Body}
+	tag, err := s.publish(ctx, 0, s.cfg.ParkExchange, "", msg)
+	if err != nil {
+		return 0, fmt.Errorf("park %.255s again: %w", p.ID, err)
+	}
+	return tag, nil
+}
+
+// Removed reports whether Remove removed p.
+func (r *ParkedReader) Removed(p *ParkedMessage) bool { return r.removed[p.tag] }
 
 // Close returns every message not removed to the park queue.
 func (r *ParkedReader) Close() error {

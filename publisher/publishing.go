@@ -235,6 +235,12 @@ const (
 	HeaderParkHeaders    = "x-walbox-headers"     // the row's own headers as JSON text; their size if too large
 )
 
+// The content type and type of a parked message.
+const (
+	parkedContentType = "application/octet-stream"
+	parkedType        = "walbox.parked"
+)
+
 // maxParkedHeaders bounds the JSON text of a parked row's own headers. Larger ones are left out.
 const maxParkedHeaders = 16 << 10
 
@@ -286,11 +292,11 @@ func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing
 	}
 	return amqp.Publishing{
 		Headers:      h,
-		ContentType:  "application/octet-stream",
+		ContentType:  parkedContentType,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    truncate255(m.AMQPMessageID()),
 		Timestamp:    m.CreatedAt,
-		Type:         "walbox.parked",
+		Type:         parkedType,
 		AppId:        appID,
 		Body:         body,
 	}

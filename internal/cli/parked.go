@@ -53,7 +53,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, stop := signalContext(ctx, func() {})
 	defer stop()
-	err = runParkedSub(ctx, c, cfg, sub, ids, stdout, stderr)
+	err = runParkedSub(ctx, c, cfg, sub, ids, stdout)
 	if errors.Is(err, parked.ErrUnknownID) {
 		return configError{err.Error()}
 	}
@@ -63,14 +63,14 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string, ids []string, stdout, stderr io.Writer) error {
+func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string, ids []string, stdout io.Writer) error {
 	switch sub {
 	case "list":
 		msgs, err := parked.List(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		showParked(stdout, stderr, msgs)
+		showParked(stdout, msgs)
 		return nil
 	case "show":
 		msgs, err := parked.List(ctx, cfg)
@@ -130,29 +130,19 @@ func parkedConfig(c *common) (parked.Config, error) {
 }
 
 // showParked prints one line per parked message, in queue order.
-func showParked(stdout, stderr io.Writer, msgs []publisher.ParkedMessage) {
+func showParked(stdout io.Writer, msgs []publisher.ParkedMessage) {
 	if len(msgs) == 0 {
 		fmt.Fprintln(stdout, "no parked messages")
 		return
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTABLE\tPOSITION\tREASON\tSIZE\tPARKED AT")
-	var returned int64
 	for _, p := range msgs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, dash(p.Table), dash(p.LSN), shortReason(p.Reason), p.Size, parkedAt(p.ParkedAt))
-		returned = max(returned, p.Returned)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d parked messages\n", len(msgs))
-	if returned >= parkedReturnWarning {
-		fmt.Fprintf(stderr, "warning: a parked message was returned to its quorum queue %d times by readers; "+
-			"a quorum queue with a delivery limit (RabbitMQ 4.0 sets 20) drops it past that: "+
-			"set the policy delivery-limit -1 on the park queue\n", returned)
-	}
 }
-
-// parkedReturnWarning is the count of returns from which list warns of a quorum queue's delivery limit.
-const parkedReturnWarning = 10
 
 // showParkedMessages prints every parked copy of one id: properties, headers and payload.
 func showParkedMessages(w io.Writer, g parked.Group) {

@@ -31,16 +31,7 @@ type Group []*publisher.ParkedMessage
 
 // List returns every ready message of the park queue, in queue order, and returns them.
 func List(ctx context.Context, cfg Config) ([]publisher.ParkedMessage, error) {
-	s, err := cfg.Dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	r, err := s.ReadParked(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r.Messages, r.Close()
+	return take(ctx, cfg, nil, true, func(context.Context, *publisher.ParkedReader, Group) error { return nil })
 }
 
 // Select groups msgs by id, in queue order: those of ids, or all of them. An id not among them
@@ -97,39 +88,68 @@ type Outcome struct {
 
 // Discard removes the parked copies of ids (all, with all). It tells report of each.
 func Discard(ctx context.Context, cfg Config, ids []string, all bool, report func(Outcome)) error {
-	return take(ctx, cfg, ids, all, func(_ context.Context, r *publisher.ParkedReader, g Group) error {
+	_, err := take(ctx, cfg, ids, all, func(_ context.Context, r *publisher.ParkedReader, g Group) error {
 		if err := remove(r, g); err != nil {
 			return err
 		}
 		report(Outcome{ID: g[0].ID, Copies: len(g), Action: "discarded"})
 		return nil
 	})
+	return err
 }
 
 // take reads the park queue, selects the groups of ids and hands each to handle, in queue order.
-// What handle does not remove goes back to the queue.
+// What handle does not remove goes back to the queue, renewed where readers returned it often.
+// It returns the messages it read.
 func take(ctx context.Context, cfg Config, ids []string, all bool,
-	handle func(context.Context, *publisher.ParkedReader, Group) error) error {
+	handle func(context.Context, *publisher.ParkedReader, Group) error) ([]publisher.ParkedMessage, error) {
 	s, err := cfg.Dial(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer s.Close()
 	r, err := s.ReadParked(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
 	groups, err := Select(r.Messages, ids, all)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, g := range groups {
 		if err := handle(ctx, r, g); err != nil {
+			return nil, err
+		}
+	}
+	if err := renew(ctx, cfg, r); err != nil {
+		return nil, err
+	}
+	return r.Messages, r.Close()
+}
+
+// renewFrom is the count of returns from which a message is parked anew. A quorum queue counts
+// every return; RabbitMQ 4.0 drops a message past 20 by default (delivery-limit).
+const renewFrom = 5
+
+// renew parks anew, in queue order, each message readers returned renewFrom times or more. It
+// removes the old copy only once the broker confirmed the new one: a kill between leaves two.
+func renew(ctx context.Context, cfg Config, r *publisher.ParkedReader) error {
+	w := &writer{dial: cfg.Dial}
+	defer w.close()
+	for i := range r.Messages {
+		p := &r.Messages[i]
+		if p.Returned < renewFrom || r.Removed(p) {
+			continue
+		}
+		if err := w.send(ctx, func(s *publisher.Session) (uint64, error) { return s.Repark(ctx, p) }); err != nil {
+			return fmt.Errorf("renew %s in the park queue: %w", p.ID, err)
+		}
+		if err := r.Remove(p); err != nil {
 			return err
 		}
 	}
-	return r.Close()
+	return nil
 }
 
 func remove(r *publisher.ParkedReader, g Group) error {

@@ -207,3 +207,24 @@ func TestParkQueueListReplayDiscard(t *testing.T) {
 		t.Fatalf("after discard --all, list = %v", ids(got))
 	}
 }
+
+// RabbitMQ 4.0 drops a quorum queue's message returned more than 20 times (its default
+// delivery-limit), and every list returns it. walbox parks a message anew before that: it
+// survives 30 lists, once, with its headers and body.
+func TestListingAQuorumQueueOftenLosesNothing(t *testing.T) {
+	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
+	pcfg := publisher.Config{URL: r.URL(), Exchange: testenv.UniqueName("outbox"), QueueType: publisher.QueueQuorum}
+	f := &fixture{t: t}
+	f.cfg.Dial = func(ctx context.Context) (*publisher.Session, error) { return publisher.Dial(ctx, pcfg) }
+	m := message("order.x", map[string]any{"trace": "t"})
+	f.park(&wire.Parked{Message: m, Reason: "r", Table: "public.outbox", LSN: "0/9"})
+	for i := range 30 {
+		msgs := f.list()
+		if len(msgs) != 1 || msgs[0].ID != m.ID.String() {
+			t.Fatalf("list %d shows %v, want %s once", i+1, ids(msgs), m.ID)
+		}
+		if p := msgs[0]; p.Reason != "r" || p.LSN != "0/9" || string(p.Body) != `{"n":1}` || p.Headers["x-walbox-headers"] != `{"trace":"t"}` {
+			t.Fatalf("list %d: the message became %+v", i+1, p)
+		}
+	}
+}

@@ -20,7 +20,7 @@ func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func
 	w := &writer{dial: cfg.Dial}
 	defer w.close()
 	rows := newRows(cfg.DB, cfg.Mappings)
-	return take(ctx, cfg, ids, all, func(ctx context.Context, r *publisher.ParkedReader, g Group) error {
+	_, err := take(ctx, cfg, ids, all, func(ctx context.Context, r *publisher.ParkedReader, g Group) error {
 		o, err := w.replay(ctx, rows, g)
 		if err != nil {
 			return fmt.Errorf("replay %s: %w", g[0].ID, err)
@@ -32,6 +32,7 @@ func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func
 		report(o)
 		return nil
 	})
+	return err
 }
 
 // writer publishes one message at a time and waits for its confirm. A broker that refuses one for
