@@ -56,6 +56,7 @@
 //   - The created_at is timestamptz text in the ISO DateStyle with any UTC offset.
 //     The replication session must use DateStyle ISO, the server default.
 //     NULL or a missing column gives the zero time. CreatedAt and CommitTime are in UTC.
+//   - The deliver_at has created_at's rules and becomes Message.DeliverAt.
 //   - The exchange column, if the mapping has one, becomes Message.Exchange.
 //     NULL or empty is a bad row.
 //   - The routing key template, if the mapping has one, becomes Message.RoutingKey.
@@ -75,7 +76,7 @@
 // rows. Its content is a JSON object of version 1:
 //
 //	{"v": 1, "id": "<uuid>", "aggregate_type", "aggregate_id", "event_type", "payload",
-//	 "headers", "created_at": "<ISO 8601 timestamptz>"}
+//	 "headers", "created_at": "<ISO 8601 timestamptz>", "deliver_at": "<the same, optional>"}
 //
 // Each field has the column's meaning and rules above (id and event_type required).
 // Content that breaks them is an ErrBadRow error whose Partial holds what could be decoded.

@@ -62,6 +62,7 @@ type content struct {
 	Payload       json.RawMessage `json:"payload"`
 	Headers       json.RawMessage `json:"headers"`
 	CreatedAt     *string         `json:"created_at"`
+	DeliverAt     *string         `json:"deliver_at"`
 }
 
 // emitted decodes the content of an emitted message, with the table's columns' meaning and rules.
@@ -121,6 +122,12 @@ func emitted(data []byte) (wire.Message, rowError) {
 		var ok bool
 		if m.CreatedAt, ok = parseTimestamp([]byte(at)); !ok {
 			bad.set("created_at", "created_at is not a timestamp")
+		}
+	}
+	if at := deref(c.DeliverAt); at != "" {
+		var ok bool
+		if m.DeliverAt, ok = parseTimestamp([]byte(at)); !ok {
+			bad.set("deliver_at", "deliver_at is not a timestamp")
 		}
 	}
 	return m, bad

@@ -18,6 +18,7 @@ const (
 	roleAggregateID
 	roleHeaders
 	roleCreatedAt
+	roleDeliverAt
 	roleExchange
 	numRoles
 )
@@ -31,6 +32,7 @@ var roleNames = [numRoles]string{
 	roleAggregateID:   wire.ColAggregateID,
 	roleHeaders:       wire.ColHeaders,
 	roleCreatedAt:     wire.ColCreatedAt,
+	roleDeliverAt:     wire.ColDeliverAt,
 	roleExchange:      "exchange",
 }
 
@@ -145,7 +147,7 @@ func (d *Decoder) checkColumns(rel *relation, i int) error {
 		col *string
 		def string
 	}{{&m.AggregateType, wire.ColAggregateType}, {&m.AggregateID, wire.ColAggregateID},
-		{&m.Headers, wire.ColHeaders}, {&m.CreatedAt, wire.ColCreatedAt}} {
+		{&m.Headers, wire.ColHeaders}, {&m.CreatedAt, wire.ColCreatedAt}, {&m.DeliverAt, wire.ColDeliverAt}} {
 		if *f.col == f.def {
 			*f.col = ""
 		}
@@ -174,7 +176,8 @@ func (rel *relation) resolve() {
 	names := [numRoles]string{
 		roleEventType: m.EventType, rolePayload: m.Payload, roleAggregateType: m.AggregateType,
 		roleAggregateID: m.AggregateID, roleHeaders: m.Headers, roleCreatedAt: m.CreatedAt,
-		roleExchange: m.ExchangeColumn,
+		roleDeliverAt: m.DeliverAt,
+		roleExchange:  m.ExchangeColumn,
 	}
 	if m.MessageID != wire.IDFromPosition {
 		names[roleID] = m.ID

@@ -52,7 +52,8 @@ func (rel *relation) message(row []value, pos position, share bool) (wire.Messag
 	rel.text(row, id, &m, &bad)
 	m.Payload = rel.payload(row, share, &bad)
 	m.Headers = rel.headers(row, &bad)
-	m.CreatedAt = rel.createdAt(row, &bad)
+	m.CreatedAt = rel.timestamp(row, roleCreatedAt, &bad)
+	m.DeliverAt = rel.timestamp(row, roleDeliverAt, &bad)
 	if bad.err != nil {
 		return wire.Message{}, &Error{MsgID: m.ID, Table: rel.table, Column: bad.column, Partial: m, Err: bad.err}
 	}
@@ -227,15 +228,16 @@ func (rel *relation) payload(row []value, share bool, bad *rowError) []byte {
 	return p
 }
 
-// createdAt parses the creation time. NULL and a missing column give the zero time.
-func (rel *relation) createdAt(row []value, bad *rowError) time.Time {
-	v, ok := rel.get(row, roleCreatedAt)
+// timestamp parses the time of role ro: created_at or deliver_at. NULL and a missing column give
+// the zero time.
+func (rel *relation) timestamp(row []value, ro role, bad *rowError) time.Time {
+	v, ok := rel.get(row, ro)
 	if !ok || v.null {
 		return time.Time{}
 	}
 	t, ok := parseTimestamp(v.data)
 	if !ok {
-		c := &rel.roles[roleCreatedAt]
+		c := &rel.roles[ro]
 		bad.set(c.errColumn(), "%s is not a timestamp", c.label)
 	}
 	return t

@@ -20,6 +20,7 @@ type Metrics struct {
 	reconnects                                 *prometheus.CounterVec
 	confirmLat, commitLat, publishLag, readLag prometheus.Histogram
 	writeLag, heldLag                          prometheus.Histogram
+	lateness                                   prometheus.Histogram
 	retained                                   prometheus.Gauge
 	walStatus                                  *prometheus.GaugeVec
 	pollErrors                                 prometheus.Counter
@@ -62,6 +63,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		heldLag: f.histogram("walbox_publish_to_write_seconds",
 			"Time from walbox's publish of the message to the write of its last frame to the broker's socket: "+
 				"how long the publisher held it back to write several messages together."),
+		lateness: f.histogram("walbox_scheduled_lateness_seconds",
+			"How late a scheduled message left: the broker's confirm of it less its deliver_at, by the database's clock."),
 		retained: f.gauge("walbox_slot_retained_wal_bytes",
 			"WAL the slot makes the server keep: pg_current_wal_lsn() - restart_lsn."),
 		walStatus:  f.gaugeVec("walbox_slot_wal_status", "1 for the slot's current wal_status.", "wal_status"),
@@ -71,6 +74,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// WatchSchedule registers walbox_scheduled_messages, read from waiting at each scrape.
+func (m *Metrics) WatchSchedule(waiting func() float64) {
+	factory{m.reg}.gaugeFunc("walbox_scheduled_messages",
+		"Messages in the schedule, waiting for their deliver_at (every slot's; read every few seconds while active).", waiting)
+}
+
+// ScheduledLateness observes how late one scheduled message left.
+func (m *Metrics) ScheduledLateness(d time.Duration) { m.lateness.Observe(max(d, 0).Seconds()) }
 
 // WatchStats registers the gauges read from the relay's stats at each scrape.
 func (m *Metrics) WatchStats(stats *replication.Stats) { factory{m.reg}.statsGauges(stats) }

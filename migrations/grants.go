@@ -243,8 +243,10 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 	for _, g := range grantees {
 		stmts = append(stmts, "REVOKE ALL ON TABLE "+table+" FROM "+g+" CASCADE")
 	}
+	schedule := pgx.Identifier{schema, ScheduleTable}.Sanitize() + ", " + pgx.Identifier{schema, ScheduleDoneTable}.Sanitize()
 	for _, r := range relays {
-		stmts = append(stmts, "GRANT SELECT ON TABLE "+table+" TO "+pgx.Identifier{r}.Sanitize())
+		stmts = append(stmts, "GRANT SELECT ON TABLE "+table+" TO "+pgx.Identifier{r}.Sanitize(),
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "+schedule+" TO "+pgx.Identifier{r}.Sanitize())
 	}
 	for _, q := range stmts {
 		if _, err := tx.Exec(ctx, q); err != nil {

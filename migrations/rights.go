@@ -12,6 +12,13 @@ import (
 // --relay-role` granted EXECUTE on the record functions.
 const RelayRolesTable = "walbox_relay_roles"
 
+// The schedule's tables (docs/outbox.md#scheduled-delivery). Each relay role may read and write
+// them: the relay records, sends and deletes scheduled messages. They move no record.
+const (
+	ScheduleTable     = "walbox_schedule"
+	ScheduleDoneTable = "walbox_schedule_done"
+)
+
 // recordTables are the registry's tables: whoever may write one may move the record, or the list
 // of roles allowed to.
 var recordTables = []string{"walbox_slots", RelayRolesTable}

@@ -29,6 +29,7 @@ type Writer struct {
 
 	insertSQL          string // created_at from the column default
 	insertCreatedAtSQL string // created_at from the messages, now() where unset
+	insertDeliverAtSQL string // as insertCreatedAtSQL, with deliver_at from the messages
 	deleteSQL          string
 }
 
@@ -74,9 +75,9 @@ func NewWriter(table Table, opts ...WriterOption) *Writer {
 	for _, opt := range opts {
 		opt(w)
 	}
-	w.insertSQL, w.insertCreatedAtSQL = insertStatements(table)
+	w.insertSQL, w.insertCreatedAtSQL, w.insertDeliverAtSQL = insertStatements(table)
 	if w.emit {
-		w.insertSQL, w.insertCreatedAtSQL = emitStatements(table)
+		w.insertSQL, w.insertCreatedAtSQL, w.insertDeliverAtSQL = emitStatements(table)
 		w.deleteAfterInsert = false
 	}
 	w.deleteSQL = "DELETE FROM " + table.Quoted() + " WHERE " + ColID + " = ANY($1::pg_catalog.uuid[])"
@@ -174,7 +175,8 @@ type rows struct {
 	eventTypes []string
 	payloads   [][]byte
 	headers    [][]byte
-	createdAt  []pgtype.Timestamptz // nil when no message sets CreatedAt
+	createdAt  []pgtype.Timestamptz // nil when no message sets CreatedAt or DeliverAt
+	deliverAt  []pgtype.Timestamptz // nil when no message sets DeliverAt
 }
 
 // prepare validates msgs and lays them out as columns, filling in IDs and traceparent headers.
@@ -209,6 +211,12 @@ func (w *Writer) prepare(ctx context.Context, msgs []Message) (*rows, error) {
 			}
 			r.createdAt[i] = pgtype.Timestamptz{Time: m.CreatedAt, Valid: true}
 		}
+		if !m.DeliverAt.IsZero() {
+			if r.deliverAt == nil {
+				r.deliverAt = make([]pgtype.Timestamptz, len(msgs))
+			}
+			r.deliverAt[i] = pgtype.Timestamptz{Time: m.DeliverAt, Valid: true}
+		}
 	}
 	return r, r.fillIDs()
 }
@@ -231,7 +239,13 @@ func (r *rows) fillIDs() error {
 // insert returns the insert statement for r and its arguments.
 func (w *Writer) insert(r *rows) (string, []any) {
 	args := []any{r.ids, r.aggTypes, r.aggIDs, r.eventTypes, r.payloads, r.headers}
-	if r.createdAt == nil {
+	switch {
+	case r.deliverAt != nil:
+		if r.createdAt == nil {
+			r.createdAt = make([]pgtype.Timestamptz, len(r.ids)) // all NULL: now()
+		}
+		return w.insertDeliverAtSQL, append(args, r.createdAt, r.deliverAt)
+	case r.createdAt == nil:
 		return w.insertSQL, args
 	}
 	return w.insertCreatedAtSQL, append(args, r.createdAt)
@@ -247,10 +261,10 @@ func (w *Writer) verb() string {
 
 // emitStatements are insertStatements for EmitMessages: the same arrays, each message handed to the
 // emit function. The function is volatile, so it runs after the sort, in the order given. Every
-// call passes all seven arguments, typed. So only the function with exactly those parameters
-// matches. An overload with fewer never does, though a role allowed to CREATE in the schema may add
-// one.
-func emitStatements(t Table) (withDefault, withCreatedAt string) {
+// call passes all seven arguments, typed, or all eight with deliver_at. So only the function with
+// exactly those parameters matches. An overload with fewer never does, though a role allowed to
+// CREATE in the schema may add one.
+func emitStatements(t Table) (withDefault, withCreatedAt, withDeliverAt string) {
 	build := func(createdAt string, types []string, extraCol string) string {
 		return "SELECT " + t.EmitFunction() + "(" + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
 			ColPayload + ", " + ColHeaders + ", " + ColID + ", " + createdAt + ")" +
@@ -258,11 +272,13 @@ func emitStatements(t Table) (withDefault, withCreatedAt string) {
 			" WITH ORDINALITY AS m(" + ColID + ", " + ColAggregateType + ", " + ColAggregateID + ", " + ColEventType + ", " +
 			ColPayload + ", " + ColHeaders + extraCol + ", ord) ORDER BY ord"
 	}
-	return build("NULL::pg_catalog.timestamptz", arrayTypes[:6], ""), build(ColCreatedAt, arrayTypes, ", "+ColCreatedAt)
+	return build("NULL::pg_catalog.timestamptz", arrayTypes[:6], ""), build(ColCreatedAt, arrayTypes[:7], ", "+ColCreatedAt),
+		build(ColCreatedAt+", "+ColDeliverAt, arrayTypes, ", "+ColCreatedAt+", "+ColDeliverAt)
 }
 
-// arrayTypes are the types of the arrays the statements take, in order; the last is created_at's.
-var arrayTypes = []string{"uuid", "text", "text", "text", "jsonb", "jsonb", "timestamptz"}
+// arrayTypes are the types of the arrays the statements take, in order: created_at's, then
+// deliver_at's, last.
+var arrayTypes = []string{"uuid", "text", "text", "text", "jsonb", "jsonb", "timestamptz", "timestamptz"}
 
 // rowsFrom unnests one array parameter per type, side by side. That is the form that unnest with
 // several arguments stands for. It is written out because only a one-argument unnest may name its
@@ -285,7 +301,7 @@ func rowsFrom(types []string) string {
 // to 1,000 rows, and with the batch at one row. COPY was faster only at about 1,000 rows (~17 ms
 // against ~27 ms). It was slower for one row (~270 µs against ~190 µs): it needs an extra round
 // trip. And COPY cannot leave created_at to the column default.
-func insertStatements(t Table) (withDefault, withCreatedAt string) {
+func insertStatements(t Table) (withDefault, withCreatedAt, withDeliverAt string) {
 	cols := []string{ColID, ColAggregateType, ColAggregateID, ColEventType, ColPayload, ColHeaders}
 	build := func(cols []string, createdAt string) string {
 		return "INSERT INTO " + t.Quoted() + " (" + strings.Join(cols, ", ") + ")" +
@@ -293,7 +309,9 @@ func insertStatements(t Table) (withDefault, withCreatedAt string) {
 			" FROM " + rowsFrom(arrayTypes[:len(cols)]) + " WITH ORDINALITY" +
 			" AS m(" + strings.Join(cols, ", ") + ", ord) ORDER BY ord"
 	}
+	withCreatedAt = ", coalesce(" + ColCreatedAt + ", pg_catalog.now())"
 	withDefault = build(cols, "")
-	withCreatedAt = build(append(cols, ColCreatedAt), ", coalesce("+ColCreatedAt+", pg_catalog.now())")
-	return withDefault, withCreatedAt
+	withDeliverAt = build(append(cols, ColCreatedAt, ColDeliverAt), withCreatedAt+", "+ColDeliverAt)
+	withCreatedAt = build(append(cols, ColCreatedAt), withCreatedAt)
+	return withDefault, withCreatedAt, withDeliverAt
 }

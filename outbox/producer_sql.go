@@ -50,7 +50,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) erro
 
 // argOIDs are the array types of the insert's arguments, in order.
 var argOIDs = []uint32{pgtype.UUIDArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TextArrayOID,
-	pgtype.JSONBArrayOID, pgtype.JSONBArrayOID, pgtype.TimestamptzArrayOID}
+	pgtype.JSONBArrayOID, pgtype.JSONBArrayOID, pgtype.TimestamptzArrayOID, pgtype.TimestamptzArrayOID}
 
 // encodeText replaces each argument with its Postgres text form, in place.
 func encodeText(args []any) error {

@@ -24,6 +24,7 @@ const (
 	ColPayload       = wire.ColPayload
 	ColHeaders       = wire.ColHeaders
 	ColCreatedAt     = wire.ColCreatedAt
+	ColDeliverAt     = wire.ColDeliverAt
 
 	EmitFunction         = wire.EmitFunction
 	DefaultMessagePrefix = wire.DefaultMessagePrefix

@@ -97,24 +97,34 @@ func laneOf(aggregateID string, n int) int {
 // those of Session.Publish: one that does not wrap ErrClosed wrote nothing, and the number is not
 // used.
 func (l *Lanes) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
+	return l.PublishAs(ctx, l.seq+1, m)
+}
+
+// PublishAs is Publish under seq, a number of the caller's, as Session.PublishAs. Later calls of
+// Publish number on from seq.
+func (l *Lanes) PublishAs(ctx context.Context, seq uint64, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
-	return l.send(m.AggregateID, func(s *Session, seq uint64) (uint64, error) { return s.publishAs(ctx, seq, m) })
+	return l.send(m.AggregateID, seq, func(s *Session, seq uint64) (uint64, error) { return s.PublishAs(ctx, seq, m) })
 }
 
 // Park parks p (Session.Park) on the lane of its aggregate id.
 func (l *Lanes) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
+	return l.ParkAs(ctx, l.seq+1, p)
+}
+
+// ParkAs is Park under seq, as PublishAs.
+func (l *Lanes) ParkAs(ctx context.Context, seq uint64, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}
-	return l.send(p.Message.AggregateID, func(s *Session, seq uint64) (uint64, error) { return s.parkAs(ctx, seq, p) })
+	return l.send(p.Message.AggregateID, seq, func(s *Session, seq uint64) (uint64, error) { return s.ParkAs(ctx, seq, p) })
 }
 
-// send publishes on the lane of aggregateID, under the next sequence number, which the lane's
+// send publishes on the lane of aggregateID, under the sequence number seq, which the lane's
 // session gives the message's verdict.
-func (l *Lanes) send(aggregateID string, publish func(*Session, uint64) (uint64, error)) (uint64, error) {
-	seq := l.seq + 1
+func (l *Lanes) send(aggregateID string, seq uint64, publish func(*Session, uint64) (uint64, error)) (uint64, error) {
 	if _, err := publish(l.lanes[laneOf(aggregateID, len(l.lanes))], seq); err != nil {
 		return 0, err
 	}

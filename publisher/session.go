@@ -222,12 +222,13 @@ func (s *Session) cut() {
 // and the session ends. If ctx ends while the message's exchange is being checked, the connection
 // is cut too.
 func (s *Session) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
-	return s.publishAs(ctx, 0, m)
+	return s.PublishAs(ctx, 0, m)
 }
 
-// publishAs publishes m as Publish does; its Confirm carries seq instead of the delivery tag,
-// unless seq is 0. Lanes numbers messages across its sessions this way.
-func (s *Session) publishAs(ctx context.Context, seq uint64, m *wire.Message) (uint64, error) {
+// PublishAs publishes m as Publish does; its Confirm carries seq instead of the delivery tag,
+// unless seq is 0. Lanes numbers messages across its sessions this way. So does package schedule:
+// it numbers its records among the messages.
+func (s *Session) PublishAs(ctx context.Context, seq uint64, m *wire.Message) (uint64, error) {
 	if m == nil {
 		return 0, fmt.Errorf("publish: %w: nil", ErrInvalidMessage)
 	}
@@ -260,11 +261,11 @@ func (s *Session) publishAs(ctx context.Context, seq uint64, m *wire.Message) (u
 // Park waits and tries again every second. It tells Config.OnQueue. ctx ends the wait, with nothing
 // written and the session usable.
 func (s *Session) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
-	return s.parkAs(ctx, 0, p)
+	return s.ParkAs(ctx, 0, p)
 }
 
-// parkAs parks p as Park does; its Confirm carries seq, as for publishAs.
-func (s *Session) parkAs(ctx context.Context, seq uint64, p *wire.Parked) (uint64, error) {
+// ParkAs parks p as Park does; its Confirm carries seq, as for PublishAs.
+func (s *Session) ParkAs(ctx context.Context, seq uint64, p *wire.Parked) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("park: %w: nil", ErrInvalidMessage)
 	}

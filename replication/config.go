@@ -20,6 +20,13 @@ type Publisher = wire.Publisher
 // Flusher is implemented by a Publisher that keeps back what it is handed (wire.Flusher).
 type Flusher = wire.Flusher
 
+// Scheduler is implemented by a Publisher that can hold a message until its DeliverAt (package
+// schedule). Schedule numbers the message among the published ones. Its verdict says the message is
+// recorded, and the slot may pass it. A Publisher that cannot (a stream's) gets such messages parked.
+type Scheduler interface {
+	Schedule(ctx context.Context, m *wire.Message) (uint64, error)
+}
+
 // blockable is implemented by a Publisher that knows whether the broker blocks it (a memory or disk alarm).
 // The shutdown's log names the block.
 // At the shutdown deadline the stream closes the publisher if a publish call is still in progress.

@@ -12,6 +12,7 @@ type Stats struct {
 	Published    atomic.Uint64 // messages handed to the broker
 	Confirmed    atomic.Uint64 // messages the broker confirmed (parked ones included)
 	Parked       atomic.Uint64 // messages set aside as undeliverable
+	Scheduled    atomic.Uint64 // messages handed to the schedule, due after their commit
 	Sessions     atomic.Uint64 // sessions that reached streaming
 	ConfirmedLSN atomic.Uint64 // last flush position reported to the server
 	ReceivedLSN  atomic.Uint64 // end of the last transaction received

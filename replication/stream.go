@@ -308,6 +308,9 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		if why, ok := s.pinned(&ev.Message, xld.WALStart); ok {
 			return s.park(&ev.Message, ev.Table, xld.WALStart, why)
 		}
+		if ev.Message.DeliverAt.After(s.commit) {
+			return s.schedule(&ev.Message, ev.Table, xld.WALStart)
+		}
 		seq, err := s.publish(func(ctx context.Context) (uint64, error) {
 			s.at(index)
 			return s.pub.Publish(ctx, &ev.Message)
@@ -333,6 +336,33 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.stats.received(ev.EndLSN)
 		s.offer()
 	}
+	return nil
+}
+
+// errScheduledStream is why a stream's relay parks a message due after its commit.
+var errScheduledStream = errors.New("deliver_at is later than the commit: a stream keeps commit order, " +
+	"so scheduled delivery is for queues (docs/outbox.md#scheduled-delivery)")
+
+// schedule hands m, due after its transaction's commit, to the Scheduler to hold until it is due.
+// Its verdict moves the watermark like a broker's confirm. Both clocks are the server's: the commit
+// time, and the sender's due check.
+func (s *stream) schedule(m *wire.Message, table string, lsn pglogrepl.LSN) error {
+	sc, ok := s.pub.(Scheduler)
+	if !ok {
+		return s.park(m, table, lsn, errScheduledStream)
+	}
+	seq, err := s.publish(func(ctx context.Context) (uint64, error) { return sc.Schedule(ctx, m) })
+	if errors.Is(err, wire.ErrUnpublishable) {
+		return s.park(m, table, lsn, err)
+	}
+	if err != nil {
+		return publishFailed(fmt.Errorf("schedule %s at %s: %w", m.AMQPMessageID(), lsn, err))
+	}
+	if err := s.dispatch(seq, m, lsn); err != nil {
+		return err
+	}
+	s.stats.Scheduled.Add(1)
+	killpoint.Hit("schedule.handed")
 	return nil
 }
 

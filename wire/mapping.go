@@ -25,8 +25,11 @@ type Mapping struct {
 	Table Table
 
 	// Column names. "-" means the table has no such column. That is allowed for AggregateType,
-	// AggregateID, Headers and CreatedAt. It is allowed for ID only with IDFromPosition.
+	// AggregateID, Headers, CreatedAt and DeliverAt. It is allowed for ID only with IDFromPosition.
 	ID, AggregateType, AggregateID, EventType, Payload, Headers, CreatedAt string
+
+	// DeliverAt names a timestamptz column holding when each row is to leave; NULL leaves at once.
+	DeliverAt string
 
 	// ExchangeColumn names a column holding each row's exchange; empty publishes every row to the
 	// relay's exchange.
@@ -59,6 +62,7 @@ func (m Mapping) WithDefaults() Mapping {
 	def(&m.Payload, ColPayload)
 	def(&m.Headers, ColHeaders)
 	def(&m.CreatedAt, ColCreatedAt)
+	def(&m.DeliverAt, ColDeliverAt)
 	if m.MessageID == "" {
 		m.MessageID = IDFromColumn
 	}
@@ -88,6 +92,7 @@ func (m Mapping) Columns() map[string][]string {
 	add("payload", m.Payload)
 	add("headers", m.Headers)
 	add("created_at", m.CreatedAt)
+	add("deliver_at", m.DeliverAt)
 	add("exchange", m.ExchangeColumn)
 	for _, p := range m.placeholders() {
 		add("routing_key", p)
@@ -147,7 +152,8 @@ func (m Mapping) Validate() error {
 // CheckColumns checks the mapping against the table's actual columns and names the first column
 // that is missing. The columns map name to type name, as format_type gives them.
 //
-// The default contract has optional columns: aggregate_type, aggregate_id, headers, created_at.
+// The default contract has optional columns: aggregate_type, aggregate_id, headers, created_at,
+// deliver_at.
 // They may be missing when the mapping leaves them at their defaults. The table may have been
 // created without them, or they may have been dropped. A row then simply lacks them. A column the
 // mapping names explicitly must exist.
@@ -157,7 +163,7 @@ func (m Mapping) CheckColumns(actual map[string]string) error {
 	}
 	mayLack := map[string]bool{
 		"aggregate_type": m.AggregateType == "", "aggregate_id": m.AggregateID == "",
-		"headers": m.Headers == "", "created_at": m.CreatedAt == "",
+		"headers": m.Headers == "", "created_at": m.CreatedAt == "", "deliver_at": m.DeliverAt == "",
 	}
 	for col, roles := range m.Columns() {
 		if _, ok := actual[col]; ok || allOf(roles, mayLack) {

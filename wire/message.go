@@ -24,6 +24,9 @@ type Message struct {
 	Headers map[string]any
 	// CreatedAt is when the row was written; it becomes the AMQP Timestamp.
 	CreatedAt time.Time
+	// DeliverAt, unless zero, is when the message is to leave. The relay holds a message due after
+	// its transaction's commit time in its schedule until then (docs/outbox.md#scheduled-delivery).
+	DeliverAt time.Time
 
 	// Set by the relay from a table's Mapping; empty for the default table.
 

@@ -14,6 +14,7 @@ const (
 	ColPayload       = "payload"
 	ColHeaders       = "headers"
 	ColCreatedAt     = "created_at"
+	ColDeliverAt     = "deliver_at"
 )
 
 // The tableless outbox: walbox migrate creates the function EmitFunction in the outbox table's

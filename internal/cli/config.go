@@ -41,6 +41,7 @@ type tableYAML struct {
 	Payload        string `yaml:"payload"`
 	Headers        string `yaml:"headers"`
 	CreatedAt      string `yaml:"created-at"`
+	DeliverAt      string `yaml:"deliver-at"`
 	ExchangeColumn string `yaml:"exchange-column"`
 	RoutingKey     string `yaml:"routing-key"`
 	MessageID      string `yaml:"message-id"`
@@ -104,6 +105,7 @@ func decodeTables(node *yaml.Node) ([]outbox.Mapping, error) {
 		}
 		m := outbox.Mapping{Table: t, ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID,
 			EventType: e.EventType, Payload: e.Payload, Headers: e.Headers, CreatedAt: e.CreatedAt,
+			DeliverAt:      e.DeliverAt,
 			ExchangeColumn: e.ExchangeColumn, RoutingKey: e.RoutingKey, MessageID: outbox.IDSource(e.MessageID)}
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)

@@ -90,6 +90,7 @@ func printStatus(w io.Writer, st status.Report) {
 	fmt.Fprintf(w, "retained_wal_bytes   %s\n", optInt(st.RetainedWALBytes))
 	fmt.Fprintf(w, "wal_status           %s\n", optString(st.WALStatus))
 	fmt.Fprintf(w, "messages             %s\n", messagesLine(st))
+	fmt.Fprintf(w, "schedule             %s\n", scheduleLine(st.Schedule))
 	if s := st.Stopped; s != nil {
 		fmt.Fprintf(w, "stopped              at %s (%s); way out: put the cause right, then %s\n", s.LSN,
 			s.At.UTC().Format(time.RFC3339), s.WayOut)
@@ -129,6 +130,17 @@ func printStream(w io.Writer, checks []status.StreamCheck) {
 			fmt.Fprintf(w, "stream               %s\n", ch.Message)
 		}
 	}
+}
+
+// scheduleLine says how many scheduled messages wait, how many are overdue, and the next due.
+func scheduleLine(s *status.Schedule) string {
+	switch {
+	case s == nil:
+		return "missing (run walbox migrate)"
+	case s.NextDue == nil:
+		return "0 waiting"
+	}
+	return fmt.Sprintf("%d waiting, %d overdue, next due %s", s.Waiting, s.Overdue, s.NextDue.UTC().Format(time.RFC3339))
 }
 
 // messagesLine says whether emitted messages are relayed, with which prefix.

@@ -14,6 +14,7 @@ import (
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/streampub"
 )
 
@@ -62,7 +63,8 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	blocks  *blockWatch
-	queues  *queueWatch // the park and alternate queues; its methods take nil (a stream has none)
+	queues  *queueWatch      // the park and alternate queues; its methods take nil (a stream has none)
+	sender  *schedule.Sender // sends scheduled messages when due; nil for a stream, which parks them
 	// connected names the node the current session is connected to; "" while none is.
 	connected func() string
 }
@@ -99,7 +101,7 @@ func New(cfg Config) (*Daemon, error) {
 		d.queues = newQueueWatch(rc.Logger, standby)
 		cfg.Brokers.WatchQueues(d.queues.observe)
 		d.metrics.WatchQueues(d.queues.unavailable, d.queues.parkWaiting)
-		rc.Dial = dialer(cfg.Brokers, cfg.Lanes, rc.Logger)
+		rc.Dial = d.scheduling(rc, dialer(cfg.Brokers, cfg.Lanes, rc.Logger))
 		d.connected = cfg.Brokers.Connected
 	}
 	d.metrics.WatchBroker(d.connected)
@@ -138,6 +140,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.metrics.PollSlot(ctx, slotURL, d.cfg.Relay.Slot, d.cfg.SlotPoll)
 		return nil
 	})
+	if d.sender != nil {
+		g.Go(func() error { return d.sender.Run(ctx) })
+	}
 	g.Go(func() error {
 		defer stop() // the relay is the product: once it stops, the rest has nothing to serve
 		return d.relay.Run(ctx)

@@ -11,6 +11,7 @@ import (
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/registry"
+	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/shard"
 )
 
@@ -31,6 +32,8 @@ type Report struct {
 	// EmitFunction says whether the outbox table's schema has the function that writes them.
 	MessagePrefix string `json:"message_prefix"`
 	EmitFunction  bool   `json:"emit_function"`
+	// Schedule is the scheduled messages waiting, of every slot; nil before walbox migrate created it.
+	Schedule *Schedule `json:"schedule,omitempty"`
 	// Shards lists the sets of shards that publish the outbox table, when it is sharded or being
 	// resharded. The fields above then describe the single slot, which may not exist.
 	Shards []Set `json:"shard_sets,omitempty"`
@@ -45,6 +48,14 @@ type Report struct {
 	RelayError string `json:"relay_error,omitempty"`
 
 	problems []string // a shard slot missing or lost, a shard mismatch, the slot ahead of its record
+}
+
+// Schedule is the messages waiting for their deliver_at (docs/outbox.md#scheduled-delivery).
+type Schedule struct {
+	Waiting int64 `json:"waiting"`
+	// Overdue are due already: they leave soon, or their relay is not running.
+	Overdue int64      `json:"overdue"`
+	NextDue *time.Time `json:"next_due"`
 }
 
 // Stop is a stop walbox run recorded. It says where: everything committed up to LSN was delivered.
@@ -105,6 +116,16 @@ func Read(ctx context.Context, conn *pgx.Conn, q Query) (Report, error) {
 		return r, err
 	}
 	r.MessagePrefix, r.EmitFunction = emit.Prefix, emit.Exists
+	sum, missing, err := schedule.ReadSummary(ctx, conn, q.Table.Schema)
+	if err != nil {
+		return r, err
+	}
+	if !missing {
+		r.Schedule = &Schedule{Waiting: sum.Waiting, Overdue: sum.Overdue}
+		if !sum.NextDue.IsZero() {
+			r.Schedule.NextDue = &sum.NextDue
+		}
+	}
 	if err := r.readRecord(ctx, conn, q, sl); err != nil {
 		return r, err
 	}

@@ -42,9 +42,11 @@ var walboxMetrics = map[string]bool{
 	"walbox_queue_unavailable":              false,
 	"walbox_park_waiting":                   false,
 	// Exported by consumers that use consumer/consumermetrics, not by walbox run.
-	"walbox_consumer_lag_seconds":   true,
-	"walbox_consumer_handled_total": false,
-	"walbox_consumer_failed_total":  false,
+	"walbox_consumer_lag_seconds":       true,
+	"walbox_consumer_handled_total":     false,
+	"walbox_consumer_failed_total":      false,
+	"walbox_scheduled_messages":         false,
+	"walbox_scheduled_lateness_seconds": true,
 }
 
 var metricName = regexp.MustCompile(`\bwalbox_[a-z0-9_]+`)

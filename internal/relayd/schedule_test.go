@@ -1,0 +1,164 @@
+package relayd_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/internal/status"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/outbox"
+	"github.com/walbox/walbox/replication"
+)
+
+// arrivals consumes every message of exchange into a queue of the test's own. It notes when each
+// message id arrived, and how many times.
+type arrivals struct {
+	mu    sync.Mutex
+	at    map[string]time.Time
+	count map[string]int
+}
+
+func consume(t *testing.T, url, exchange string) *arrivals {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, "#", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &arrivals{at: map[string]time.Time{}, count: map[string]int{}}
+	go func() {
+		for d := range ds {
+			a.mu.Lock()
+			if a.count[d.MessageId] == 0 {
+				a.at[d.MessageId] = time.Now()
+			}
+			a.count[d.MessageId]++
+			a.mu.Unlock()
+		}
+	}()
+	return a
+}
+
+func (a *arrivals) get(id string) (time.Time, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.at[id], a.count[id]
+}
+
+// dbNow reads the database's clock.
+func dbNow(t *testing.T, conn *pgx.Conn) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// A row due later is held in the schedule while its slot moves on past it. It leaves once due and
+// not before, from a table row, a row deleted in its own transaction and walbox_emit alike. A
+// cancel before its time wins and says so; a cancel after it left says it was sent.
+func TestScheduledMessagesLeaveOnTimeWhileTheSlotMovesOn(t *testing.T) {
+	cfg, pg, db := config(t)
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	conn := pg.Conn(t, db)
+	ctx := context.Background()
+
+	const wait = 6 * time.Second
+	due := dbNow(t, conn).Add(wait)
+	msg := func(deliverAt time.Time) outbox.Message {
+		id, _ := uuid.NewV7()
+		return outbox.Message{ID: id, AggregateType: "order", AggregateID: "1", EventType: "order.reminder",
+			Payload: []byte(`{"n":1}`), DeliverAt: deliverAt}
+	}
+	row, gone, emitted, cancelled, now := msg(due), msg(due), msg(due), msg(due), msg(time.Time{})
+	var insertLSN string
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := outbox.Write(ctx, tx, row, now); err != nil {
+			return err
+		}
+		if err := outbox.NewWriter(outbox.DefaultTable, outbox.DeleteAfterInsert()).Write(ctx, tx, gone); err != nil {
+			return err
+		}
+		if err := outbox.Emit(ctx, tx, emitted, cancelled); err != nil {
+			return err
+		}
+		// Before the commit record: the slot is past the rows once past this.
+		return tx.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text").Scan(&insertLSN)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "the message without deliver_at", func() bool { _, n := got.get(now.ID.String()); return n == 1 })
+	eventually(t, "the slot past the scheduled rows while they wait", func() bool {
+		var past bool
+		err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = $2",
+			insertLSN, cfg.Relay.Slot).Scan(&past)
+		return err == nil && past
+	})
+	if dbNow(t, conn).After(due) {
+		t.Fatalf("the slot passed the rows only after they were due; wait longer than %s", wait)
+	}
+	st, err := status.Read(ctx, conn, status.Query{Slot: cfg.Relay.Slot, Table: outbox.DefaultTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := st.Schedule; sc == nil || sc.Waiting != 4 || sc.NextDue == nil || !sc.NextDue.Equal(due.Truncate(time.Microsecond)) {
+		t.Errorf("status shows the schedule as %+v, want 4 waiting, next due %s", sc, due)
+	}
+	var ok bool
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) (err error) { ok, err = outbox.Cancel(ctx, tx, cancelled.ID); return err })
+	if err != nil || !ok {
+		t.Fatalf("Cancel before due: %v, %v; want true", ok, err)
+	}
+
+	for _, m := range []outbox.Message{row, gone, emitted} {
+		eventually(t, "scheduled message "+m.ID.String(), func() bool { _, n := got.get(m.ID.String()); return n > 0 })
+		at, n := got.get(m.ID.String())
+		if at.Before(due) {
+			t.Errorf("message %s arrived %s before its deliver_at", m.ID, due.Sub(at))
+		}
+		if n != 1 {
+			t.Errorf("message %s arrived %d times, want once", m.ID, n)
+		}
+	}
+	eventually(t, "the schedule empty", func() bool {
+		var n int
+		return conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 0
+	})
+	time.Sleep(time.Second)
+	if _, n := got.get(cancelled.ID.String()); n != 0 {
+		t.Errorf("the cancelled message arrived %d times", n)
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) (err error) { ok, err = outbox.Cancel(ctx, tx, row.ID); return err })
+	if err != nil || ok {
+		t.Errorf("Cancel after sent: %v, %v; want false", ok, err)
+	}
+	if replication.State(d.Stats().State.Load()) != replication.StateStreaming {
+		t.Errorf("relay state %v, want streaming", replication.State(d.Stats().State.Load()))
+	}
+}

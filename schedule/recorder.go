@@ -1,0 +1,215 @@
+package schedule
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/wire"
+)
+
+// Numbered is a publishing session whose caller numbers the messages. The verdict of each carries
+// the caller's number. publisher.Session and publisher.Lanes are such sessions.
+type Numbered interface {
+	wire.Publisher
+	PublishAs(ctx context.Context, seq uint64, m *wire.Message) (uint64, error)
+	ParkAs(ctx context.Context, seq uint64, p *wire.Parked) (uint64, error)
+}
+
+// maxBatch bounds the messages one insert records.
+const maxBatch = 1000
+
+// writeTimeout bounds one insert into the schedule.
+const writeTimeout = 30 * time.Second
+
+// Recorder is a publishing session that also records scheduled messages (Schedule). Publish, Park,
+// Schedule and Flush are called from one goroutine, as for any wire.Publisher. A record's verdict
+// arrives on Confirms like a publish's, once its insert committed. A failed insert ends the session,
+// with a verdict of sequence 0.
+type Recorder struct {
+	pub  Numbered
+	conn *pgx.Conn
+	slot string
+	sql  string
+	seq  uint64 // the last number handed out
+
+	mu      sync.Mutex
+	pending batch
+	seqs    []uint64 // the numbers of pending's messages
+
+	kick      chan struct{}
+	confirms  chan wire.Confirm
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	// recorded, unless nil, learns the earliest deliver_at of each batch once it committed.
+	recorded func(time.Time)
+}
+
+// NewRecorder returns pub as a Recorder that records scheduled messages for slot in the schedule in
+// schema, over conn. The Recorder owns pub and conn: Close closes both. The function recorded,
+// unless nil, learns the earliest deliver_at of each batch recorded (the Sender's Nudge).
+func NewRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time)) *Recorder {
+	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: tablesIn(schema).recordSQL(), kick: make(chan struct{}, 1),
+		confirms: make(chan wire.Confirm, window+64), stop: make(chan struct{}), recorded: recorded}
+	r.wg.Add(2)
+	go r.forward()
+	go r.write()
+	return r
+}
+
+// Publish publishes m under the next number.
+func (r *Recorder) Publish(ctx context.Context, m *wire.Message) (uint64, error) {
+	if _, err := r.pub.PublishAs(ctx, r.seq+1, m); err != nil {
+		return 0, err
+	}
+	r.seq++
+	return r.seq, nil
+}
+
+// Park parks p under the next number.
+func (r *Recorder) Park(ctx context.Context, p *wire.Parked) (uint64, error) {
+	if _, err := r.pub.ParkAs(ctx, r.seq+1, p); err != nil {
+		return 0, err
+	}
+	r.seq++
+	return r.seq, nil
+}
+
+// Schedule takes m to record in the schedule, under the next number. It copies what it keeps of m.
+// The record is written at the next Flush, or once a batch is full.
+func (r *Recorder) Schedule(_ context.Context, m *wire.Message) (uint64, error) {
+	c := *m
+	c.Payload = bytes.Clone(m.Payload)
+	r.mu.Lock()
+	err := r.pending.add(&c)
+	if err == nil {
+		r.seqs = append(r.seqs, r.seq+1)
+	}
+	full := len(r.seqs) >= maxBatch
+	r.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("schedule: %w: %w", wire.ErrUnpublishable, err)
+	}
+	r.seq++
+	if full {
+		r.signal()
+	}
+	return r.seq, nil
+}
+
+// Flush writes the pending records, and flushes pub if it holds messages back (wire.Flusher).
+func (r *Recorder) Flush() error {
+	r.signal()
+	if f, ok := r.pub.(wire.Flusher); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
+func (r *Recorder) signal() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Confirms yields the verdicts of pub and of the records, each under the number its call returned.
+func (r *Recorder) Confirms() <-chan wire.Confirm { return r.confirms }
+
+// Blocked reports whether the broker blocks pub's connection, if pub can tell.
+func (r *Recorder) Blocked() bool {
+	b, ok := r.pub.(interface{ Blocked() bool })
+	return ok && b.Blocked()
+}
+
+// Close ends the session: pub, the writer and conn.
+func (r *Recorder) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		err := r.pub.Close()
+		r.wg.Wait()
+		close(r.confirms)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.closeErr = errors.Join(err, r.conn.Close(ctx))
+	})
+	return r.closeErr
+}
+
+// forward passes pub's verdicts on.
+func (r *Recorder) forward() {
+	defer r.wg.Done()
+	for c := range r.pub.Confirms() {
+		if !r.pass(c) {
+			return
+		}
+	}
+}
+
+// pass hands a verdict on; false once Close was called.
+func (r *Recorder) pass(c wire.Confirm) bool {
+	select {
+	case r.confirms <- c:
+		return true
+	case <-r.stop:
+		return false
+	}
+}
+
+// write records the pending messages whenever signalled, until Close. A failed insert is the
+// session's end.
+func (r *Recorder) write() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.kick:
+		case <-r.stop:
+			return
+		}
+		for {
+			r.mu.Lock()
+			b, seqs := r.pending, r.seqs
+			r.pending, r.seqs = batch{}, nil
+			r.mu.Unlock()
+			if len(seqs) == 0 {
+				break
+			}
+			if err := r.insert(&b); err != nil {
+				r.pass(wire.Confirm{Err: fmt.Errorf("%w: record scheduled messages: %w", wire.ErrSessionClosed, err)})
+				<-r.stop
+				return
+			}
+			now := time.Now()
+			for _, s := range seqs {
+				if !r.pass(wire.Confirm{Seq: s, At: now}) {
+					return
+				}
+			}
+			if r.recorded != nil {
+				r.recorded(b.earliest())
+			}
+		}
+	}
+}
+
+// insert records b in one statement, so in one transaction.
+func (r *Recorder) insert(b *batch) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_, err := r.conn.Exec(ctx, r.sql, b.args(r.slot)...)
+	return err
+}

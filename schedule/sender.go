@@ -1,0 +1,331 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/killpoint"
+	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/wire"
+)
+
+// Defaults of a Sender.
+const (
+	// DefaultBatch is how many due messages one transaction sends.
+	DefaultBatch = 500
+	// DefaultPoll bounds the wait for the next due message. A message recorded meanwhile with an
+	// earlier deliver_at is seen within it, or at once through Nudge.
+	DefaultPoll = 500 * time.Millisecond
+	// DoneRetention is how long walbox_schedule_done keeps a sent or cancelled id.
+	DoneRetention = 7 * 24 * time.Hour
+)
+
+// confirmTimeout bounds the wait for a batch's confirms. The batch is sent again after it.
+const confirmTimeout = time.Minute
+
+// SenderConfig configures a Sender.
+type SenderConfig struct {
+	// DatabaseURL is the primary's: the schedule is written there.
+	DatabaseURL string
+	// Schema is the registry's schema, where the schedule is.
+	Schema string
+	// Slot is the relay's slot: the sender sends its messages, and those of retired slots.
+	Slot string
+	// Dial opens a publishing session of the sender's own.
+	Dial func(context.Context) (wire.Publisher, error)
+	// Active reports whether the relay holds the slot now. Only then does the sender send.
+	Active func() bool
+	Logger *slog.Logger
+	// Batch and Poll default to DefaultBatch and DefaultPoll.
+	Batch int
+	Poll  time.Duration
+	// Lateness, unless nil, learns how late each sent message left: its confirm less its deliver_at.
+	Lateness func(time.Duration)
+}
+
+// Sender sends the due messages of the schedule. The zero value is not usable: call NewSender.
+type Sender struct {
+	cfg   SenderConfig
+	t     tables
+	nudge chan struct{}
+	// Waiting is the number of messages in the schedule, read every few seconds (every slot's).
+	Waiting atomic.Int64
+	// Sent counts the messages sent, and Cancelled those dropped for a cancel.
+	Sent, Cancelled atomic.Int64
+
+	conn      *pgx.Conn
+	pub       wire.Publisher
+	lastCount time.Time
+	lastPrune time.Time
+}
+
+// NewSender returns a Sender, its defaults filled in.
+func NewSender(cfg SenderConfig) *Sender {
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sender{cfg: cfg, t: tablesIn(cfg.Schema), nudge: make(chan struct{}, 1)}
+}
+
+// Nudge tells the sender that a message was recorded. It looks at the schedule again at once.
+func (s *Sender) Nudge(time.Time) {
+	select {
+	case s.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends due messages until ctx ends. Errors are logged and retried after a pause; it returns
+// nil when ctx ends.
+func (s *Sender) Run(ctx context.Context) error {
+	defer s.release()
+	wait := time.Duration(0)
+	for {
+		if !s.sleep(ctx, wait) {
+			return nil
+		}
+		if !s.cfg.Active() {
+			s.release() // a standby holds no session
+			wait = time.Second
+			continue
+		}
+		next, err := s.turn(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.cfg.Logger.Warn("scheduled delivery: will retry", "error", err)
+			s.release()
+			wait = time.Second
+			continue
+		}
+		wait = next
+	}
+}
+
+// sleep waits d, or less if nudged; false when ctx ended.
+func (s *Sender) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-s.nudge:
+	}
+	return true
+}
+
+// turn sends one batch of due messages, and returns how long to wait before the next turn.
+func (s *Sender) turn(ctx context.Context) (time.Duration, error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
+	s.housekeep(ctx)
+	n, err := s.sendDue(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if n == s.cfg.Batch {
+		return 0, nil // more may be due
+	}
+	var next *float64
+	err = s.conn.QueryRow(ctx, "SELECT pg_catalog.date_part('epoch', pg_catalog.min(deliver_at) OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) FROM "+
+		s.t.schedule+" WHERE slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text", s.cfg.Slot).Scan(&next)
+	if err != nil {
+		return 0, fmt.Errorf("read the next due time: %w", err)
+	}
+	if next == nil {
+		return s.cfg.Poll, nil
+	}
+	return min(max(time.Duration(*next*float64(time.Second)), 0), s.cfg.Poll), nil
+}
+
+// open connects to the database and the broker, unless connected.
+func (s *Sender) open(ctx context.Context) error {
+	if s.conn == nil {
+		c, err := pgconnect.Connect(ctx, s.cfg.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("connect to the database: %w", err)
+		}
+		s.conn = c
+	}
+	if s.pub == nil {
+		p, err := s.cfg.Dial(ctx)
+		if err != nil {
+			return fmt.Errorf("connect to the broker: %w", err)
+		}
+		s.pub = p
+	}
+	return nil
+}
+
+// release closes the sender's connections.
+func (s *Sender) release() {
+	if s.pub != nil {
+		_ = s.pub.Close()
+		s.pub = nil
+	}
+	if s.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.conn.Close(ctx)
+		cancel()
+		s.conn = nil
+	}
+}
+
+// housekeep counts the schedule every few seconds, and prunes old done rows every hour. Failures
+// are only logged: sending goes on.
+func (s *Sender) housekeep(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(s.lastCount) >= 5*time.Second {
+		s.lastCount = now
+		var n int64
+		if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM "+s.t.schedule).Scan(&n); err != nil {
+			s.cfg.Logger.Warn("scheduled delivery: count the schedule", "error", err)
+		} else {
+			s.Waiting.Store(n)
+		}
+	}
+	if now.Sub(s.lastPrune) >= time.Hour {
+		s.lastPrune = now
+		if _, err := s.conn.Exec(ctx, "DELETE FROM "+s.t.done+" WHERE done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "+
+			"pg_catalog.make_interval(secs => $1::pg_catalog.float8))", DoneRetention.Seconds()); err != nil {
+			s.cfg.Logger.Warn("scheduled delivery: prune "+s.t.done, "error", err)
+		}
+	}
+}
+
+// sendDue sends one batch in one transaction. It locks the due rows and drops the cancelled ones.
+// It publishes the rest in order and awaits every confirm. Then it deletes them all and notes the
+// sent ones. It returns how many rows it locked.
+func (s *Sender) sendDue(ctx context.Context) (int, error) {
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, s.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("read the schedule: %w", err)
+	}
+	ds, err := readDue(rows)
+	if err != nil || len(ds) == 0 {
+		return 0, err
+	}
+	ids, slots := make([]string, len(ds)), make([]string, len(ds))
+	for i := range ds {
+		ids[i], slots[i] = ds[i].msg.AMQPMessageID(), ds[i].slot
+	}
+	// Read after the lock, so a cancel committed before it is seen.
+	var cancelled []string
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(message_id) FROM "+s.t.done+
+		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) ''", ids).Scan(&cancelled); err != nil {
+		return 0, fmt.Errorf("read cancels: %w", err)
+	}
+	sent, err := s.publish(ctx, ds, cancelled)
+	if err != nil {
+		return 0, err
+	}
+	killpoint.Hit("schedule.confirmed")
+	if _, err := tx.Exec(ctx, "DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
+		"pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) WHERE s.slot_name OPERATOR(pg_catalog.=) k.slot_name "+
+		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", slots, ids); err != nil {
+		return 0, fmt.Errorf("delete sent messages: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
+		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
+		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.slots, sent.ids); err != nil {
+		return 0, fmt.Errorf("note sent messages: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit sent messages: %w", err)
+	}
+	s.Sent.Add(int64(len(sent.ids)))
+	s.Cancelled.Add(int64(len(ds) - len(sent.ids)))
+	return len(ds), nil
+}
+
+// keys are schedule rows by slot and message id, side by side.
+type keys struct{ slots, ids []string }
+
+// publish publishes the due messages not cancelled, in order, and waits for every confirm. It
+// returns the rows it sent. The lateness of each is its delay when read plus the time to its confirm.
+func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (keys, error) {
+	skip := make(map[string]bool, len(cancelled))
+	for _, id := range cancelled {
+		skip[id] = true
+	}
+	start := time.Now()
+	late := make(map[uint64]time.Duration, len(ds))
+	var sent keys
+	for i := range ds {
+		m := &ds[i].msg
+		if skip[m.AMQPMessageID()] {
+			continue
+		}
+		seq, err := s.pub.Publish(ctx, m)
+		if errors.Is(err, wire.ErrUnpublishable) {
+			seq, err = s.pub.Park(ctx, &wire.Parked{Message: *m, Reason: err.Error(), Table: s.t.schedule})
+		}
+		if err != nil {
+			return keys{}, fmt.Errorf("publish scheduled %s: %w", m.AMQPMessageID(), err)
+		}
+		late[seq] = ds[i].lateness
+		sent.slots, sent.ids = append(sent.slots, ds[i].slot), append(sent.ids, m.AMQPMessageID())
+	}
+	if f, ok := s.pub.(wire.Flusher); ok {
+		if err := f.Flush(); err != nil {
+			return keys{}, fmt.Errorf("flush: %w", err)
+		}
+	}
+	return sent, s.await(ctx, late, start)
+}
+
+// await waits for a confirm of every sequence in late.
+func (s *Sender) await(ctx context.Context, late map[uint64]time.Duration, start time.Time) error {
+	timer := time.NewTimer(confirmTimeout)
+	defer timer.Stop()
+	for len(late) > 0 {
+		select {
+		case c, ok := <-s.pub.Confirms():
+			if !ok {
+				return errors.New("publisher: session closed")
+			}
+			if c.Err != nil {
+				return fmt.Errorf("broker did not confirm scheduled message %d: %w", c.Seq, c.Err)
+			}
+			d, known := late[c.Seq]
+			if !known {
+				continue
+			}
+			delete(late, c.Seq)
+			at := c.At
+			if at.IsZero() {
+				at = time.Now()
+			}
+			if s.cfg.Lateness != nil {
+				s.cfg.Lateness(d + at.Sub(start))
+			}
+		case <-timer.C:
+			return fmt.Errorf("%d scheduled messages unconfirmed after %s", len(late), confirmTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

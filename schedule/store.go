@@ -1,0 +1,215 @@
+package schedule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
+)
+
+// Querier is a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Summary is the schedule as walbox status shows it: every slot's messages.
+type Summary struct {
+	Waiting int64     // messages in the schedule
+	Overdue int64     // of those, due already: sent soon, or their relay is not running
+	NextDue time.Time // the earliest deliver_at; zero when none waits
+}
+
+// ReadSummary reads the schedule in schema. A schedule not migrated yet reads as empty, with
+// Missing true.
+func ReadSummary(ctx context.Context, q Querier, schema string) (s Summary, missing bool, err error) {
+	t := tablesIn(schema)
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL", t.schedule).Scan(&exists); err != nil {
+		return s, false, fmt.Errorf("look up %s: %w", t.schedule, err)
+	}
+	if !exists {
+		return s, true, nil
+	}
+	var next pgtype.Timestamptz
+	err = q.QueryRow(ctx, "SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()),"+
+		" pg_catalog.min(deliver_at) FROM "+t.schedule).Scan(&s.Waiting, &s.Overdue, &next)
+	if err != nil {
+		return s, false, fmt.Errorf("read %s: %w", t.schedule, err)
+	}
+	if next.Valid {
+		s.NextDue = next.Time.UTC()
+	}
+	return s, false, nil
+}
+
+// tables names the schedule's tables in one schema, quoted.
+type tables struct {
+	schedule, done, slots string
+}
+
+func tablesIn(schema string) tables {
+	return tables{
+		schedule: pgx.Identifier{schema, migrations.ScheduleTable}.Sanitize(),
+		done:     pgx.Identifier{schema, migrations.ScheduleDoneTable}.Sanitize(),
+		slots:    pgx.Identifier{schema, "walbox_slots"}.Sanitize(),
+	}
+}
+
+// columns are the schedule's columns of a message, in the order of the arrays record sends.
+const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, amqp_id, routing_key, exchange"
+
+// recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
+// those with a done row: a cancel recorded first, or a replay of a message already sent.
+func (t tables) recordSQL() string {
+	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text"}
+	from := ""
+	for i, typ := range arrays {
+		if i > 0 {
+			from += ", "
+		}
+		from += fmt.Sprintf("pg_catalog.unnest($%d::pg_catalog.%s[])", i+2, typ)
+	}
+	return "INSERT INTO " + t.schedule + " (slot_name, " + columns + ") SELECT $1::pg_catalog.text, " + columns +
+		" FROM ROWS FROM (" + from + ") AS m(" + columns + ")" +
+		" WHERE NOT EXISTS (SELECT 1 FROM " + t.done + " d WHERE d.message_id OPERATOR(pg_catalog.=) m.message_id" +
+		" AND d.slot_name OPERATOR(pg_catalog.=) ANY(ARRAY['', $1::pg_catalog.text]))" +
+		" ON CONFLICT (slot_name, message_id) DO NOTHING"
+}
+
+// batch is messages to record, column by column.
+type batch struct {
+	ids                               []string
+	deliverAt, createdAt              []pgtype.Timestamptz
+	uuids                             []uuid.UUID
+	aggTypes, aggIDs, eventTypes      []string
+	payloads                          [][]byte
+	headers, amqpIDs, keys, exchanges []string
+}
+
+func (b *batch) add(m *wire.Message) error {
+	h, err := encodeHeaders(m.Headers)
+	if err != nil {
+		return fmt.Errorf("message %s: headers: %w", m.AMQPMessageID(), err)
+	}
+	b.ids = append(b.ids, m.AMQPMessageID())
+	b.deliverAt = append(b.deliverAt, pgtype.Timestamptz{Time: m.DeliverAt, Valid: true})
+	b.createdAt = append(b.createdAt, pgtype.Timestamptz{Time: m.CreatedAt, Valid: !m.CreatedAt.IsZero()})
+	b.uuids = append(b.uuids, m.ID)
+	b.aggTypes, b.aggIDs, b.eventTypes = append(b.aggTypes, m.AggregateType), append(b.aggIDs, m.AggregateID), append(b.eventTypes, m.EventType)
+	b.payloads = append(b.payloads, m.Payload)
+	b.headers, b.amqpIDs = append(b.headers, h), append(b.amqpIDs, m.MessageID)
+	b.keys, b.exchanges = append(b.keys, m.RoutingKey), append(b.exchanges, m.Exchange)
+	return nil
+}
+
+func (b *batch) args(slot string) []any {
+	return []any{slot, b.ids, b.deliverAt, b.uuids, b.aggTypes, b.aggIDs, b.eventTypes, b.payloads, b.headers,
+		b.createdAt, b.amqpIDs, b.keys, b.exchanges}
+}
+
+// encodeHeaders writes headers as a JSON object; nil is {}.
+func encodeHeaders(h map[string]any) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}
+
+// decodeHeaders reads what encodeHeaders wrote. Numbers become what wire.HeaderNumber makes of
+// their text, as the relay decodes them from a row.
+func decodeHeaders(s string) (map[string]any, error) {
+	if s == "" || s == "{}" {
+		return nil, nil
+	}
+	d := json.NewDecoder(bytes.NewReader([]byte(s)))
+	d.UseNumber()
+	var h map[string]any
+	if err := d.Decode(&h); err != nil {
+		return nil, err
+	}
+	for k, v := range h {
+		h[k] = numbers(v)
+	}
+	return h, nil
+}
+
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return wire.HeaderNumber(x.String())
+	case []any:
+		for i := range x {
+			x[i] = numbers(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = numbers(x[k])
+		}
+	}
+	return v
+}
+
+// due is a message of the schedule that is due, as the sender read it.
+type due struct {
+	slot     string
+	msg      wire.Message
+	lateness time.Duration // by the database's clock, when it was read
+}
+
+// dueSQL locks up to $2 due messages of the slot $1, oldest due first. Rows of a slot walbox no
+// longer records (retired by walbox reshard --retire) are any relay's to send.
+func (t tables) dueSQL() string {
+	return "SELECT slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at FROM " + t.schedule + " s" +
+		" WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()" +
+		" AND (s.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR NOT EXISTS (SELECT 1 FROM " + t.slots +
+		" r WHERE r.slot_name OPERATOR(pg_catalog.=) s.slot_name))" +
+		" ORDER BY s.deliver_at, s.message_id LIMIT $2 FOR UPDATE OF s SKIP LOCKED"
+}
+
+// readDue reads the rows of dueSQL.
+func readDue(rows pgx.Rows) ([]due, error) {
+	defer rows.Close()
+	var out []due
+	for rows.Next() {
+		var d due
+		var id, headers string
+		var created pgtype.Timestamptz
+		var late pgtype.Interval
+		m := &d.msg
+		if err := rows.Scan(&d.slot, &id, &m.DeliverAt, &m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
+			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &late); err != nil {
+			return nil, fmt.Errorf("read the schedule: %w", err)
+		}
+		h, err := decodeHeaders(headers)
+		if err != nil {
+			return nil, fmt.Errorf("read the schedule: message %s: headers: %w", id, err)
+		}
+		m.Headers = h
+		if created.Valid {
+			m.CreatedAt = created.Time.UTC()
+		}
+		m.DeliverAt = m.DeliverAt.UTC()
+		d.lateness = time.Duration(late.Microseconds)*time.Microsecond + time.Duration(late.Days)*24*time.Hour
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// earliest returns the earliest deliver_at of b.
+func (b *batch) earliest() time.Time {
+	var t time.Time
+	for _, d := range b.deliverAt {
+		if t.IsZero() || d.Time.Before(t) {
+			t = d.Time
+		}
+	}
+	return t
+}
