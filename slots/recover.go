@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/killpoint"
-	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/internal/republish"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
@@ -159,7 +159,7 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		return nil, err
 	}
 	r := &Recovery{cfg: cfg, repl: repl}
-	if r.db, err = connectRows(ctx, cfg.DatabaseURL); err != nil {
+	if r.db, err = republish.Connect(ctx, cfg.DatabaseURL, "walbox recover"); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func OpenRecovery(ctx context.Context, cfg RecoverConfig) (*Recovery, error) {
 		return nil, errStandbyAsPrimary()
 	}
 	if cfg.ReplicationURL != "" {
-		if r.src, err = connectRows(ctx, cfg.ReplicationURL); err != nil {
+		if r.src, err = republish.Connect(ctx, cfg.ReplicationURL, "walbox recover"); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -205,22 +205,6 @@ func (r *Recovery) currentRegistry(ctx context.Context) error {
 			ErrNoRegistry, r.reg.Table(), err)
 	}
 	return nil
-}
-
-// connectRows opens an ordinary connection that reads rows as the walsender writes them: text,
-// timestamps in the ISO style.
-func connectRows(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	pcfg, err := pgconnect.ParseConfig(dsn)
-	if err != nil {
-		return nil, errors.New("parse database url: not a valid connection string or URL")
-	}
-	pcfg.RuntimeParams["DateStyle"] = "ISO"
-	pcfg.RuntimeParams["application_name"] = "walbox recover"
-	conn, err := pgx.ConnectConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
-	}
-	return conn, nil
 }
 
 // source is the connection to the slot's server: the slot and the rows are read there.
@@ -410,15 +394,19 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	if err != nil {
 		return fmt.Errorf("connect to broker: %w", err)
 	}
-	rp := &republisher{pub: pub, dial: r.cfg.Dial, confirms: pub.Confirms(), onParked: r.cfg.OnParked}
-	defer func() { _ = rp.pub.Close() }()
+	sp, stream := pub.(StreamPublisher)
+	dial := republish.Dialer(r.cfg.Dial)
+	if stream {
+		dial = nil // a stream session is not redialed: its producer is bound
+	}
+	rp := republish.New(pub, dial, r.cfg.OnParked)
+	defer func() { _ = rp.Close() }()
 	each := func(t *gapTable, values [][]byte) error {
 		res.Rows++
-		return rp.row(ctx, t, values)
+		return rp.Row(ctx, t.rows, t.mapping.Table, values)
 	}
 	var stored func() error // checks the stream holds what was published, if into one
-	if sp, ok := pub.(StreamPublisher); ok {
-		rp.dial = nil // a stream session is not redialed: its producer is bound
+	if stream {
 		if each, stored, err = r.intoStream(ctx, tx, sp, g, res, rp); err != nil {
 			return err
 		}
@@ -426,7 +414,7 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	if err := r.eachRow(ctx, tx, each); err != nil {
 		return err
 	}
-	if err := rp.wait(ctx); err != nil {
+	if err := rp.Wait(ctx); err != nil {
 		return err
 	}
 	if stored != nil {
@@ -434,7 +422,7 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 			return err
 		}
 	}
-	res.Published, res.Parked = rp.published, rp.parked
+	res.Published, res.Parked = rp.Published(), rp.Parked()
 	return tx.Commit(ctx)
 }
 

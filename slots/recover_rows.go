@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/inspect"
+	"github.com/walbox/walbox/internal/republish"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/wire"
 )
@@ -122,7 +123,7 @@ func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m wire.Mappi
 			inspect.ErrNotCovered, r.cfg.Publication, quoteIdent(r.cfg.Publication))
 	}
 	name := pgx.Identifier{m.Table.Schema, m.Table.Name}.Sanitize()
-	cols, err := r.columns(ctx, name, published)
+	cols, err := republish.Columns(ctx, r.db, name, published)
 	if err != nil {
 		return nil, err
 	}
@@ -138,26 +139,6 @@ func (r *Recovery) table(ctx context.Context, dec *decoder.Decoder, m wire.Mappi
 		cond += " AND (" + filter + ")"
 	}
 	return &gapTable{mapping: m, rows: rows, name: name, columns: strings.Join(list, ", "), where: cond}, nil
-}
-
-// columns returns the published columns of the table with their types, in the table's order,
-// as the walsender sends them.
-func (r *Recovery) columns(ctx context.Context, table string, published []string) ([]decoder.Column, error) {
-	rows, err := r.db.Query(ctx, `SELECT attname, atttypid FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' AND attname = ANY($2)
-		ORDER BY attnum`, table, published)
-	if err != nil {
-		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
-	}
-	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (decoder.Column, error) {
-		var c decoder.Column
-		err := row.Scan(&c.Name, &c.Type)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
-	}
-	return cols, nil
 }
 
 // count counts, per table, the rows of the gap and whether the table is empty.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/republish"
 )
 
 // StreamPublisher is a Publisher into a RabbitMQ stream, exactly once (package streampub's
@@ -36,7 +37,7 @@ type StreamPublisher interface {
 // after that point. A recover run again (killed midway, or failed) finds the rows it stored by
 // their ids. It numbers the rest on from them.
 func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher, g Gap, res *Result,
-	rp *republisher) (each func(*gapTable, [][]byte) error, stored func() error, err error) {
+	rp *republish.Publisher) (each func(*gapTable, [][]byte) error, stored func() error, err error) {
 	system, err := strconv.ParseUint(r.sys.SystemID, 10, 64)
 	if err != nil {
 		return nil, nil, fmt.Errorf("system identifier %q: %w", r.sys.SystemID, err)
@@ -79,11 +80,11 @@ func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher
 			return nil
 		}
 		sp.At(r.sys.Timeline, at, len(published))
-		parked := rp.parked
-		if err := rp.row(ctx, t, values); err != nil {
+		parked := rp.Parked()
+		if err := rp.Row(ctx, t.rows, t.mapping.Table, values); err != nil {
 			return err
 		}
-		if rp.parked == parked {
+		if rp.Parked() == parked {
 			published[m.AMQPMessageID()] = true
 		}
 		return nil
