@@ -11,6 +11,7 @@
 //	walbox reshard   change the number of shards without losing a row
 //	walbox recover   recover the rows of a lost slot from the outbox table, then replace the slot
 //	walbox parked    list, show, replay or discard the messages walbox parked
+//	walbox replay    republish chosen outbox rows, with their ids, beside a running relay
 //	walbox version   print the version
 package cli
 
@@ -51,6 +52,7 @@ var commands = []command{
 	{"reshard", "change the number of shards: create the new set of slots, retire the old one once it passed the cut", runReshard},
 	{"recover", "after a slot was lost, republish the rows of the gap from the outbox table and replace the slot", runRecover},
 	{"parked", "list, show, replay or discard the messages walbox parked", runParked},
+	{"replay", "republish outbox rows chosen by time, aggregate or event type, with their ids, beside a running relay", runReplay},
 	{"version", "print the version", runVersion},
 }
 

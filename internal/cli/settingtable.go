@@ -9,6 +9,7 @@ import (
 
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/internal/replay"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
@@ -50,8 +51,8 @@ type group struct {
 }
 
 var (
-	allCommands = []string{"migrate", "run", "status", "doctor", "prune", "reshard", "recover", "parked"}
-	dialers     = []string{"run", "doctor", "recover", "parked"} // the commands that dial the broker as run does
+	allCommands = []string{"migrate", "run", "status", "doctor", "prune", "reshard", "recover", "parked", "replay"}
+	dialers     = []string{"run", "doctor", "recover", "parked", "replay"} // the commands that dial the broker as run does
 )
 
 // settingTable is every setting of every command. A flag may have a row per command when its
@@ -191,6 +192,22 @@ var settingTable = []group{
 		{flag: "yes", def: "false", isBool: true, cmds: []string{"parked"}, bind: func(v *values) any { return &v.yes },
 			help: "confirm a discard: the messages are gone for good"},
 	}},
+	{"Replaying: walbox replay", []spec{
+		{flag: "since", env: "WALBOX_REPLAY_SINCE", unset: "no lower bound", cmds: replayOnly, bind: func(v *values) any { return (*instant)(&v.replay.Filter.Since) },
+			help: "replay rows of this time or later: RFC 3339 (`2026-11-28T09:00:00Z`) or a date (`2026-11-28`, UTC); " +
+				"the time is the commit time where the server tracks it (`track_commit_timestamp`), else the `created_at` column",
+			see: "operations.md#replaying-rows"},
+		{flag: "until", env: "WALBOX_REPLAY_UNTIL", unset: "no upper bound", cmds: replayOnly, bind: func(v *values) any { return (*instant)(&v.replay.Filter.Until) },
+			help: "replay rows of times before this one, as `--since` takes it"},
+		{flag: "aggregate-type", env: "WALBOX_REPLAY_AGGREGATE_TYPE", unset: "every type", cmds: replayOnly, bind: func(v *values) any { return &v.replay.Filter.AggregateType },
+			help: "replay only rows of this aggregate type"},
+		{flag: "aggregate-id", env: "WALBOX_REPLAY_AGGREGATE_ID", unset: "every aggregate", cmds: replayOnly, bind: func(v *values) any { return &v.replay.Filter.AggregateID },
+			help: "replay only rows of this aggregate id"},
+		{flag: "event-type", env: "WALBOX_REPLAY_EVENT_TYPE", unset: "every event type", cmds: replayOnly, bind: func(v *values) any { return &v.replay.Filter.EventType },
+			help: "replay only rows of this event type"},
+		{flag: "rate", env: "WALBOX_REPLAY_RATE", def: strconv.Itoa(replay.DefaultRate), cmds: replayOnly, bind: func(v *values) any { return (*rate)(&v.replay.Rate) },
+			help: "publish at most this many messages a second (`0`: no limit), to leave the relay's consumers room"},
+	}},
 	{"Resharding: walbox reshard", []spec{
 		{flag: "shards", env: "WALBOX_SHARDS", required: true, cmds: []string{"reshard"}, bind: func(v *values) any { return (*shardCount)(&v.shards) }, need: "the number of shards to move to",
 			help: "the number of shards to move to (1: back to a single slot)", see: "scaling.md#changing-the-number-of-shards"},
@@ -201,7 +218,10 @@ var settingTable = []group{
 	}},
 }
 
-var runOnly = []string{"run"}
+var (
+	runOnly    = []string{"run"}
+	replayOnly = []string{"replay"}
+)
 
 // noBroker are the settings that, on, leave the exchange alone: a stream takes the messages, or
 // recover --dry-run publishes nothing.
@@ -217,8 +237,9 @@ func withoutWindow(s *settings) bool {
 }
 
 // streamCmds take the stream mode's connection. Run publishes into the stream, and doctor and status
-// check it. Recover publishes a lost slot's gap into it, and parked reads its park stream.
-var streamCmds = []string{"run", "status", "doctor", "recover", "parked"}
+// check it. Recover publishes a lost slot's gap into it, and parked reads its park stream. Replay
+// refuses it.
+var streamCmds = []string{"run", "status", "doctor", "recover", "parked", "replay"}
 
 // specsOf returns the rows of settingTable that cmd takes, in the table's order.
 func specsOf(cmd string) []spec {

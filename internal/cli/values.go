@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/internal/replay"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
@@ -28,6 +30,7 @@ type values struct {
 	prune   prune.Job           // prune's age, batches and dry run
 	recover slots.RecoverConfig // recover's choices
 	reshard slots.ReshardConfig // reshard's wait
+	replay  replay.Config       // replay's filter and rate
 
 	config, dbPassword         string
 	amqpURLs                   []string
@@ -216,5 +219,30 @@ func (l *streamURIs) decode(s string) error {
 		return err
 	}
 	*l = uris
+	return nil
+}
+
+// instant is a point in time: RFC 3339, or a date (midnight UTC).
+type instant time.Time
+
+func (t *instant) decode(s string) error {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
+		if v, err := time.Parse(layout, s); err == nil {
+			*t = instant(v)
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not a time like 2026-11-28T09:00:00Z or a date like 2026-11-28", s)
+}
+
+// rate is a number of messages a second; 0 is no limit.
+type rate float64
+
+func (r *rate) decode(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return fmt.Errorf("%q is not a number of messages a second (0 for no limit)", s)
+	}
+	*r = rate(v)
 	return nil
 }

@@ -52,6 +52,8 @@
 //   - recover into a stream: TestRecoverRefusesAStreamThatDoesNotExist,
 //     TestRecoverIntoAStreamFromAStandby, TestRecoverIntoAStreamShardsShare,
 //     TestRecoverIntoAStreamTwoClustersShare
+//   - replay: TestReplayKilledHalfwayResumes (SIGKILLed halfway, resumed, the slot
+//     unmoved), TestReplayFiltersBesideARunningRelay (each filter, the relay's message)
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut

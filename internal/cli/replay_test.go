@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// Bad input to walbox replay is one line and exit 2, before any server is read: the stream mode,
+// an empty time range, a bad time, rate or flag. The servers here are unreachable.
+func TestReplayRefusesBadInputWithOneLine(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the stream mode", []string{"--stream-url=rabbitmq-stream://127.0.0.1:1/"}, "--stream-url (WALBOX_STREAM_URL): walbox replay does not publish into a stream"},
+		{"until before since", []string{"--since=2026-11-28T10:00:00Z", "--until=2026-11-28T09:00:00Z"}, "--until (WALBOX_REPLAY_UNTIL): 2026-11-28T09:00:00Z is not after --since"},
+		{"until equal to since", []string{"--since=2026-11-28", "--until=2026-11-28T00:00:00Z"}, "is not after --since"},
+		{"a time it cannot read", []string{"--since=yesterday"}, `--since (WALBOX_REPLAY_SINCE): "yesterday" is not a time`},
+		{"a negative rate", []string{"--rate=-5"}, `--rate (WALBOX_REPLAY_RATE): "-5" is not a number of messages a second`},
+		{"an unknown flag", []string{"--event=order.created"}, "unknown flag --event"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv("WALBOX_DATABASE_URL", "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+			t.Setenv("WALBOX_AMQP_URL", "amqp://127.0.0.1:1/")
+			var out bytes.Buffer
+			code := mainWithExit(context.Background(), append([]string{"replay"}, tt.args...), &out, &out)
+			got := out.String()
+			if code != 2 || strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "walbox replay: ") || !strings.Contains(got, tt.want) {
+				t.Errorf("walbox replay %v exited %d:\n%s\nwant 2 and one line with %q", tt.args, code, got, tt.want)
+			}
+		})
+	}
+}

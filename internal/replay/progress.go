@@ -1,0 +1,135 @@
+package replay
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/ownertrust"
+	"github.com/walbox/walbox/migrations"
+)
+
+// ProgressTable is the table walbox replay keeps its progress in, in the outbox table's schema.
+const ProgressTable = "walbox_replays"
+
+// ErrRunning: the same replay runs elsewhere, holding its lock.
+var ErrRunning = errors.New("the replay is running elsewhere")
+
+// ErrNoProgressTable: walbox_replays is missing and this role cannot create it.
+var ErrNoProgressTable = errors.New("walbox_replays is missing")
+
+// progress is the record of one table of a replay: the last statement confirmed whole, and the
+// rows confirmed.
+type progress struct {
+	horizon  int64  // the next transaction id when the replay started
+	snapshot string // the snapshot then: the transactions running are left out
+	doneXID  int64
+	doneCmd  int64
+	sent     int64
+	found    bool
+}
+
+// store reads and writes walbox_replays.
+type store struct {
+	conn  *pgx.Conn
+	table string // quoted, with its schema
+	id    string
+}
+
+// ensureTable creates walbox_replays where it is missing, as walbox migrate would. It refuses one
+// owned by a role not trusted to run code as this one.
+func (s *store) ensureTable(ctx context.Context, schema string) error {
+	var exists bool
+	if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL", s.table).Scan(&exists); err != nil {
+		return fmt.Errorf("look for %s: %w", s.table, err)
+	}
+	if !exists {
+		if _, err := migrations.ApplyRegistry(ctx, s.conn, schema); err != nil {
+			return fmt.Errorf("%w: %s is missing and this role cannot create it (%v); run `walbox migrate` as the outbox table's owner",
+				ErrNoProgressTable, s.table, err)
+		}
+	}
+	return ownertrust.Check(ctx, s.conn, s.table, "replay")
+}
+
+// lock takes the replay's advisory lock for the session, or says who holds it.
+func (s *store) lock(ctx context.Context) error {
+	raw, err := hex.DecodeString(s.id)
+	if err != nil || len(raw) < 8 {
+		return fmt.Errorf("replay id %q: not 16 hex digits", s.id)
+	}
+	key := int64(binary.BigEndian.Uint64(raw))
+	var ok bool
+	if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8)", key).Scan(&ok); err != nil {
+		return fmt.Errorf("lock replay %s: %w", s.id, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: replay %s (the same tables and filters) is running in another walbox replay; "+
+			"wait for it, or stop it and run this one again to resume", ErrRunning, s.id)
+	}
+	return nil
+}
+
+// read returns the progress of the replay on table.
+func (s *store) read(ctx context.Context, table string) (progress, error) {
+	var p progress
+	err := s.conn.QueryRow(ctx, "SELECT horizon, snapshot, done_xid, done_cmd, sent FROM "+s.table+
+		" WHERE replay_id = $1::pg_catalog.text AND table_name = $2::pg_catalog.text", s.id, table).
+		Scan(&p.horizon, &p.snapshot, &p.doneXID, &p.doneCmd, &p.sent)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return progress{doneCmd: -1}, nil
+	case err != nil:
+		return progress{}, fmt.Errorf("read %s: %w", s.table, err)
+	}
+	p.found = true
+	return p, nil
+}
+
+// start records the replay's start on each table, in one transaction. The start is the current
+// snapshot and its next transaction id, the horizon.
+func (s *store) start(ctx context.Context, tables []string, filter string) (progress, error) {
+	p := progress{doneCmd: -1, found: true}
+	err := pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_snapshot_xmax(s)::pg_catalog.text::pg_catalog.int8, s::pg_catalog.text
+			FROM pg_catalog.pg_current_snapshot() AS s`).Scan(&p.horizon, &p.snapshot)
+		if err != nil {
+			return fmt.Errorf("read the current snapshot: %w", err)
+		}
+		for _, t := range tables {
+			_, err := tx.Exec(ctx, "INSERT INTO "+s.table+" (replay_id, table_name, filters, horizon, snapshot) VALUES "+
+				"($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int8, $5::pg_catalog.text)",
+				s.id, t, filter, p.horizon, p.snapshot)
+			if err != nil {
+				return fmt.Errorf("record replay %s in %s: %w", s.id, s.table, err)
+			}
+		}
+		return nil
+	})
+	return p, err
+}
+
+// record moves the replay on table past the statement (xid, cmd), with sent rows confirmed.
+func (s *store) record(ctx context.Context, table string, xid, cmd, sent int64) error {
+	tag, err := s.conn.Exec(ctx, "UPDATE "+s.table+" SET done_xid = $3::pg_catalog.int8, done_cmd = $4::pg_catalog.int8, "+
+		"sent = $5::pg_catalog.int8, updated_at = pg_catalog.now() WHERE replay_id = $1::pg_catalog.text AND table_name = $2::pg_catalog.text",
+		s.id, table, xid, cmd, sent)
+	if err != nil {
+		return fmt.Errorf("record the progress of replay %s: %w", s.id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record the progress of replay %s: its row of %s is gone from %s", s.id, table, s.table)
+	}
+	return nil
+}
+
+// finish deletes the replay's progress: the same replay later starts again.
+func (s *store) finish(ctx context.Context) error {
+	if _, err := s.conn.Exec(ctx, "DELETE FROM "+s.table+" WHERE replay_id = $1::pg_catalog.text", s.id); err != nil {
+		return fmt.Errorf("delete the finished replay %s from %s: %w", s.id, s.table, err)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package faults_test
+
+import (
+	"context"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// walbox replay, end to end with the real binary: a replay SIGKILLed halfway resumes from the
+// progress it recorded in walbox_replays and finishes. Every matched row is delivered at least
+// once, nothing else is, and the slot does not move. make test replays 5,000 rows, the soak
+// 100,000 (WALBOX_REPLAY_ROWS sets another number).
+func TestReplayKilledHalfwayResumes(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	rows := soakInt("WALBOX_REPLAY_ROWS", 5000, 100000)
+	w.insertRows(rows)
+	slot := w.slotLSN()
+
+	// A rate that takes about eight seconds: the kill comes between two records of progress.
+	cmd := exec.Command(walboxBin(t), "replay", "--rate="+itoa(rows/8))
+	cmd.Env = w.env(nil)
+	p := testenv.Start(t, cmd)
+	p.WaitFor("half the rows confirmed", 3*time.Minute, func() bool {
+		if p.Exited() {
+			t.Fatalf("walbox replay exited %d before the kill:\n%s", p.ExitCode(), testenv.Tail(p.Output(), 20))
+		}
+		return w.replaySent() >= int64(rows/2)
+	})
+	p.Kill()
+	if code := p.Wait(time.Minute); code != -1 {
+		t.Fatalf("walbox replay exited %d, not by the kill:\n%s", code, testenv.Tail(p.Output(), 20))
+	}
+	before := w.replaySent()
+	if before >= int64(rows) {
+		t.Fatalf("the killed replay had recorded %d of %d rows: the kill came too late to test a resume", before, rows)
+	}
+	t.Logf("killed with %d of %d rows recorded as confirmed", before, rows)
+
+	out, code := w.walbox(nil, "replay", "--rate=0")
+	if code != 0 || !strings.Contains(out, "resumed") {
+		t.Fatalf("walbox replay run again exited %d; want 0 and a resume:\n%s", code, out)
+	}
+	if want := itoa(rows) + " rows of " + itoa(rows) + " matched were sent"; !strings.Contains(out, want) {
+		t.Errorf("walbox replay's last line does not say %q:\n%s", want, out)
+	}
+	if n := w.replaySent(); n != 0 {
+		t.Errorf("walbox_replays still holds the finished replay (%d rows sent)", n)
+	}
+	got := map[string]int{}
+	var sample amqp.Delivery
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		got[d.MessageId]++
+		sample = d
+	})
+	w.checkEveryMatchedRow(got, "TRUE")
+	dups := 0
+	for _, n := range got {
+		dups += n - 1
+	}
+	t.Logf("%d rows, %d deliveries (%d sent again after the kill)", len(got), len(got)+dups, dups)
+	if sample.AppId != "walbox" || sample.ContentType != "application/json" || sample.Headers["aggregate_type"] != "order" {
+		t.Errorf("a replayed message: app id %q, content type %q, headers %v; want the relay's properties",
+			sample.AppId, sample.ContentType, sample.Headers)
+	}
+	if after := w.slotLSN(); after != slot {
+		t.Errorf("the slot moved from %s to %s during the replay", slot, after)
+	}
+}
+
+// Beside a running relay, each filter chooses its rows and only those; a replayed message is
+// the relay's, property for property, with the same id. The relay goes on relaying meanwhile.
+func TestReplayFiltersBesideARunningRelay(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.startRelay()
+	w.exec(`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, headers, created_at)
+		SELECT t, (i % 5)::text, t || '.' || e, jsonb_build_object('i', i), jsonb_build_object('n', i),
+			timestamptz '2026-01-01 10:00Z' + (i % 3) * interval '1 day'
+		FROM generate_series(1, 120) i, unnest(ARRAY['order', 'invoice']) t, unnest(ARRAY['created', 'paid']) e`)
+	total := 480
+	relayed := map[string]amqp.Delivery{}
+	waitFor(t, 2*time.Minute, "the relay's deliveries", func() bool {
+		for id, d := range w.drainQueue(w.queue) {
+			relayed[id] = d
+		}
+		return len(relayed) >= total
+	})
+
+	for _, tt := range []struct {
+		args  []string
+		where string
+	}{
+		{[]string{"--aggregate-type=order", "--event-type=order.paid", "--since=2026-01-02", "--until=2026-01-03T00:00:00Z"},
+			"aggregate_type = 'order' AND event_type = 'order.paid' AND created_at >= '2026-01-02Z' AND created_at < '2026-01-03Z'"},
+		{[]string{"--aggregate-id=3"}, "aggregate_id = '3'"},
+		{[]string{"--until=2026-01-02"}, "created_at < '2026-01-02Z'"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			w := w.in(t)
+			out, code := w.walbox(nil, append([]string{"replay", "--rate=0"}, tt.args...)...)
+			if code != 0 {
+				t.Fatalf("walbox replay exited %d:\n%s", code, out)
+			}
+			got := map[string]int{}
+			w.eachInQueue(w.queue, func(d amqp.Delivery) {
+				got[d.MessageId]++
+				r, ok := relayed[d.MessageId]
+				if !ok {
+					t.Errorf("message %s: the relay never sent it", d.MessageId)
+					return
+				}
+				if !sameMessage(r, d) {
+					t.Errorf("message %s: replayed %+v\nwant the relay's %+v", d.MessageId, d, r)
+				}
+			})
+			n := w.checkEveryMatchedRow(got, tt.where)
+			if n == 0 || n == total {
+				t.Errorf("the filter matches %d of %d rows: it tests nothing", n, total)
+			}
+		})
+	}
+	if st := w.relays[0].state(); st != "streaming" {
+		t.Errorf("the relay is %q after the replays, want streaming", st)
+	}
+}
+
+// sameMessage reports whether a and b carry the same message, whoever sent it.
+func sameMessage(a, b amqp.Delivery) bool {
+	return a.MessageId == b.MessageId && a.Type == b.Type && a.AppId == b.AppId && a.ContentType == b.ContentType &&
+		a.DeliveryMode == b.DeliveryMode && a.Timestamp.Equal(b.Timestamp) && a.RoutingKey == b.RoutingKey &&
+		a.Exchange == b.Exchange && string(a.Body) == string(b.Body) && reflect.DeepEqual(a.Headers, b.Headers)
+}
+
+// insertRows commits n outbox rows, ten a statement, in transactions of 500.
+func (w *world) insertRows(n int) {
+	w.t.Helper()
+	for done := 0; done < n; done += 500 {
+		w.exec(`DO $$ BEGIN FOR s IN 0..49 LOOP
+			INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
+			SELECT 'order', (i % 97)::text, 'order.created', jsonb_build_object('i', i)
+			FROM generate_series(`+itoa(done)+` + s * 10, `+itoa(done)+` + s * 10 + 9) i WHERE i < `+itoa(n)+`;
+		END LOOP; END $$`)
+	}
+}
+
+// replaySent returns the rows walbox_replays records as confirmed, over every replay and table.
+func (w *world) replaySent() int64 {
+	w.t.Helper()
+	var n int64
+	if err := w.conn.QueryRow(context.Background(), "SELECT coalesce(sum(sent), 0)::bigint FROM public.walbox_replays").Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// checkEveryMatchedRow fails the test unless got (deliveries by message id) holds every row of the
+// outbox where the condition holds, and no other. It returns the number of those rows.
+func (w *world) checkEveryMatchedRow(got map[string]int, where string) int {
+	w.t.Helper()
+	rows, err := w.conn.Query(context.Background(), "SELECT id::text FROM public.outbox WHERE "+where)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			w.t.Fatal(err)
+		}
+		want[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		w.t.Fatal(err)
+	}
+	missing, extra := 0, 0
+	for id := range want {
+		if got[id] == 0 {
+			missing++
+		}
+	}
+	for id := range got {
+		if !want[id] {
+			extra++
+		}
+	}
+	if missing > 0 || extra > 0 {
+		w.t.Errorf("replayed %d distinct messages: %d of the %d matched rows missing, %d not matched", len(got), missing, len(want), extra)
+	}
+	return len(want)
+}
