@@ -403,7 +403,7 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	defer func() { _ = rp.Close() }()
 	each := func(t *gapTable, values [][]byte) error {
 		res.Rows++
-		return rp.Row(ctx, t.rows, t.mapping.Table, values)
+		return rp.Row(ctx, t.rows, t.mapping.Table, values, time.Time{})
 	}
 	var stored func() error // checks the stream holds what was published, if into one
 	if stream {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/republish"
@@ -81,7 +82,7 @@ func (r *Recovery) intoStream(ctx context.Context, tx pgx.Tx, sp StreamPublisher
 		}
 		sp.At(r.sys.Timeline, at, len(published))
 		parked := rp.Parked()
-		if err := rp.Row(ctx, t.rows, t.mapping.Table, values); err != nil {
+		if err := rp.Row(ctx, t.rows, t.mapping.Table, values, time.Time{}); err != nil {
 			return err
 		}
 		if rp.Parked() == parked {

@@ -31,9 +31,10 @@ type cursor struct {
 // sameStatement reports whether o is a row of the same statement as c.
 func (c cursor) sameStatement(o cursor) bool { return c.k == o.k && c.c == o.c }
 
-// row is one row read: its key and its columns as text.
+// row is one row read: its key, its commit time (zero where unknown) and its columns as text.
 type row struct {
 	key    cursor
+	commit time.Time
 	values [][]byte
 }
 
@@ -70,8 +71,15 @@ func (r *Replay) fetch(ctx context.Context, t *table, p progress, cur cursor) ([
 			return nil, fmt.Errorf("read the rows of %s: key: %w", t.mapping.Table, err)
 		}
 		rw.key.t = string(raw[2])
-		rw.values = make([][]byte, len(raw)-3)
-		for i, v := range raw[3:] {
+		if raw[3] != nil {
+			us, err := strconv.ParseInt(string(raw[3]), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("read the rows of %s: commit time: %w", t.mapping.Table, err)
+			}
+			rw.commit = time.UnixMicro(us).UTC()
+		}
+		rw.values = make([][]byte, len(raw)-4)
+		for i, v := range raw[4:] {
 			if v != nil {
 				rw.values[i] = append([]byte{}, v...)
 			}
@@ -132,7 +140,7 @@ func (u *run) table(ctx context.Context, t *table, p progress) error {
 			if inStatement > 0 && !rw.key.sameStatement(cur) {
 				done, tableSent, u.sent, inStatement = cur, tableSent+inStatement, u.sent+inStatement, 0
 			}
-			if err := u.pub.Row(ctx, t.rows, t.mapping.Table, rw.values); err != nil {
+			if err := u.pub.Row(ctx, t.rows, t.mapping.Table, rw.values, rw.commit); err != nil {
 				return err
 			}
 			cur = rw.key

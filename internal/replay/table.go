@@ -23,7 +23,8 @@ var ErrNoColumn = errors.New("no column to filter on")
 type table struct {
 	mapping wire.Mapping
 	rows    *decoder.TableRows
-	// query selects a batch: the key (transaction, statement, place), then the columns as text.
+	// query selects a batch: the key (transaction, statement, place), the commit time, then the
+	// columns as text.
 	// Its parameters: the horizon modulo 2^32 ($1), the horizon ($2), the cursor ($3 to $5).
 	// Then the start's snapshot ($6), the filter's values (args) and the batch size, last.
 	query string
@@ -45,6 +46,9 @@ func (p *params) add(v any, typ string) string {
 // with the horizon. Then its statement's command id, then its place.
 const keyColumns = `$2::pg_catalog.int8 - (($1::pg_catalog.int8 - xmin::pg_catalog.text::pg_catalog.int8 + 4294967296) % 4294967296) AS k,
 	cmin::pg_catalog.text::pg_catalog.int8 AS c, ctid AS t`
+
+// commitColumn selects a row's commit time in microseconds since 1970, where the server tracks it.
+const commitColumn = `(EXTRACT(EPOCH FROM pg_catalog.pg_xact_commit_timestamp(xmin)) * 1000000)::pg_catalog.int8 AS ct`
 
 // afterCursor keeps the rows after the cursor, of transactions that had ended when the replay
 // started. Those are before the horizon (the next transaction id then), by less than 2^31. And
@@ -86,7 +90,11 @@ func newTable(ctx context.Context, conn *pgx.Conn, dec *decoder.Decoder, m wire.
 	for i, c := range cols {
 		list[i] = fmt.Sprintf("%s::pg_catalog.text AS v%d", pgx.Identifier{c.Name}.Sanitize(), i)
 	}
-	inner := "SELECT " + keyColumns + ", " + strings.Join(list, ", ") + " FROM " + name
+	commit := "NULL::pg_catalog.int8 AS ct"
+	if commitTime {
+		commit = commitColumn
+	}
+	inner := "SELECT " + keyColumns + ", " + commit + ", " + strings.Join(list, ", ") + " FROM " + name
 	if len(where) > 0 {
 		inner += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -96,7 +104,7 @@ func newTable(ctx context.Context, conn *pgx.Conn, dec *decoder.Decoder, m wire.
 	}
 	limit := fmt.Sprintf("$%d::pg_catalog.int8", len(p.args)+7)
 	return &table{mapping: m, rows: rows, args: p.args,
-		query: "SELECT q.k::pg_catalog.text, q.c::pg_catalog.text, q.t::pg_catalog.text, " + strings.Join(values, ", ") + " FROM (" + inner + ") AS q WHERE " +
+		query: "SELECT q.k::pg_catalog.text, q.c::pg_catalog.text, q.t::pg_catalog.text, q.ct::pg_catalog.text, " + strings.Join(values, ", ") + " FROM (" + inner + ") AS q WHERE " +
 			afterCursor + " ORDER BY q.k, q.c, q.t LIMIT " + limit,
 		count: "SELECT pg_catalog.count(*) FROM (" + inner + ") AS q WHERE " + afterCursor,
 	}, nil

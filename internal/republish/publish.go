@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/wire"
@@ -59,9 +60,10 @@ func (p *Publisher) Flush() error {
 }
 
 // Row publishes one row of table, read with rows, as the relay would have. Or it parks the row as
-// the relay would have.
-func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire.Table, values [][]byte) error {
+// the relay would have. The commit time, unless zero, is its transaction's (wire.HeaderCommitTime).
+func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire.Table, values [][]byte, commit time.Time) error {
 	m, err := rows.Message(values)
+	m.CommitTime = commit
 	if decoder.IsBadRow(err) {
 		var de *decoder.Error
 		errors.As(err, &de)

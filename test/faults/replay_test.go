@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
+	walboxwire "github.com/walbox/walbox/wire"
 )
 
 // walbox replay, end to end with the real binary: a replay SIGKILLed halfway resumes from the
@@ -116,6 +117,11 @@ func TestReplayFiltersBesideARunningRelay(t *testing.T) {
 					t.Errorf("message %s: the relay never sent it", d.MessageId)
 					return
 				}
+				// The server does not track commit times: replay cannot know the relay's.
+				if _, ok := d.Headers[walboxwire.HeaderCommitTime]; ok {
+					t.Errorf("message %s: replayed with a commit time the server does not track: %v", d.MessageId, d.Headers)
+				}
+				delete(r.Headers, walboxwire.HeaderCommitTime)
 				if !sameMessage(r, d) {
 					t.Errorf("message %s: replayed %+v\nwant the relay's %+v", d.MessageId, d, r)
 				}
@@ -131,12 +137,47 @@ func TestReplayFiltersBesideARunningRelay(t *testing.T) {
 	}
 }
 
-// sameMessage reports whether a and b carry the same message, whoever sent it.
-func sameMessage(a, b amqp.Delivery) bool {
-	return a.MessageId == b.MessageId && a.Type == b.Type && a.AppId == b.AppId && a.ContentType == b.ContentType &&
-		a.DeliveryMode == b.DeliveryMode && a.Timestamp.Equal(b.Timestamp) && a.RoutingKey == b.RoutingKey &&
-		a.Exchange == b.Exchange && string(a.Body) == string(b.Body) && reflect.DeepEqual(a.Headers, b.Headers)
+// On a server that tracks commit times, --since compares them, not created_at, and a replayed
+// message carries its commit time as the relay sent it.
+func TestReplayByCommitTime(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("track_commit_timestamp", "on"))
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	w.startRelay()
+	insert := `INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT 'order', i::text, 'order.created', jsonb_build_object('i', i), timestamptz '2020-01-01Z'
+		FROM generate_series(1, 30) i`
+	w.exec(insert)
+	var mark time.Time
+	if err := w.conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	w.exec(insert)
+	relayed := map[string]amqp.Delivery{}
+	waitFor(t, 2*time.Minute, "the relay's deliveries", func() bool {
+		for id, d := range w.drainQueue(w.queue) {
+			relayed[id] = d
+		}
+		return len(relayed) >= 60
+	})
+	out, code := w.walbox(nil, "replay", "--rate=0", "--since="+mark.UTC().Format(time.RFC3339Nano))
+	if code != 0 || !strings.Contains(out, "commit time") {
+		t.Fatalf("walbox replay exited %d; want 0, comparing commit times:\n%s", code, out)
+	}
+	got := map[string]int{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		got[d.MessageId]++
+		if r := relayed[d.MessageId]; !sameMessage(r, d) || d.Headers[walboxwire.HeaderCommitTime] == nil {
+			t.Errorf("message %s: replayed %+v\nwant the relay's, with its commit time: %+v", d.MessageId, d, r)
+		}
+	})
+	if n := w.checkEveryMatchedRow(got, "pg_xact_commit_timestamp(xmin) >= '"+mark.UTC().Format(time.RFC3339Nano)+"'"); n != 30 {
+		t.Errorf("%d rows committed after the mark, want the second 30", n)
+	}
 }
+
+// sameMessage reports whether a and b carry the same message, whoever sent it.
+func sameMessage(a, b amqp.Delivery) bool { return reflect.DeepEqual(wire(a), wire(b)) }
 
 // insertRows commits n outbox rows, ten a statement, in transactions of 500.
 func (w *world) insertRows(n int) {
