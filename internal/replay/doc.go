@@ -7,8 +7,9 @@
 // refused. A row read from the table has no position, so it would get another id.
 //
 // Which rows: those of transactions that ended before the replay first started, matching every
-// filter given. The time filters compare the commit time where the server tracks it
-// (track_commit_timestamp), else the mapped created_at column. See docs/operations.md.
+// filter given. A row whose deliver_at is ahead is left to the relay's schedule. The time filters
+// compare the commit time where the server tracks it (track_commit_timestamp). Else they compare
+// the mapped created_at column. See docs/operations.md.
 //
 // Order: each table's rows, one table after another. Within a table, by inserting transaction id,
 // then statement (cmin), then physical place (ctid). Transaction ids follow start order, not commit

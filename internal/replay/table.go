@@ -154,6 +154,11 @@ func conditions(m wire.Mapping, f Filter, commitTime bool, cols []decoder.Column
 		}
 		where = append(where, pgx.Identifier{c.col}.Sanitize()+"::pg_catalog.text OPERATOR(pg_catalog.=) "+p.add(c.value, "text"))
 	}
+	// A row due later waits in the relay's schedule, which sends it when due: not before.
+	if m.DeliverAt != wire.Absent && has(m.DeliverAt) {
+		col := pgx.Identifier{m.DeliverAt}.Sanitize() + "::pg_catalog.timestamptz"
+		where = append(where, "("+col+" IS NULL OR "+col+" OPERATOR(pg_catalog.<=) pg_catalog.now())")
+	}
 	if !f.timed() {
 		return where, nil
 	}
