@@ -47,15 +47,35 @@ func (r *Replay) count(ctx context.Context, t *table, p progress, cur cursor) (i
 	return n, nil
 }
 
-// argsAt returns the parameters of t's queries, the batch size aside, for the replay started at
-// p's horizon and snapshot.
+// argsAt returns the parameters of t's queries for the replay started at p's horizon and snapshot.
 func (t *table) argsAt(p progress, cur cursor) []any {
 	return append([]any{p.horizon % (1 << 32), p.horizon, cur.k, cur.c, cur.t, p.snapshot}, t.args...)
 }
 
-// fetch reads the next batch of t's rows after cur.
-func (r *Replay) fetch(ctx context.Context, t *table, p progress, cur cursor) ([]row, error) {
-	rows, err := r.conn.Query(ctx, t.query, append(t.argsAt(p, cur), batchSize)...)
+// heldCursor is the cursor a run reads a table with. It is held past its transaction: the server
+// sorts the rows once, into a copy, and holds no snapshot while the run reads it.
+const heldCursor = "walbox_replay"
+
+// openCursor declares the held cursor over t's rows after cur.
+func (r *Replay) openCursor(ctx context.Context, t *table, p progress, cur cursor) error {
+	_, err := r.conn.Exec(ctx, "DECLARE "+heldCursor+" NO SCROLL CURSOR WITH HOLD FOR "+t.query, t.argsAt(p, cur)...)
+	if err != nil {
+		return fmt.Errorf("select the rows of %s: %w", t.mapping.Table, err)
+	}
+	return nil
+}
+
+// closeCursor closes the held cursor.
+func (r *Replay) closeCursor(ctx context.Context) error {
+	if _, err := r.conn.Exec(ctx, "CLOSE "+heldCursor); err != nil {
+		return fmt.Errorf("close the cursor: %w", err)
+	}
+	return nil
+}
+
+// fetch reads the next batch of t's rows from the held cursor.
+func (r *Replay) fetch(ctx context.Context, t *table) ([]row, error) {
+	rows, err := r.conn.Query(ctx, "FETCH "+strconv.Itoa(batchSize)+" FROM "+heldCursor)
 	if err != nil {
 		return nil, fmt.Errorf("read the rows of %s: %w", t.mapping.Table, err)
 	}
@@ -128,8 +148,11 @@ func (u *run) table(ctx context.Context, t *table, p progress) error {
 		}
 		return nil
 	}
+	if err := u.openCursor(ctx, t, p, cur); err != nil {
+		return err
+	}
 	for {
-		batch, err := u.fetch(ctx, t, p, cur)
+		batch, err := u.fetch(ctx, t)
 		if err != nil {
 			return err
 		}
@@ -157,6 +180,9 @@ func (u *run) table(ctx context.Context, t *table, p progress) error {
 	}
 	if inStatement > 0 {
 		done, tableSent, u.sent, inStatement = cur, tableSent+inStatement, u.sent+inStatement, 0
+	}
+	if err := u.closeCursor(ctx); err != nil {
+		return err
 	}
 	return record()
 }

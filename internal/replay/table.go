@@ -23,12 +23,12 @@ var ErrNoColumn = errors.New("no column to filter on")
 type table struct {
 	mapping wire.Mapping
 	rows    *decoder.TableRows
-	// query selects a batch: the key (transaction, statement, place), the commit time, then the
-	// columns as text.
+	// query selects the rows: the key (transaction, statement, place), the commit time, then the
+	// columns as text. A cursor held past its transaction reads it.
 	// Its parameters: the horizon modulo 2^32 ($1), the horizon ($2), the cursor ($3 to $5).
-	// Then the start's snapshot ($6), the filter's values (args) and the batch size, last.
+	// Then the start's snapshot ($6) and the filter's values (args).
 	query string
-	// count counts the rows after the cursor; its parameters are the query's but the batch size.
+	// count counts the rows after the cursor; its parameters are the query's.
 	count string
 	args  []any
 }
@@ -102,10 +102,9 @@ func newTable(ctx context.Context, conn *pgx.Conn, dec *decoder.Decoder, m wire.
 	for i := range cols {
 		values[i] = fmt.Sprintf("q.v%d", i)
 	}
-	limit := fmt.Sprintf("$%d::pg_catalog.int8", len(p.args)+7)
 	return &table{mapping: m, rows: rows, args: p.args,
 		query: "SELECT q.k::pg_catalog.text, q.c::pg_catalog.text, q.t::pg_catalog.text, q.ct::pg_catalog.text, " + strings.Join(values, ", ") + " FROM (" + inner + ") AS q WHERE " +
-			afterCursor + " ORDER BY q.k, q.c, q.t LIMIT " + limit,
+			afterCursor + " ORDER BY q.k, q.c, q.t",
 		count: "SELECT pg_catalog.count(*) FROM (" + inner + ") AS q WHERE " + afterCursor,
 	}, nil
 }
