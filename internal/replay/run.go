@@ -52,7 +52,7 @@ func (t *table) argsAt(p progress, cur cursor) []any {
 	return append([]any{p.horizon % (1 << 32), p.horizon, cur.k, cur.c, cur.t, p.snapshot}, t.args...)
 }
 
-// heldCursor is the cursor a run reads a table with. It is held past its transaction: the server
+// heldCursor is the cursor a run reads a table with. It is held past its transaction. The server
 // sorts the rows once, into a copy, and holds no snapshot while the run reads it.
 const heldCursor = "walbox_replay"
 
