@@ -77,6 +77,8 @@ type Decoder struct {
 	rels  map[uint32]*relation
 	// prefix is the prefix of the logical decoding messages that are outbox messages; "" for none.
 	prefix string
+	// canary is the slot whose canary messages are outbox messages; "" for none (WithCanary).
+	canary string
 	// share: a row's payload shares the data given to Decode (WithSharedPayload).
 	share bool
 

@@ -19,6 +19,15 @@ func (d *Decoder) WithMessagePrefix(prefix string) *Decoder {
 	return d
 }
 
+// WithCanary makes d decode the canary messages of slot as outbox messages; it returns d. Those
+// are the logical decoding messages with prefix wire.CanaryPrefix whose aggregate_id is slot. They
+// have the emit function's content. Every slot of the database gets every message: the canaries of
+// other slots are KindOtherMessage. An empty slot decodes none.
+func (d *Decoder) WithCanary(slot string) *Decoder {
+	d.canary = slot
+	return d
+}
+
 // messageVersion is the only version of the content the decoder knows.
 const messageVersion = 1
 
@@ -32,6 +41,14 @@ func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 	content := r.bytes32()
 	if err := doneOrMalformed(r, "logical decoding"); err != nil {
 		return Event{}, err
+	}
+	if d.canary != "" && string(prefix) == wire.CanaryPrefix && flags&1 != 0 {
+		m, bad := emitted(content)
+		if bad.err != nil || m.AggregateID != d.canary {
+			return Event{Kind: KindOtherMessage}, nil // another relay's, or not walbox's
+		}
+		m.RoutingKey = wire.CanaryEventType
+		return Event{Kind: KindRow, Message: m}, nil
 	}
 	if d.prefix == "" || string(prefix) != d.prefix {
 		if flags&1 != 0 {

@@ -87,6 +87,18 @@ func (m *Metrics) ScheduledLateness(d time.Duration) { m.lateness.Observe(max(d,
 // WatchStats registers the gauges read from the relay's stats at each scrape.
 func (m *Metrics) WatchStats(stats *replication.Stats) { factory{m.reg}.statsGauges(stats) }
 
+// WatchCanary registers the canary's metrics: its age, read at each scrape, and its interval. It
+// returns the function that observes a canary's latency, commit to return.
+func (m *Metrics) WatchCanary(interval time.Duration, age func() time.Duration) func(time.Duration) {
+	f := factory{m.reg}
+	f.gaugeFunc("walbox_canary_age_seconds", "Time since the last canary came back (or since this instance became active). "+
+		"0 on a standby.", func() float64 { return age().Seconds() })
+	f.gaugeFunc("walbox_canary_interval_seconds", "How often the canary is written (--canary-interval).",
+		func() float64 { return interval.Seconds() })
+	h := f.histogram("walbox_canary_latency_seconds", "Time from a canary's commit to walbox reading it back from its queue.")
+	return func(d time.Duration) { h.Observe(d.Seconds()) }
+}
+
 // Observe counts one relay event.
 func (m *Metrics) Observe(e replication.Event) {
 	switch e.Kind {

@@ -100,6 +100,9 @@ type Config struct {
 	// NoMessages relays none and does not ask the server for messages (which PostgreSQL before 14
 	// cannot send). The server sends every slot every message, whatever the publication.
 	MessagePrefix string
+	// Canary, when set, is the slot whose canary messages the relay relays (decoder.WithCanary).
+	// The daemon's canary writes them (package canary). Empty relays none.
+	Canary string
 	// Shard and Shards name the shard of the outbox table this relay streams (package shard).
 	// Shards 0 is an unsharded relay.
 	// Whenever it checks the publication, a sharded relay checks that the row filter selects exactly this shard.
@@ -230,6 +233,9 @@ func (c Config) Validate() error {
 	}
 	if err := slots.CheckName(c.Slot); err != nil {
 		return err
+	}
+	if c.MessagePrefix == wire.CanaryPrefix {
+		return fmt.Errorf("message prefix %s: walbox's canary uses it", wire.CanaryPrefix)
 	}
 	for _, m := range c.Mappings {
 		if err := m.Validate(); err != nil {

@@ -236,7 +236,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		conn:    conn,
 		watch:   w,
 		pub:     pub,
-		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithSharedPayload(),
+		dec:     decoder.New(r.cfg.Mappings...).WithMessagePrefix(r.cfg.messagePrefix()).WithCanary(r.cfg.Canary).WithSharedPayload(),
 		led:     newLedger(slot.ConfirmedFlush, r.cfg.Window, &r.stall),
 		stall:   &r.stall,
 		start:   slot.ConfirmedFlush,
@@ -369,7 +369,7 @@ func (b *backoff) next(progressed bool) time.Duration {
 
 // askMessages reports whether the session asks the server for logical decoding messages.
 // It does with a message prefix.
-// It also does for a Positioner on a server that can send them (PostgreSQL 14+), whatever the prefix.
+// It also does for a Positioner or a canary, whatever the prefix, on PostgreSQL 14+ (which can send them).
 // A row's index counts the transaction's messages of every prefix.
 // So a prefix changed between two sessions numbers the rows of a transaction the same way.
 func (r *Relay) askMessages(conn *pgconn.PgConn, pub Publisher) bool {
@@ -377,5 +377,5 @@ func (r *Relay) askMessages(conn *pgconn.PgConn, pub Publisher) bool {
 		return true
 	}
 	_, positioned := pub.(Positioner)
-	return positioned && slots.ServerMajor(conn) >= 14
+	return (positioned || r.cfg.Canary != "") && slots.ServerMajor(conn) >= 14
 }

@@ -452,6 +452,14 @@ func checkMonitoring(t *testing.T, o *objects, job string) {
 	if !strings.Contains(yamlString(got), `job="`+job+`"`) || strings.Contains(yamlString(got), `job="walbox"`) {
 		t.Errorf("job matchers not set to %q", job)
 	}
+	canary := false
+	for _, r := range got[0].Rules {
+		canary = canary || r.Alert == "WalboxCanaryStale" && strings.Contains(r.Expr.String(),
+			"walbox_canary_age_seconds > 2 * walbox_canary_interval_seconds")
+	}
+	if !canary {
+		t.Error("no rule WalboxCanaryStale on walbox_canary_age_seconds over two walbox_canary_interval_seconds")
+	}
 	if last := got[len(got)-1]; len(last.Rules) != 1 || last.Rules[0].Alert != "WalboxShardNoActiveInstance" {
 		t.Errorf("last group %+v, want the per-shard rule", last)
 	}

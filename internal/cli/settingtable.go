@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walbox/walbox/canary"
 	"github.com/walbox/walbox/internal/prune"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/internal/replay"
@@ -116,6 +117,10 @@ var settingTable = []group{
 		{flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", def: replication.DefaultStatusInterval.String(), cmds: runOnly, bind: func(v *values) any { return &v.relay.StatusInterval },
 			help: "how often the confirmed position is reported to PostgreSQL; sooner once the stream goes quiet or " +
 				"half the window was confirmed since the last report; keep well under `wal_sender_timeout` (60 s)"},
+		{flag: "canary-interval", env: "WALBOX_CANARY_INTERVAL", def: canary.DefaultInterval.String(), cmds: runOnly, bind: func(v *values) any { return &v.daemon.Canary },
+			help: "how often the active instance writes a canary through the database and reads it back from its queue; " +
+				"`/readyz` fails when none came back for two intervals (0: off; none in stream mode)",
+			see: "operations.md#the-canary"},
 		{flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", def: replication.DefaultShutdownTimeout.String(), cmds: runOnly, bind: func(v *values) any { return &v.relay.ShutdownTimeout },
 			help: "how long a shutdown waits for outstanding confirms"},
 		{flag: "create-slot", env: "WALBOX_CREATE_SLOT", def: strconv.FormatBool(replication.DefaultCreateSlot), isBool: true, cmds: runOnly, bind: func(v *values) any { return &v.relay.CreateSlot },

@@ -46,6 +46,11 @@ func (d *Daemon) server() *http.Server {
 		}
 		switch st := replication.State(stats.State.Load()); st {
 		case replication.StateStreaming:
+			if why := d.canaryProblem(); why != "" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %s\n", why)
+				return
+			}
 			fmt.Fprintln(w, "ready: streaming")
 		case replication.StateStandby:
 			fmt.Fprintln(w, "standby")
@@ -61,6 +66,14 @@ func (d *Daemon) server() *http.Server {
 		_ = enc.Encode(d.status())
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// canaryProblem says why the canary finds the path broken; "" while it does not, or is off.
+func (d *Daemon) canaryProblem() string {
+	if d.canary == nil {
+		return ""
+	}
+	return redact.Text(d.canary.Problem(), d.cfg.Secrets...)
 }
 
 // status is what the relay is doing, as /status answers.

@@ -11,11 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/walbox/walbox/canary"
 	"github.com/walbox/walbox/metrics"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/streampub"
+	"github.com/walbox/walbox/wire"
 )
 
 // MaxLanes bounds Config.Lanes: each lane is a connection to the broker.
@@ -54,6 +56,9 @@ type Config struct {
 	SlotPoll time.Duration
 	// Secrets are removed from the last error /status shows.
 	Secrets []string
+	// Canary is how often the canary is written and read back (package canary); 0 turns it off.
+	// A stream has none: its consumers read from offsets, and walbox declares no queue on it.
+	Canary time.Duration
 }
 
 // Daemon is a relay with its metrics, endpoints and slot poller, ready to run once.
@@ -65,6 +70,7 @@ type Daemon struct {
 	blocks  *blockWatch
 	queues  *queueWatch      // the park and alternate queues; its methods take nil (a stream has none)
 	sender  *schedule.Sender // sends scheduled messages when due; nil for a stream, which parks them
+	canary  *canary.Canary   // nil: off
 	// connected names the node the current session is connected to; "" while none is.
 	connected func() string
 }
@@ -85,6 +91,9 @@ func New(cfg Config) (*Daemon, error) {
 	d.metrics = metrics.New(d.reg)
 	// The defaults (the slot's name, the logger) the poller and endpoints use; New validates.
 	rc := cfg.Relay.WithDefaults()
+	if cfg.Canary < 0 {
+		return nil, fmt.Errorf("canary interval %s: negative", cfg.Canary)
+	}
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
 	}
@@ -105,6 +114,14 @@ func New(cfg Config) (*Daemon, error) {
 		d.connected = cfg.Brokers.Connected
 	}
 	d.metrics.WatchBroker(d.connected)
+	switch {
+	case cfg.Canary > 0 && cfg.Stream != nil:
+		rc.Logger.Info("no canary in stream mode: a stream keeps every message, and consumers read it by offset")
+	case cfg.Canary > 0:
+		if err := d.newCanary(&rc); err != nil {
+			return nil, err
+		}
+	}
 	rc.Observer = d.metrics
 	if cfg.Observer != nil {
 		rc.Observer = observers{d.metrics, cfg.Observer}
@@ -143,6 +160,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.sender != nil {
 		g.Go(func() error { return d.sender.Run(ctx) })
 	}
+	if d.canary != nil {
+		g.Go(func() error { return d.canary.Run(ctx) })
+	}
 	g.Go(func() error {
 		defer stop() // the relay is the product: once it stops, the rest has nothing to serve
 		return d.relay.Run(ctx)
@@ -152,6 +172,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	st := d.relay.Stats()
 	log.Info("exiting", "published", st.Published.Load(), "confirmed", st.Confirmed.Load())
+	return nil
+}
+
+// newCanary sets the canary up: the relay relays this slot's canaries, the metrics show its age.
+func (d *Daemon) newCanary(rc *replication.Config) error {
+	tables := make([]wire.Table, len(rc.Mappings))
+	for i, m := range rc.Mappings {
+		tables[i] = m.Table
+	}
+	lat := d.metrics.WatchCanary(d.cfg.Canary, func() time.Duration { return d.canary.Age() })
+	c, err := canary.New(canary.Config{Interval: d.cfg.Canary, DatabaseURL: rc.DatabaseURL, Slot: rc.Slot,
+		Publication: rc.Publication, Tables: tables, Dial: d.cfg.Brokers.DialCanary, Logger: rc.Logger,
+		Active:    func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStreaming },
+		OnLatency: lat})
+	if err != nil {
+		return err
+	}
+	d.canary, rc.Canary = c, rc.Slot
 	return nil
 }
 

@@ -130,7 +130,7 @@ func producerTrial(ctx context.Context, cfg ProducerConfig, srv Servers, mode Pr
 	}
 	defer dropDatabase(context.WithoutCancel(ctx), srv.DatabaseURL, name) //nolint:errcheck // best effort
 	env := []string{"WALBOX_DATABASE_URL=" + dbURL, "WALBOX_AMQP_URL=" + srv.AMQPURL, "WALBOX_SLOT=" + name,
-		"WALBOX_EXCHANGE=" + name, "WALBOX_LISTEN=off", "WALBOX_LOG_FORMAT=text"}
+		"WALBOX_EXCHANGE=" + name, "WALBOX_LISTEN=off", "WALBOX_LOG_FORMAT=text", "WALBOX_CANARY_INTERVAL=0"}
 	if out, err := testenv.Exec(ctx, "walbox migrate", walboxCmd(cfg.WalboxBin, env, "migrate")); err != nil {
 		return r, fmt.Errorf("%w\n%s", err, out)
 	}

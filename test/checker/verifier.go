@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/wire"
 )
 
 // VerifierConfig configures a Verifier. The zero value of every field but URL and Queue selects
@@ -163,6 +165,9 @@ func (v *Verifier) session(ctx context.Context) error {
 
 // record keeps one delivery and reports whether there is room for more.
 func (v *Verifier) record(d amqp.Delivery) bool {
+	if d.Type == wire.CanaryEventType {
+		return true // walbox's canary, not a row of the Writer's
+	}
 	rec := Parse(d.MessageId, d.Body)
 	rec.Redelivered = d.Redelivered
 	v.mu.Lock()

@@ -41,6 +41,9 @@ var walboxMetrics = map[string]bool{
 	"walbox_broker_blocked":                 false,
 	"walbox_queue_unavailable":              false,
 	"walbox_park_waiting":                   false,
+	"walbox_canary_age_seconds":             false,
+	"walbox_canary_interval_seconds":        false,
+	"walbox_canary_latency_seconds":         true,
 	// Exported by consumers that use consumer/consumermetrics, not by walbox run.
 	"walbox_consumer_lag_seconds":       true,
 	"walbox_consumer_handled_total":     false,
@@ -192,7 +195,7 @@ func TestDeployAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"WalboxReplicationLagGrowing", "WalboxRetainedWALHigh", "WalboxNoConfirms",
-		"WalboxMessagesParked", "WalboxSlotLost", "WalboxSlotUnreserved", "WalboxDown", "WalboxAbsent", "WalboxNoActiveInstance", "WalboxBrokerBlocked"} {
+		"WalboxMessagesParked", "WalboxSlotLost", "WalboxSlotUnreserved", "WalboxDown", "WalboxAbsent", "WalboxNoActiveInstance", "WalboxBrokerBlocked", "WalboxCanaryStale"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s", want)
 		}

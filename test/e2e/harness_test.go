@@ -60,8 +60,9 @@ func (w *world) env() []string {
 		"WALBOX_EXCHANGE="+w.exchange,
 		"WALBOX_STATUS_INTERVAL=100ms",
 		"WALBOX_LOG_FORMAT=text",
-		"WALBOX_LISTEN=off",    // tests that want the endpoints give a free port
-		"WALBOX_RELAY_URL=off", // so that status never reads another test's relay
+		"WALBOX_LISTEN=off",        // tests that want the endpoints give a free port
+		"WALBOX_RELAY_URL=off",     // so that status never reads another test's relay
+		"WALBOX_CANARY_INTERVAL=0", // the tests read every message on #; a test that wants canaries sets it
 	)
 }
 

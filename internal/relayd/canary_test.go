@@ -1,0 +1,210 @@
+package relayd_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/canary"
+	"github.com/walbox/walbox/internal/relayd"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
+)
+
+// canaryInterval is short, so that the tests see two intervals pass; the waits allow for a loaded machine.
+const canaryInterval = time.Second
+
+// canaryDaemon starts a daemon with the canary on, and returns its configuration and canary queue.
+func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv.Postgres, string, string) {
+	t.Helper()
+	cfg, pg, db := config(t)
+	cfg.Listen = testenv.FreeAddr(t)
+	cfg.Canary = interval
+	cfg.Relay.StatusInterval = 5 * time.Second // the relay's own publication check comes after the canary's
+	var system, database string
+	if err := pg.Conn(t, db).QueryRow(context.Background(), `SELECT system_identifier::text, current_database()::text
+		FROM pg_control_system()`).Scan(&system, &database); err != nil {
+		t.Fatal(err)
+	}
+	queue := canary.Queue(system, database, cfg.Relay.Slot)
+	t.Cleanup(func() { _, _ = brokerChannel(t).QueueDelete(queue, false, false, false) }) // once the daemon stopped
+	start(t, cfg)
+	return cfg, pg, db, queue
+}
+
+// metricValue reads one sample of /metrics; -1 when absent.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	_, body, err := testenv.HTTPGet(addr, "/metrics")
+	if err != nil {
+		return -1
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// waitNotReady waits up to two intervals and a generous allowance for /readyz to answer 503 with want.
+func waitNotReady(t *testing.T, addr string, interval time.Duration, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(2*interval + 20*time.Second)
+	for {
+		code, body, _ := testenv.HTTPGet(addr, "/readyz")
+		if code == 503 && strings.Contains(body, want) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q; want 503 naming %q", code, body, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The canary comes back, again and again: its age stays under two intervals, and /readyz is ready.
+// Once its binding is deleted, none comes back, and /readyz says so.
+func TestCanaryComesBackAndFailsReadyWithoutItsBinding(t *testing.T) {
+	cfg, _, _, queue := canaryDaemon(t, canaryInterval)
+	eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 3 })
+	for range 10 {
+		if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
+			t.Fatalf("walbox_canary_age_seconds %v, want under two intervals", age)
+		}
+		if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+			t.Fatalf("/readyz: %d %q while canaries come back", code, body)
+		}
+		time.Sleep(canaryInterval / 4)
+	}
+	ch := brokerChannel(t)
+	if err := ch.QueueUnbind(queue, wire.CanaryEventType, cfg.Brokers.Configs()[0].Exchange, nil); err != nil {
+		t.Fatal(err)
+	}
+	body := waitNotReady(t, cfg.Listen, canaryInterval, "canary: none came back")
+	t.Logf("/readyz: %s", body)
+	if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 2*canaryInterval.Seconds() {
+		t.Errorf("walbox_canary_age_seconds %v after /readyz failed, want over two intervals", age)
+	}
+}
+
+// A logical decoding message is not filtered by the publication: it would still come back once
+// the publication dropped the outbox table. The canary checks the publication before each write,
+// and /readyz names it. The relay checks it too, before it reports the canary's position, and
+// stops: whichever comes first, the instance is not ready within two intervals.
+func TestCanaryFailsReadyWhenThePublicationDropsTheTable(t *testing.T) {
+	cfg, pg, db := config(t)
+	cfg.Listen = testenv.FreeAddr(t)
+	cfg.Canary = canaryInterval
+	_, _, done := start(t, cfg)
+	eventually(t, "a canary back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 1 })
+	pg.Exec(t, db, "ALTER PUBLICATION walbox DROP TABLE outbox")
+	deadline := time.Now().Add(2*canaryInterval + 20*time.Second)
+	for {
+		code, body, err := testenv.HTTPGet(cfg.Listen, "/readyz")
+		switch {
+		case code == 503 && strings.Contains(body, "publication"):
+			t.Logf("/readyz: %s", body)
+			return
+		case err != nil:
+			// The relay stopped on it, and the endpoints with it.
+			if err := waitResult(t, done); !errors.Is(err, replication.ErrNotCovered) {
+				t.Fatalf("Run: %v; want the publication not covering the outbox", err)
+			}
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("/readyz: %d %q two intervals after the publication dropped the table", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With the canary off, walbox declares no canary queue and writes none.
+func TestCanaryOffDeclaresNoQueue(t *testing.T) {
+	cfg, _, _, queue := canaryDaemon(t, 0)
+	eventually(t, "ready", func() bool { code, _, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); return code == 200 })
+	time.Sleep(2 * canaryInterval)
+	ch := brokerChannel(t)
+	_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		t.Errorf("canary queue %s with the canary off: %v; want 404 NOT_FOUND", queue, err)
+	}
+	if v := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); v != -1 {
+		t.Errorf("walbox_canary_age_seconds %v with the canary off; want none", v)
+	}
+}
+
+// brokerChannel opens a channel on the shared broker for the test.
+func brokerChannel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(testenv.SharedRabbit(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// Only the instance that streams writes and reads canaries. A standby of the same slot shows age 0,
+// reads none, and answers /readyz "standby".
+func TestCanaryOnlyTheActiveInstanceSendsIt(t *testing.T) {
+	cfg, _, _, _ := canaryDaemon(t, canaryInterval)
+	eventually(t, "a canary back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 1 })
+	standby := cfg
+	standby.Listen = testenv.FreeAddr(t)
+	start(t, standby)
+	eventually(t, "the second instance a standby", func() bool {
+		code, body, _ := testenv.HTTPGet(standby.Listen, "/readyz")
+		return code == 200 && strings.Contains(body, "standby")
+	})
+	time.Sleep(2 * canaryInterval)
+	if n := metricValue(t, standby.Listen, "walbox_canary_latency_seconds_count"); n != 0 {
+		t.Errorf("the standby read %v canaries, want 0", n)
+	}
+	if age := metricValue(t, standby.Listen, "walbox_canary_age_seconds"); age != 0 {
+		t.Errorf("the standby's walbox_canary_age_seconds %v, want 0", age)
+	}
+	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+		t.Errorf("the active instance's /readyz: %d %q", code, body)
+	}
+}
+
+// Two databases relay to one exchange of one broker. Each reads back only its own canaries, from
+// its own queue, though both queues get both relays' canaries.
+func TestCanaryOfTwoDatabasesOnOneBroker(t *testing.T) {
+	first, _, _, _ := canaryDaemon(t, canaryInterval)
+	second, pg, _ := config(t)
+	second.Brokers, second.Listen, second.Canary = first.Brokers, testenv.FreeAddr(t), canaryInterval
+	start(t, second)
+	t.Cleanup(func() {
+		var system, database string
+		_ = pg.Conn(t, second.Relay.DatabaseURL).QueryRow(context.Background(),
+			"SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&system, &database)
+		_, _ = brokerChannel(t).QueueDelete(canary.Queue(system, database, second.Relay.Slot), false, false, false)
+	})
+	for _, addr := range []string{first.Listen, second.Listen} {
+		eventually(t, "canaries back on "+addr, func() bool { return metricValue(t, addr, "walbox_canary_latency_seconds_count") >= 3 })
+	}
+	const sent = `walbox_messages_confirmed_total{event_type="walbox.canary"}`
+	for _, addr := range []string{first.Listen, second.Listen} {
+		back, own := metricValue(t, addr, "walbox_canary_latency_seconds_count"), metricValue(t, addr, sent)
+		if back > own+1 { // one may come back before its confirm is counted
+			t.Errorf("%s read %v canaries back, but relayed %v of its own: it counted the other database's", addr, back, own)
+		}
+		if code, body, _ := testenv.HTTPGet(addr, "/readyz"); code != 200 {
+			t.Errorf("%s /readyz: %d %q", addr, code, body)
+		}
+	}
+}

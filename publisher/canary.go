@@ -1,0 +1,134 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/wire"
+)
+
+// canaryMaxLength bounds the canary queue: messages past it drop from its head, and none is refused.
+// So a canary that nobody reads never holds the relay up.
+const canaryMaxLength = 100
+
+// CanaryReader reads walbox's canary back from a queue of its own. The queue is bound to the
+// exchange with the routing key wire.CanaryEventType. Close it when done.
+type CanaryReader struct {
+	conn       *amqp.Connection
+	deliveries <-chan amqp.Delivery
+	closed     chan *amqp.Error
+}
+
+// CanaryMessage is one message the canary queue received.
+type CanaryMessage struct {
+	Body []byte
+	// CommitTime is the header wire.HeaderCommitTime; zero when missing.
+	CommitTime time.Time
+}
+
+// DialCanary opens a reader of the canary queue on the first broker that answers. It declares the
+// queue, durable, of the queue type the sessions give the park queue. It binds the queue to the
+// exchange, which it does not declare: the relay's session does.
+func (e *Endpoints) DialCanary(ctx context.Context, queue string) (*CanaryReader, error) {
+	var errs []string
+	for _, cfg := range e.cfgs {
+		r, err := dialCanary(ctx, cfg.WithDefaults(), queue)
+		if err == nil {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err.Error())
+	}
+	return nil, errors.New(strings.Join(errs, "; "))
+}
+
+func dialCanary(ctx context.Context, cfg Config, queue string) (*CanaryReader, error) {
+	uri, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(cfg.AppID + " canary")
+	conn, err := amqp.DialConfig(cfg.URL, amqp.Config{
+		Heartbeat: cfg.Heartbeat, TLSClientConfig: cfg.TLS.Clone(), Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", host(uri), redactErr(err, cfg.URL))
+	}
+	r, err := readCanary(conn, cfg, queue)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func readCanary(conn *amqp.Connection, cfg Config, queue string) (*CanaryReader, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	args := amqp.Table{"x-max-length": int64(canaryMaxLength)}
+	if sinkQueueType(cfg.QueueType, clusterSize(cfg)) == QueueQuorum {
+		args["x-queue-type"] = QueueQuorum
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
+	}
+	if err := ch.QueueBind(queue, wire.CanaryEventType, cfg.Exchange, false, nil); err != nil {
+		return nil, fmt.Errorf("bind queue %s to exchange %s: %w", queue, cfg.Exchange, err)
+	}
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume queue %s: %w", queue, err)
+	}
+	return &CanaryReader{conn: conn, deliveries: deliveries, closed: conn.NotifyClose(make(chan *amqp.Error, 1))}, nil
+}
+
+// clusterSize is 2 for a configuration of Endpoints with several URLs, else 1.
+func clusterSize(cfg Config) int {
+	if cfg.cluster {
+		return 2
+	}
+	return 1
+}
+
+// Next waits for the next canary message. An error means the reader is gone: dial again.
+func (r *CanaryReader) Next(ctx context.Context) (CanaryMessage, error) {
+	select {
+	case d, ok := <-r.deliveries:
+		if !ok {
+			return CanaryMessage{}, r.closeErr()
+		}
+		t, _ := wire.ParseCommitTime(d.Headers[wire.HeaderCommitTime])
+		return CanaryMessage{Body: d.Body, CommitTime: t}, nil
+	case <-ctx.Done():
+		return CanaryMessage{}, ctx.Err()
+	}
+}
+
+// closeErr says why the connection or channel closed.
+func (r *CanaryReader) closeErr() error {
+	select {
+	case err := <-r.closed:
+		if err != nil {
+			return fmt.Errorf("canary connection closed: %w", err)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	return errors.New("canary consumer cancelled: the queue was deleted, or its channel closed")
+}
+
+// Close closes the reader's connection.
+func (r *CanaryReader) Close() error { return r.conn.Close() }
