@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -212,4 +213,20 @@ func (r *Recorder) insert(b *batch) error {
 	}()
 	_, err := r.conn.Exec(ctx, r.sql, b.args(r.slot)...)
 	return err
+}
+
+// Wrap makes p a Recorder for slot, over a new connection to databaseURL. It does so if p lets its
+// caller number the messages (Numbered). Otherwise, as for a stream, it returns p. It closes p if
+// the connection fails.
+func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot string, window int, recorded func(time.Time)) (wire.Publisher, error) {
+	n, ok := p.(Numbered)
+	if !ok {
+		return p, nil
+	}
+	conn, err := pgconnect.Connect(ctx, databaseURL)
+	if err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("connect to the database for the schedule: %w", err)
+	}
+	return NewRecorder(n, conn, schema, slot, window, recorded), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/walbox/walbox/internal/doctor"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
@@ -43,7 +44,14 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	dry := c.v.dryRun
 	fail := c.fail
 	// Every node of --amqp-url, in turn, as walbox run dials them; or the stream, as run's.
-	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) { return eps.Dial(ctx) }
+	// Rows due later go to the schedule, as walbox run's would.
+	cfg.Dial = func(ctx context.Context) (slots.Publisher, error) {
+		s, err := eps.Dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return schedule.Wrap(ctx, s, cfg.DatabaseURL, cfg.Table.Schema, cfg.Slot, wire.DefaultWindow, nil)
+	}
 	if target != nil {
 		logs.SetLogger(quietStreamClient{})
 		cfg.Dial = func(ctx context.Context) (slots.Publisher, error) {
@@ -132,6 +140,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		fmt.Fprintf(stdout, "republished %d rows (%d parked), every one confirmed by the broker, in %s\n",
 			res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
+	}
+	if res.Scheduled > 0 {
+		fmt.Fprintf(stdout, "%d of them are due later: they wait in the schedule until their deliver_at\n", res.Scheduled)
 	}
 	fmt.Fprintf(stdout, "recorded slot %s at %s: start walbox run\n", cfg.Slot, res.ConsistentPoint)
 	return nil

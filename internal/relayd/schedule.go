@@ -2,9 +2,7 @@ package relayd
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/wire"
@@ -29,15 +27,6 @@ func (d *Daemon) scheduling(rc replication.Config, dial replication.Dialer) repl
 		if err != nil {
 			return nil, err
 		}
-		n, ok := p.(schedule.Numbered)
-		if !ok {
-			return p, nil
-		}
-		conn, err := pgconnect.Connect(ctx, rc.DatabaseURL)
-		if err != nil {
-			_ = p.Close()
-			return nil, fmt.Errorf("connect to the database for the schedule: %w", err)
-		}
-		return schedule.NewRecorder(n, conn, rc.Table.Schema, rc.Slot, rc.Window, d.sender.Nudge), nil
+		return schedule.Wrap(ctx, p, rc.DatabaseURL, rc.Table.Schema, rc.Slot, rc.Window, d.sender.Nudge)
 	}
 }

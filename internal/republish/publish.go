@@ -31,7 +31,26 @@ type Publisher struct {
 	confirmed int64
 	published int64
 	parked    int64
+	scheduled int64
+	now       time.Time // rows due after it are scheduled (ScheduleAfter); zero: none
 }
+
+// Scheduler is a session that holds a message until its DeliverAt (replication.Scheduler).
+type Scheduler interface {
+	Schedule(ctx context.Context, m *wire.Message) (uint64, error)
+}
+
+// errScheduledStream is why a row due later is parked when publishing into a stream.
+var errScheduledStream = errors.New("deliver_at is later than now: a stream keeps commit order, " +
+	"so scheduled delivery is for queues (docs/outbox.md#scheduled-delivery)")
+
+// ScheduleAfter makes Row hand a row due after now, the server's clock, to the session's schedule
+// (Scheduler), as walbox run would. A session without one (a stream's) parks such a row, as run
+// does.
+func (p *Publisher) ScheduleAfter(now time.Time) { p.now = now }
+
+// Scheduled returns the rows handed to the schedule so far, of those Published counts.
+func (p *Publisher) Scheduled() int64 { return p.scheduled }
 
 // New returns a Publisher on the session pub. The dial function, unless nil, opens a new session
 // after the broker refused a row for its size. The function onParked, unless nil, is told about
@@ -72,6 +91,9 @@ func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire
 	if err != nil {
 		return fmt.Errorf("table %s: %w", table, err)
 	}
+	if !p.now.IsZero() && m.DeliverAt.After(p.now) {
+		return p.schedule(ctx, table, &m)
+	}
 	if len(m.Payload) >= aloneFrom && p.dial != nil {
 		return p.alone(ctx, table, &m)
 	}
@@ -87,6 +109,24 @@ func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire
 	}
 	p.sent++
 	p.published++
+	return p.drain()
+}
+
+// schedule hands m, due later, to the session's schedule, or parks it without one.
+func (p *Publisher) schedule(ctx context.Context, table wire.Table, m *wire.Message) error {
+	sc, ok := p.pub.(Scheduler)
+	if !ok {
+		return p.park(ctx, m, table.String(), errScheduledStream, 0)
+	}
+	if err := p.room(ctx); err != nil {
+		return err
+	}
+	if _, err := sc.Schedule(ctx, m); err != nil {
+		return fmt.Errorf("schedule %s: %w", m.AMQPMessageID(), err)
+	}
+	p.sent++
+	p.published++
+	p.scheduled++
 	return p.drain()
 }
 

@@ -1,0 +1,239 @@
+package faults_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// schedulePoints are the kill points of scheduled delivery: a message handed to the schedule, its
+// record not yet written; a due batch confirmed, not yet deleted from the schedule.
+var schedulePoints = []string{"schedule.handed", "schedule.confirmed"}
+
+// scheduled is a message written due later, as the test wrote it.
+type scheduled struct {
+	id        string
+	deliverAt time.Time
+	cancelled bool
+}
+
+// arrival notes when a message first arrived, and how many times.
+type arrival struct {
+	first time.Time
+	count int
+}
+
+// consumeArrivals consumes the world's queue and notes every message's arrivals by id.
+func (w *world) consumeArrivals() func() map[string]arrival {
+	w.t.Helper()
+	conn, ch := dialAMQP(w.t, w.rabbit.URL())
+	w.t.Cleanup(func() { conn.Close() })
+	ds, err := ch.Consume(w.queue, "", true, true, false, false, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[string]arrival{}
+	go func() {
+		for d := range ds {
+			mu.Lock()
+			a := got[d.MessageId]
+			if a.count == 0 {
+				a.first = time.Now()
+			}
+			a.count++
+			got[d.MessageId] = a
+			mu.Unlock()
+		}
+	}()
+	return func() map[string]arrival {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]arrival, len(got))
+		for k, v := range got {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+// writeScheduled writes n messages due from 5 to 12 s on, by the server's clock: table rows, rows
+// deleted in their own transaction, and walbox_emit messages, a third each.
+func (w *world) writeScheduled(n int) []scheduled {
+	w.t.Helper()
+	ctx := context.Background()
+	var out []scheduled
+	err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
+		for i := range n {
+			var s scheduled
+			due := "pg_catalog.clock_timestamp() + interval '5 seconds' + $1::int * interval '100 milliseconds'"
+			var q string
+			switch i % 3 {
+			case 0, 1:
+				q = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, deliver_at) " +
+					"VALUES ('order', $1::int::text, 'order.reminder', '{}', " + due + ") RETURNING id::text, deliver_at"
+			default:
+				q = "SELECT m.id::text, m.at FROM (SELECT " + due + " AS at) d, LATERAL (SELECT walbox_emit('order', $1::int::text, " +
+					"'order.reminder', '{}', '{}', NULL, NULL, d.at) AS id, d.at) m"
+			}
+			if err := tx.QueryRow(ctx, q, i%70).Scan(&s.id, &s.deliverAt); err != nil {
+				return err
+			}
+			if i%3 == 1 {
+				if _, err := tx.Exec(ctx, "DELETE FROM outbox WHERE id = $1::uuid", s.id); err != nil {
+					return err
+				}
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return out
+}
+
+// cancel cancels the message through walbox_cancel and returns what it said.
+func (w *world) cancel(id string) bool {
+	w.t.Helper()
+	var waiting bool
+	if err := w.conn.QueryRow(context.Background(), "SELECT walbox_cancel($1)", id).Scan(&waiting); err != nil {
+		w.t.Fatal(err)
+	}
+	return waiting
+}
+
+// Scheduled messages wait in the schedule through SIGKILLs of walbox: at the hand-over to the
+// schedule, between a due batch's confirm and its delete, at random moments, and of the active
+// relay with a standby waiting. None is lost, none leaves before its deliver_at, and none that was
+// cancelled leaves. Some are cancelled before any relay read them, some while they wait.
+func TestScheduledMessagesSurviveKills(t *testing.T) {
+	heavy(t)
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "3s"))
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	arrivals := w.consumeArrivals()
+	msgs := w.writeScheduled(90)
+	for i := 0; i < len(msgs); i += 15 { // a tombstone: no relay has read them yet
+		if !w.cancel(msgs[i].id) {
+			t.Fatalf("walbox_cancel of %s before any relay ran: false, want true", msgs[i].id)
+		}
+		msgs[i].cancelled = true
+	}
+
+	w.killRunAt("schedule.handed", 1)
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	waitFor(t, time.Minute, "every message recorded", func() bool {
+		var n int
+		return w.conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 84
+	})
+	r.Kill()
+	for i := 7; i < len(msgs); i += 15 { // recorded and waiting
+		if !w.cancel(msgs[i].id) {
+			t.Fatalf("walbox_cancel of %s while it waits: false, want true", msgs[i].id)
+		}
+		msgs[i].cancelled = true
+	}
+	w.killRunAt("schedule.confirmed", 1)
+	rng := rand.New(rand.NewPCG(38, 1))
+	for range 3 {
+		r := w.startRelay()
+		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		r.Kill()
+	}
+	active := w.startRelay()
+	active.waitState("streaming", time.Minute)
+	standby := w.startRelay()
+	standby.waitState("standby", time.Minute)
+	active.Kill()
+	standby.waitState("streaming", time.Minute)
+
+	want := 0
+	for _, m := range msgs {
+		if !m.cancelled {
+			want++
+		}
+	}
+	waitFor(t, 2*time.Minute, "every message not cancelled delivered", func() bool {
+		got := arrivals()
+		n := 0
+		for _, m := range msgs {
+			if a := got[m.id]; a.count > 0 && !m.cancelled {
+				n++
+			}
+		}
+		return n == want
+	})
+	waitFor(t, time.Minute, "the schedule empty", func() bool {
+		var n int
+		return w.conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 0
+	})
+	time.Sleep(time.Second)
+	got := arrivals()
+	dups := 0
+	for _, m := range msgs {
+		a := got[m.id]
+		switch {
+		case m.cancelled && a.count > 0:
+			t.Errorf("cancelled message %s arrived %d times", m.id, a.count)
+		case !m.cancelled && a.first.Before(m.deliverAt):
+			t.Errorf("message %s arrived %s before its deliver_at", m.id, m.deliverAt.Sub(a.first))
+		}
+		dups += max(a.count-1, 0)
+	}
+	if len(got) != want {
+		t.Errorf("%d distinct messages arrived, want %d", len(got), want)
+	}
+	if w.cancel(msgs[1].id) {
+		t.Errorf("walbox_cancel of %s after it was sent: true, want false", msgs[1].id)
+	}
+	t.Logf("%d messages delivered, %d duplicates after the kills, %d cancelled", want, dups, len(msgs)-want)
+}
+
+// walbox recover republishes a gap whose rows are due later into the schedule, not to the broker:
+// none leaves early. walbox run then sends each at its time. The rows deleted in their own
+// transaction are not in the table, and recover cannot see them (docs/operations.md).
+func TestRecoverSchedulesRowsDueLater(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	arrivals := w.consumeArrivals()
+	var kept []scheduled
+	for i, m := range w.writeScheduled(30) {
+		if i%3 == 0 { // a table row, kept in the table
+			kept = append(kept, m)
+		}
+	}
+	w.dropSlot()
+	out, code := w.walbox(nil, "recover", "--accept-loss") // the deleted rows are gone, as for any gap
+	if code != 0 || !strings.Contains(out, "10 of them are due later") {
+		t.Fatalf("walbox recover exited %d; want 0 and 10 rows due later:\n%s", code, out)
+	}
+	var n int
+	if err := w.conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n); err != nil || n != 10 {
+		t.Fatalf("the schedule holds %d messages after recover (%v), want 10", n, err)
+	}
+	w.startRelay().waitState("streaming", time.Minute)
+	waitFor(t, time.Minute, "the recovered rows delivered", func() bool {
+		got := arrivals()
+		for _, m := range kept {
+			if got[m.id].count == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	got := arrivals()
+	for _, m := range kept {
+		if a := got[m.id]; a.first.Before(m.deliverAt) {
+			t.Errorf("recovered message %s arrived %s before its deliver_at", m.id, m.deliverAt.Sub(a.first))
+		}
+	}
+}
