@@ -63,12 +63,12 @@ func tablesIn(schema string) tables {
 }
 
 // columns are the schedule's columns of a message, in the order of the arrays record sends.
-const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, amqp_id, routing_key, exchange"
+const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, amqp_id, routing_key, exchange, commit_time"
 
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
 // those with a done row: a cancel recorded first, or a replay of a message already sent.
 func (t tables) recordSQL() string {
-	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text"}
+	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
 	for i, typ := range arrays {
 		if i > 0 {
@@ -86,7 +86,7 @@ func (t tables) recordSQL() string {
 // batch is messages to record, column by column.
 type batch struct {
 	ids                               []string
-	deliverAt, createdAt              []pgtype.Timestamptz
+	deliverAt, createdAt, commitTimes []pgtype.Timestamptz
 	uuids                             []uuid.UUID
 	aggTypes, aggIDs, eventTypes      []string
 	payloads                          [][]byte
@@ -101,6 +101,7 @@ func (b *batch) add(m *wire.Message) error {
 	b.ids = append(b.ids, m.AMQPMessageID())
 	b.deliverAt = append(b.deliverAt, pgtype.Timestamptz{Time: m.DeliverAt, Valid: true})
 	b.createdAt = append(b.createdAt, pgtype.Timestamptz{Time: m.CreatedAt, Valid: !m.CreatedAt.IsZero()})
+	b.commitTimes = append(b.commitTimes, pgtype.Timestamptz{Time: m.CommitTime, Valid: !m.CommitTime.IsZero()})
 	b.uuids = append(b.uuids, m.ID)
 	b.aggTypes, b.aggIDs, b.eventTypes = append(b.aggTypes, m.AggregateType), append(b.aggIDs, m.AggregateID), append(b.eventTypes, m.EventType)
 	b.payloads = append(b.payloads, m.Payload)
@@ -111,7 +112,7 @@ func (b *batch) add(m *wire.Message) error {
 
 func (b *batch) args(slot string) []any {
 	return []any{slot, b.ids, b.deliverAt, b.uuids, b.aggTypes, b.aggIDs, b.eventTypes, b.payloads, b.headers,
-		b.createdAt, b.amqpIDs, b.keys, b.exchanges}
+		b.createdAt, b.amqpIDs, b.keys, b.exchanges, b.commitTimes}
 }
 
 // encodeHeaders writes headers as a JSON object; nil is {}.
@@ -181,11 +182,11 @@ func readDue(rows pgx.Rows) ([]due, error) {
 	for rows.Next() {
 		var d due
 		var id, headers string
-		var created pgtype.Timestamptz
+		var created, commit pgtype.Timestamptz
 		var late pgtype.Interval
 		m := &d.msg
 		if err := rows.Scan(&d.slot, &id, &m.DeliverAt, &m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
-			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &late); err != nil {
+			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &commit, &late); err != nil {
 			return nil, fmt.Errorf("read the schedule: %w", err)
 		}
 		h, err := decodeHeaders(headers)
@@ -195,6 +196,9 @@ func readDue(rows pgx.Rows) ([]due, error) {
 		m.Headers = h
 		if created.Valid {
 			m.CreatedAt = created.Time.UTC()
+		}
+		if commit.Valid {
+			m.CommitTime = commit.Time.UTC()
 		}
 		m.DeliverAt = m.DeliverAt.UTC()
 		d.lateness = time.Duration(late.Microseconds)*time.Microsecond + time.Duration(late.Days)*24*time.Hour

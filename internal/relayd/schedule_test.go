@@ -14,14 +14,16 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
 )
 
 // arrivals consumes every message of exchange into a queue of the test's own. It notes when each
 // message id arrived, and how many times.
 type arrivals struct {
 	mu    sync.Mutex
-	at    map[string]time.Time
-	count map[string]int
+	at     map[string]time.Time
+	count  map[string]int
+	commit map[string]bool // whether it carried its commit time
 }
 
 func consume(t *testing.T, url, exchange string) *arrivals {
@@ -46,7 +48,7 @@ func consume(t *testing.T, url, exchange string) *arrivals {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &arrivals{at: map[string]time.Time{}, count: map[string]int{}}
+	a := &arrivals{at: map[string]time.Time{}, count: map[string]int{}, commit: map[string]bool{}}
 	go func() {
 		for d := range ds {
 			a.mu.Lock()
@@ -54,6 +56,7 @@ func consume(t *testing.T, url, exchange string) *arrivals {
 				a.at[d.MessageId] = time.Now()
 			}
 			a.count[d.MessageId]++
+			_, a.commit[d.MessageId] = d.Headers[wire.HeaderCommitTime]
 			a.mu.Unlock()
 		}
 	}()
@@ -145,6 +148,11 @@ func TestScheduledMessagesLeaveOnTimeWhileTheSlotMovesOn(t *testing.T) {
 		if n != 1 {
 			t.Errorf("message %s arrived %d times, want once", m.ID, n)
 		}
+		got.mu.Lock()
+		if !got.commit[m.ID.String()] {
+			t.Errorf("message %s arrived without %s", m.ID, wire.HeaderCommitTime)
+		}
+		got.mu.Unlock()
 	}
 	eventually(t, "the schedule empty", func() bool {
 		var n int
