@@ -20,7 +20,7 @@ import (
 // arrivals consumes every message of exchange into a queue of the test's own. It notes when each
 // message id arrived, and how many times.
 type arrivals struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
 	at     map[string]time.Time
 	count  map[string]int
 	commit map[string]bool // whether it carried its commit time

@@ -44,9 +44,9 @@ type Scheduler interface {
 var errScheduledStream = errors.New("deliver_at is later than now: a stream keeps commit order, " +
 	"so scheduled delivery is for queues (docs/outbox.md#scheduled-delivery)")
 
-// ScheduleAfter makes Row hand a row due after now, the server's clock, to the session's schedule
-// (Scheduler), as walbox run would. A session without one (a stream's) parks such a row, as run
-// does.
+// ScheduleAfter makes Row hand a row due after now to the session's schedule (Scheduler). The time
+// now is the server's clock. walbox run does the same. A session without a schedule (a stream's)
+// parks such a row, as run does.
 func (p *Publisher) ScheduleAfter(now time.Time) { p.now = now }
 
 // Scheduled returns the rows handed to the schedule so far, of those Published counts.
