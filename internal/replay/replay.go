@@ -74,6 +74,7 @@ func (r *Replay) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		t.index = len(r.tables)
 		r.tables = append(r.tables, t)
 	}
 	if err := r.store.ensureTable(ctx, cfg.Table.Schema); err != nil {

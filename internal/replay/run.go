@@ -52,22 +52,23 @@ func (t *table) argsAt(p progress, cur cursor) []any {
 	return append([]any{p.horizon % (1 << 32), p.horizon, cur.k, cur.c, cur.t, p.snapshot}, t.args...)
 }
 
-// heldCursor is the cursor a run reads a table with. It is held past its transaction. The server
-// sorts the rows once, into a copy, and holds no snapshot while the run reads it.
-const heldCursor = "walbox_replay"
+// heldCursor names the cursor a run reads the i-th table with. It is held past its transaction.
+// The server sorts the rows once, into a copy, and holds no snapshot while the run reads it. Each
+// table's FETCH has its own text: the driver caches a statement's columns by its text.
+func heldCursor(i int) string { return "walbox_replay_" + strconv.Itoa(i) }
 
 // openCursor declares the held cursor over t's rows after cur.
 func (r *Replay) openCursor(ctx context.Context, t *table, p progress, cur cursor) error {
-	_, err := r.conn.Exec(ctx, "DECLARE "+heldCursor+" NO SCROLL CURSOR WITH HOLD FOR "+t.query, t.argsAt(p, cur)...)
+	_, err := r.conn.Exec(ctx, "DECLARE "+heldCursor(t.index)+" NO SCROLL CURSOR WITH HOLD FOR "+t.query, t.argsAt(p, cur)...)
 	if err != nil {
 		return fmt.Errorf("select the rows of %s: %w", t.mapping.Table, err)
 	}
 	return nil
 }
 
-// closeCursor closes the held cursor.
-func (r *Replay) closeCursor(ctx context.Context) error {
-	if _, err := r.conn.Exec(ctx, "CLOSE "+heldCursor); err != nil {
+// closeCursor closes t's held cursor.
+func (r *Replay) closeCursor(ctx context.Context, t *table) error {
+	if _, err := r.conn.Exec(ctx, "CLOSE "+heldCursor(t.index)); err != nil {
 		return fmt.Errorf("close the cursor: %w", err)
 	}
 	return nil
@@ -75,7 +76,7 @@ func (r *Replay) closeCursor(ctx context.Context) error {
 
 // fetch reads the next batch of t's rows from the held cursor.
 func (r *Replay) fetch(ctx context.Context, t *table) ([]row, error) {
-	rows, err := r.conn.Query(ctx, "FETCH "+strconv.Itoa(batchSize)+" FROM "+heldCursor)
+	rows, err := r.conn.Query(ctx, "FETCH "+strconv.Itoa(batchSize)+" FROM "+heldCursor(t.index))
 	if err != nil {
 		return nil, fmt.Errorf("read the rows of %s: %w", t.mapping.Table, err)
 	}
@@ -181,7 +182,7 @@ func (u *run) table(ctx context.Context, t *table, p progress) error {
 	if inStatement > 0 {
 		done, tableSent, u.sent, inStatement = cur, tableSent+inStatement, u.sent+inStatement, 0
 	}
-	if err := u.closeCursor(ctx); err != nil {
+	if err := u.closeCursor(ctx, t); err != nil {
 		return err
 	}
 	return record()

@@ -21,6 +21,7 @@ var ErrNoColumn = errors.New("no column to filter on")
 
 // table is one outbox table as the replay reads it.
 type table struct {
+	index   int // its place among the replay's tables
 	mapping wire.Mapping
 	rows    *decoder.TableRows
 	// query selects the rows: the key (transaction, statement, place), the commit time, then the

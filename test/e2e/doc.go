@@ -53,7 +53,9 @@
 //     TestRecoverIntoAStreamFromAStandby, TestRecoverIntoAStreamShardsShare,
 //     TestRecoverIntoAStreamTwoClustersShare
 //   - replay: TestReplayKilledHalfwayResumes (SIGKILLed halfway, resumed, the slot
-//     unmoved), TestReplayFiltersBesideARunningRelay (each filter, the relay's message)
+//     unmoved, a second run refused), TestReplayFiltersBesideARunningRelay (each filter,
+//     the relay's message, rows not yet due left to the schedule), TestReplayByCommitTime,
+//     TestReplayMappedLegacyTable, TestReplayShardedTable
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut

@@ -2,12 +2,15 @@ package faults_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
 	walboxwire "github.com/walbox/walbox/wire"
@@ -34,6 +37,10 @@ func TestReplayKilledHalfwayResumes(t *testing.T) {
 		}
 		return w.replaySent() >= int64(rows/2)
 	})
+	// The same replay run again meanwhile is refused: the first holds its lock.
+	if out, code := w.walbox(nil, "replay"); code != 1 || !strings.Contains(out, "running in another walbox replay") {
+		t.Errorf("a second run of the running replay exited %d; want 1, refused:\n%s", code, out)
+	}
 	p.Kill()
 	if code := p.Wait(time.Minute); code != -1 {
 		t.Fatalf("walbox replay exited %d, not by the kill:\n%s", code, testenv.Tail(p.Output(), 20))
@@ -90,13 +97,7 @@ func TestReplayFiltersBesideARunningRelay(t *testing.T) {
 		SELECT 'order', '3', 'order.paid', jsonb_build_object('later', i), timestamptz '2026-01-01 10:00Z', now() + interval '1 hour'
 		FROM generate_series(1, 5) i`)
 	total := 480
-	relayed := map[string]amqp.Delivery{}
-	waitFor(t, 2*time.Minute, "the relay's deliveries", func() bool {
-		for id, d := range w.drainQueue(w.queue) {
-			relayed[id] = d
-		}
-		return len(relayed) >= total
-	})
+	relayed := w.relayedMessages(total)
 
 	for _, tt := range []struct {
 		args  []string
@@ -157,13 +158,7 @@ func TestReplayByCommitTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.exec(insert)
-	relayed := map[string]amqp.Delivery{}
-	waitFor(t, 2*time.Minute, "the relay's deliveries", func() bool {
-		for id, d := range w.drainQueue(w.queue) {
-			relayed[id] = d
-		}
-		return len(relayed) >= 60
-	})
+	relayed := w.relayedMessages(60)
 	out, code := w.walbox(nil, "replay", "--rate=0", "--since="+mark.UTC().Format(time.RFC3339Nano))
 	if code != 0 || !strings.Contains(out, "commit time") {
 		t.Fatalf("walbox replay exited %d; want 0, comparing commit times:\n%s", code, out)
@@ -178,6 +173,19 @@ func TestReplayByCommitTime(t *testing.T) {
 	if n := w.checkEveryMatchedRow(got, "pg_xact_commit_timestamp(xmin) >= '"+mark.UTC().Format(time.RFC3339Nano)+"'"); n != 30 {
 		t.Errorf("%d rows committed after the mark, want the second 30", n)
 	}
+}
+
+// relayedMessages takes the relay's deliveries from the queue, by message id, until n are there.
+func (w *world) relayedMessages(n int) map[string]amqp.Delivery {
+	w.t.Helper()
+	relayed := map[string]amqp.Delivery{}
+	waitFor(w.t, 2*time.Minute, "the relay's deliveries", func() bool {
+		for id, d := range w.drainQueue(w.queue) {
+			relayed[id] = d
+		}
+		return len(relayed) >= n
+	})
+	return relayed
 }
 
 // sameMessage reports whether a and b carry the same message, whoever sent it.
@@ -239,4 +247,100 @@ func (w *world) checkEveryMatchedRow(got map[string]int, where string) int {
 		w.t.Errorf("replayed %d distinct messages: %d of the %d matched rows missing, %d not matched", len(got), missing, len(want), extra)
 	}
 	return len(want)
+}
+
+// A mapped legacy table beside the outbox table (examples/legacy-table.yaml): the filters read the
+// mapped columns, and a replayed legacy row is the relay's, its bigint id and templated routing
+// key included. A table whose ids come from commit positions is refused in one line, exit 2.
+func TestReplayMappedLegacyTable(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.exec(`CREATE TABLE public.legacy_events (event_id bigserial PRIMARY KEY, kind text NOT NULL, body jsonb NOT NULL,
+		entity text, entity_id bigint, meta jsonb, occurred_at timestamptz DEFAULT now())`)
+	w.exec(`ALTER PUBLICATION walbox ADD TABLE public.legacy_events`)
+	conf, err := filepath.Abs(filepath.Join("..", "..", "examples", "legacy-table.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.startRelay("WALBOX_CONFIG=" + conf)
+	w.exec(`INSERT INTO public.legacy_events (kind, body, entity, entity_id, meta)
+		SELECT k, jsonb_build_object('parcel', i), 'parcel', i % 4, jsonb_build_object('n', i)
+		FROM generate_series(1, 40) i, unnest(ARRAY['shipped', 'lost']) k`)
+	w.exec(`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', (i % 4)::text, 'shipped', jsonb_build_object('i', i) FROM generate_series(1, 40) i`)
+	relayed := w.relayedMessages(120)
+	for _, tt := range []struct {
+		args          []string
+		legacy, table string // the rows of each table the filter matches
+	}{
+		{[]string{"--aggregate-type=parcel", "--event-type=shipped"}, "entity = 'parcel' AND kind = 'shipped'", "false"},
+		{[]string{"--aggregate-id=3"}, "entity_id = 3", "aggregate_id = '3'"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, code := w.in(t).walbox([]string{"WALBOX_CONFIG=" + conf}, append([]string{"replay", "--rate=0"}, tt.args...)...)
+			if code != 0 {
+				t.Fatalf("walbox replay exited %d:\n%s", code, out)
+			}
+			got := map[string]int{}
+			w.in(t).eachInQueue(w.queue, func(d amqp.Delivery) {
+				got[d.MessageId]++
+				r := relayed[d.MessageId]
+				delete(r.Headers, walboxwire.HeaderCommitTime)
+				if !sameMessage(r, d) {
+					t.Errorf("message %s: replayed %+v\nwant the relay's %+v", d.MessageId, d, r)
+				}
+			})
+			want := map[string]bool{}
+			for _, q := range []string{"SELECT event_id::text FROM public.legacy_events WHERE " + tt.legacy,
+				"SELECT id::text FROM public.outbox WHERE " + tt.table} {
+				rows, err := w.conn.Query(context.Background(), q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, id := range ids {
+					want[id] = true
+				}
+			}
+			if len(got) != len(want) || len(want) == 0 {
+				t.Errorf("replayed %d distinct messages, want the %d rows matched", len(got), len(want))
+			}
+			for id := range want {
+				if got[id] == 0 {
+					t.Errorf("row %s matched, not replayed", id)
+				}
+			}
+		})
+	}
+	positions := filepath.Join(t.TempDir(), "positions.yaml")
+	if err := os.WriteFile(positions, []byte("tables:\n  - table: public.outbox\n    message-id: position\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := w.walbox([]string{"WALBOX_CONFIG=" + positions}, "replay")
+	if code != 2 || strings.Count(out, "\n") != 1 || !strings.Contains(out, "commit positions") {
+		t.Errorf("walbox replay of a table with position ids exited %d:\n%s\nwant 2 and one line naming commit positions", code, out)
+	}
+}
+
+// A table split into shards has no publication of its own name: each shard's publication filters
+// its rows. Replay sends the rows of every shard, each once.
+func TestReplayShardedTable(t *testing.T) {
+	heavy(t)
+	w := newShardedWorld(t, 3)
+	w.insertRows(600)
+	out, code := w.walbox(nil, "replay", "--rate=0")
+	if code != 0 {
+		t.Fatalf("walbox replay exited %d:\n%s", code, out)
+	}
+	got := map[string]int{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) { got[d.MessageId]++ })
+	w.checkEveryMatchedRow(got, "TRUE")
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("message %s delivered %d times by one uninterrupted replay", id, n)
+		}
+	}
 }
