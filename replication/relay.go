@@ -182,6 +182,9 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	}
 	silence := r.serverSilence(wst)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)
+	if errors.Is(err, ErrSlotActive) {
+		return false, r.standbyReach(sctx, err)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -254,6 +257,22 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		s.gaveUp(err) // a graceful stop that a publish call or a failure cut short
 	}
 	return s.led.Watermark() > slot.ConfirmedFlush, err
+}
+
+// standbyReach dials the broker once while the relay waits as a standby (err), then closes it.
+// A standby that never reached the broker would take an outage at takeover for a wrong URL, and
+// stop. The first dial, at start, tells the two apart, as it does for a relay that streams at once.
+func (r *Relay) standbyReach(ctx context.Context, err error) error {
+	if r.brokerReached {
+		return err
+	}
+	pub, derr := r.cfg.Dial(ctx)
+	if derr != nil {
+		return r.firstContact(brokerError{fmt.Errorf("connect to broker: %w", derr)}, &r.brokerReached)
+	}
+	r.brokerReached = true
+	_ = pub.Close()
+	return err
 }
 
 // noteServer logs the server a session connected to when it is not the last session's.

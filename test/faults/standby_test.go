@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,85 @@ func TestStandbyTakesOver(t *testing.T) {
 	}
 	if !sawStandby {
 		t.Log("the old walsender had let go before the successor looked; the held-slot case was not exercised this time")
+	}
+}
+
+// A standby that takes over while the broker is down retries until the broker is back, as any
+// session does after it once reached the broker. It waited for the slot before it ever dialed the
+// broker, so it used to take the down broker for a wrong URL and exit 1. Nothing was lost: the rows
+// stay in the slot.
+func TestStandbyTakesOverWhileTheBrokerIsDown(t *testing.T) {
+	heavy(t)
+	for _, stream := range []bool{false, true} {
+		name := "amqp"
+		if stream {
+			name = "stream"
+		}
+		t.Run(name, func(t *testing.T) { standbyTakesOverBrokerDown(t, stream) })
+	}
+}
+
+func standbyTakesOverBrokerDown(t *testing.T, stream bool) {
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	var rabbit *testenv.Rabbit
+	if stream {
+		rabbit = testenv.StartRabbitStream(t)
+	} else {
+		rabbit = testenv.StartRabbit(t)
+	}
+	w := newWorld(t, pg, rabbit)
+	var env []string
+	var sr *streamReader
+	var v *checker.Verifier
+	if stream {
+		name := testenv.UniqueName("events")
+		env = []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+		sr = readStream(t, rabbit.StreamURL(), name)
+	} else {
+		v = w.startVerifier()
+	}
+	wr := w.newWriter(checker.WriterConfig{Seed: 62})
+	tx := func(n int) {
+		t.Helper()
+		for range n {
+			if err := wr.Tx(t.Context(), 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	active := w.startRelay(env...)
+	active.waitState("streaming", time.Minute)
+	standby := w.startRelay(env...)
+	standby.waitState("standby", time.Minute)
+	tx(10)
+	if stream {
+		sr.wait(t, 30, time.Minute)
+	} else {
+		waitDelivered(t, v, 30, time.Minute)
+	}
+
+	rabbit.Stop(t)
+	active.Kill()
+	tx(10) // committed while the broker is down
+	waitFor(t, time.Minute, "the standby to try the slot and the broker", func() bool {
+		return standby.Exited() || strings.Contains(standby.Output(), "connect to broker")
+	})
+	time.Sleep(2 * time.Second) // a retry or two
+	if standby.Exited() {
+		t.Fatalf("the standby exited while the broker was down; want it to retry:\n%s", testenv.Tail(standby.Output(), 20))
+	}
+	rabbit.Start(t)
+	if stream {
+		sr.restart(t)
+		waitFor(t, 2*time.Minute, "every row in the stream", func() bool { return len(notInStream(sr, wr.Committed())) == 0 })
+	} else {
+		rep := v.Await(t.Context(), wr.Committed(), 2*time.Minute)
+		if err := rep.Err(); err != nil {
+			t.Errorf("rows committed around the takeover: %v\n%s", err, rep)
+		}
+	}
+	if standby.Exited() {
+		t.Errorf("the standby exited:\n%s", testenv.Tail(standby.Output(), 20))
 	}
 }
