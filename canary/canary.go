@@ -7,6 +7,8 @@ package canary
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -40,6 +42,8 @@ type Config struct {
 	// filtered by the publication: alone, the canary would miss a dropped outbox table.
 	Publication string
 	Tables      []wire.Table
+	// Exchange is the exchange the relay publishes the canary to; it names the queue.
+	Exchange string
 	// Dial opens a reader of the canary queue (publisher.Endpoints.DialCanary).
 	Dial func(ctx context.Context, queue string) (*publisher.CanaryReader, error)
 	// Active reports whether the relay streams from the slot. Only then does the canary write
@@ -65,8 +69,8 @@ type Canary struct {
 
 // New returns a Canary of cfg.
 func New(cfg Config) (*Canary, error) {
-	if cfg.Interval <= 0 || cfg.DatabaseURL == "" || cfg.Slot == "" || cfg.Dial == nil || cfg.Active == nil {
-		return nil, fmt.Errorf("canary: interval, database url, slot, dial and active are required")
+	if cfg.Interval <= 0 || cfg.DatabaseURL == "" || cfg.Slot == "" || cfg.Exchange == "" || cfg.Dial == nil || cfg.Active == nil {
+		return nil, fmt.Errorf("canary: interval, database url, slot, exchange, dial and active are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -82,11 +86,22 @@ type content struct {
 	Run      string `json:"run"`
 }
 
-// Queue names the canary queue of slot in database of the server system. Two databases, or two
-// servers, on one broker each read their own.
-func Queue(system, database, slot string) string {
-	return wire.CanaryPrefix + "." + slot + "." + database + "." + system
+// Queue names the canary queue of slot in database of the server system, relayed to exchange. Two
+// databases, or two servers, on one broker each read their own. The name starts with the
+// exchange's, like the park queue's. So a broker user's rights on "^exchange\." cover it. A name
+// past AMQP's 255 bytes is cut, and ends with a hash of the whole instead.
+func Queue(exchange, system, database, slot string) string {
+	name := exchange + "." + wire.CanaryPrefix + "." + slot + "." + database + "." + system
+	if len(name) <= maxQueueName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	tail := "." + hex.EncodeToString(sum[:8])
+	return name[:maxQueueName-len(tail)] + tail
 }
+
+// maxQueueName is AMQP's bound on a queue's name, in bytes.
+const maxQueueName = 255
 
 // Run writes a canary every interval while the relay is active, and reads them back, until ctx
 // ends. It returns nil then; failures are kept for Problem, and logged once each.
@@ -265,7 +280,7 @@ func (s *session) openReader(ctx context.Context) error {
 			return nil
 		}
 	}
-	r, err := s.c.cfg.Dial(ctx, Queue(s.id.System, s.id.Database, s.id.Slot))
+	r, err := s.c.cfg.Dial(ctx, Queue(s.c.cfg.Exchange, s.id.System, s.id.Database, s.id.Slot))
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}

@@ -56,8 +56,9 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 		t.Fatal(err)
 	}
 	slot := testenv.UniqueName("slot")
-	c, err := canary.New(canary.Config{Interval: interval, DatabaseURL: u.String(), Slot: slot, Publication: wire.DefaultPublication,
-		Tables: []wire.Table{wire.DefaultTable}, Dial: eps.DialCanary, Active: func() bool { return true },
+	c, err := canary.New(canary.Config{Interval: interval, DatabaseURL: u.String(), Slot: slot, Exchange: exchange,
+		Publication: wire.DefaultPublication,
+		Tables:      []wire.Table{wire.DefaultTable}, Dial: eps.DialCanary, Active: func() bool { return true },
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 	if err := conn.QueryRow(t.Context(), "SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&system, &database); err != nil {
 		t.Fatal(err)
 	}
-	queue := canary.Queue(system, database, slot)
+	queue := canary.Queue(exchange, system, database, slot)
 	t.Cleanup(func() { _, _ = channel(t, rabbit.URL()).QueueDelete(queue, false, false, false) })
 	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
 		t.Fatalf("canary queue %s: %v", queue, err)
@@ -126,4 +127,26 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Each database and slot has a queue of its own under the exchange's name, at most 255 bytes.
+func TestQueueNamesAreDistinctAndFitAMQP(t *testing.T) {
+	long := strings.Repeat("x", 63)
+	names := map[string]bool{}
+	for _, q := range []string{
+		canary.Queue("outbox", "7301", "app", "walbox"),
+		canary.Queue("outbox", "7302", "app", "walbox"),
+		canary.Queue("outbox", "7301", "billing", "walbox"),
+		canary.Queue("outbox", "7301", "app", "walbox_1_of_4"),
+		canary.Queue(strings.Repeat("e", 200), "7301", long, long+"a"),
+		canary.Queue(strings.Repeat("e", 200), "7301", long, long+"b"),
+	} {
+		if len(q) > 255 || !strings.HasPrefix(q, "outbox.walbox.canary.") && !strings.HasPrefix(q, "eeee") || names[q] {
+			t.Errorf("queue %q: want a distinct name under the exchange's, of at most 255 bytes", q)
+		}
+		names[q] = true
+	}
+	if got := canary.Queue("outbox", "7301", "app", "walbox"); got != "outbox.walbox.canary.walbox.app.7301" {
+		t.Errorf("Queue = %q", got)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/walbox/walbox/canary"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/wire"
 )
@@ -33,7 +34,7 @@ func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv
 		FROM pg_control_system()`).Scan(&system, &database); err != nil {
 		t.Fatal(err)
 	}
-	queue := canary.Queue(system, database, cfg.Relay.Slot)
+	queue := canary.Queue(cfg.Brokers.Configs()[0].Exchange, system, database, cfg.Relay.Slot)
 	t.Cleanup(func() { _, _ = brokerChannel(t).QueueDelete(queue, false, false, false) }) // once the daemon stopped
 	start(t, cfg)
 	return cfg, pg, db, queue
@@ -192,7 +193,7 @@ func TestCanaryOfTwoDatabasesOnOneBroker(t *testing.T) {
 		var system, database string
 		_ = pg.Conn(t, second.Relay.DatabaseURL).QueryRow(context.Background(),
 			"SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&system, &database)
-		_, _ = brokerChannel(t).QueueDelete(canary.Queue(system, database, second.Relay.Slot), false, false, false)
+		_, _ = brokerChannel(t).QueueDelete(canary.Queue(second.Brokers.Configs()[0].Exchange, system, database, second.Relay.Slot), false, false, false)
 	})
 	for _, addr := range []string{first.Listen, second.Listen} {
 		eventually(t, "canaries back on "+addr, func() bool { return metricValue(t, addr, "walbox_canary_latency_seconds_count") >= 3 })
@@ -206,5 +207,48 @@ func TestCanaryOfTwoDatabasesOnOneBroker(t *testing.T) {
 		if code, body, _ := testenv.HTTPGet(addr, "/readyz"); code != 200 {
 			t.Errorf("%s /readyz: %d %q", addr, code, body)
 		}
+	}
+}
+
+// A broker user with rights on the exchange's own names only reads the canary back: its queue's
+// name starts with the exchange's. On a cluster (here: --queue-type quorum) the queue is quorum.
+func TestCanaryForALeastPrivilegedBrokerUserInAQuorumQueue(t *testing.T) {
+	cfg, pg, db := config(t)
+	rabbit := testenv.SharedRabbit(t)
+	testenv.RequireOwn(t, rabbit) // adds a user to it
+	exchange := cfg.Brokers.Configs()[0].Exchange
+	own := "^" + regexp.QuoteMeta(exchange) + `(\..*)?$`
+	user := testenv.UniqueName("canary")
+	rabbit.Ctl(t, "add_user", user, "secret")
+	rabbit.Ctl(t, "set_permissions", "-p", "/", user, own, own, own)
+	t.Cleanup(func() { rabbit.Ctl(t, "delete_user", user) })
+	eps, err := publisher.NewEndpoints(publisher.Config{Exchange: exchange, AppID: "walbox", QueueType: publisher.QueueQuorum},
+		[]string{strings.Replace(rabbit.URL(), "guest:guest@", user+":secret@", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Brokers, cfg.Listen, cfg.Canary = eps, testenv.FreeAddr(t), canaryInterval
+	var system, database string
+	if err := pg.Conn(t, db).QueryRow(context.Background(), `SELECT system_identifier::text, current_database()::text
+		FROM pg_control_system()`).Scan(&system, &database); err != nil {
+		t.Fatal(err)
+	}
+	queue := canary.Queue(exchange, system, database, cfg.Relay.Slot)
+	t.Cleanup(func() {
+		ch := brokerChannel(t)
+		for _, q := range []string{queue, exchange + ".parked", exchange + ".unroutable"} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
+	start(t, cfg)
+	eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2 })
+	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	// A passive declaration does not compare arguments: declaring it classic fails for a quorum queue.
+	_, err = brokerChannel(t).QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		t.Errorf("canary queue %s declared classic: %v; want PRECONDITION_FAILED, as for a quorum queue", queue, err)
 	}
 }

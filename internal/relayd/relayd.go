@@ -183,7 +183,8 @@ func (d *Daemon) newCanary(rc *replication.Config) error {
 	}
 	lat := d.metrics.WatchCanary(d.cfg.Canary, func() time.Duration { return d.canary.Age() })
 	c, err := canary.New(canary.Config{Interval: d.cfg.Canary, DatabaseURL: rc.DatabaseURL, Slot: rc.Slot,
-		Publication: rc.Publication, Tables: tables, Dial: d.cfg.Brokers.DialCanary, Logger: rc.Logger,
+		Publication: rc.Publication, Tables: tables, Exchange: d.cfg.Brokers.Configs()[0].WithDefaults().Exchange,
+		Dial: d.cfg.Brokers.DialCanary, Logger: rc.Logger,
 		Active:    func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStreaming },
 		OnLatency: lat})
 	if err != nil {
