@@ -23,7 +23,14 @@ const (
 	DefaultReconnectBackoffMax = 30 * time.Second
 	DefaultShutdownTimeout     = 30 * time.Second
 	DefaultProcessedTable      = "processed_messages"
+	DefaultLeaseDuration       = 15 * time.Second
 )
+
+// MaxPartitions bounds Config.Partitions.
+const MaxPartitions = 1024
+
+// minLeaseDuration keeps a heartbeat, a third of the lease, above a database round trip.
+const minLeaseDuration = 300 * time.Millisecond
 
 // maxQueueName leaves room in an AMQP short string (255 bytes) for the retry queue suffixes.
 const maxQueueName = 200
@@ -98,6 +105,20 @@ type Config struct {
 	// (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 
+	// Partitions, above 0, spreads the messages over that many queues, each of one aggregate's
+	// messages in one of them. The consumer declares a consistent-hash exchange "<Queue>.hash"
+	// bound as Bindings say, hashing the header aggregate_id. It declares quorum queues
+	// "<Queue>.p0" … with single active consumer, instead of Queue. Processes of one
+	// ConsumerName share the partitions through leases in the database. A message that fails
+	// holds back its aggregate's later ones, not the partition. See docs/outbox.md.
+	// Partitioning needs the broker's plugin rabbitmq_consistent_hash_exchange.
+	Partitions int
+
+	// LeaseDuration is how long a process holds a partition without renewing it. Renewals come
+	// every third of it; a process stops a partition it could not renew before the lease ends.
+	// Another takes it over only after the lease ended. Default 15s (DefaultLeaseDuration).
+	LeaseDuration time.Duration
+
 	// OnError, if set, is called with every error Run recovers from. Such an error is a lost
 	// connection, a failed database call, or a handler error (then a *MessageError). Run calls
 	// it from its own goroutine. It must not block for long.
@@ -156,6 +177,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reconnect backoff max %s: less than reconnect backoff %s", c.ReconnectBackoffMax, c.ReconnectBackoff)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("shutdown timeout %s: negative", c.ShutdownTimeout)
+	case c.Partitions < 0 || c.Partitions > MaxPartitions:
+		return fmt.Errorf("partitions %d: want 0 (none) to %d", c.Partitions, MaxPartitions)
+	case c.LeaseDuration < minLeaseDuration:
+		return fmt.Errorf("lease duration %s: less than %s", c.LeaseDuration, minLeaseDuration)
+	case c.Partitions > 0 && c.QueueArgs["x-queue-type"] != nil && !c.quorum():
+		return fmt.Errorf("queue args: x-queue-type %v: partitions are quorum queues", c.QueueArgs["x-queue-type"])
 	case len(c.ConsumerName) > maxQueueName:
 		return fmt.Errorf("consumer name %.20q...: longer than %d bytes", c.ConsumerName, maxQueueName)
 	}
@@ -187,6 +214,7 @@ func (c Config) withDefaults() Config {
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
 	}
+	handling.SetDefault(&c.LeaseDuration, DefaultLeaseDuration)
 	if c.DeadLetterQueue == "" && c.Queue != "" {
 		c.DeadLetterQueue = c.Queue + ".dlq"
 	}

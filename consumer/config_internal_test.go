@@ -22,6 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 		ReconnectBackoff:    500 * time.Millisecond,
 		ReconnectBackoffMax: 30 * time.Second,
 		ShutdownTimeout:     30 * time.Second,
+		LeaseDuration:       15 * time.Second,
 	}
 	if got := cfg.withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)

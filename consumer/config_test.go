@@ -45,6 +45,12 @@ func TestConfigValidateRejects(t *testing.T) {
 		{"bad processed table", func(c *consumer.Config) { c.ProcessedTable = "a.b.c" }, "processed table"},
 		{"binding to default exchange", func(c *consumer.Config) { c.Bindings = []consumer.Binding{{Key: "x"}} }, "binding 0"},
 		{"bad queue args", func(c *consumer.Config) { c.QueueArgs = map[string]any{"x": struct{}{}} }, "queue args"},
+		{"negative partitions", func(c *consumer.Config) { c.Partitions = -1 }, "partitions -1"},
+		{"too many partitions", func(c *consumer.Config) { c.Partitions = consumer.MaxPartitions + 1 }, "partitions"},
+		{"classic partitions", func(c *consumer.Config) {
+			c.Partitions, c.QueueArgs = 4, map[string]any{"x-queue-type": "classic"}
+		}, "partitions are quorum queues"},
+		{"short lease", func(c *consumer.Config) { c.LeaseDuration = time.Millisecond }, "lease duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := consumer.Config{AMQPURL: "amqp://u:secret@localhost/", Queue: "orders"}

@@ -31,6 +31,7 @@ type Consumer struct {
 	handler Handler
 
 	insertProcessed string
+	psql            partitionSQL
 	// dbBackoff is the pause after a database error. It grows while such errors repeat.
 	dbBackoff time.Duration
 }
@@ -58,6 +59,7 @@ func New(pool *pgxpool.Pool, cfg Config, h Handler) (*Consumer, error) {
 		handler: h,
 		insertProcessed: "INSERT INTO " + table.Quoted() + " (message_id, consumer, processed_at)" +
 			" VALUES ($1, $2, pg_catalog.now()) ON CONFLICT DO NOTHING",
+		psql: newPartitionSQL(table.Schema),
 	}, nil
 }
 
@@ -69,6 +71,9 @@ var errShutdownTimeout = errors.New("shutdown timeout: in-flight message abandon
 // ShutdownTimeout, commits and acknowledges that message, and returns nil. It returns early only
 // with an error that retrying cannot cure (see Fatal). Recovered errors go to Config.OnError.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c.cfg.Partitions > 0 {
+		return c.runPartitions(ctx)
+	}
 	// hctx carries the in-flight message: it outlives ctx by up to ShutdownTimeout.
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()

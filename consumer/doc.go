@@ -60,6 +60,17 @@
 //   - The processed table grows by one row per message. Prune it by processed_at once a
 //     redelivery that old can no longer happen.
 //
+// # Partitions
+//
+// With Config.Partitions, the consumer declares a consistent-hash exchange and that many
+// partition queues. Each aggregate's messages go to one of them, hashed on header aggregate_id.
+// Processes of one ConsumerName share the partitions through leases in the database, renewed by
+// heartbeat. A process stops a partition before its lease ends; another takes it only after.
+// Each handling transaction checks the lease and locks it, so a late commit cannot follow a
+// takeover. A message that fails holds its aggregate: it and the aggregate's later messages
+// are stored in the database and acked. It is retried from there, up to MaxAttempts, then waits
+// for Release or Skip. Other aggregates go on. See docs/outbox.md.
+//
 // # Streams
 //
 // Package consumer/streamconsumer reads a RabbitMQ stream instead of a queue, with the same

@@ -19,13 +19,18 @@ type MessageError struct {
 	// DeadLettered is true when the message went to the dead-letter queue. With both it and
 	// Retry false, the message stays in the queue and is delivered again (a database error).
 	DeadLettered bool
-	Err          error
+	// Held is true when a partitioned consumer's message failed for good. It heads its
+	// aggregate's hold, with the aggregate's later messages behind it, until Release or Skip.
+	Held bool
+	Err  error
 }
 
 func (e *MessageError) Error() string {
 	switch {
 	case e.DeadLettered:
 		return fmt.Sprintf("message %s: attempt %d: dead-lettered: %v", e.MessageID, e.Attempt, e.Err)
+	case e.Held:
+		return fmt.Sprintf("message %s: attempt %d: held until released: %v", e.MessageID, e.Attempt, e.Err)
 	case e.Retry:
 		return fmt.Sprintf("message %s: attempt %d: will retry: %v", e.MessageID, e.Attempt, e.Err)
 	}

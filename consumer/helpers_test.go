@@ -19,12 +19,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if runChildIfAsked() {
+		return
+	}
 	os.Exit(testenv.Main(m))
 }
 
 // env is one test's database, broker, queue and exchange.
 type env struct {
 	pool     *pgxpool.Pool
+	dbURL    string
 	amqpURL  string
 	queue    string
 	exchange string
@@ -64,7 +68,7 @@ func newEnv(tb testing.TB, r *testenv.Rabbit) *env {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(pool.Close)
-	e := &env{pool: pool, amqpURL: amqpURL, queue: testenv.UniqueName("q"), exchange: testenv.UniqueName("ex")}
+	e := &env{pool: pool, dbURL: dbURL, amqpURL: amqpURL, queue: testenv.UniqueName("q"), exchange: testenv.UniqueName("ex")}
 	e.ch = openChannel(tb, amqpURL)
 	// As walbox declares it: with its alternate exchange.
 	ae := wire.DefaultAlternateExchange(e.exchange)

@@ -93,10 +93,11 @@ func (c *Config) retryArgs(d time.Duration) amqp.Table {
 	return args
 }
 
-// quorum reports whether Queue is a quorum queue (QueueArgs has x-queue-type quorum).
+// quorum reports whether Queue is a quorum queue (QueueArgs has x-queue-type quorum). The
+// partitions of a partitioned consumer are.
 func (c *Config) quorum() bool {
 	t, _ := c.QueueArgs["x-queue-type"].(string)
-	return t == "quorum"
+	return t == "quorum" || c.Partitions > 0 && t == ""
 }
 
 // siblingArgs are the arguments of the dead-letter queue. It is of Queue's type, so that it is

@@ -55,26 +55,9 @@ func parseJSONHeaders(data []byte) (h map[string]any, problem string) {
 		return nil, "is not valid JSON"
 	}
 	for k, v := range h {
-		h[k] = numbers(v)
+		h[k] = wire.HeaderNumbers(v)
 	}
 	return h, ""
-}
-
-// numbers replaces every json.Number in v, a value decoded with UseNumber, by its header value.
-func numbers(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		return wire.HeaderNumber(string(v))
-	case map[string]any:
-		for k, e := range v {
-			v[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = numbers(e)
-		}
-	}
-	return v
 }
 
 // reservedName names the header whose name has the reserved prefix, as a problem. If several do, it

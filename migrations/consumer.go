@@ -15,7 +15,8 @@ var consumerFS embed.FS
 var DefaultProcessedTable = wire.Table{Schema: "public", Name: "processed_messages"}
 
 // ApplyConsumer creates DefaultProcessedTable, the table consumers deduplicate messages with.
-// It is idempotent.
+// Beside it, in its schema, it creates the tables of partitioned consumers (Config.Partitions).
+// They keep leases, members and holds; walbox_release releases a hold. It is idempotent.
 func ApplyConsumer(ctx context.Context, conn *pgx.Conn) error {
 	return ApplyConsumerTable(ctx, conn, DefaultProcessedTable)
 }
@@ -23,7 +24,10 @@ func ApplyConsumer(ctx context.Context, conn *pgx.Conn) error {
 // ApplyConsumerTable creates the processed-messages table under another name (a consumer's
 // Config.ProcessedTable). It is idempotent.
 func ApplyConsumerTable(ctx context.Context, conn *pgx.Conn, table wire.Table) error {
-	ms, err := load(consumerFS, "consumer", map[string]string{"Table": table.Quoted()})
+	ms, err := load(consumerFS, "consumer", map[string]string{
+		"Table":  table.Quoted(),
+		"Schema": pgx.Identifier{table.Schema}.Sanitize(),
+	})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 )
@@ -84,4 +85,22 @@ func canonicalDecimal(s string) (d decimal, ok bool) {
 	}
 	d.exp = exp
 	return d, true
+}
+
+// HeaderNumbers replaces every json.Number in v, a value decoded with UseNumber, by what
+// HeaderNumber makes of it. It returns v, changed in place.
+func HeaderNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		return HeaderNumber(string(v))
+	case map[string]any:
+		for k, e := range v {
+			v[k] = HeaderNumbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = HeaderNumbers(e)
+		}
+	}
+	return v
 }

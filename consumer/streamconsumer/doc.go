@@ -16,6 +16,13 @@
 // HeaderConsumer as application properties. Two instances with one ConsumerName never both
 // handle a message: the offset row is locked and checked in each transaction.
 //
+// # No partitions
+//
+// Config has no Partitions: a stream is read in order by one consumer, so each aggregate's
+// order holds already. The queue consumer's partitions (consumer.Config.Partitions) spread a
+// queue over processes; a stream does not need them. A failing message holds the whole stream,
+// not only its aggregate.
+//
 // # A stored offset outside the stream
 //
 // Before it reads, a session checks the stored offset against the stream. Below the stream's

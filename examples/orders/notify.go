@@ -43,6 +43,20 @@ func ConsumerConfig(amqpURL, queue, queueType string) consumer.Config {
 	return consumer.Config{AMQPURL: amqpURL, Queue: queue, QueueArgs: QueueArgs(queueType)}
 }
 
+// PartitionedConfig is the notification service's configuration with partitions: the events of
+// one order go to one of n partition queues, and each order's are handled in order. Several
+// notifier processes share the partitions. The consumer binds its hash exchange to exchange.
+// It declares exchange as the relay does, with its default alternate exchange, so either may
+// start first.
+func PartitionedConfig(amqpURL, exchange, queue string, n int) consumer.Config {
+	return consumer.Config{
+		AMQPURL:    amqpURL,
+		Queue:      queue,
+		Bindings:   []consumer.Binding{{Exchange: exchange, Key: EventRoutingKeys}},
+		Partitions: n,
+	}
+}
+
 // QueueArgs are the arguments of a queue of queueType: none for "" or "classic" (the broker's
 // default type, as queues declared before this setting existed have).
 func QueueArgs(queueType string) map[string]any {

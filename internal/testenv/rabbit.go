@@ -41,6 +41,7 @@ type Rabbit struct {
 	tlsPort    int
 	stream     bool // with the stream plugin, its listener on streamPort
 	streamPort int
+	hash       bool // with the consistent-hash exchange plugin
 
 	cookie string // the Erlang cookie; the nodes of a cluster share one
 	root   string // the chroot it runs in; "" for the machine's own RabbitMQ
@@ -65,6 +66,7 @@ type rabbitConfig struct {
 	version string
 	binDir  string // the machine's programs; "": rabbitBin's
 	stream  bool   // with the stream plugin (StreamPlugin)
+	hash    bool   // with the consistent-hash exchange plugin (HashPlugin)
 }
 
 func rabbitConfigOf(opts []RabbitOption) rabbitConfig {
@@ -92,6 +94,12 @@ func RabbitBinDir(dir string) RabbitOption {
 // StreamURL addresses. NewRabbit takes it; tests use StartRabbitStream.
 func StreamPlugin() RabbitOption {
 	return func(c *rabbitConfig) { c.stream = true }
+}
+
+// HashPlugin enables the consistent-hash exchange plugin, which partitioned consumers need. The
+// shared node has it. An external broker is taken as it is: compose's enables it.
+func HashPlugin() RabbitOption {
+	return func(c *rabbitConfig) { c.hash = true }
 }
 
 // RabbitVersion selects the node's version: "3.10" (the default) is the machine's own; "4.0"
@@ -127,7 +135,7 @@ func StartRabbit(tb TB, opts ...RabbitOption) *Rabbit {
 		}
 		return &Rabbit{url: u, external: true}
 	}
-	r, err := startNode(&Rabbit{cookie: UniqueName("cookie"), root: rabbitRoot(tb, cfg), binDir: cfg.binDir, stream: cfg.stream})
+	r, err := startNode(&Rabbit{cookie: UniqueName("cookie"), root: rabbitRoot(tb, cfg), binDir: cfg.binDir, stream: cfg.stream, hash: cfg.hash})
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
@@ -231,7 +239,7 @@ func SharedRabbit(tb TB) *Rabbit {
 	sharedMQMu.Lock()
 	defer sharedMQMu.Unlock()
 	if sharedMQ == nil && sharedMQErr == nil {
-		sharedMQ, sharedMQErr = startRabbit(nil)
+		sharedMQ, sharedMQErr = startNode(&Rabbit{cookie: UniqueName("cookie"), hash: true})
 		if sharedMQ != nil {
 			sharedMQ.shared = true
 		}
@@ -316,9 +324,16 @@ func (r *Rabbit) initDir() error {
 		return err
 	}
 	r.dir = dir
-	plugins := ""
+	var names []string
 	if r.stream {
-		plugins = "[rabbitmq_stream].\n"
+		names = append(names, "rabbitmq_stream")
+	}
+	if r.hash {
+		names = append(names, "rabbitmq_consistent_hash_exchange")
+	}
+	plugins := ""
+	if len(names) > 0 {
+		plugins = "[" + strings.Join(names, ", ") + "].\n"
 	}
 	files := []struct {
 		name, data string

@@ -26,6 +26,10 @@ var startOrder = map[string][]dockerenv.Dependency{
 		{Service: "postgres", Condition: dockerenv.Healthy},
 		{Service: "rabbitmq", Condition: dockerenv.Healthy},
 	},
+	"notifier-2": {
+		{Service: "postgres", Condition: dockerenv.Healthy},
+		{Service: "rabbitmq", Condition: dockerenv.Healthy},
+	},
 }
 
 // up runs `docker-compose up -d` and waits up to wait for every service to be ready (healthy

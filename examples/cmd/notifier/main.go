@@ -3,8 +3,9 @@
 //
 // Environment: NOTIFIER_DATABASE_URL, NOTIFIER_AMQP_URL (both required), NOTIFIER_EXCHANGE
 // (default outbox), NOTIFIER_QUEUE (default notifications), NOTIFIER_QUEUE_TYPE (classic, the
-// default, or quorum for a cluster: the retry and dead-letter queues follow). SIGINT or SIGTERM stops it after the
-// message in hand.
+// default, or quorum for a cluster: the retry and dead-letter queues follow), NOTIFIER_PARTITIONS
+// (default 0: one queue; N spreads it over N partition queues, shared by every notifier process,
+// each order's events in order). SIGINT or SIGTERM stops it after the message in hand.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +27,7 @@ import (
 
 type config struct {
 	databaseURL, amqpURL, exchange, queue, queueType string
+	partitions                                       int
 }
 
 func main() {
@@ -49,6 +52,13 @@ func parseConfig(getenv func(string) string) (config, error) {
 		exchange:    envOr(getenv, "NOTIFIER_EXCHANGE", "outbox"),
 		queue:       envOr(getenv, "NOTIFIER_QUEUE", "notifications"),
 		queueType:   envOr(getenv, "NOTIFIER_QUEUE_TYPE", "classic"),
+	}
+	if v := getenv("NOTIFIER_PARTITIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > consumer.MaxPartitions {
+			return config{}, fmt.Errorf("NOTIFIER_PARTITIONS: %q: want 0 to %d", v, consumer.MaxPartitions)
+		}
+		cfg.partitions = n
 	}
 	switch {
 	case cfg.databaseURL == "":
@@ -78,16 +88,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := migrate(ctx, pool); err != nil {
 		return err
 	}
-	if err := orders.BindQueue(ctx, cfg.amqpURL, cfg.exchange, cfg.queue, cfg.queueType); err != nil {
+	ccfg := orders.ConsumerConfig(cfg.amqpURL, cfg.queue, cfg.queueType)
+	if cfg.partitions > 0 {
+		ccfg = orders.PartitionedConfig(cfg.amqpURL, cfg.exchange, cfg.queue, cfg.partitions)
+	} else if err := orders.BindQueue(ctx, cfg.amqpURL, cfg.exchange, cfg.queue, cfg.queueType); err != nil {
 		return err
 	}
-	ccfg := orders.ConsumerConfig(cfg.amqpURL, cfg.queue, cfg.queueType)
 	ccfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
 	c, err := consumer.New(pool, ccfg, orders.NotificationHandler(log))
 	if err != nil {
 		return err
 	}
-	log.Info("consuming", "queue", cfg.queue, "exchange", cfg.exchange)
+	log.Info("consuming", "queue", cfg.queue, "exchange", cfg.exchange, "partitions", cfg.partitions)
 	return c.Run(ctx)
 }
 

@@ -1,0 +1,122 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walbox/walbox/consumer/internal/handling"
+)
+
+// HeaderAggregateID is the header the relay sets to the outbox row's aggregate id. The
+// partitions' exchange hashes it, and holds are per value of it.
+const HeaderAggregateID = "aggregate_id"
+
+// ErrHashExchangeMissing says the broker has no consistent-hash exchange: its plugin is off.
+var ErrHashExchangeMissing = errors.New("partitions need the broker's consistent-hash exchange;" +
+	" enable it with: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange")
+
+// hashExchange names the exchange that spreads Queue's messages over its partitions.
+func (c *Config) hashExchange() string { return c.Queue + ".hash" }
+
+// partitionQueue names partition p's queue.
+func (c *Config) partitionQueue(p int) string { return fmt.Sprintf("%s.p%d", c.Queue, p) }
+
+// partitionArgs are the arguments of every partition queue: QueueArgs, a quorum queue, one
+// active consumer at a time.
+func (c *Config) partitionArgs() amqp.Table {
+	args := amqp.Table(maps.Clone(c.QueueArgs))
+	if args == nil {
+		args = amqp.Table{}
+	}
+	args["x-queue-type"] = "quorum"
+	args["x-single-active-consumer"] = true
+	return args
+}
+
+// declarePartitions declares the hash exchange and binds it from each binding's exchange. It
+// declares and binds the partition queues, and declares the dead-letter queue. Each partition has weight
+// 1, bound in partition order.
+func (c *Consumer) declarePartitions(ch *amqp.Channel) error {
+	hx := c.cfg.hashExchange()
+	args := amqp.Table{"hash-header": HeaderAggregateID}
+	if err := ch.ExchangeDeclare(hx, "x-consistent-hash", true, false, false, false, args); err != nil {
+		return hashExchangeError(hx, err)
+	}
+	for _, b := range c.cfg.Bindings {
+		if err := declareExchange(ch, b); err != nil {
+			return err
+		}
+		if err := ch.ExchangeBind(hx, b.Key, b.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind exchange %s to %s with %q: %w", hx, b.Exchange, b.Key, err)
+		}
+	}
+	for p := range c.cfg.Partitions {
+		q := c.cfg.partitionQueue(p)
+		if _, err := ch.QueueDeclare(q, true, false, false, false, c.cfg.partitionArgs()); err != nil {
+			return fmt.Errorf("declare partition queue %s: %w", q, err)
+		}
+		if err := ch.QueueBind(q, "1", hx, false, nil); err != nil {
+			return fmt.Errorf("bind partition queue %s to %s: %w", q, hx, err)
+		}
+	}
+	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, c.cfg.siblingArgs()); err != nil {
+		return fmt.Errorf("declare dead letter queue %s: %w", c.cfg.DeadLetterQueue, err)
+	}
+	return nil
+}
+
+// hashExchangeError names the plugin when the broker knows no x-consistent-hash exchange. It
+// answers such a declare with 503 COMMAND_INVALID, "invalid exchange type".
+func hashExchangeError(name string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.CommandInvalid && strings.Contains(ae.Reason, "exchange type") {
+		return &handling.FatalError{Err: fmt.Errorf("declare exchange %s: %w (broker: %s)", name, ErrHashExchangeMissing, ae.Reason)}
+	}
+	return fmt.Errorf("declare exchange %s: %w", name, err)
+}
+
+// topology declares the partitions' topology on a connection of its own. It retries until it
+// succeeds, ctx ends or the error is fatal.
+func (c *Consumer) topology(ctx context.Context) error {
+	backoff := c.cfg.ReconnectBackoff
+	for {
+		err := c.withChannel(ctx, c.cfg.ConsumerName+" topology", c.declarePartitions)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case Fatal(err):
+			return err
+		}
+		c.report(err)
+		if !handling.Sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, c.cfg.ReconnectBackoffMax)
+	}
+}
+
+// withChannel dials the broker, opens a channel, runs f on it and closes the connection.
+func (c *Consumer) withChannel(ctx context.Context, name string, f func(*amqp.Channel) error) error {
+	var nc netConn
+	defer context.AfterFunc(ctx, nc.close)()
+	defer nc.close()
+	conn, err := amqp.DialConfig(c.cfg.AMQPURL, amqp.Config{
+		Dial:       nc.dialer(ctx),
+		Properties: amqp.Table{"connection_name": name},
+	})
+	if err != nil {
+		return fmt.Errorf("dial broker: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	return f(ch)
+}
