@@ -23,6 +23,7 @@ func TestConfigDefaults(t *testing.T) {
 		ReconnectBackoffMax: 30 * time.Second,
 		ShutdownTimeout:     30 * time.Second,
 		LeaseDuration:       15 * time.Second,
+		Metrics:             noMetrics{},
 	}
 	if got := cfg.withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)

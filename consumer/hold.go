@@ -63,6 +63,7 @@ func (m *heldMessage) delivery(attempt int) Delivery {
 		Headers:    headersOf(m.headers),
 		Attempt:    attempt,
 	}
+	d.CommitTime = CommitTime(d.Headers)
 	if m.sentAt != nil {
 		d.Timestamp = *m.sentAt
 	}
@@ -96,35 +97,36 @@ func (w *worker) fence(ctx context.Context, tx pgx.Tx, aggregateID string) (held
 }
 
 // process handles a delivery in a transaction behind the fence. A delivery of a held aggregate
-// joins the hold. A message recorded as processed is a duplicate and skipped. The result is
+// joins the hold. A message recorded as processed is a duplicate and skipped. The results are
 // as Consumer.process's.
-func (w *worker) process(ctx context.Context, d Delivery, m heldMessage) (handlerErr, err error) {
+func (w *worker) process(ctx context.Context, d Delivery, m heldMessage) (handled bool, handlerErr, err error) {
 	tx, err := w.c.pool.Begin(ctx)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	held, err := w.fence(ctx, tx, m.aggregateID)
 	if err != nil {
-		return nil, err
+		return false, nil, err
 	}
 	if held {
 		if err := w.insertHeld(ctx, tx, m); err != nil {
-			return nil, err
+			return false, nil, err
 		}
-		return nil, commit(ctx, tx)
+		return false, nil, commit(ctx, tx)
 	}
 	tag, err := tx.Exec(ctx, w.c.insertProcessed, d.MessageID, w.c.cfg.ConsumerName)
 	if err != nil {
-		return nil, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
+		return false, nil, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
 	if tag.RowsAffected() == 0 {
-		return nil, nil // handled before
+		return false, nil, nil // handled before
 	}
 	if err := handling.Call(ctx, w.c.handler, tx, d); err != nil {
-		return err, nil
+		return false, err, nil
 	}
-	return handling.Commit(ctx, tx)
+	handlerErr, err = handling.Commit(ctx, tx)
+	return handlerErr == nil && err == nil, handlerErr, err
 }
 
 func (w *worker) insertHeld(ctx context.Context, tx pgx.Tx, m heldMessage) error {
@@ -243,12 +245,20 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	if tag.RowsAffected() == 0 {
 		return false, commit(ctx, tx) // handled before it was held
 	}
-	handlerErr := handling.Call(ctx, w.c.handler, tx, m.delivery(attempts+1))
+	d := m.delivery(attempts + 1)
+	handlerErr := handling.Call(ctx, w.c.handler, tx, d)
 	if handlerErr == nil {
 		handlerErr, err = handling.Commit(ctx, tx)
 	}
-	if err != nil || handlerErr == nil {
+	if err != nil || handlerErr != nil {
+		w.c.cfg.Metrics.Failed(w.c.cfg.ConsumerName, d)
+	}
+	if err != nil {
 		return false, err
+	}
+	if handlerErr == nil {
+		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, d)
+		return false, nil
 	}
 	_ = tx.Rollback(ctx)
 	return true, w.failed(ctx, aggregateID, m.id, attempts+1, handlerErr)

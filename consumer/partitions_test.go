@@ -48,19 +48,12 @@ func TestPartitionsKeepEachAggregatesOrderAcrossConsumers(t *testing.T) {
 func TestPartitionLeaseTakenOverOnlyAfterExpiry(t *testing.T) {
 	e := newPartEnv(t)
 	cfg := e.partConfig(4)
-	a := e.startChild(t, "a", cfg)
-	e.waitLeases(t, cfg, 4, 1)
-	b := e.startChild(t, "b", cfg)
-	e.waitLeases(t, cfg, 4, 2)
+	a, b := e.startTwo(t, cfg)
 	aggs := aggregates(20)
 	e.publishAggregates(t, aggs, 1, 20)
 	e.waitHandled(t, 20*5, time.Minute)
 	a.kill()
-	var expiry time.Time
-	if err := e.pool.QueryRow(context.Background(), `SELECT max(expires_at) FROM walbox_consumer_leases
-		WHERE consumer = $1 AND holder LIKE '%/' || $2 || '/%'`, cfg.Queue, strconv.Itoa(a.cmd.Process.Pid)).Scan(&expiry); err != nil {
-		t.Fatal(err)
-	}
+	expiry := e.leaseExpiry(t, cfg, a)
 	e.publishAggregates(t, aggs, 21, 40)
 	e.waitHandled(t, 20*40, 2*time.Minute)
 	e.checkHandled(t, aggs, 40, nil)
@@ -82,21 +75,14 @@ func TestPartitionLeaseTakenOverOnlyAfterExpiry(t *testing.T) {
 func TestFrozenConsumerStopsAfterItsLease(t *testing.T) {
 	e := newPartEnv(t)
 	cfg := e.partConfig(4)
-	a := e.startChild(t, "a", cfg)
-	e.waitLeases(t, cfg, 4, 1)
-	b := e.startChild(t, "b", cfg)
-	e.waitLeases(t, cfg, 4, 2)
+	a, b := e.startTwo(t, cfg)
 	aggs := aggregates(20)
 	e.publishAggregates(t, aggs, 1, 10)
 	e.waitHandled(t, 20*10, time.Minute)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	var expiry time.Time
-	if err := e.pool.QueryRow(context.Background(), `SELECT max(expires_at) FROM walbox_consumer_leases
-		WHERE consumer = $1 AND holder LIKE '%/' || $2 || '/%'`, cfg.Queue, strconv.Itoa(a.cmd.Process.Pid)).Scan(&expiry); err != nil {
-		t.Fatal(err)
-	}
+	expiry := e.leaseExpiry(t, cfg, a)
 	e.publishAggregates(t, aggs, 11, 20)
 	e.waitLeases(t, cfg, 4, 1) // b took all four
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -119,18 +105,11 @@ func TestFailureHoldsOnlyItsAggregateUntilReleased(t *testing.T) {
 	var errs errorLog
 	cfg.OnError = func(err error) { t.Log(err); errs.add(err) }
 	e.fail(t, msgID("agg0", 2))
-	c, err := consumer.New(e.pool, cfg, recordHandled("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
-	e.waitLeases(t, cfg, 1, 1)
+	c := e.runOne(t, e.pool, cfg)
 	aggs := aggregates(3)
 	e.publishAggregates(t, aggs, 1, 5)
 	e.waitHandled(t, 3*5-4, time.Minute)
-	eventually(t, 30*time.Second, "agg0-2 held after its last attempt", func() bool {
-		return e.count(t, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = 'agg0' AND failed") == 1
-	})
+	e.waitFailed(t, "agg0")
 	if held, err := c.HeldMessages(context.Background()); err != nil || held != 4 {
 		t.Errorf("HeldMessages = %d, %v; want 4 (agg0-2 to agg0-5)", held, err)
 	}
@@ -168,17 +147,10 @@ func TestSkipDiscardsTheFailedMessage(t *testing.T) {
 	e := newPartEnv(t)
 	cfg := e.partConfig(2)
 	e.fail(t, msgID("agg1", 1))
-	c, err := consumer.New(e.pool, cfg, recordHandled("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
-	e.waitLeases(t, cfg, 2, 1)
+	e.runOne(t, e.pool, cfg)
 	aggs := aggregates(2)
 	e.publishAggregates(t, aggs, 1, 3)
-	eventually(t, 30*time.Second, "agg1-1 held after its last attempt", func() bool {
-		return e.count(t, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = 'agg1' AND failed") == 1
-	})
+	e.waitFailed(t, "agg1")
 	var found bool
 	if err := e.pool.QueryRow(context.Background(), "SELECT public.walbox_release($1, 'agg1', true)", cfg.Queue).Scan(&found); err != nil || !found {
 		t.Fatalf("walbox_release: %v, %v", found, err)
@@ -222,6 +194,48 @@ func (e *partEnv) startConsumer(tb testing.TB, cfg consumer.Config, name string)
 		tb.Fatal(err)
 	}
 	return start(tb, c)
+}
+
+// runOne runs a consumer of cfg with the handler recordHandled("c") on pool, until the test
+// ends. It returns once the partitions are leased.
+func (e *partEnv) runOne(tb testing.TB, pool *pgxpool.Pool, cfg consumer.Config) *consumer.Consumer {
+	tb.Helper()
+	c, err := consumer.New(pool, cfg, recordHandled("c"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	start(tb, c)
+	e.waitLeases(tb, cfg, cfg.Partitions, 1)
+	return c
+}
+
+// waitFailed waits until the first held message of agg failed for good.
+func (e *partEnv) waitFailed(tb testing.TB, agg string) {
+	tb.Helper()
+	eventually(tb, 30*time.Second, agg+"'s held message failed for good", func() bool {
+		return e.count(tb, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = $1 AND failed", agg) == 1
+	})
+}
+
+// startTwo starts consumer processes a, then b, each once the partitions are leased.
+func (e *partEnv) startTwo(tb testing.TB, cfg consumer.Config) (a, b *child) {
+	tb.Helper()
+	a = e.startChild(tb, "a", cfg)
+	e.waitLeases(tb, cfg, cfg.Partitions, 1)
+	b = e.startChild(tb, "b", cfg)
+	e.waitLeases(tb, cfg, cfg.Partitions, 2)
+	return a, b
+}
+
+// leaseExpiry is when the last lease of process c ends, as the database records it.
+func (e *partEnv) leaseExpiry(tb testing.TB, cfg consumer.Config, c *child) time.Time {
+	tb.Helper()
+	var expiry time.Time
+	if err := e.pool.QueryRow(context.Background(), `SELECT max(expires_at) FROM walbox_consumer_leases
+		WHERE consumer = $1 AND holder LIKE '%/' || $2 || '/%'`, cfg.Queue, strconv.Itoa(c.cmd.Process.Pid)).Scan(&expiry); err != nil {
+		tb.Fatal(err)
+	}
+	return expiry
 }
 
 // waitLeases waits until the partitions are leased, to as many holders.
@@ -287,17 +301,10 @@ func TestPartitionsRunAsALeastPrivilegedRole(t *testing.T) {
 	cfg := e.partConfig(2)
 	cfg.OnError = func(err error) { t.Log(err) }
 	e.fail(t, msgID("agg0", 1))
-	c, err := consumer.New(pool, cfg, recordHandled("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
-	e.waitLeases(t, cfg, 2, 1)
+	c := e.runOne(t, pool, cfg)
 	aggs := aggregates(4)
 	e.publishAggregates(t, aggs, 1, 3)
-	eventually(t, 30*time.Second, "agg0-1 held after its last attempt", func() bool {
-		return e.count(t, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = 'agg0' AND failed") == 1
-	})
+	e.waitFailed(t, "agg0")
 	e.unfail(t, msgID("agg0", 1))
 	if err := c.Release(context.Background(), "agg0"); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func (c *Consumer) release(ctx context.Context, aggregateID string, skip bool) e
 }
 
 // HeldMessages counts the messages held for this consumer name, failed ones included: the
-// gauge walbox_consumer_held_messages (package metrics, ConsumerHeld).
+// gauge walbox_consumer_held_messages (consumermetrics.WatchHeld).
 func (c *Consumer) HeldMessages(ctx context.Context) (int64, error) {
 	var n int64
 	if err := c.pool.QueryRow(ctx, c.psql.heldCount, c.cfg.ConsumerName).Scan(&n); err != nil {

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer/internal/handling"
+	"github.com/walbox/walbox/wire"
 )
 
 // worker consumes one partition while this process holds its lease. It handles deliveries and
@@ -209,17 +210,25 @@ func (w *worker) consume(hctx context.Context, ch *amqp.Channel, deliveries <-ch
 // pauses and ends the session instead. Closing the channel requeues the delivery and those after
 // it, in their order. A single requeue would not keep that order.
 func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
+	if d.Type == wire.CanaryEventType {
+		return ackCanary(d)
+	}
 	if d.MessageId == "" {
 		return w.c.deadLetter(ctx, ch, d, attemptsBefore(d.Headers), ErrMissingMessageID)
 	}
 	del := newDelivery(d)
 	m := heldOf(d, w.partition)
-	handlerErr, err := w.process(ctx, del, m)
+	handled, handlerErr, err := w.process(ctx, del, m)
 	if err == nil && handlerErr != nil {
+		w.c.cfg.Metrics.Failed(w.c.cfg.ConsumerName, del)
 		err = w.hold(ctx, m, del.Attempt, handlerErr)
 	}
 	if err != nil {
+		w.c.cfg.Metrics.Failed(w.c.cfg.ConsumerName, del)
 		return w.dbFailed(ctx, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
+	}
+	if handled {
+		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, del)
 	}
 	w.backoffs = 0
 	if err := d.Ack(false); err != nil {

@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -126,22 +125,5 @@ func TestReason(t *testing.T) {
 		if got := metrics.Reason(tt.err); got != tt.want {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
-	}
-}
-
-func TestConsumerHeldReadsTheCountAtEachScrape(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	n := int64(3)
-	reg.MustRegister(metrics.ConsumerHeld("notifications", func(context.Context) (int64, error) { return n, nil }))
-	want := `# HELP walbox_consumer_held_messages Messages a partitioned consumer holds back behind a failed message of their aggregate, the failed ones included.
-# TYPE walbox_consumer_held_messages gauge
-walbox_consumer_held_messages{consumer="notifications"} 3
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "walbox_consumer_held_messages"); err != nil {
-		t.Error(err)
-	}
-	n = 0
-	if got := testutil.ToFloat64(metrics.ConsumerHeld("x", func(context.Context) (int64, error) { return n, nil })); got != 0 {
-		t.Errorf("after release: %v, want 0", got)
 	}
 }

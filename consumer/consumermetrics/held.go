@@ -1,4 +1,4 @@
-package metrics
+package consumermetrics
 
 import (
 	"context"
@@ -33,8 +33,8 @@ func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(n), c.consumer)
 }
 
-// ConsumerHeld returns walbox_consumer_held_messages{consumer="..."}, read from held at each
-// scrape: pass a consumer's HeldMessages. Register it on the consumer program's registry.
-func ConsumerHeld(consumer string, held func(context.Context) (int64, error)) prometheus.Collector {
-	return heldCollector{consumer: consumer, held: held}
+// WatchHeld registers walbox_consumer_held_messages{consumer="..."} with reg, read from held at
+// each scrape: pass a partitioned consumer's HeldMessages.
+func WatchHeld(reg prometheus.Registerer, consumer string, held func(context.Context) (int64, error)) {
+	reg.MustRegister(heldCollector{consumer: consumer, held: held})
 }
