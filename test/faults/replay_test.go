@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -326,7 +327,7 @@ func TestReplayMappedLegacyTable(t *testing.T) {
 }
 
 // A table split into shards has no publication of its own name: each shard's publication filters
-// its rows. Replay sends the rows of every shard, each once.
+// its rows. Replay sends the rows of every shard, each once, each aggregate's in insert order.
 func TestReplayShardedTable(t *testing.T) {
 	heavy(t)
 	w := newShardedWorld(t, 3)
@@ -336,7 +337,19 @@ func TestReplayShardedTable(t *testing.T) {
 		t.Fatalf("walbox replay exited %d:\n%s", code, out)
 	}
 	got := map[string]int{}
-	w.eachInQueue(w.queue, func(d amqp.Delivery) { got[d.MessageId]++ })
+	last := map[any]int{} // the last row number of each aggregate
+	w.eachInQueue(w.queue, func(d amqp.Delivery) {
+		got[d.MessageId]++
+		var body struct{ I int }
+		if err := json.Unmarshal(d.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		agg := d.Headers["aggregate_id"]
+		if n, ok := last[agg]; ok && body.I <= n {
+			t.Errorf("aggregate %v: row %d after row %d", agg, body.I, n)
+		}
+		last[agg] = body.I
+	})
 	w.checkEveryMatchedRow(got, "TRUE")
 	for id, n := range got {
 		if n != 1 {
