@@ -5,6 +5,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/walbox/walbox/internal/replay"
+	"github.com/walbox/walbox/outbox"
 )
 
 // Bad input to walbox replay is one line and exit 2, before any server is read: the stream mode,
@@ -33,5 +36,20 @@ func TestReplayRefusesBadInputWithOneLine(t *testing.T) {
 				t.Errorf("walbox replay %v exited %d:\n%s\nwant 2 and one line with %q", tt.args, code, got, tt.want)
 			}
 		})
+	}
+}
+
+// Off a terminal, each report of a running replay is one line: rows sent of those matched, the
+// percentage and the table.
+func TestReplayProgressIsALineEachReportOffATerminal(t *testing.T) {
+	var out bytes.Buffer
+	bar := newProgressBar(&out, replay.Plan{ID: "abc", Matched: 200, Sent: 50})
+	bar.show(replay.Progress{Sent: 100, Matched: 200, Table: outbox.DefaultTable})
+	bar.show(replay.Progress{Sent: 200, Matched: 200, Table: outbox.DefaultTable})
+	bar.end()
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "replay abc: 100 of 200 rows sent (50%), ") ||
+		!strings.HasPrefix(lines[1], "replay abc: 200 of 200 rows sent (100%), ") || !strings.HasSuffix(lines[1], "table public.outbox") {
+		t.Errorf("progress off a terminal:\n%s\nwant two lines, 100 then 200 of 200 rows sent", out.String())
 	}
 }
