@@ -3,6 +3,7 @@ package streampub
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/walbox/walbox/wire"
@@ -17,9 +18,12 @@ const (
 
 // The application properties of a parked message, as the exchange's park headers.
 const (
-	PropParkReason = "x-walbox-reason"
-	PropParkTable  = "x-walbox-table"
-	PropParkLSN    = "x-walbox-lsn"
+	PropParkReason   = "x-walbox-reason"
+	PropParkTable    = "x-walbox-table"
+	PropParkLSN      = "x-walbox-lsn"
+	PropParkParkedAt = "x-walbox-parked-at" // RFC 3339 text
+	PropParkSize     = "x-walbox-size"      // the payload's size in bytes, an int64
+	PropParkHeaders  = "x-walbox-headers"   // the row's own headers as JSON text, if it has any
 )
 
 // message builds the stream message of m:
@@ -80,5 +84,16 @@ func parkedMessage(p *wire.Parked) *amqp.AMQP10 {
 	msg.ApplicationProperties[PropParkReason] = p.Reason
 	msg.ApplicationProperties[PropParkTable] = p.Table
 	msg.ApplicationProperties[PropParkLSN] = p.LSN
+	msg.ApplicationProperties[PropParkParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	size := p.Size
+	if size == 0 {
+		size = len(p.Message.Payload)
+	}
+	msg.ApplicationProperties[PropParkSize] = int64(size)
+	if len(p.Message.Headers) > 0 {
+		if b, err := json.Marshal(p.Message.Headers); err == nil {
+			msg.ApplicationProperties[PropParkHeaders] = string(b)
+		}
+	}
 	return msg
 }

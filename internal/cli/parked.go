@@ -11,10 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+
 	"github.com/walbox/walbox/internal/parked"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/streampub"
 )
 
 const parkedSummary = "List, show, replay or discard the messages walbox parked: rows that could never be delivered as written. " +
@@ -44,16 +47,21 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkParkedArgs(sub, ids, c.v.parkedAll, c.v.yes); err != nil {
 		return err
 	}
+	var target *streampub.Config // the park stream's, with --stream-url
 	if len(c.v.stream.URIs) > 0 {
-		return configError{"--stream-url: the park stream is not supported yet; read it with a stream consumer"}
-	}
-	cfg, err := parkedConfig(c)
-	if err != nil {
-		return err
+		target = &c.v.stream
 	}
 	ctx, stop := signalContext(ctx, func() {})
 	defer stop()
-	err = runParkedSub(ctx, c, cfg, sub, ids, stdout)
+	if target != nil {
+		err = runParkedStream(ctx, c, *target, sub, ids, stdout)
+	} else {
+		var cfg parked.Config
+		if cfg, err = parkedConfig(c); err != nil {
+			return err
+		}
+		err = runParkedSub(ctx, c, cfg, sub, ids, stdout)
+	}
 	if errors.Is(err, parked.ErrUnknownID) {
 		return configError{err.Error()}
 	}
@@ -65,24 +73,17 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string, ids []string, stdout io.Writer) error {
 	switch sub {
-	case "list":
+	case "list", "show":
 		msgs, err := parked.List(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		showParked(stdout, msgs)
-		return nil
-	case "show":
-		msgs, err := parked.List(ctx, cfg)
-		if err != nil {
-			return err
+		views := make([]parkedView, len(msgs))
+		for i, p := range msgs {
+			views[i] = parkedView{ID: p.ID, Table: p.Table, LSN: p.LSN, Reason: p.Reason, Size: p.Size, ParkedAt: p.ParkedAt,
+				CreatedAt: p.CreatedAt, Headers: p.Headers, Body: p.Body, Dropped: p.BodyDropped()}
 		}
-		groups, err := parked.Select(msgs, ids, false)
-		if err != nil {
-			return err
-		}
-		showParkedMessages(stdout, groups[0])
-		return nil
+		return showParkedViews(stdout, sub, views, ids)
 	case "discard":
 		return parked.Discard(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
 	}
@@ -93,6 +94,63 @@ func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string,
 	defer db.Close(context.Background())
 	cfg.DB = db
 	return parked.Replay(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+}
+
+// runParkedStream runs a subcommand on the park stream of target; the database records what was
+// replayed or discarded.
+func runParkedStream(ctx context.Context, c *common, target streampub.Config, sub string, ids []string, stdout io.Writer) error {
+	logs.SetLogger(quietStreamClient{})
+	db, err := pgconnect.Connect(ctx, c.v.relay.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer db.Close(context.Background())
+	cfg := parked.StreamConfig{Stream: target, DB: db, Schema: c.v.relay.Table.Schema, Mappings: parkedMappings(c)}
+	switch sub {
+	case "list", "show":
+		entries, err := parked.ListStream(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		views := make([]parkedView, len(entries))
+		for i, e := range entries {
+			views[i] = parkedView{ID: e.ID, Table: e.Table, LSN: e.LSN, Reason: e.Reason, Size: e.Size, ParkedAt: e.ParkedAt,
+				CreatedAt: e.CreatedAt, Headers: e.Props, Body: e.Body, Dropped: len(e.Body) == 0 && e.Size > 0}
+		}
+		return showParkedViews(stdout, sub, views, ids)
+	case "discard":
+		return parked.DiscardStream(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+	}
+	return parked.ReplayStream(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+}
+
+// parkedView is a parked message or park stream entry, as list and show print it.
+type parkedView struct {
+	ID, Table, LSN, Reason string
+	Size                   int
+	ParkedAt, CreatedAt    time.Time
+	Headers                map[string]any
+	Body                   []byte
+	Dropped                bool
+}
+
+// showParkedViews prints the list, or every copy of the one id of show.
+func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []string) error {
+	if sub == "list" {
+		showParked(stdout, views)
+		return nil
+	}
+	var copies []parkedView
+	for _, v := range views {
+		if v.ID == ids[0] {
+			copies = append(copies, v)
+		}
+	}
+	if len(copies) == 0 {
+		return fmt.Errorf("%w: %s (walbox parked list shows the ids; another reader may hold it)", parked.ErrUnknownID, ids[0])
+	}
+	showParkedMessages(stdout, copies)
+	return nil
 }
 
 // checkParkedArgs checks the ids and switches a subcommand takes.
@@ -122,15 +180,19 @@ func parkedConfig(c *common) (parked.Config, error) {
 	if err != nil {
 		return parked.Config{}, err
 	}
-	maps := c.mappings()
-	if len(maps) == 0 {
-		maps = []outbox.Mapping{{Table: c.v.relay.Table}}
+	return parked.Config{Dial: func(ctx context.Context) (*publisher.Session, error) { return eps.Dial(ctx) }, Mappings: parkedMappings(c)}, nil
+}
+
+// parkedMappings are the outbox tables: those of the config file, or --table.
+func parkedMappings(c *common) []outbox.Mapping {
+	if maps := c.mappings(); len(maps) > 0 {
+		return maps
 	}
-	return parked.Config{Dial: func(ctx context.Context) (*publisher.Session, error) { return eps.Dial(ctx) }, Mappings: maps}, nil
+	return []outbox.Mapping{{Table: c.v.relay.Table}}
 }
 
 // showParked prints one line per parked message, in queue order.
-func showParked(stdout io.Writer, msgs []publisher.ParkedMessage) {
+func showParked(stdout io.Writer, msgs []parkedView) {
 	if len(msgs) == 0 {
 		fmt.Fprintln(stdout, "no parked messages")
 		return
@@ -145,7 +207,7 @@ func showParked(stdout io.Writer, msgs []publisher.ParkedMessage) {
 }
 
 // showParkedMessages prints every parked copy of one id: properties, headers and payload.
-func showParkedMessages(w io.Writer, g parked.Group) {
+func showParkedMessages(w io.Writer, g []parkedView) {
 	for i, p := range g {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -161,7 +223,7 @@ func showParkedMessages(w io.Writer, g parked.Group) {
 		for _, k := range keys {
 			fmt.Fprintf(w, "  %s: %v\n", k, p.Headers[k])
 		}
-		if p.BodyDropped() {
+		if p.Dropped {
 			fmt.Fprintf(w, "payload     not kept (%d bytes)\n", p.Size)
 			continue
 		}

@@ -37,44 +37,47 @@ func List(ctx context.Context, cfg Config) ([]publisher.ParkedMessage, error) {
 // Select groups msgs by id, in queue order: those of ids, or all of them. An id not among them
 // is an error wrapping ErrUnknownID.
 func Select(msgs []publisher.ParkedMessage, ids []string, all bool) ([]Group, error) {
+	gs, err := selectGroups(msgs, func(p *publisher.ParkedMessage) string { return p.ID }, ids, all)
+	out := make([]Group, len(gs))
+	for i, g := range gs {
+		out[i] = g
+	}
+	return out, err
+}
+
+// selectGroups groups items by id, in their order: those of ids, or all of them. An id not among
+// them is an error wrapping ErrUnknownID.
+func selectGroups[T any](items []T, idOf func(*T) string, ids []string, all bool) ([][]*T, error) {
 	byID := map[string]int{}
-	var groups []Group
-	for i := range msgs {
-		p := &msgs[i]
-		if j, ok := byID[p.ID]; ok {
+	var groups [][]*T
+	for i := range items {
+		p := &items[i]
+		if j, ok := byID[idOf(p)]; ok {
 			groups[j] = append(groups[j], p)
 			continue
 		}
-		byID[p.ID] = len(groups)
-		groups = append(groups, Group{p})
+		byID[idOf(p)] = len(groups)
+		groups = append(groups, []*T{p})
 	}
 	if all {
 		return groups, nil
 	}
-	var out []Group
+	var out [][]*T
 	var unknown []string
+	taken := map[string]bool{}
 	for _, id := range ids {
 		j, ok := byID[id]
 		switch {
 		case !ok:
 			unknown = append(unknown, id)
-		case !containsGroup(out, id):
-			out = append(out, groups[j])
+		case !taken[id]:
+			out, taken[id] = append(out, groups[j]), true
 		}
 	}
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("%w: %s (walbox parked list shows the ids; another reader may hold some)", ErrUnknownID, strings.Join(unknown, ", "))
 	}
 	return out, nil
-}
-
-func containsGroup(gs []Group, id string) bool {
-	for _, g := range gs {
-		if g[0].ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 // Outcome is what became of one message id.

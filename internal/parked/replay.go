@@ -63,7 +63,9 @@ func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, erro
 	case found:
 		o.Source = "table row"
 	default:
-		if m, err = fromCopy(p); err != nil {
+		var kept bool
+		m, kept = p.Message()
+		if err = fromCopy(m, kept, p.BodyDropped(), p.Size); err != nil {
 			return w.parkAgain(ctx, p, &m, p.Size, err, o)
 		}
 	}
@@ -129,24 +131,23 @@ func (w *writer) confirm(ctx context.Context) error {
 	}
 }
 
-// fromCopy rebuilds the row from its parked copy. An error says why it still cannot be published;
-// m then holds what the copy has.
-func fromCopy(p *publisher.ParkedMessage) (wire.Message, error) {
-	m, ok := p.Message()
+// fromCopy says why m, a row rebuilt from its parked copy, still cannot be published, or nil.
+// The copy kept its headers if headersKept, and its payload of size bytes unless bodyDropped.
+func fromCopy(m wire.Message, headersKept, bodyDropped bool, size int) error {
 	switch {
-	case !ok:
-		return m, fmt.Errorf("%w: the row's headers were too large to keep in the parked copy, and the row is not in its table", wire.ErrUnpublishable)
-	case p.BodyDropped():
-		return m, fmt.Errorf("%w: the parked copy lacks the payload of %d bytes, and the row is not in its table", wire.ErrUnpublishable, p.Size)
+	case !headersKept:
+		return fmt.Errorf("%w: the row's headers were too large to keep in the parked copy, and the row is not in its table", wire.ErrUnpublishable)
+	case bodyDropped:
+		return fmt.Errorf("%w: the parked copy lacks the payload of %d bytes, and the row is not in its table", wire.ErrUnpublishable, size)
 	case m.EventType == "":
-		return m, fmt.Errorf("%w: no event type", decoder.ErrBadRow)
+		return fmt.Errorf("%w: no event type", decoder.ErrBadRow)
 	case !json.Valid(m.Payload):
-		return m, fmt.Errorf("%w: the payload is not JSON", decoder.ErrBadRow)
+		return fmt.Errorf("%w: the payload is not JSON", decoder.ErrBadRow)
 	}
 	for k := range m.Headers {
 		if wire.ReservedHeader(k) {
-			return m, fmt.Errorf("%w: header %q: names starting with %s are reserved for walbox", decoder.ErrBadRow, k, wire.ReservedHeaderPrefix)
+			return fmt.Errorf("%w: header %q: names starting with %s are reserved for walbox", decoder.ErrBadRow, k, wire.ReservedHeaderPrefix)
 		}
 	}
-	return m, nil
+	return nil
 }

@@ -1,0 +1,281 @@
+package parked
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/streampub"
+	"github.com/walbox/walbox/wire"
+)
+
+// A park stream is append-only. Its entries that walbox parked replayed or discarded are recorded
+// in walbox_parked_handled, in walbox's schema; list shows the others. A replay into the stream goes
+// under a producer of its own (streampub.ReplayProducer), with a publishing id from that record.
+
+// StreamConfig is what the commands need in stream mode.
+type StreamConfig struct {
+	// Stream names the nodes and the stream; its park stream is streampub.ParkStream(Stream.Stream).
+	Stream streampub.Config
+	// DB holds the record of the entries handled, and the outbox tables.
+	DB *pgx.Conn
+	// Schema is walbox's schema, the outbox table's.
+	Schema string
+	// Mappings are the outbox tables, as the relay reads them.
+	Mappings []wire.Mapping
+}
+
+func (c *StreamConfig) park() string { return streampub.ParkStream(c.Stream.Stream) }
+
+func (c *StreamConfig) record() string {
+	return pgx.Identifier{c.Schema, "walbox_parked_handled"}.Sanitize()
+}
+
+// handled is an entry's row in walbox_parked_handled.
+type handled struct {
+	action string
+	id     int64 // the replay's publishing id; 0 for none
+}
+
+// ListStream returns the park stream's entries not yet replayed or discarded, in offset order.
+func ListStream(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, error) {
+	entries, _, err := open(ctx, cfg)
+	return entries, err
+}
+
+// open reads the park stream and the record, and returns the entries not done with the record.
+func open(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, map[int64]handled, error) {
+	all, err := streampub.ReadPark(ctx, cfg.Stream)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := cfg.DB.Query(ctx, "SELECT park_offset, action, coalesce(publishing_id, 0) FROM "+cfg.record()+
+		" WHERE park_stream = $1", cfg.park())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", cfg.record(), err)
+	}
+	done := map[int64]handled{}
+	var (
+		off int64
+		h   handled
+	)
+	_, err = pgx.ForEachRow(rows, []any{&off, &h.action, &h.id}, func() error { done[off] = h; return nil })
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", cfg.record(), err)
+	}
+	var left []streampub.ParkEntry
+	for _, e := range all {
+		if h, ok := done[e.Offset]; !ok || h.action == "replaying" {
+			left = append(left, e)
+		}
+	}
+	return left, done, nil
+}
+
+// lock keeps a second walbox parked off the park stream until the connection ends.
+func lock(ctx context.Context, cfg StreamConfig) (unlock func(), err error) {
+	key := "walbox_parked:" + cfg.park()
+	var ok bool
+	if err := cfg.DB.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext($1))", key).Scan(&ok); err != nil {
+		return nil, fmt.Errorf("lock the park stream: %w", err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("another walbox parked replays or discards on stream %s; try again once it is done", cfg.park())
+	}
+	return func() {
+		_, _ = cfg.DB.Exec(context.Background(), "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext($1))", key)
+	}, nil
+}
+
+// mark records the entries of g as handled with action and publishing id (0 for none).
+func mark(ctx context.Context, cfg StreamConfig, g []*streampub.ParkEntry, action string, id int64) error {
+	for _, e := range g {
+		_, err := cfg.DB.Exec(ctx, "INSERT INTO "+cfg.record()+
+			" (park_stream, park_offset, message_id, action, publishing_id) VALUES ($1, $2, $3, $4, NULLIF($5, 0))"+
+			" ON CONFLICT (park_stream, park_offset) DO UPDATE SET action = EXCLUDED.action,"+
+			" publishing_id = EXCLUDED.publishing_id, handled_at = pg_catalog.now()",
+			cfg.park(), e.Offset, e.ID, action, id)
+		if err != nil {
+			return fmt.Errorf("record %s as %s: %w", e.ID, action, err)
+		}
+	}
+	return nil
+}
+
+// taking is the park stream held by one replay or discard. It holds the entries left, their record,
+// and the groups of the ids asked for.
+type taking struct {
+	unlock  func()
+	entries []streampub.ParkEntry
+	done    map[int64]handled
+	groups  [][]*streampub.ParkEntry
+}
+
+// begin locks the park stream, reads it and its record, and selects the groups of ids (all,
+// with all).
+func begin(ctx context.Context, cfg StreamConfig, ids []string, all bool) (*taking, error) {
+	unlock, err := lock(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &taking{unlock: unlock}
+	if t.entries, t.done, err = open(ctx, cfg); err == nil {
+		t.groups, err = selectGroups(t.entries, func(e *streampub.ParkEntry) string { return e.ID }, ids, all)
+	}
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return t, nil
+}
+
+// DiscardStream records the entries of ids (all, with all) as discarded.
+func DiscardStream(ctx context.Context, cfg StreamConfig, ids []string, all bool, report func(Outcome)) error {
+	t, err := begin(ctx, cfg, ids, all)
+	if err != nil {
+		return err
+	}
+	defer t.unlock()
+	done := t.done
+	for _, g := range t.groups {
+		if done[g[0].Offset].action == "replaying" {
+			return fmt.Errorf("a replay of %s was cut short and may be in the stream: replay it first", g[0].ID)
+		}
+		if err := mark(ctx, cfg, g, "discarded", 0); err != nil {
+			return err
+		}
+		report(Outcome{ID: g[0].ID, Copies: len(g), Action: "discarded"})
+	}
+	return nil
+}
+
+// ReplayStream publishes the entries of ids (all, with all) into the stream, as Replay does
+// into the exchange. Each replay is recorded with its publishing id before it is sent, and as
+// done once confirmed. A replay cut short is sent again first, with its id: the broker stores it
+// once.
+func ReplayStream(ctx context.Context, cfg StreamConfig, ids []string, all bool, report func(Outcome)) error {
+	t, err := begin(ctx, cfg, ids, all)
+	if err != nil {
+		return err
+	}
+	defer t.unlock()
+	entries, done, groups := t.entries, t.done, t.groups
+	r, err := streampub.DialReplayer(cfg.Stream)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	sr := &streamReplay{cfg: cfg, r: r, rows: newRows(cfg.DB, cfg.Mappings)}
+	if sr.next, err = r.Last(); err != nil {
+		return err
+	}
+	for _, h := range done {
+		sr.next = max(sr.next, h.id)
+	}
+	sr.next++
+	if err := sr.finish(ctx, entries, done, report); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if done[g[0].Offset].action == "replaying" {
+			continue // finished above
+		}
+		if err := sr.replay(ctx, g, 0, report); err != nil {
+			return fmt.Errorf("replay %s: %w", g[0].ID, err)
+		}
+	}
+	return nil
+}
+
+// streamReplay is one ReplayStream's producer, rows and next publishing id.
+type streamReplay struct {
+	cfg  StreamConfig
+	r    *streampub.Replayer
+	rows *rows
+	next int64
+}
+
+// finish sends again the replays a kill cut short, each with its recorded id, in the order of the ids.
+func (sr *streamReplay) finish(ctx context.Context, entries []streampub.ParkEntry, done map[int64]handled, report func(Outcome)) error {
+	byID := map[string][]*streampub.ParkEntry{}
+	for i := range entries {
+		e := &entries[i]
+		if h := done[e.Offset]; h.action == "replaying" {
+			byID[e.ID] = append(byID[e.ID], e)
+		}
+	}
+	groups := slices.Collect(maps.Values(byID))
+	slices.SortFunc(groups, func(x, y []*streampub.ParkEntry) int { return cmp.Compare(done[x[0].Offset].id, done[y[0].Offset].id) })
+	for _, g := range groups {
+		if err := sr.replay(ctx, g, done[g[0].Offset].id, report); err != nil {
+			return fmt.Errorf("finish the replay of %s: %w", g[0].ID, err)
+		}
+	}
+	return nil
+}
+
+// replay publishes the row of g with publishing id, or the next one if 0, and records it.
+func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id int64, report func(Outcome)) error {
+	e := g[0]
+	o := Outcome{ID: e.ID, Copies: len(g), Action: "replayed", Source: "parked copy"}
+	m, found, err := sr.rows.read(ctx, e.Table, e.ID)
+	switch {
+	case decoder.IsBadRow(err):
+		var de *decoder.Error
+		errors.As(err, &de)
+		return sr.parkAgain(ctx, g, &de.Partial, err, o, report)
+	case err != nil:
+		return err
+	case found:
+		o.Source = "table row"
+	default:
+		m = e.Message()
+		if err := fromCopy(m, true, len(e.Body) == 0 && e.Size > 0, e.Size); err != nil {
+			return sr.parkAgain(ctx, g, &m, err, o, report)
+		}
+	}
+	if id == 0 {
+		id = sr.next
+		sr.next++
+		if err := mark(ctx, sr.cfg, g, "replaying", id); err != nil {
+			return err
+		}
+	}
+	err = sr.r.Send(ctx, &m, id)
+	if errors.Is(err, wire.ErrUnpublishable) {
+		m.Payload = nil // too large for the park stream's frame too
+		return sr.parkAgain(ctx, g, &m, err, o, report)
+	}
+	if err != nil {
+		return err
+	}
+	if err := mark(ctx, sr.cfg, g, "replayed", id); err != nil {
+		return err
+	}
+	report(o)
+	return nil
+}
+
+// parkAgain parks m again into the park stream with why, and records g as parked again.
+func (sr *streamReplay) parkAgain(ctx context.Context, g []*streampub.ParkEntry, m *wire.Message, why error, o Outcome, report func(Outcome)) error {
+	e := g[0]
+	again := &wire.Parked{Message: *m, Reason: why.Error(), Table: e.Table, LSN: e.LSN}
+	if len(m.Payload) == 0 {
+		again.Size = e.Size
+	}
+	if err := sr.r.Park(ctx, again); err != nil {
+		return fmt.Errorf("park again: %w", err)
+	}
+	if err := mark(ctx, sr.cfg, g, "parked again", 0); err != nil {
+		return err
+	}
+	o.Action, o.Reason = "parked again", why.Error()
+	report(o)
+	return nil
+}
