@@ -92,3 +92,39 @@ func TestShardsShareOutEmittedAndParkedMessages(t *testing.T) {
 		t.Errorf("%d messages parked across %d shards, want 2 (the non-transactional and the malformed one, once each)", parked, n)
 	}
 }
+
+// Each shard's relay relays its own canary, whatever shard its aggregate id hashes to, and no other.
+func TestShardsEachRelayTheirOwnCanary(t *testing.T) {
+	const n = 3
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	ctx := context.Background()
+	set := shard.Set{Slot: e.slot, Publication: "walbox", N: n}
+	if _, err := shard.CreatePublications(ctx, e.conn, wire.DefaultTable, set); err != nil {
+		t.Fatal(err)
+	}
+	brokers := make([]*fakeBroker, n)
+	for k := range n {
+		if _, err := slots.EnsureSlot(ctx, e.db, set.SlotName(k), set.PublicationName(k), []wire.Table{wire.DefaultTable}, registry.New(e.conn, "public")); err != nil {
+			t.Fatal(err)
+		}
+		brokers[k] = newFakeBroker(true)
+		sub := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: set.SlotName(k), broker: brokers[k]}
+		sub.start(func(c *replication.Config) {
+			c.Publication, c.Shard, c.Shards, c.Canary = set.PublicationName(k), k, n, set.SlotName(k)
+		})
+	}
+	for k := range n {
+		if _, err := e.conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, format(
+			'{"v": 1, "id": "%s", "aggregate_type": "walbox.canary", "aggregate_id": "%s", "event_type": "walbox.canary", "payload": {}}',
+			gen_random_uuid(), $2::text))`, wire.CanaryPrefix, set.SlotName(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, b := range brokers {
+		b.waitPublished(t, 1)
+		time.Sleep(500 * time.Millisecond) // another shard's canary, if relayed, arrives meanwhile
+		if got := b.messages(); len(got) != 1 || got[0].AggregateID != set.SlotName(k) || got[0].Key() != wire.CanaryEventType {
+			t.Errorf("shard %d relayed %+v; want its own canary only, to %s", k, got, wire.CanaryEventType)
+		}
+	}
+}
