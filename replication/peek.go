@@ -150,7 +150,7 @@ func (p *peek) handle(row [][]byte) error {
 
 // owns reports whether the relay of shard sh of shards publishes m, of table. The table of an
 // emitted message is "" (see stream.owns). A canary is the decoding relay's own: the decoder
-// passes only its slot's, with the canary's routing key, which no emitted message carries.
+// passes only its slot's. It carries the canary's routing key, which no emitted message does.
 func owns(table string, m *wire.Message, shards, sh int) bool {
 	return table != "" || shards <= 1 || m.RoutingKey == wire.CanaryEventType || shard.Of(m.AggregateID, shards) == sh
 }
