@@ -30,6 +30,8 @@ var Points = []string{
 	"stream.stored",      // the stream publisher confirmed at once a message the stream holds already
 	"schedule.handed",    // a message due later handed to the schedule, its record not yet written
 	"schedule.confirmed", // due messages sent and confirmed, not yet deleted from the schedule
+	"parked.confirmed",   // walbox parked replayed a message, confirmed, its parked copies not yet removed
+	"parked.stored",      // walbox parked replayed an entry into the stream, confirmed, not yet recorded
 }
 
 // Env is the environment variable that arms a point: name:N.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/wire"
 )
@@ -25,6 +26,7 @@ func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func
 		if err != nil {
 			return fmt.Errorf("replay %s: %w", g[0].ID, err)
 		}
+		killpoint.Hit("parked.confirmed")
 		if err := remove(r, g); err != nil {
 			return err
 		}

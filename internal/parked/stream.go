@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
 )
@@ -255,6 +256,7 @@ func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id
 	if err != nil {
 		return err
 	}
+	killpoint.Hit("parked.stored")
 	if err := mark(ctx, sr.cfg, g, "replayed", id); err != nil {
 		return err
 	}

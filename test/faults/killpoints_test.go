@@ -32,7 +32,7 @@ var (
 // Every kill point is killed at by a test: a point added to the code needs a test here.
 func TestEveryKillPointIsCovered(t *testing.T) {
 	covered := slices.Concat(relayPoints, recoverPoints, prunePoints, standbyPoints, reshardPoints, streamPoints, runPoints,
-		schedulePoints)
+		schedulePoints, parkedPoints)
 	for _, p := range killpoint.Points {
 		if !slices.Contains(covered, p) {
 			t.Errorf("kill point %q is killed at by no test of killpoints_test.go", p)

@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,64 @@ func (w *world) parked(code int, args ...string) string {
 		w.t.Fatalf("walbox parked %v exited %d, want %d:\n%s", cmd, got, code, out)
 	}
 	return out
+}
+
+// parkedPoints are the kill points of walbox parked replay.
+var parkedPoints = []string{"parked.confirmed", "parked.stored"}
+
+// A replay killed once the broker confirmed the new message, before the parked copy was removed,
+// leaves the copy parked: the next replay sends the row once more (at least once) and removes it.
+// In stream mode, killed once the stream stored it, before the record: the next replay sends it
+// again with its publishing id, and the stream holds it once.
+func TestParkedReplayKilledAtEveryPoint(t *testing.T) {
+	heavy(t)
+	t.Run("park queue", func(t *testing.T) {
+		w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+		w.startRelay().waitState("streaming", time.Minute)
+		a := w.insertBadRow()
+		w.waitParked(nil, a)
+		w.fixRow(a)
+		w.killedAt("parked.confirmed", 1, "parked", "replay", a)
+		got := map[string]int{}
+		waitFor(t, time.Minute, "the replayed row", func() bool { w.countDelivered(got); return got[a] > 0 })
+		if ids := w.waitParked(nil, a); len(ids) != 1 {
+			t.Fatalf("after the kill, list shows %v, want %s still parked", ids, a)
+		}
+		w.parked(0, "replay", a)
+		waitFor(t, time.Minute, "the row sent again", func() bool { w.countDelivered(got); return got[a] > 1 })
+		if out := w.parked(0, "list"); !strings.Contains(out, "no parked messages") {
+			t.Fatalf("list after the second replay:\n%s", out)
+		}
+	})
+	t.Run("park stream", func(t *testing.T) {
+		rabbit := testenv.StartRabbitStream(t)
+		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+		env, sr := newStream(t, rabbit)
+		w.startRelay(env...).waitState("streaming", time.Minute)
+		a := w.insertBadRow()
+		w.waitParked(env, a)
+		w.fixRow(a)
+		w.killedWith(env, "parked.stored", 1, "parked", "replay", a)
+		if ids := w.waitParked(env, a); len(ids) != 1 {
+			t.Fatalf("after the kill, list shows %v, want %s", ids, a)
+		}
+		w.parked(0, append([]string{"replay", a}, env...)...)
+		if out := w.parked(0, append([]string{"list"}, env...)...); !strings.Contains(out, "no parked messages") {
+			t.Fatalf("list after the second replay:\n%s", out)
+		}
+		count := func() int {
+			n := 0
+			for _, m := range sr.messages() {
+				if m.Properties != nil && fmt.Sprint(m.Properties.MessageID) == a {
+					n++
+				}
+			}
+			return n
+		}
+		waitFor(t, time.Minute, "the replayed row in the stream", func() bool { return count() > 0 })
+		time.Sleep(time.Second) // the reader has had time to get both, were both stored
+		if n := count(); n != 1 {
+			t.Fatalf("%s is in the stream %d times, want once", a, n)
+		}
+	})
 }
