@@ -43,7 +43,7 @@ type passResult struct {
 // kills each once along the way. One message in failEvery (none if 0), picked by a hash of its
 // id, fails until released.
 func runFaultPass(t *testing.T, aggs []string, perAggregate, failEvery int) passResult {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(8)
 	total := len(aggs) * perAggregate
 	var res passResult

@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 // The tests of partitions record each handled message in the table handled, with the handling
@@ -36,9 +37,10 @@ CREATE TABLE failing (message_id text PRIMARY KEY)`
 // partEnv is a partitioned consumer's test environment.
 type partEnv struct{ *env }
 
-func newPartEnv(tb testing.TB) *partEnv {
+// newPartEnv is newEnv on broker r (nil: the shared one), with the tables handled and failing.
+func newPartEnv(tb testing.TB, r *testenv.Rabbit) *partEnv {
 	tb.Helper()
-	e := newEnv(tb, nil)
+	e := newEnv(tb, r)
 	if _, err := e.pool.Exec(context.Background(), partitionTables); err != nil {
 		tb.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 // leaves half way and another joins: each aggregate's messages are still handled once each,
 // in the order they were published.
 func TestPartitionsKeepEachAggregatesOrderAcrossConsumers(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(6)
 	var stops []func() error
 	for _, name := range []string{"c1", "c2", "c3"} {
@@ -46,7 +47,7 @@ func TestPartitionsKeepEachAggregatesOrderAcrossConsumers(t *testing.T) {
 // A consumer process killed with SIGKILL keeps its partitions until their leases expire: the
 // other takes them over only then, and no message is handled twice or out of order.
 func TestPartitionLeaseTakenOverOnlyAfterExpiry(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(4)
 	a, b := e.startTwo(t, cfg)
 	aggs := aggregates(20)
@@ -73,7 +74,7 @@ func TestPartitionLeaseTakenOverOnlyAfterExpiry(t *testing.T) {
 // thawed it handles nothing more of them: it stops at its deadline, and its database writes
 // are fenced by the lease. Single active consumer alone would let it go on.
 func TestFrozenConsumerStopsAfterItsLease(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(4)
 	a, b := e.startTwo(t, cfg)
 	aggs := aggregates(20)
@@ -100,7 +101,7 @@ func TestFrozenConsumerStopsAfterItsLease(t *testing.T) {
 // A message that fails for good holds back its aggregate's later messages, not the partition's
 // other aggregates. Release lets the held ones through, in order, before new ones.
 func TestFailureHoldsOnlyItsAggregateUntilReleased(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(1) // one partition: the held aggregate shares it with the others
 	var errs errorLog
 	cfg.OnError = func(err error) { t.Log(err); errs.add(err) }
@@ -144,7 +145,7 @@ func TestFailureHoldsOnlyItsAggregateUntilReleased(t *testing.T) {
 // Skip discards the failed message; the aggregate's others follow, and the SQL function does
 // the same as the method.
 func TestSkipDiscardsTheFailedMessage(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(2)
 	e.fail(t, msgID("agg1", 1))
 	e.runOne(t, e.pool, cfg)
@@ -163,7 +164,7 @@ func TestSkipDiscardsTheFailedMessage(t *testing.T) {
 func TestPartitionsWithoutThePluginNameTheFix(t *testing.T) {
 	skipShort(t)
 	r := testenv.StartRabbitConf(t, "") // a node without the plugin; an external one has it
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	cfg := e.partConfig(2)
 	cfg.AMQPURL = r.URL()
 	c, err := consumer.New(e.pool, cfg, recordHandled("c"))
@@ -266,7 +267,7 @@ func (e *partEnv) unfail(tb testing.TB, id string) {
 // A consumer role with only the grants docs/outbox.md lists runs partitions, holds and
 // releases.
 func TestPartitionsRunAsALeastPrivilegedRole(t *testing.T) {
-	e := newPartEnv(t)
+	e := newPartEnv(t, nil)
 	role := testenv.UniqueName("consumer")
 	ident := pgx.Identifier{role}.Sanitize()
 	for _, sql := range []string{
@@ -311,4 +312,51 @@ func TestPartitionsRunAsALeastPrivilegedRole(t *testing.T) {
 	}
 	e.waitHandled(t, 4*3, time.Minute)
 	e.checkHandled(t, aggs, 3, nil)
+}
+
+// On a three-node cluster the partitions are quorum queues. Two consumers, each connected to
+// another node, go on while the third node is killed, each aggregate in order.
+func TestPartitionsOnAClusterOutliveANode(t *testing.T) {
+	skipShort(t)
+	cl := testenv.SharedCluster(t)
+	defer cl.StartAll(t)
+	e := newPartEnv(t, cl.Node(0))
+	cfg := e.partConfig(4)
+	e.startConsumer(t, cfg, "c0")
+	cfg.AMQPURL = cl.Node(1).URL()
+	e.startConsumer(t, cfg, "c1")
+	e.waitLeases(t, cfg, 4, 2)
+	var queues []string
+	for p := range 4 {
+		queues = append(queues, fmt.Sprintf("%s.p%d", cfg.Queue, p))
+	}
+	e.wantQuorum(t, queues...)
+	aggs := aggregates(20)
+	e.publishAggregates(t, aggs, 1, 10)
+	e.waitHandled(t, 20*10, time.Minute)
+	cl.Node(2).Kill(t)
+	e.publishAggregates(t, aggs, 11, 20)
+	e.waitHandled(t, 20*20, 2*time.Minute)
+	e.checkHandled(t, aggs, 20, nil)
+}
+
+// Two databases on one broker: each has its own queue, bound to one exchange, and its own
+// leases, under the same consumer name. Each handles every message once, in order.
+func TestPartitionsOfTwoDatabasesOnOneBroker(t *testing.T) {
+	e1, e2 := newPartEnv(t, nil), newPartEnv(t, nil)
+	e2.exchange = e1.exchange
+	for _, e := range []*partEnv{e1, e2} {
+		cfg := e.partConfig(2)
+		cfg.ConsumerName = "notifier"
+		e.startConsumer(t, cfg, "c")
+		eventually(t, time.Minute, "partitions leased", func() bool {
+			return e.count(t, "SELECT count(*) FROM walbox_consumer_leases WHERE consumer = 'notifier' AND expires_at > clock_timestamp()") == 2
+		})
+	}
+	aggs := aggregates(10)
+	e1.publishAggregates(t, aggs, 1, 10)
+	for _, e := range []*partEnv{e1, e2} {
+		e.waitHandled(t, 10*10, time.Minute)
+		e.checkHandled(t, aggs, 10, nil)
+	}
 }

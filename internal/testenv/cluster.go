@@ -98,7 +98,8 @@ func (c *Cluster) Close() { c.shutdown() }
 // later ones to the first.
 func startCluster(root string) (*Cluster, error) { return formCluster(root, false) }
 
-// formCluster is startCluster, with the stream plugin on every node when stream is set.
+// formCluster is startCluster, with the stream plugin on every node when stream is set. Every
+// node has the consistent-hash exchange plugin.
 func formCluster(root string, stream bool) (*Cluster, error) {
 	start := time.Now()
 	c := &Cluster{nodes: make([]*Rabbit, ClusterSize)}
@@ -109,7 +110,7 @@ func formCluster(root string, stream bool) (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.nodes[i], errs[i] = startNode(&Rabbit{cookie: cookie, root: root, stream: stream})
+			c.nodes[i], errs[i] = startNode(&Rabbit{cookie: cookie, root: root, stream: stream, hash: true})
 		}()
 	}
 	wg.Wait()
