@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/wire"
@@ -57,6 +58,7 @@ func (r *rows) read(ctx context.Context, name, id string) (m wire.Message, found
 	if err != nil {
 		return m, false, fmt.Errorf("read row %s of %s: %w", id, name, err)
 	}
+	defer rs.Close()
 	values, err := pgx.CollectRows(rs, func(row pgx.CollectableRow) ([][]byte, error) {
 		raw := row.RawValues()
 		out := make([][]byte, len(raw))
@@ -67,6 +69,10 @@ func (r *rows) read(ctx context.Context, name, id string) (m wire.Message, found
 		}
 		return out, nil
 	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "22P02" || pe.Code == "22003") {
+		return m, false, nil // an id no row of the table can have: another database's, say
+	}
 	if err != nil {
 		return m, false, fmt.Errorf("read row %s of %s: %w", id, name, err)
 	}

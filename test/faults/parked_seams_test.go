@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -153,5 +155,68 @@ func TestParkedOfTwoDatabasesDoNotCross(t *testing.T) {
 	one.parked(2, "discard", "--yes", b)
 	if got := parkedIDs(two.parked(0, "list")); !slices.Equal(got, []string{b}) {
 		t.Fatalf("after the first database's attempts, the second lists %v, want %s", got, b)
+	}
+}
+
+// Rows of a mapped table name their own exchange, which does not exist yet, and get a routing key
+// from a template: both are parked. Once the exchange is declared, a replay sends each there with
+// its routing key and original id: one read from the table, one deleted from it and rebuilt from
+// its parked copy with its headers.
+func TestParkedRowsGoToTheirOwnExchangeAndKey(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.exec("ALTER TABLE outbox ADD COLUMN target text")
+	conf := filepath.Join(t.TempDir(), "walbox.yaml")
+	yaml := "tables:\n  - table: public.outbox\n    exchange-column: target\n    routing-key: \"{aggregate_type}.{event_type}\"\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "WALBOX_CONFIG=" + conf
+	w.startRelay(cfg).waitState("streaming", time.Minute)
+	own := testenv.UniqueName("own")
+	insert := func() string {
+		id := uuid.NewString()
+		w.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers, target)
+			VALUES ($1, 'order', '1', 'order.moved', '{"n": 1}', '{"trace": "t"}', $2)`, id, own)
+		return id
+	}
+	kept, gone := insert(), insert()
+	w.waitParked([]string{cfg}, kept, gone)
+	w.exec("DELETE FROM outbox WHERE id = $1", gone)
+
+	conn, ch := dialAMQP(t, w.rabbit.URL())
+	defer conn.Close()
+	q := testenv.UniqueName("ownq")
+	if err := ch.ExchangeDeclare(own, "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "#", own, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := w.parked(0, "replay", "--all", cfg)
+	if !strings.Contains(out, "replayed "+kept+" from the table row") || !strings.Contains(out, "replayed "+gone+" from the parked copy") {
+		t.Fatalf("replay --all:\n%s", out)
+	}
+	got := map[string]amqp.Delivery{}
+	waitFor(t, time.Minute, "both rows on their own exchange", func() bool {
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return len(got) == 2
+			}
+			got[d.MessageId] = d
+		}
+	})
+	for _, id := range []string{kept, gone} {
+		d := got[id]
+		if d.Exchange != own || d.RoutingKey != "order.order.moved" || d.Headers["trace"] != "t" || string(d.Body) != `{"n": 1}` {
+			t.Errorf("%s arrived on %q with key %q, headers %v, body %s", id, d.Exchange, d.RoutingKey, d.Headers, d.Body)
+		}
 	}
 }

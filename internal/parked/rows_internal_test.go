@@ -1,0 +1,43 @@
+package parked
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
+)
+
+// A parked row is read back from its outbox table by its id. An id the table's id column cannot
+// hold, an id of no row and a table that is no outbox table are each simply not found.
+func TestRowReadByItsID(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	conn := pg.Conn(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, conn, migrations.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.NewString()
+	if _, err := conn.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+		VALUES ($1, 'order', '7', 'order.created', '{"n": 1}', '{"trace": "t"}')`, id); err != nil {
+		t.Fatal(err)
+	}
+	r := newRows(conn, []wire.Mapping{{Table: wire.DefaultTable}})
+	m, found, err := r.read(ctx, "public.outbox", id)
+	if err != nil || !found || m.AMQPMessageID() != id || m.EventType != "order.created" || m.Headers["trace"] != "t" {
+		t.Fatalf("read = %+v, %v, %v; want the row", m, found, err)
+	}
+	for _, c := range []struct{ table, id string }{
+		{"public.outbox", "not-a-uuid"}, {"public.outbox", uuid.NewString()}, {"public.other", id},
+	} {
+		if _, found, err := r.read(ctx, c.table, c.id); found || err != nil {
+			t.Errorf("read(%s, %s) = found %v, %v; want not found", c.table, c.id, found, err)
+		}
+	}
+	if _, found, err := newRows(nil, nil).read(ctx, "public.outbox", id); found || err != nil {
+		t.Errorf("without a database: found %v, %v; want not found", found, err)
+	}
+}
