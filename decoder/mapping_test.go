@@ -141,6 +141,13 @@ func TestDecodeMappedRow(t *testing.T) {
 			})},
 		{"a text payload is validated", eventsMapping, withCol("body", oidText), eventsVals("body", text(" [1] ")),
 			withEvent(func(m *wire.Message) { m.Payload = []byte(" [1] ") })},
+		{"a deliver-at column is the message's deliver_at",
+			mapped(func(m *wire.Mapping) { m.DeliverAt = "remind_at" }),
+			append(append([]col(nil), eventsCols...), col{"remind_at", oidTimestamptz}), append(eventsRow(), text(rowCreatedAt)),
+			withEvent(func(m *wire.Message) { m.DeliverAt = wantRow.CreatedAt })},
+		{"a NULL deliver-at column leaves at once",
+			mapped(func(m *wire.Mapping) { m.DeliverAt = "remind_at" }),
+			append(append([]col(nil), eventsCols...), col{"remind_at", oidTimestamptz}), append(eventsRow(), null), wantEvent},
 		{"the default mapping's column names on another table", wire.Mapping{Table: eventsTable}, outboxCols,
 			outboxRow(`{"a":1}`), wantRow},
 	}

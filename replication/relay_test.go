@@ -820,3 +820,22 @@ func TestTooSmallServerTimeoutIsRaised(t *testing.T) {
 		t.Errorf("last message %s, want the row after the large transaction", got[len(got)-1].ID)
 	}
 }
+
+// A publisher without a schedule (a stream's) gets a row due after its commit parked, with the
+// reason; a row due at or before its commit is published as any other.
+func TestRowDueLaterIsParkedWithoutAScheduler(t *testing.T) {
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	later, past := uuid.New(), uuid.New()
+	if _, err := e.conn.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, deliver_at)
+		VALUES ($1, 'order', '1', 'order.reminder', '{}', pg_catalog.now() + interval '1 hour'),
+		       ($2, 'order', '1', 'order.reminder', '{}', pg_catalog.now() - interval '1 second')`, later, past); err != nil {
+		t.Fatal(err)
+	}
+	equalIDs(t, ids(e.broker.waitPublished(t, 1)), []uuid.UUID{past})
+	waitFor(t, 10*time.Second, "one parked", func() bool { return len(e.broker.parkedMessages()) == 1 })
+	p := e.broker.parkedMessages()[0]
+	if p.Message.ID != later || !strings.Contains(p.Reason, "stream keeps commit order") || p.Message.DeliverAt.IsZero() {
+		t.Errorf("parked %+v, want %s due later with the stream's reason", p, later)
+	}
+}

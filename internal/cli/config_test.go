@@ -98,6 +98,7 @@ tables:
     event-type: kind
     payload: body
     routing-key: "{entity}.{kind}"
+    deliver-at: remind_at
   - table: orders_outbox
 `))
 	if err != nil {
@@ -105,7 +106,7 @@ tables:
 	}
 	want := []outbox.Mapping{
 		{Table: outbox.Table{Schema: "app", Name: "events"}, ID: "event_id", EventType: "kind", Payload: "body",
-			RoutingKey: "{entity}.{kind}"},
+			RoutingKey: "{entity}.{kind}", DeliverAt: "remind_at"},
 		{Table: outbox.Table{Schema: "public", Name: "orders_outbox"}},
 	}
 	if !slices.Equal(cf.tables, want) {

@@ -2,6 +2,7 @@ package relayd_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -81,9 +82,17 @@ func dbNow(t *testing.T, conn *pgx.Conn) time.Time {
 
 // A row due later is held in the schedule while its slot moves on past it. It leaves once due and
 // not before, from a table row, a row deleted in its own transaction and walbox_emit alike. A
-// cancel before its time wins and says so; a cancel after it left says it was sent.
+// cancel before its time wins and says so; a cancel after it left says it was sent. So on one
+// channel, and over publishing lanes.
 func TestScheduledMessagesLeaveOnTimeWhileTheSlotMovesOn(t *testing.T) {
+	for _, lanes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) { scheduledLeaveOnTime(t, lanes) })
+	}
+}
+
+func scheduledLeaveOnTime(t *testing.T, lanes int) {
 	cfg, pg, db := config(t)
+	cfg.Lanes = lanes
 	d, _, _ := start(t, cfg)
 	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
 	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)

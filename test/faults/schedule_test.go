@@ -237,3 +237,35 @@ func TestRecoverSchedulesRowsDueLater(t *testing.T) {
 		}
 	}
 }
+
+// A relay whose role has LOGIN REPLICATION and the grants of walbox migrate --relay-role records,
+// sends and deletes scheduled messages. The application's role cancels through walbox_cancel.
+func TestScheduledDeliveryAsALeastPrivilegedRelay(t *testing.T) {
+	heavy(t)
+	w := leastPrivilegedWorld(t)
+	arrivals := w.consumeArrivals()
+	w.startRelay().waitState("streaming", time.Minute) // it creates the slot: rows before it are not covered
+	msgs := w.writeScheduled(9)
+	if !w.cancel(msgs[4].id) {
+		t.Fatalf("walbox_cancel of %s: false, want true", msgs[4].id)
+	}
+	waitFor(t, time.Minute, "the messages not cancelled delivered", func() bool {
+		got := arrivals()
+		for i, m := range msgs {
+			if i != 4 && got[m.id].count == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	got := arrivals()
+	for i, m := range msgs {
+		a := got[m.id]
+		switch {
+		case i == 4 && a.count > 0:
+			t.Errorf("cancelled message %s arrived", m.id)
+		case i != 4 && a.first.Before(m.deliverAt):
+			t.Errorf("message %s arrived %s before its deliver_at", m.id, m.deliverAt.Sub(a.first))
+		}
+	}
+}
