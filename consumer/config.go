@@ -110,7 +110,8 @@ type Config struct {
 	// bound as Bindings say, hashing the header aggregate_id. It declares quorum queues
 	// "<Queue>.p0" … with single active consumer, instead of Queue. Processes of one
 	// ConsumerName share the partitions through leases in the database. A message that fails
-	// holds back its aggregate's later ones, not the partition. See docs/outbox.md.
+	// holds back its aggregate's later ones, not the partition. See docs/outbox.md. Leases and
+	// holds are per ConsumerName: give each partitioned queue a name of its own.
 	// Partitioning needs the broker's plugin rabbitmq_consistent_hash_exchange.
 	Partitions int
 

@@ -235,15 +235,21 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	if _, err := tx.Exec(ctx, w.c.psql.handledHead, name, aggregateID); err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("update hold: %w", err))
 	}
-	if skip != nil && *skip == m.id {
-		return false, commit(ctx, tx) // discarded unhandled
+	// The hold ends with its last message, in the same transaction.
+	tag, err := tx.Exec(ctx, w.c.psql.endIfEmpty, name, aggregateID)
+	if err != nil {
+		return false, handling.ClassifyDB(fmt.Errorf("end hold: %w", err))
 	}
-	tag, err := tx.Exec(ctx, w.c.insertProcessed, m.id, name)
+	ended := tag.RowsAffected() > 0
+	if skip != nil && *skip == m.id {
+		return ended, commit(ctx, tx) // discarded unhandled
+	}
+	tag, err = tx.Exec(ctx, w.c.insertProcessed, m.id, name)
 	if err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
 	if tag.RowsAffected() == 0 {
-		return false, commit(ctx, tx) // handled before it was held
+		return ended, commit(ctx, tx) // handled before it was held
 	}
 	d := m.delivery(attempts + 1)
 	handlerErr := handling.Call(ctx, w.c.handler, tx, d)
@@ -258,7 +264,7 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	}
 	if handlerErr == nil {
 		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, d)
-		return false, nil
+		return ended, nil
 	}
 	_ = tx.Rollback(ctx)
 	return true, w.failed(ctx, aggregateID, m.id, attempts+1, handlerErr)

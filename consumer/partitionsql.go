@@ -18,7 +18,8 @@ type partitionSQL struct {
 	fence string
 	// Holds.
 	hold, holdMessage, dueHolds, lockHold, headMessage string
-	deleteHeld, deleteHold, handledHead, failHead      string
+	deleteHeld, deleteHold, endIfEmpty                 string
+	handledHead, failHead                              string
 	releaseFunc, heldCount                             string
 }
 
@@ -69,6 +70,8 @@ func newPartitionSQL(schema string) partitionSQL {
 			FROM HELD WHERE consumer = $1 AND aggregate_id = $2 ORDER BY seq LIMIT 1`),
 		deleteHeld: r.Replace(`DELETE FROM HELD WHERE consumer = $1 AND seq = $2`),
 		deleteHold: r.Replace(`DELETE FROM HOLDS WHERE consumer = $1 AND aggregate_id = $2`),
+		endIfEmpty: r.Replace(`DELETE FROM HOLDS h WHERE h.consumer = $1 AND h.aggregate_id = $2
+			AND NOT EXISTS (SELECT 1 FROM HELD m WHERE m.consumer = $1 AND m.aggregate_id = $2)`),
 		handledHead: r.Replace(`UPDATE HOLDS SET attempts = 0, skip_message = NULL
 			WHERE consumer = $1 AND aggregate_id = $2`),
 		failHead: r.Replace(`UPDATE HOLDS SET attempts = $3, failed = $4, error = $5, retry_at = NOW + $6::pg_catalog.interval

@@ -150,7 +150,8 @@ func (w *worker) session(hctx context.Context) (consumed bool, err error) {
 	return true, w.consume(hctx, ch, deliveries, closed)
 }
 
-// setup opens the channel in confirm mode and consumes the partition's queue.
+// setup opens the channel in confirm mode and consumes the partition's queue. It declares the
+// topology again first: a broker may have lost it.
 func (w *worker) setup(conn *amqp.Connection, tag string) (*amqp.Channel, <-chan amqp.Delivery, <-chan *amqp.Error, error) {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -160,8 +161,8 @@ func (w *worker) setup(conn *amqp.Connection, tag string) (*amqp.Channel, <-chan
 	if err := ch.Confirm(false); err != nil {
 		return nil, nil, nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	if _, err := ch.QueueDeclare(w.queue, true, false, false, false, w.c.cfg.partitionArgs()); err != nil {
-		return nil, nil, nil, fmt.Errorf("declare partition queue %s: %w", w.queue, err)
+	if err := w.c.declarePartitions(ch); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := ch.Qos(w.c.cfg.Prefetch, 0, false); err != nil {
 		return nil, nil, nil, fmt.Errorf("set prefetch: %w", err)
