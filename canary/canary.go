@@ -1,8 +1,8 @@
 // Package canary proves that the whole path of walbox run is alive. Now and then it writes a
 // logical decoding message through the database. The relay relays it like any other message, to
-// the routing key wire.CanaryEventType. The canary reads it back from a queue of its own. A break
-// anywhere (database, decoding, publication, exchange, binding, broker) stops it coming back.
-// Problem then says so within two intervals. See docs/operations.md and docs/architecture.md.
+// the routing key wire.CanaryEventType. The canary reads it back from a queue of its own, or from
+// the stream in stream mode. A break anywhere (database, decoding, publication, exchange, binding,
+// broker) stops it coming back. Problem then says so within two intervals. See docs/operations.md and docs/architecture.md.
 package canary
 
 import (
@@ -20,7 +20,6 @@ import (
 
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
-	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -44,14 +43,22 @@ type Config struct {
 	Tables      []wire.Table
 	// Exchange is the exchange the relay publishes the canary to; it names the queue.
 	Exchange string
-	// Dial opens a reader of the canary queue (publisher.Endpoints.DialCanary).
-	Dial func(ctx context.Context, queue string) (*publisher.CanaryReader, error)
+	// Dial opens a reader of the canaries: publisher.Endpoints.DialCanary reads queue; a stream's
+	// reader (streampub.DialCanary) reads the stream and ignores queue.
+	Dial func(ctx context.Context, queue string) (Reader, error)
 	// Active reports whether the relay streams from the slot. Only then does the canary write
 	// and read; a standby sends none.
 	Active func() bool
 	// OnLatency, when set, is told each canary's time from commit to return.
 	OnLatency func(time.Duration)
 	Logger    *slog.Logger
+}
+
+// Reader reads canaries back; an error of Next means it is gone. *publisher.CanaryReader and
+// *streampub.CanaryReader are ones.
+type Reader interface {
+	Next(ctx context.Context) (wire.Canary, error)
+	Close() error
 }
 
 // Canary writes canaries and reads them back. Run it once; its other methods are safe meanwhile.
@@ -199,7 +206,7 @@ type session struct {
 	c      *Canary
 	conn   *pgx.Conn
 	id     content // the canary's identity, read from the database
-	reader *publisher.CanaryReader
+	reader Reader
 	stop   context.CancelFunc // ends the reader's goroutine quietly
 	done   chan struct{}      // closed when the reader's goroutine ends
 }
@@ -292,7 +299,7 @@ func (s *session) openReader(ctx context.Context) error {
 
 // read takes the canaries from r until it fails or ctx ends. Only this run's canaries of this slot
 // count.
-func (s *session) read(ctx context.Context, r *publisher.CanaryReader, id content, done chan struct{}) {
+func (s *session) read(ctx context.Context, r Reader, id content, done chan struct{}) {
 	defer close(done)
 	for {
 		m, err := r.Next(ctx)

@@ -58,7 +58,7 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 	slot := testenv.UniqueName("slot")
 	c, err := canary.New(canary.Config{Interval: interval, DatabaseURL: u.String(), Slot: slot, Exchange: exchange,
 		Publication: wire.DefaultPublication,
-		Tables:      []wire.Table{wire.DefaultTable}, Dial: eps.DialCanary, Active: func() bool { return true },
+		Tables:      []wire.Table{wire.DefaultTable}, Dial: func(ctx context.Context, q string) (canary.Reader, error) { return eps.DialCanary(ctx, q) }, Active: func() bool { return true },
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -25,13 +25,6 @@ type CanaryReader struct {
 	closed     chan *amqp.Error
 }
 
-// CanaryMessage is one message the canary queue received.
-type CanaryMessage struct {
-	Body []byte
-	// CommitTime is the header wire.HeaderCommitTime; zero when missing.
-	CommitTime time.Time
-}
-
 // DialCanary opens a reader of the canary queue on the first broker that answers. It declares the
 // queue, durable, of the queue type the sessions give the park queue. It binds the queue to the
 // exchange, which it does not declare: the relay's session does.
@@ -105,16 +98,16 @@ func clusterSize(cfg Config) int {
 }
 
 // Next waits for the next canary message. An error means the reader is gone: dial again.
-func (r *CanaryReader) Next(ctx context.Context) (CanaryMessage, error) {
+func (r *CanaryReader) Next(ctx context.Context) (wire.Canary, error) {
 	select {
 	case d, ok := <-r.deliveries:
 		if !ok {
-			return CanaryMessage{}, r.closeErr()
+			return wire.Canary{}, r.closeErr()
 		}
 		t, _ := wire.ParseCommitTime(d.Headers[wire.HeaderCommitTime])
-		return CanaryMessage{Body: d.Body, CommitTime: t}, nil
+		return wire.Canary{Body: d.Body, CommitTime: t}, nil
 	case <-ctx.Done():
-		return CanaryMessage{}, ctx.Err()
+		return wire.Canary{}, ctx.Err()
 	}
 }
 

@@ -30,3 +30,10 @@ const (
 	CanaryPrefix    = "walbox.canary"
 	CanaryEventType = "walbox.canary"
 )
+
+// Canary is a canary as its reader read it back.
+type Canary struct {
+	Body []byte
+	// CommitTime is the value of HeaderCommitTime; zero when missing.
+	CommitTime time.Time
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -250,5 +251,23 @@ func TestCanaryForALeastPrivilegedBrokerUserInAQuorumQueue(t *testing.T) {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
 		t.Errorf("canary queue %s declared classic: %v; want PRECONDITION_FAILED, as for a quorum queue", queue, err)
+	}
+}
+
+// Into a stream, the canary goes into the stream and is read back from it, from its end.
+func TestCanaryInStreamModeIsReadFromTheStream(t *testing.T) {
+	cfg, _, _ := config(t)
+	rabbit := testenv.StartRabbitStream(t)
+	cfg.Stream = &streampub.Config{URIs: []string{rabbit.StreamURL()}, Stream: testenv.UniqueName("events")}
+	cfg.Brokers, cfg.Listen, cfg.Canary = nil, testenv.FreeAddr(t), canaryInterval
+	start(t, cfg)
+	eventually(t, "canaries back from the stream", func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2
+	})
+	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
+		t.Errorf("walbox_canary_age_seconds %v, want under two intervals", age)
 	}
 }

@@ -57,7 +57,7 @@ type Config struct {
 	// Secrets are removed from the last error /status shows.
 	Secrets []string
 	// Canary is how often the canary is written and read back (package canary); 0 turns it off.
-	// A stream has none: its consumers read from offsets, and walbox declares no queue on it.
+	// Into a stream, the canary is read back from the stream, from its end.
 	Canary time.Duration
 }
 
@@ -114,10 +114,7 @@ func New(cfg Config) (*Daemon, error) {
 		d.connected = cfg.Brokers.Connected
 	}
 	d.metrics.WatchBroker(d.connected)
-	switch {
-	case cfg.Canary > 0 && cfg.Stream != nil:
-		rc.Logger.Info("no canary in stream mode: a stream keeps every message, and consumers read it by offset")
-	case cfg.Canary > 0:
+	if cfg.Canary > 0 {
 		if err := d.newCanary(&rc); err != nil {
 			return nil, err
 		}
@@ -182,11 +179,30 @@ func (d *Daemon) newCanary(rc *replication.Config) error {
 		tables[i] = m.Table
 	}
 	lat := d.metrics.WatchCanary(d.cfg.Canary, func() time.Duration { return d.canary.Age() })
-	c, err := canary.New(canary.Config{Interval: d.cfg.Canary, DatabaseURL: rc.DatabaseURL, Slot: rc.Slot,
-		Publication: rc.Publication, Tables: tables, Exchange: d.cfg.Brokers.Configs()[0].WithDefaults().Exchange,
-		Dial: d.cfg.Brokers.DialCanary, Logger: rc.Logger,
-		Active:    func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStreaming },
-		OnLatency: lat})
+	ccfg := canary.Config{Interval: d.cfg.Canary, DatabaseURL: rc.DatabaseURL, Slot: rc.Slot,
+		Publication: rc.Publication, Tables: tables, Logger: rc.Logger, OnLatency: lat,
+		Active: func() bool { return replication.State(d.relay.Stats().State.Load()) == replication.StateStreaming }}
+	if s := d.cfg.Stream; s != nil {
+		// The canary goes into the stream, and is read back from it.
+		ccfg.Exchange = s.Stream
+		ccfg.Dial = func(ctx context.Context, _ string) (canary.Reader, error) {
+			r, err := streampub.DialCanary(ctx, *s)
+			if err != nil {
+				return nil, err // not a nil *CanaryReader in an interface
+			}
+			return r, nil
+		}
+	} else {
+		ccfg.Exchange = d.cfg.Brokers.Configs()[0].WithDefaults().Exchange
+		ccfg.Dial = func(ctx context.Context, queue string) (canary.Reader, error) {
+			r, err := d.cfg.Brokers.DialCanary(ctx, queue)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}
+	}
+	c, err := canary.New(ccfg)
 	if err != nil {
 		return err
 	}
