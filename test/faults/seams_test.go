@@ -90,6 +90,8 @@ var seamNotModes = map[string]string{
 	"relay-url":          "status reads the relay",
 	"require-relay":      "status's exit code",
 	"dry-run":            "changes nothing",
+	"all":                "which parked rows: parked_test.go, parked_seams_test.go, parked_stream_test.go",
+	"yes":                "confirms a discard: parked_test.go",
 }
 
 // seamModeCommands maps each command that is a fault of the matrix to its fault; the others
