@@ -217,3 +217,16 @@ func TestRunRefusesABadSlotBeforeItReadsAServer(t *testing.T) {
 		})
 	}
 }
+
+// --canary-interval 0 turns the canary off, as its help says; the fault tests' relays run so.
+func TestCanaryIntervalZeroIsOff(t *testing.T) {
+	clearEnv(t)
+	c := newCommon("run")
+	fs := newFlagSet("run", "", &bytes.Buffer{})
+	if err := c.parse(fs, []string{"--database-url=postgres://u@h/db", "--amqp-url=amqp://h/", "--canary-interval=0"}); err != nil {
+		t.Fatalf("--canary-interval=0: %v", err)
+	}
+	if c.v.daemon.Canary != 0 {
+		t.Errorf("--canary-interval=0 gives %v, want 0", c.v.daemon.Canary)
+	}
+}
