@@ -3,19 +3,25 @@ package relayd_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/canary"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/publisher"
+	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/wire"
 )
@@ -269,5 +275,58 @@ func TestCanaryInStreamModeIsReadFromTheStream(t *testing.T) {
 	}
 	if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
 		t.Errorf("walbox_canary_age_seconds %v, want under two intervals", age)
+	}
+}
+
+// With --replication-url the relay decodes from a standby's slot, which is read-only. The canary is
+// written on the primary (--database-url), replayed on the standby, decoded there, and comes back.
+func TestCanaryWithTheSlotOnAStandby(t *testing.T) {
+	cfg, _, _ := config(t)
+	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
+	testenv.RequireOwn(t, primary)
+	standby := testenv.StartStandby(t, primary, "physical", testenv.WithSetting("hot_standby_feedback", "on"))
+	db, conn := primary.MigratedDatabase(t, migrations.Config{})
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("%s:%d", u.Hostname(), standby.Port())
+	replURL := u.String()
+	eventually(t, "the database on the standby", func() bool {
+		c, err := pgx.Connect(t.Context(), replURL)
+		if err == nil {
+			_ = c.Close(t.Context())
+		}
+		return err == nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := slots.EnsureSlot(context.Background(), db, cfg.Relay.Slot, "walbox", []wire.Table{wire.DefaultTable},
+			registry.New(conn, "public"), slots.WithReplicationURL(replURL))
+		done <- err
+	}()
+	side := primary.Conn(t, db)
+	created := false
+	for !created { // creation on a standby waits for a running-transactions record from the primary
+		if _, err := side.Exec(t.Context(), "SELECT pg_log_standby_snapshot()"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			created = true
+		case <-time.After(time.Second):
+		}
+	}
+	cfg.Relay.DatabaseURL, cfg.Relay.ReplicationURL = db, replURL
+	cfg.Listen, cfg.Canary = testenv.FreeAddr(t), canaryInterval
+	start(t, cfg)
+	eventually(t, "canaries back through the standby", func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2
+	})
+	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %q", code, body)
 	}
 }
