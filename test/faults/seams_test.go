@@ -92,6 +92,12 @@ var seamNotModes = map[string]string{
 	"dry-run":            "changes nothing",
 	"all":                "which parked rows: parked_test.go, parked_seams_test.go, parked_stream_test.go",
 	"yes":                "confirms a discard: parked_test.go",
+	"since":              "which rows replay sends: replay_test.go",
+	"until":              "which rows replay sends: replay_test.go",
+	"aggregate-type":     "which rows replay sends: replay_test.go",
+	"aggregate-id":       "which rows replay sends: replay_test.go",
+	"event-type":         "which rows replay sends: replay_test.go",
+	"rate":               "a timing: replay_test.go",
 }
 
 // seamModeCommands maps each command that is a fault of the matrix to its fault; the others
