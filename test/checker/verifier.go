@@ -65,6 +65,7 @@ type Verifier struct {
 	overflow   bool
 	changed    chan struct{} // closed and replaced on every delivery
 	reconnects int
+	canaries   int // walbox's canaries, received and not kept
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -166,7 +167,10 @@ func (v *Verifier) session(ctx context.Context) error {
 // record keeps one delivery and reports whether there is room for more.
 func (v *Verifier) record(d amqp.Delivery) bool {
 	if d.Type == wire.CanaryEventType {
-		return true // walbox's canary, not a row of the Writer's
+		v.mu.Lock()
+		v.canaries++ // walbox's canary, not a row of the Writer's
+		v.mu.Unlock()
+		return true
 	}
 	rec := Parse(d.MessageId, d.Body)
 	rec.Redelivered = d.Redelivered
@@ -199,6 +203,13 @@ func (v *Verifier) overflowed() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.overflow
+}
+
+// Canaries returns the number of walbox's canaries received; they are not deliveries.
+func (v *Verifier) Canaries() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.canaries
 }
 
 // Deliveries returns a copy of the deliveries so far, in the order received.

@@ -15,7 +15,8 @@
 //   - relay killed: TestRelayKilledAtRandomMoments (random moments, loss,
 //     phantoms and order), TestDuplicatesAfterKillWhileDraining (mid-stream,
 //     duplicates bounded), TestHugeTransactionKilledHalfway,
-//     TestTablelessRelayKilled, TestShardsKilledAtRandomMoments
+//     TestTablelessRelayKilled, TestShardsKilledAtRandomMoments,
+//     TestRelayWithCanariesKilledAtRandomMoments
 //   - kill points (a walbox built with the tag killpoints killed at a named boundary):
 //     TestRelayKilledAtEveryPoint, TestStandbyKilledAtEveryPoint, TestRecoverKilledAtEveryPoint,
 //     TestPruneKilledAtEveryPoint, TestReshardKilledAtEveryPoint,
