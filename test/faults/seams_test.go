@@ -98,6 +98,8 @@ var seamNotModes = map[string]string{
 	"aggregate-id":       "which rows replay sends: replay_test.go",
 	"event-type":         "which rows replay sends: replay_test.go",
 	"rate":               "a timing: replay_test.go",
+	"canary-interval": "a message like a row, off in the matrix: canary_test.go (faults), internal/relayd and " +
+		"replication (shards, standby, --replication-url, stream, two databases, a least-privileged broker user)",
 }
 
 // seamModeCommands maps each command that is a fault of the matrix to its fault; the others
