@@ -69,7 +69,6 @@ type Canary struct {
 	mu      sync.Mutex
 	active  bool      // the last tick found the relay active
 	since   time.Time // the later of the start of the active period and the last canary back
-	back    time.Time // the last canary that came back; zero for none
 	problem string    // the last failure of a write, a check or the reader; "" for none
 	covered string    // why the publication does not cover the outbox; "" while it does
 }
@@ -161,7 +160,7 @@ func (c *Canary) fail(err error) {
 func (c *Canary) came(commit time.Time) {
 	now := time.Now()
 	c.mu.Lock()
-	c.back, c.since = now, now
+	c.since = now
 	c.mu.Unlock()
 	if c.cfg.OnLatency != nil && !commit.IsZero() {
 		c.cfg.OnLatency(max(now.Sub(commit), 0))
