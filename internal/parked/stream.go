@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/internal/killpoint"
@@ -58,15 +59,18 @@ func open(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, map[int
 	}
 	rows, err := cfg.DB.Query(ctx, "SELECT park_offset, action, coalesce(publishing_id, 0) FROM "+cfg.record()+
 		" WHERE park_stream = $1", cfg.park())
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", cfg.record(), err)
-	}
 	done := map[int64]handled{}
 	var (
 		off int64
 		h   handled
 	)
-	_, err = pgx.ForEachRow(rows, []any{&off, &h.action, &h.id}, func() error { done[off] = h; return nil })
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&off, &h.action, &h.id}, func() error { done[off] = h; return nil })
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return nil, nil, fmt.Errorf("%s does not exist: run walbox migrate first", cfg.record())
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", cfg.record(), err)
 	}
