@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -117,12 +119,18 @@ func exchangeExists(url, name string) bool {
 // startNotifier runs the notification service's consumer in-process until cleanup.
 func (s *system) startNotifier() {
 	s.t.Helper()
-	log := testLogger(s.t, slog.LevelWarn)
-	ctx := context.Background()
-	if err := orders.BindQueue(ctx, s.rabbit.URL(), s.exchange, s.queue, "quorum"); err != nil {
+	if err := orders.BindQueue(context.Background(), s.rabbit.URL(), s.exchange, s.queue, "quorum"); err != nil {
 		s.t.Fatal(err)
 	}
-	cfg := orders.ConsumerConfig(s.rabbit.URL(), s.queue, "quorum") // as on a cluster
+	s.startConsumer(orders.ConsumerConfig(s.rabbit.URL(), s.queue, "quorum"), nil) // as on a cluster
+}
+
+// startConsumer runs a notifier's consumer of cfg in-process until cleanup. Each message it
+// handles is counted in handled, unless nil.
+func (s *system) startConsumer(cfg consumer.Config, handled *atomic.Int64) {
+	s.t.Helper()
+	log := testLogger(s.t, slog.LevelWarn)
+	ctx := context.Background()
 	cfg.ReconnectBackoffMax = time.Second
 	cfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
 	conn, err := s.pool.Acquire(ctx)
@@ -136,7 +144,15 @@ func (s *system) startNotifier() {
 	if err := orders.MigrateNotifications(ctx, conn); err != nil {
 		s.t.Fatal(err)
 	}
-	c, err := consumer.New(s.pool, cfg, orders.NotificationHandler(log))
+	h := orders.NotificationHandler(log)
+	if handled != nil {
+		notify := h
+		h = func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+			handled.Add(1)
+			return notify(ctx, tx, d)
+		}
+	}
+	c, err := consumer.New(s.pool, cfg, h)
 	if err != nil {
 		s.t.Fatal(err)
 	}
