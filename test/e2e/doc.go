@@ -57,6 +57,11 @@
 //     unmoved, a second run refused), TestReplayFiltersBesideARunningRelay (each filter,
 //     the relay's message, rows not yet due left to the schedule), TestReplayByCommitTime,
 //     TestReplayMappedLegacyTable, TestReplayShardedTable
+//   - parked rows (walbox parked): TestParkedRowsListedReplayedDiscarded (list, show,
+//     replay, discard, bad usage), TestParkedStreamListedReplayedDiscarded (the park stream),
+//     TestParkedReplayKilledAtEveryPoint, TestParkedOnAQuorumQueueOfACluster,
+//     TestParkedByALeastPrivilegedBrokerUser, TestParkedOfTwoDatabasesDoNotCross,
+//     TestParkedRowsGoToTheirOwnExchangeAndKey
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
