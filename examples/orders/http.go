@@ -19,12 +19,14 @@ const maxBody = 64 << 10
 type creator interface {
 	Create(ctx context.Context, customer CustomerID, amount Amount) (Order, error)
 	Get(ctx context.Context, id OrderID) (Order, error)
+	Pay(ctx context.Context, id OrderID) (Order, bool, error)
 }
 
 // Handler serves the order API:
 //
 //	POST /orders       {"customer_id": "<uuid>", "amount_cents": 2999} -> 201 and the order
 //	GET  /orders/{id}  -> 200 and the order, or 404
+//	POST /orders/{id}/pay -> 200 and {"order": ..., "reminder_cancelled": true}, or 404 unless created
 //	GET  /healthz      -> 200
 //
 // A rejected request gets 400 and {"error": "...", "field": "..."} naming the field at fault
@@ -34,6 +36,7 @@ func Handler(store creator, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", h.create)
 	mux.HandleFunc("GET /orders/{id}", h.get)
+	mux.HandleFunc("POST /orders/{id}/pay", h.pay)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
 }
@@ -84,6 +87,30 @@ func (h *api) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
 	default:
 		writeJSON(w, http.StatusOK, o)
+	}
+}
+
+// payResponse is the answer to a payment: the order, and whether its reminder was still waiting.
+type payResponse struct {
+	Order             Order `json:"order"`
+	ReminderCancelled bool  `json:"reminder_cancelled"`
+}
+
+func (h *api) pay(w http.ResponseWriter, r *http.Request) {
+	id, err := ParseOrderID(r.PathValue("id"))
+	if err != nil {
+		writeBadRequest(w, &fieldError{"id", err.Error()})
+		return
+	}
+	o, cancelled, err := h.store.Pay(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such order awaiting payment", "field": "id"})
+	case err != nil:
+		h.log.Error("pay order", "order_id", id, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+	default:
+		writeJSON(w, http.StatusOK, payResponse{Order: o, ReminderCancelled: cancelled})
 	}
 }
 

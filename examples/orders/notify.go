@@ -12,11 +12,12 @@ import (
 )
 
 // NotificationHandler returns a consumer handler that records the notification for each
-// order.created message in the notifications table, within the consumer's transaction, and
-// logs the notification it would send. Other event types are acknowledged and ignored.
+// order.created and order.payment_reminder message in the notifications table. It does so within
+// the consumer's transaction, and logs the notification it would send. Other event types are
+// acknowledged and ignored.
 func NotificationHandler(log *slog.Logger) consumer.Handler {
 	return func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
-		if d.Type != EventCreated {
+		if d.Type != EventCreated && d.Type != EventPaymentReminder {
 			return nil
 		}
 		var c Created
@@ -27,7 +28,7 @@ func NotificationHandler(log *slog.Logger) consumer.Handler {
 			VALUES ($1, $2, $3, $4)`, d.MessageID, c.OrderID.UUID, c.CustomerID.UUID, c.AmountCents); err != nil {
 			return fmt.Errorf("insert notification: %w", err)
 		}
-		log.Info("notify customer: order created", "msg_id", d.MessageID, "order_id", c.OrderID,
+		log.Info("notify customer: "+d.Type, "msg_id", d.MessageID, "order_id", c.OrderID,
 			"customer_id", c.CustomerID, "amount_cents", c.AmountCents)
 		return nil
 	}

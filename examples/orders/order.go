@@ -23,9 +23,12 @@ type Order struct {
 
 // Event types and the aggregate type of the messages this package writes.
 const (
-	AggregateType    = "order"
-	EventCreated     = "order.created"
-	EventRoutingKeys = "order.*" // binds a queue to every order event
+	AggregateType = "order"
+	EventCreated  = "order.created"
+	EventPaid     = "order.paid"
+	// EventPaymentReminder is scheduled at creation (PaymentReminder); the payment cancels it.
+	EventPaymentReminder = "order.payment_reminder"
+	EventRoutingKeys     = "order.*" // binds a queue to every order event
 )
 
 // Created is the payload of an order.created message.

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS orders (
     customer_id  uuid        NOT NULL,
     amount_cents bigint      NOT NULL CHECK (amount_cents > 0),
     status       text        NOT NULL CHECK (status IN ('created', 'paid', 'cancelled')),
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    reminder_id  uuid        -- the scheduled order.payment_reminder message, if any
 )`
 
 const notificationsSchema = `
@@ -35,6 +36,9 @@ CREATE TABLE IF NOT EXISTS notifications (
 func Migrate(ctx context.Context, db execer) error {
 	if _, err := db.Exec(ctx, ordersSchema); err != nil {
 		return fmt.Errorf("create orders table: %w", err)
+	}
+	if _, err := db.Exec(ctx, "ALTER TABLE orders ADD COLUMN IF NOT EXISTS reminder_id uuid"); err != nil {
+		return fmt.Errorf("add orders.reminder_id: %w", err)
 	}
 	return nil
 }

@@ -31,7 +31,8 @@ const shutdownTimeout = 10 * time.Second
 type config struct {
 	listen      string
 	databaseURL string
-	outbox      string // "table" or "emit"
+	outbox      string        // "table" or "emit"
+	reminder    time.Duration // when an unpaid order's payment reminder leaves; 0: none
 }
 
 func main() {
@@ -57,6 +58,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&cfg.databaseURL, "database-url", getenv("ORDERS_DATABASE_URL"), "PostgreSQL URL (env ORDERS_DATABASE_URL)")
 	fs.StringVar(&cfg.outbox, "outbox", envOr(getenv, "ORDERS_OUTBOX", "table"),
 		"how to write each order's message: table (an outbox row) or emit (walbox_emit, no row) (env ORDERS_OUTBOX)")
+	fs.DurationVar(&cfg.reminder, "payment-reminder", 24*time.Hour,
+		"when an unpaid order's order.payment_reminder leaves, after its creation; paying cancels it; 0: none (env ORDERS_PAYMENT_REMINDER)")
+	if v := getenv("ORDERS_PAYMENT_REMINDER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return config{}, fmt.Errorf("ORDERS_PAYMENT_REMINDER %q: want a duration like 24h, or 0", v)
+		}
+		cfg.reminder = d
+	}
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -70,10 +80,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 }
 
 func storeOptions(cfg config) []orders.StoreOption {
+	opts := []orders.StoreOption{orders.PaymentReminder(cfg.reminder)}
 	if cfg.outbox == "emit" {
-		return []orders.StoreOption{orders.EmitMessages()}
+		opts = append(opts, orders.EmitMessages())
 	}
-	return nil
+	return opts
 }
 
 func envOr(getenv func(string) string, key, def string) string {

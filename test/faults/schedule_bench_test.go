@@ -1,0 +1,136 @@
+package faults_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// The schedule's bench (issue 38): many messages scheduled over a span, with walbox killed, the
+// standby taking over and PostgreSQL restarted while they wait. It runs only when soaking
+// (WALBOX_SOAK=1, make soak); WALBOX_SCHEDULE_ROWS and WALBOX_SCHEDULE_SPAN size it. It logs one
+// table row of figures for docs/bench/schedule.md: none early, none lost, lateness, retained WAL.
+func TestScheduleBench(t *testing.T) {
+	heavy(t)
+	if !soaking() {
+		t.Skip("bench: runs with WALBOX_SOAK=1 (make soak)")
+	}
+	rows := soakInt("WALBOX_SCHEDULE_ROWS", 100000, 100000)
+	span := 10 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("WALBOX_SCHEDULE_SPAN")); err == nil && d > 0 {
+		span = d
+	}
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "3s"))
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	arrivals := w.consumeArrivals()
+	active := w.startRelay()
+	active.waitState("streaming", time.Minute)
+	standby := w.startRelay()
+	standby.waitState("standby", time.Minute)
+
+	start := time.Now()
+	msgs := w.writeSpread(rows, span)
+	t.Logf("wrote %d messages due over %s in %s", len(msgs), span, time.Since(start).Round(time.Millisecond))
+
+	// Faults at a fifth, two fifths, three fifths and four fifths of the span. The retained WAL is
+	// sampled meanwhile.
+	var retained []int64
+	faults := []string{"kill", "restart", "kill", "kill"}
+	for i, f := range faults {
+		until := start.Add(span * time.Duration(i+1) / 5)
+		for time.Now().Before(until) {
+			retained = append(retained, w.retainedWAL())
+			time.Sleep(5 * time.Second)
+		}
+		switch f {
+		case "kill": // the active relay dies; the standby takes over; a new standby starts
+			active.Kill()
+			standby.waitState("streaming", 2*time.Minute)
+			active, standby = standby, w.startRelay()
+		case "restart":
+			pg.Stop(t, "immediate")
+			pg.Start(t)
+			w.conn = pg.Conn(t, w.db)
+		}
+		t.Logf("%s at %s", f, time.Since(start).Round(time.Second))
+	}
+	waitFor(t, span+5*time.Minute, "every message delivered", func() bool {
+		retained = append(retained, w.retainedWAL())
+		return len(arrivals()) >= len(msgs)
+	})
+	time.Sleep(2 * time.Second)
+	got := arrivals()
+	var late []time.Duration
+	lost, early, dups := 0, 0, 0
+	for _, m := range msgs {
+		a, ok := got[m.id]
+		switch {
+		case !ok:
+			lost++
+			continue
+		case a.first.Before(m.deliverAt):
+			early++
+		}
+		dups += a.count - 1
+		late = append(late, a.first.Sub(m.deliverAt))
+	}
+	slices.Sort(late)
+	slices.Sort(retained)
+	pct := func(p float64) time.Duration { return late[int(p*float64(len(late)-1))].Round(time.Millisecond) }
+	t.Logf("| rows | span | faults | lost | early | duplicates | lateness p50 | p99 | max | retained WAL max |")
+	t.Logf("| %d | %s | %d | %d | %d | %d | %s | %s | %s | %.1f MB |", len(msgs), span, len(faults), lost, early, dups,
+		pct(0.5), pct(0.99), late[len(late)-1].Round(time.Millisecond), float64(retained[len(retained)-1])/1e6)
+	if lost > 0 || early > 0 {
+		t.Errorf("%d lost, %d early", lost, early)
+	}
+}
+
+// writeSpread writes n table rows due at random times over span from now, in transactions of
+// 5,000, every other one deleting its rows again.
+func (w *world) writeSpread(n int, span time.Duration) []scheduled {
+	w.t.Helper()
+	ctx := context.Background()
+	var out []scheduled
+	for done := 0; done < n; done += 5000 {
+		k := min(5000, n-done)
+		err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, deliver_at)
+				SELECT 'order', i::text, 'order.reminder', '{}',
+				       pg_catalog.clock_timestamp() + pg_catalog.random() * $2::float8 * interval '1 second'
+				  FROM pg_catalog.generate_series(1, $1::int) i RETURNING id::text, deliver_at`, k, span.Seconds())
+			if err != nil {
+				return err
+			}
+			ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (scheduled, error) {
+				var s scheduled
+				return s, r.Scan(&s.id, &s.deliverAt)
+			})
+			if err != nil {
+				return err
+			}
+			out = append(out, ms...)
+			if done/5000%2 == 1 {
+				_, err = tx.Exec(ctx, "DELETE FROM outbox")
+			}
+			return err
+		})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// retainedWAL returns the WAL the slot keeps, in bytes; 0 while the server cannot say.
+func (w *world) retainedWAL() int64 {
+	var n int64
+	_ = w.conn.QueryRow(context.Background(), `SELECT coalesce(pg_catalog.pg_current_wal_lsn() - restart_lsn, 0)::int8
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, w.slot).Scan(&n)
+	return n
+}
