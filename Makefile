@@ -66,7 +66,7 @@ bench: ## the benchmark: ceiling, walbox and a polling relay on throwaway server
 	cd test && $(GO) build -o ../bin/walbox-bench ./cmd/walbox-bench
 	bin/walbox-bench -wait-load 1.5 $(BENCH_ARGS)
 
-soak: ## the long fault soak: 2,000 kills at kill points, 200 at random moments, long outages, 300,000 rows, the seam matrix, 200,000 messages through partitioned consumers; one summary table (about 80 min on two busy cores, and the consumers' part)
+soak: ## the long fault soak: 2,000 kills at kill points, 200 at random moments, long outages, 300,000 rows, the seam matrix, 200,000 messages through partitioned consumers, 100,000 scheduled messages over 10 minutes; one summary table (about 80 min on two busy cores, and the consumers' part)
 	cd test && WALBOX_SOAK=1 $(GO) test -race -count=1 -timeout 3h -v ./faults/ > ../soak.out 2>&1; rc=$$?; \
 	  cd .. && WALBOX_SOAK=1 $(GO) test -race -count=1 -timeout 2h -v -run TestPartitionsSurviveKillsAndFailures ./consumer/ >> soak.out 2>&1 || rc=1; \
 	  grep -E 'SUMMARY|^SOAK |^(--- |ok|FAIL|PASS)' soak.out; echo "full output: soak.out"; exit $$rc

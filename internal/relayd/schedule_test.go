@@ -179,3 +179,17 @@ func scheduledLeaveOnTime(t *testing.T, lanes int) {
 		t.Errorf("relay state %v, want streaming", replication.State(d.Stats().State.Load()))
 	}
 }
+
+// A message in the schedule of a slot walbox no longer records (a shard set retired by walbox
+// reshard --retire) is sent by the relay of another slot when due.
+func TestScheduleOfARetiredSlotIsSentByAnotherRelay(t *testing.T) {
+	cfg, pg, db := config(t)
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	id := uuid.New()
+	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+		event_type, payload, headers, amqp_id, routing_key, exchange)
+		VALUES ('retired_s0of2', $1::text, pg_catalog.now(), $1::uuid, 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`, id.String())
+	eventually(t, "the retired slot's message", func() bool { _, n := got.get(id.String()); return n == 1 })
+}
