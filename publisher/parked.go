@@ -52,6 +52,7 @@ func (p *ParkedMessage) Message() (m wire.Message, ok bool) {
 	if id, err := uuid.Parse(p.ID); err == nil && id.String() == p.ID {
 		m.ID = id
 	}
+	m.CommitTime, _ = wire.ParseCommitTime(p.Headers[wire.HeaderCommitTime])
 	v, present := p.Headers[HeaderParkHeaders]
 	raw, kept := v.(string)
 	if !kept {

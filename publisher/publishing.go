@@ -250,7 +250,7 @@ const maxParkedHeaders = 16 << 10
 //   - its aggregate headers;
 //   - headers naming the reason, the table and the WAL position;
 //   - the row's own exchange and routing key, if it has them;
-//   - when it was parked, and the payload's size;
+//   - when it was parked, and the payload's size; its commit time, when known;
 //   - the row's own headers as JSON text, if it has any and they fit.
 //
 // The row's own headers are not headers of the parked copy: they may be what made it unpublishable.
@@ -279,6 +279,9 @@ func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing
 	}
 	if m.RoutingKey != "" {
 		h[HeaderParkRoutingKey] = truncate(m.RoutingKey)
+	}
+	if !m.CommitTime.IsZero() {
+		h[wire.HeaderCommitTime] = wire.FormatCommitTime(m.CommitTime)
 	}
 	if len(m.Headers) > 0 {
 		b, err := json.Marshal(m.Headers)

@@ -66,6 +66,7 @@ func (e *ParkEntry) Message() wire.Message {
 	if id, err := uuid.Parse(e.ID); err == nil && id.String() == e.ID {
 		m.ID = id
 	}
+	m.CommitTime, _ = wire.ParseCommitTime(e.Props[wire.HeaderCommitTime])
 	if raw := str(PropParkHeaders); raw != "" {
 		d := json.NewDecoder(bytes.NewReader([]byte(raw)))
 		d.UseNumber()

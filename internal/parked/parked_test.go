@@ -134,6 +134,7 @@ func TestParkQueueListReplayDiscard(t *testing.T) {
 	f := newFixture(t)
 	good := message("order.created", map[string]any{"trace": "abc", "n": int64(5)})
 	good.RoutingKey = "orders.eu"
+	good.CommitTime = time.Date(2026, 11, 28, 7, 0, 0, 123456000, time.UTC)
 	big := message("order.big", nil)
 	big.Payload = nil
 	bad := message("order.bad", map[string]any{"x-walbox-mine": "1"})
@@ -169,7 +170,8 @@ func TestParkQueueListReplayDiscard(t *testing.T) {
 	}
 	d := got[0]
 	if d.MessageId != good.ID.String() || d.RoutingKey != "orders.eu" || d.Type != "order.created" ||
-		d.Headers["trace"] != "abc" || d.Headers["n"] != int64(5) || string(d.Body) != `{"n":1}` || d.Exchange != f.exchange {
+		d.Headers["trace"] != "abc" || d.Headers["n"] != int64(5) || string(d.Body) != `{"n":1}` || d.Exchange != f.exchange ||
+		d.Headers[wire.HeaderCommitTime] != wire.FormatCommitTime(good.CommitTime) {
 		t.Fatalf("replayed as id %s key %s type %s headers %v body %s on %s", d.MessageId, d.RoutingKey, d.Type, d.Headers, d.Body, d.Exchange)
 	}
 	actions := map[string]string{}

@@ -64,6 +64,8 @@ func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, erro
 		return o, err
 	case found:
 		o.Source = "table row"
+		copied, _ := p.Message()
+		m.CommitTime = copied.CommitTime // the row's, which the table does not hold
 	default:
 		var kept bool
 		m, kept = p.Message()

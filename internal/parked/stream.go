@@ -239,6 +239,7 @@ func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id
 		return err
 	case found:
 		o.Source = "table row"
+		m.CommitTime = e.Message().CommitTime // the row's, which the table does not hold
 	default:
 		m = e.Message()
 		if err := fromCopy(m, true, len(e.Body) == 0 && e.Size > 0, e.Size); err != nil {
