@@ -166,10 +166,11 @@ type due struct {
 }
 
 // dueSQL locks up to $2 due messages of the slot $1, oldest due first. Rows of a slot walbox no
-// longer records (retired by walbox reshard --retire) are any relay's to send.
+// longer records (retired by walbox reshard --retire) are any relay's to send. Due means by now(),
+// the transaction's start: never later than the clock. The index on deliver_at serves it.
 func (t tables) dueSQL() string {
 	return "SELECT slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at FROM " + t.schedule + " s" +
-		" WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()" +
+		" WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.now()" +
 		" AND (s.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR NOT EXISTS (SELECT 1 FROM " + t.slots +
 		" r WHERE r.slot_name OPERATOR(pg_catalog.=) s.slot_name))" +
 		" ORDER BY s.deliver_at, s.message_id LIMIT $2 FOR UPDATE OF s SKIP LOCKED"
