@@ -140,6 +140,9 @@ func (p *peek) handle(row [][]byte) error {
 			return nil
 		}
 		ev.Message.CommitTime = p.commit
+		if ev.Message.DeliverAt.After(p.commit) {
+			return nil // parked or scheduled (stream.schedule), not published in commit order
+		}
 		p.past, p.failed = p.check(p.origin.TimelineAt(p.final), uint64(p.final), index, &ev.Message)
 		return p.failed
 	case decoder.KindOtherMessage:

@@ -20,8 +20,8 @@ type peeked struct {
 }
 
 // PeekSkipped reads the rows a relay would publish, with the relay's positions, up to the given
-// commit LSN, as a role with LOGIN REPLICATION only (walbox run's least role). It leaves the
-// slot where it was, and refuses a slot a relay streams from.
+// commit LSN, as a role with LOGIN REPLICATION only (walbox run's least role). A row due later is
+// not among them. It leaves the slot where it was, and refuses a slot a relay streams from.
 func TestPeekSkippedAsTheRelaysLeastRole(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
@@ -29,6 +29,11 @@ func TestPeekSkippedAsTheRelaysLeastRole(t *testing.T) {
 	pg.Exec(t, pg.URL(), "CREATE ROLE peek_relay LOGIN REPLICATION")
 	first, _ := e.insertTx(3, "first")
 	second, _ := e.insertTx(2, "second")
+	// A row due later is scheduled or parked, never published in commit order: not handed over.
+	if _, err := e.conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, deliver_at)
+		VALUES (gen_random_uuid(), 'order', '1', 'later', '{}', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
 	before := e.slotLSN()
 
 	u, err := url.Parse(e.db)

@@ -565,8 +565,9 @@ func TestStreamReshardStoresNoRowBeforeTheCutTwice(t *testing.T) {
 		t.Fatalf("walbox reshard --shards 3 exited %d:\n%s", code, out)
 	}
 	cut := w.cutOf(3)
+	var next []*relay
 	for k := range 3 {
-		w.startShard(k, 3, env...)
+		next = append(next, w.startShard(k, 3, env...))
 	}
 	sr.progress(t, 300, 2*time.Minute)
 	for _, r := range old {
@@ -580,6 +581,17 @@ func TestStreamReshardStoresNoRowBeforeTheCutTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	sr.checkCut(t, wr.Committed(), cut)
+	// stream_anchor peeks each shard's slot of both sets, the new set's from the cut on: it finds
+	// every row it checks in the stream. Without the cut, the new set's rows before it would fail.
+	for _, r := range next {
+		if code := r.Stop(30 * time.Second); code != 0 {
+			t.Errorf("new relay exited %d", code)
+		}
+	}
+	out, _ := w.walbox(env, "doctor")
+	if n := strings.Count(out, "PASS  the stream's last row of slot"); n != 5 || strings.Contains(out, "WAL does not have") {
+		t.Errorf("doctor passed stream_anchor on %d slots, want the 5 shards' of both sets:\n%s", n, out)
+	}
 }
 
 // The stream fault test on a three-node cluster: two databases publish into one stream, and
