@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walbox/walbox/consumer/internal/handling"
 )
@@ -67,7 +68,8 @@ func (k *keeper) run(ctx context.Context) error {
 			fatalErr = k.exited(w)
 		case <-tick.C:
 			if err := k.beat(ctx); err != nil && ctx.Err() == nil {
-				k.c.report(fmt.Errorf("partition leases: %w", err))
+				err = leaseError(err)
+				k.c.report(err)
 				if Fatal(err) {
 					fatalErr = err
 				}
@@ -199,6 +201,15 @@ func (k *keeper) acquire(ctx context.Context, n int) error {
 		go w.run()
 	}
 	return nil
+}
+
+// leaseError names the keeper's error. A missing table names the migration that creates it.
+func leaseError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("partition leases: %w (migrations.ApplyConsumer creates the partition tables)", err)
+	}
+	return fmt.Errorf("partition leases: %w", err)
 }
 
 // errLeaseLost ends a worker whose lease ended or was taken over.

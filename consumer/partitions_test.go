@@ -182,6 +182,24 @@ func TestPartitionsWithoutThePluginNameTheFix(t *testing.T) {
 	}
 }
 
+// A database without the partition tables stops Run at once, naming the migration.
+func TestPartitionsWithoutTheirTablesNameTheMigration(t *testing.T) {
+	e := newPartEnv(t, nil)
+	if _, err := e.pool.Exec(context.Background(), "DROP TABLE walbox_consumer_members"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(e.pool, e.partConfig(2), recordHandled("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	if !consumer.Fatal(err) || !strings.Contains(err.Error(), "migrations.ApplyConsumer") {
+		t.Fatalf("Run: %v; want a fatal error naming migrations.ApplyConsumer", err)
+	}
+}
+
 // startConsumer runs a consumer of cfg in this process, on a pool of its own.
 func (e *partEnv) startConsumer(tb testing.TB, cfg consumer.Config, name string) (stop func() error) {
 	tb.Helper()
