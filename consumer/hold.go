@@ -184,7 +184,7 @@ func (w *worker) drain(ctx context.Context) error {
 		return handling.ClassifyDB(fmt.Errorf("read holds: %w", err))
 	}
 	for _, a := range due {
-		for {
+		for w.ctx.Err() == nil { // told to stop: the next holder goes on
 			done, err := w.drainOne(ctx, a)
 			if err != nil {
 				return err

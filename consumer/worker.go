@@ -28,6 +28,8 @@ type worker struct {
 	lease     context.Context
 	loseLease context.CancelFunc
 	timer     *time.Timer
+	// live ends with ctx or lease: pauses wait on it.
+	live context.Context
 
 	mu       sync.Mutex
 	stopped  bool
@@ -40,6 +42,9 @@ func newWorker(ctx context.Context, k *keeper, p int, until time.Time) *worker {
 	w.ctx, w.cancel = context.WithCancel(ctx)
 	w.lease, w.loseLease = context.WithCancel(context.WithoutCancel(ctx))
 	w.timer = time.AfterFunc(time.Until(until), w.loseLease)
+	live, endLive := context.WithCancel(w.ctx)
+	context.AfterFunc(w.lease, endLive)
+	w.live = live
 	return w
 }
 
@@ -105,7 +110,7 @@ func (w *worker) run() {
 		if consumed {
 			backoff = w.c.cfg.ReconnectBackoff
 		}
-		if !handling.Sleep(hctx, backoff) || w.ctx.Err() != nil {
+		if !handling.Sleep(w.live, backoff) {
 			return
 		}
 		backoff = min(2*backoff, w.c.cfg.ReconnectBackoffMax)
@@ -200,7 +205,7 @@ func (w *worker) consume(hctx context.Context, ch *amqp.Channel, deliveries <-ch
 			}
 		case <-poll.C:
 			if err := w.drain(hctx); err != nil {
-				return w.dbFailed(hctx, err)
+				return w.dbFailed(err)
 			}
 			poll.Reset(w.c.cfg.holdPoll())
 		}
@@ -226,7 +231,7 @@ func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery)
 	}
 	if err != nil {
 		w.c.cfg.Metrics.Failed(w.c.cfg.ConsumerName, del)
-		return w.dbFailed(ctx, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
+		return w.dbFailed(&MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
 	}
 	if handled {
 		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, del)
@@ -240,12 +245,12 @@ func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery)
 
 // dbFailed reports a database error and pauses before the session ends with it. A lost lease
 // or an error no retry cures ends it at once.
-func (w *worker) dbFailed(ctx context.Context, err error) error {
+func (w *worker) dbFailed(err error) error {
 	if errors.Is(err, errLeaseLost) || Fatal(err) {
 		return err
 	}
 	w.backoffs = min(max(2*w.backoffs, w.c.cfg.ReconnectBackoff), w.c.cfg.ReconnectBackoffMax)
-	handling.Sleep(ctx, w.backoffs)
+	handling.Sleep(w.live, w.backoffs)
 	return err
 }
 
