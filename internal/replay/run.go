@@ -49,7 +49,7 @@ func (r *Replay) count(ctx context.Context, t *table, p progress, cur cursor) (i
 
 // argsAt returns the parameters of t's queries for the replay started at p's horizon and snapshot.
 func (t *table) argsAt(p progress, cur cursor) []any {
-	return append([]any{p.horizon % (1 << 32), p.horizon, cur.k, cur.c, cur.t, p.snapshot}, t.args...)
+	return append([]any{p.horizon, cur.k, cur.c, cur.t, p.snapshot}, t.args...)
 }
 
 // heldCursor names the cursor a run reads the i-th table with. It is held past its transaction.

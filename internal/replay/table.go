@@ -26,37 +26,44 @@ type table struct {
 	rows    *decoder.TableRows
 	// query selects the rows: the key (transaction, statement, place), the commit time, then the
 	// columns as text. A cursor held past its transaction reads it.
-	// Its parameters: the horizon modulo 2^32 ($1), the horizon ($2), the cursor ($3 to $5).
-	// Then the start's snapshot ($6) and the filter's values (args).
+	// Its parameters: the horizon ($1), the cursor ($2 to $4), the start's snapshot ($5). Then the
+	// filter's values (args).
 	query string
 	// count counts the rows after the cursor; its parameters are the query's.
 	count string
 	args  []any
 }
 
-// params numbers the filter's values from $7, after the horizon, the cursor and the snapshot.
+// params numbers the filter's values from $6, after the horizon, the cursor and the snapshot.
 type params struct{ args []any }
 
 // add returns the parameter of v, cast to typ.
 func (p *params) add(v any, typ string) string {
 	p.args = append(p.args, v)
-	return fmt.Sprintf("$%d::pg_catalog.%s", len(p.args)+6, typ)
+	return fmt.Sprintf("$%d::pg_catalog.%s", len(p.args)+5, typ)
 }
 
+// nextXID is the next transaction id as the query's own snapshot sees it. Every row it reads is
+// older.
+const nextXID = `(SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8)`
+
 // keyColumns selects each row's key from a table. That is its transaction's full id, told from xmin
-// with the horizon. Then its statement's command id, then its place.
-const keyColumns = `$2::pg_catalog.int8 - (($1::pg_catalog.int8 - xmin::pg_catalog.text::pg_catalog.int8 + 4294967296) % 4294967296) AS k,
+// and nextXID. Then its statement's command id, then its place. The row's xmin is 32 bits: the key
+// is the newest id below nextXID with those bits. A frozen row keeps its xmin, so the key is exact
+// for rows younger than 2^32 transactions. Older ones get a newer id of the same bits.
+const keyColumns = nextXID + ` - ((` + nextXID + ` % 4294967296 - xmin::pg_catalog.text::pg_catalog.int8 + 4294967296) % 4294967296) AS k,
 	cmin::pg_catalog.text::pg_catalog.int8 AS c, ctid AS t`
 
 // commitColumn selects a row's commit time in microseconds since 1970, where the server tracks it.
 const commitColumn = `(EXTRACT(EPOCH FROM pg_catalog.pg_xact_commit_timestamp(xmin)) * 1000000)::pg_catalog.int8 AS ct`
 
 // afterCursor keeps the rows after the cursor, of transactions that had ended when the replay
-// started. Those are before the horizon (the next transaction id then), by less than 2^31. And
-// they were not running in the start's snapshot. Later rows are the relay's news.
-const afterCursor = `q.k < $2::pg_catalog.int8 AND q.k > $2::pg_catalog.int8 - 2147483648
-	AND pg_catalog.pg_visible_in_snapshot(q.k::pg_catalog.text::pg_catalog.xid8, $6::pg_catalog.pg_snapshot)
-	AND (q.k, q.c, q.t) > ($3::pg_catalog.int8, $4::pg_catalog.int8, $5::pg_catalog.tid)`
+// started. Those are before the horizon (the next transaction id then). And they were not running
+// in the start's snapshot. Later rows are the relay's news. A row kept longer than 2^31
+// transactions is frozen, and still before the horizon: it is kept too.
+const afterCursor = `q.k < $1::pg_catalog.int8
+	AND pg_catalog.pg_visible_in_snapshot(q.k::pg_catalog.text::pg_catalog.xid8, $5::pg_catalog.pg_snapshot)
+	AND (q.k, q.c, q.t) > ($2::pg_catalog.int8, $3::pg_catalog.int8, $4::pg_catalog.tid)`
 
 // newTable reads what it needs of m's table and builds its queries. commitTime says whether the
 // server tracks commit times.

@@ -204,6 +204,20 @@ func (w *world) insertRows(n int) {
 	}
 }
 
+// texts returns the first column of the query's rows, as text.
+func (w *world) texts(query string) []string {
+	w.t.Helper()
+	rows, err := w.conn.Query(context.Background(), query)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return out
+}
+
 // replaySent returns the rows walbox_replays records as confirmed, over every replay and table.
 func (w *world) replaySent() int64 {
 	w.t.Helper()
@@ -294,15 +308,7 @@ func TestReplayMappedLegacyTable(t *testing.T) {
 			want := map[string]bool{}
 			for _, q := range []string{"SELECT event_id::text FROM public.legacy_events WHERE " + tt.legacy,
 				"SELECT id::text FROM public.outbox WHERE " + tt.table} {
-				rows, err := w.conn.Query(context.Background(), q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, id := range ids {
+				for _, id := range w.in(t).texts(q) {
 					want[id] = true
 				}
 			}
