@@ -378,3 +378,70 @@ func TestPartitionsOfTwoDatabasesOnOneBroker(t *testing.T) {
 		e.checkHandled(t, aggs, 10, nil)
 	}
 }
+
+// Each aggregate goes to one partition, and still to the same one after a consumer declared
+// the topology again, as every connect does.
+func TestPartitionOfAnAggregateOutlivesARedeclare(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(4)
+	aggs := aggregates(100)
+	var before map[string]string
+	for round := range 2 {
+		stop := e.startConsumer(t, cfg, "c")
+		e.waitLeases(t, cfg, 4, 1)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		e.publishAggregates(t, aggs, 1, 2)
+		got := e.routes(t, cfg, len(aggs)*2)
+		queues := map[string]bool{}
+		for _, q := range got {
+			queues[q] = true
+		}
+		if len(got) != len(aggs) || len(queues) != 4 {
+			t.Fatalf("round %d: %d aggregates routed to %d queues, want %d to 4", round, len(got), len(queues), len(aggs))
+		}
+		for a, q := range before {
+			if got[a] != q {
+				t.Errorf("aggregate %s moved from %s to %s after the topology was declared again", a, q, got[a])
+			}
+		}
+		before = got
+	}
+}
+
+// routes consumes n messages from cfg's partitions and maps each message's aggregate to its
+// queue. Basic.get is refused with single active consumer.
+func (e *partEnv) routes(t *testing.T, cfg consumer.Config, n int) map[string]string {
+	t.Helper()
+	ch := openChannel(t, e.amqpURL)
+	type routed struct{ aggregate, queue string }
+	all := make(chan routed)
+	for p := range cfg.Partitions {
+		q := fmt.Sprintf("%s.p%d", cfg.Queue, p)
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for d := range ds {
+				a, _ := d.Headers["aggregate_id"].(string)
+				all <- routed{a, q}
+			}
+		}()
+	}
+	got := map[string]string{}
+	for range n {
+		select {
+		case r := <-all:
+			if got[r.aggregate] != "" && got[r.aggregate] != r.queue {
+				t.Errorf("aggregate %s in %s and %s", r.aggregate, got[r.aggregate], r.queue)
+			}
+			got[r.aggregate] = r.queue
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d messages consumed", len(got), n)
+		}
+	}
+	_ = ch.Close()
+	return got
+}
