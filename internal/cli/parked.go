@@ -235,13 +235,23 @@ func parkedReport(w io.Writer) func(parked.Outcome) {
 	return func(o parked.Outcome) {
 		switch o.Action {
 		case "replayed":
-			fmt.Fprintf(w, "replayed %s from the %s (%d parked copies removed)\n", o.ID, o.Source, o.Copies)
+			fmt.Fprintf(w, "replayed %s from the %s (%s)\n", o.ID, o.Source, copies(o.Copies))
 		case "parked again":
 			fmt.Fprintf(w, "parked %s again: %s\n", o.ID, o.Reason)
+		case "left parked":
+			fmt.Fprintf(w, "left %s parked: %s\n", o.ID, o.Reason)
 		default:
-			fmt.Fprintf(w, "discarded %s (%d parked copies)\n", o.ID, o.Copies)
+			fmt.Fprintf(w, "discarded %s (%s)\n", o.ID, copies(o.Copies))
 		}
 	}
+}
+
+// copies says how many parked copies of an id were done with.
+func copies(n int) string {
+	if n == 1 {
+		return "1 parked copy"
+	}
+	return fmt.Sprintf("%d parked copies", n)
 }
 
 // shortReason keeps the end of a reason: what is wrong, without where it was found.

@@ -84,7 +84,7 @@ func selectGroups[T any](items []T, idOf func(*T) string, ids []string, all bool
 type Outcome struct {
 	ID     string
 	Copies int    // parked copies removed
-	Action string // "replayed", "parked again" or "discarded"
+	Action string // "replayed", "parked again", "left parked" or "discarded"
 	Source string // for a replay: "table row" or "parked copy"
 	Reason string // for "parked again": why
 }

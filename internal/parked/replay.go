@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/internal/killpoint"
@@ -25,6 +26,10 @@ func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func
 		o, err := w.replay(ctx, rows, g)
 		if err != nil {
 			return fmt.Errorf("replay %s: %w", g[0].ID, err)
+		}
+		if o.Action == leftParked {
+			report(o)
+			return nil
 		}
 		killpoint.Hit("parked.confirmed")
 		if err := remove(r, g); err != nil {
@@ -72,6 +77,9 @@ func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, erro
 		if err = fromCopy(m, kept, p.BodyDropped(), p.Size); err != nil {
 			return w.parkAgain(ctx, p, &m, p.Size, err, o)
 		}
+	}
+	if notYet(&m, &o) {
+		return o, nil
 	}
 	err = w.send(ctx, func(s *publisher.Session) (uint64, error) { return s.Publish(ctx, &m) })
 	var tl *wire.TooLargeError
@@ -133,6 +141,19 @@ func (w *writer) confirm(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("not confirmed: %w", ctx.Err())
 	}
+}
+
+// leftParked is the action of a replay that found its row not due yet.
+const leftParked = "left parked"
+
+// notYet reports whether m is due later (its deliver_at column): replay leaves it parked, and says
+// so in o. A replay sends at once, so it would leave early.
+func notYet(m *wire.Message, o *Outcome) bool {
+	if m.DeliverAt.IsZero() || !m.DeliverAt.After(time.Now()) {
+		return false
+	}
+	o.Action, o.Reason = leftParked, "due at "+m.DeliverAt.UTC().Format(time.RFC3339)+"; replay it then"
+	return true
 }
 
 // fromCopy says why m, a row rebuilt from its parked copy, still cannot be published, or nil.

@@ -61,7 +61,7 @@
 //     replay, discard, bad usage), TestParkedStreamListedReplayedDiscarded (the park stream),
 //     TestParkedReplayKilledAtEveryPoint, TestParkedOnAQuorumQueueOfACluster,
 //     TestParkedByALeastPrivilegedBrokerUser, TestParkedOfTwoDatabasesDoNotCross,
-//     TestParkedRowsGoToTheirOwnExchangeAndKey
+//     TestParkedRowsGoToTheirOwnExchangeAndKey, TestParkedStreamRowDueLaterWaitsForItsTime
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut

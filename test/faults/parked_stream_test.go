@@ -96,3 +96,33 @@ func TestParkedStreamListedReplayedDiscarded(t *testing.T) {
 		t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
 	}
 }
+
+// A stream cannot hold a row back, so the relay parks a row due later. A replay before it is due
+// leaves it parked and says when; once due, a replay stores it.
+func TestParkedStreamRowDueLaterWaitsForItsTime(t *testing.T) {
+	heavy(t)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
+	env, sr := newStream(t, rabbit)
+	w.startRelay(env...).waitState("streaming", time.Minute)
+	id := uuid.NewString()
+	w.exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, deliver_at)
+		VALUES ($1, 'o', '1', 'o.later', '{}', pg_catalog.now() + interval '1 hour')`, id)
+	w.waitParked(env, id)
+	if out := w.parked(0, append([]string{"replay", id}, env...)...); !strings.Contains(out, "left "+id+" parked: due at ") {
+		t.Fatalf("replay before it is due:\n%s", out)
+	}
+	w.waitParked(env, id)
+	w.exec(`UPDATE outbox SET deliver_at = pg_catalog.now() - interval '1 second' WHERE id = $1`, id)
+	if out := w.parked(0, append([]string{"replay", id}, env...)...); !strings.Contains(out, "replayed "+id) {
+		t.Fatalf("replay once due:\n%s", out)
+	}
+	waitFor(t, time.Minute, "the row in the stream", func() bool {
+		for _, m := range sr.messages() {
+			if m.Properties != nil && fmt.Sprint(m.Properties.MessageID) == id {
+				return true
+			}
+		}
+		return false
+	})
+}
