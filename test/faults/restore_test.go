@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -114,6 +116,8 @@ func TestRestoredDatabase(t *testing.T) {
 		{name: "stream written past the last row", stream: true, past: true},
 		{name: "stream walbox_emit written past the last row", stream: true, emit: 0.5, past: true},
 		{name: "stream short of the last row", stream: true, short: true},
+		{name: "stream position ids written past the last row", stream: true, past: true,
+			config: "tables:\n  - table: public.outbox\n    message-id: position\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) { restoredDatabase(t, c) })
 	}
@@ -224,15 +228,23 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	wayOutNewStream(t, w, rabbit, env, after)
 }
 
-// notInStream returns the ids of rows the stream read by sr does not hold.
+// notInStream returns the ids of rows the stream read by sr does not hold. A row is held under its
+// id, or under a position id: then its body names its aggregate and sequence number.
 func notInStream(sr *streamReader, rows []checker.Row) []string {
 	seen := map[string]bool{}
 	for _, m := range sr.messages() {
 		seen[fmt.Sprint(m.Properties.MessageID)] = true
+		var body struct {
+			Aggregate string `json:"aggregate"`
+			Seq       int64  `json:"seq"`
+		}
+		if json.Unmarshal(bytes.Join(m.Data, nil), &body) == nil {
+			seen[fmt.Sprintf("%s/%d", body.Aggregate, body.Seq)] = true
+		}
 	}
 	var ids []string
 	for _, row := range rows {
-		if !seen[row.ID] {
+		if !seen[row.ID] && !seen[fmt.Sprintf("%s/%d", row.Aggregate, row.Seq)] {
 			ids = append(ids, row.ID)
 		}
 	}
