@@ -70,13 +70,20 @@ func TestPartitionLeaseTakenOverOnlyAfterExpiry(t *testing.T) {
 	b.kill()
 }
 
-// A consumer process frozen past its lease (SIGSTOP) loses its partitions to the other. Once
-// thawed it handles nothing more of them: it stops at its deadline, and its database writes
-// are fenced by the lease. Single active consumer alone would let it go on.
+// A consumer process frozen past its lease (SIGSTOP) loses its partition to the standby. Once
+// thawed it handles nothing more: it stops at its deadline, and its database writes are fenced
+// by the lease. Single active consumer alone would let it handle what it had prefetched. With
+// one partition the thawed process stays a standby, so whatever it handled after its lease
+// ended would be a fault.
 func TestFrozenConsumerStopsAfterItsLease(t *testing.T) {
 	e := newPartEnv(t, nil)
-	cfg := e.partConfig(4)
-	a, b := e.startTwo(t, cfg)
+	cfg := e.partConfig(1)
+	a := e.startChild(t, "a", cfg)
+	e.waitLeases(t, cfg, 1, 1)
+	b := e.startChild(t, "b", cfg)
+	eventually(t, time.Minute, "b a member", func() bool {
+		return e.count(t, "SELECT count(*) FROM walbox_consumer_members WHERE expires_at > clock_timestamp()") == 2
+	})
 	aggs := aggregates(20)
 	e.publishAggregates(t, aggs, 1, 10)
 	e.waitHandled(t, 20*10, time.Minute)
@@ -84,8 +91,10 @@ func TestFrozenConsumerStopsAfterItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	expiry := e.leaseExpiry(t, cfg, a)
-	e.publishAggregates(t, aggs, 11, 20)
-	e.waitLeases(t, cfg, 4, 1) // b took all four
+	e.publishAggregates(t, aggs, 11, 20) // a, still the active consumer, gets them ahead
+	eventually(t, time.Minute, "b holding the partition", func() bool {
+		return !e.leaseExpiry(t, cfg, b).IsZero()
+	})
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -246,15 +255,19 @@ func (e *partEnv) startTwo(tb testing.TB, cfg consumer.Config) (a, b *child) {
 	return a, b
 }
 
-// leaseExpiry is when the last lease of process c ends, as the database records it.
+// leaseExpiry is when the last lease of process c ends, as the database records it; zero if it
+// holds none.
 func (e *partEnv) leaseExpiry(tb testing.TB, cfg consumer.Config, c *child) time.Time {
 	tb.Helper()
-	var expiry time.Time
+	var expiry *time.Time
 	if err := e.pool.QueryRow(context.Background(), `SELECT max(expires_at) FROM walbox_consumer_leases
 		WHERE consumer = $1 AND holder LIKE '%/' || $2 || '/%'`, cfg.Queue, strconv.Itoa(c.cmd.Process.Pid)).Scan(&expiry); err != nil {
 		tb.Fatal(err)
 	}
-	return expiry
+	if expiry == nil {
+		return time.Time{}
+	}
+	return *expiry
 }
 
 // waitLeases waits until the partitions are leased, to as many holders.
