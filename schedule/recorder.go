@@ -139,7 +139,10 @@ func (r *Recorder) Close() error {
 		close(r.confirms)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r.closeErr = errors.Join(err, r.conn.Close(ctx))
+		if r.conn != nil {
+			err = errors.Join(err, r.conn.Close(ctx))
+		}
+		r.closeErr = err
 	})
 	return r.closeErr
 }
