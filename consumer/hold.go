@@ -200,7 +200,6 @@ func (w *worker) drain(ctx context.Context) error {
 // drainOne handles the first held message of aggregateID, or discards it if Skip said so. The
 // result done says the hold is gone or waits again.
 func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, err error) {
-	name := w.c.cfg.ConsumerName
 	tx, err := w.c.pool.Begin(ctx)
 	if err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
@@ -209,49 +208,21 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	if _, err := w.fence(ctx, tx, aggregateID); err != nil {
 		return false, err
 	}
-	var attempts int
-	var failed bool
-	var skip *string
-	err = tx.QueryRow(ctx, w.c.psql.lockHold, name, aggregateID).Scan(&attempts, &failed, &skip)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && failed {
-		return true, nil
+	h, err := w.takeHead(ctx, tx, aggregateID)
+	if err != nil || h.waits {
+		return h.waits, err
 	}
-	if err != nil {
-		return false, handling.ClassifyDB(fmt.Errorf("lock hold: %w", err))
+	if h.skip != nil && *h.skip == h.m.id {
+		return h.ended, commit(ctx, tx) // discarded unhandled
 	}
-	m, err := w.head(ctx, tx, aggregateID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := tx.Exec(ctx, w.c.psql.deleteHold, name, aggregateID); err != nil {
-			return false, handling.ClassifyDB(fmt.Errorf("end hold: %w", err))
-		}
-		return true, commit(ctx, tx)
-	}
-	if err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, w.c.psql.deleteHeld, name, m.seq); err != nil {
-		return false, handling.ClassifyDB(fmt.Errorf("take held message: %w", err))
-	}
-	if _, err := tx.Exec(ctx, w.c.psql.handledHead, name, aggregateID); err != nil {
-		return false, handling.ClassifyDB(fmt.Errorf("update hold: %w", err))
-	}
-	// The hold ends with its last message, in the same transaction.
-	tag, err := tx.Exec(ctx, w.c.psql.endIfEmpty, name, aggregateID)
-	if err != nil {
-		return false, handling.ClassifyDB(fmt.Errorf("end hold: %w", err))
-	}
-	ended := tag.RowsAffected() > 0
-	if skip != nil && *skip == m.id {
-		return ended, commit(ctx, tx) // discarded unhandled
-	}
-	tag, err = tx.Exec(ctx, w.c.insertProcessed, m.id, name)
+	tag, err := tx.Exec(ctx, w.c.insertProcessed, h.m.id, w.c.cfg.ConsumerName)
 	if err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
 	if tag.RowsAffected() == 0 {
-		return ended, commit(ctx, tx) // handled before it was held
+		return h.ended, commit(ctx, tx) // handled before it was held
 	}
-	d := m.delivery(attempts + 1)
+	d := h.m.delivery(h.attempts + 1)
 	handlerErr := handling.Call(ctx, w.c.handler, tx, d)
 	if handlerErr == nil {
 		handlerErr, err = handling.Commit(ctx, tx)
@@ -264,10 +235,57 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	}
 	if handlerErr == nil {
 		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, d)
-		return ended, nil
+		return h.ended, nil
 	}
 	_ = tx.Rollback(ctx)
-	return true, w.failed(ctx, aggregateID, m.id, attempts+1, handlerErr)
+	return true, w.failed(ctx, aggregateID, h.m.id, h.attempts+1, handlerErr)
+}
+
+// headOfHold is a hold's first message, taken off the hold in the transaction that handles it.
+type headOfHold struct {
+	m        heldMessage
+	attempts int     // failed attempts at m so far
+	skip     *string // the message Skip discards
+	// waits says there is nothing to handle: the hold is gone, or its message failed for good.
+	waits bool
+	// ended says m was the last held message: the hold ends with it.
+	ended bool
+}
+
+// takeHead locks aggregateID's hold and takes its first message off it, in tx. A hold without
+// messages is removed; it waits then.
+func (w *worker) takeHead(ctx context.Context, tx pgx.Tx, aggregateID string) (headOfHold, error) {
+	name := w.c.cfg.ConsumerName
+	var h headOfHold
+	var failed bool
+	err := tx.QueryRow(ctx, w.c.psql.lockHold, name, aggregateID).Scan(&h.attempts, &failed, &h.skip)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && failed {
+		return headOfHold{waits: true}, nil
+	}
+	if err != nil {
+		return h, handling.ClassifyDB(fmt.Errorf("lock hold: %w", err))
+	}
+	if h.m, err = w.head(ctx, tx, aggregateID); errors.Is(err, pgx.ErrNoRows) {
+		if _, err := tx.Exec(ctx, w.c.psql.deleteHold, name, aggregateID); err != nil {
+			return h, handling.ClassifyDB(fmt.Errorf("end hold: %w", err))
+		}
+		return headOfHold{waits: true}, commit(ctx, tx)
+	}
+	if err != nil {
+		return h, err
+	}
+	if _, err := tx.Exec(ctx, w.c.psql.deleteHeld, name, h.m.seq); err != nil {
+		return h, handling.ClassifyDB(fmt.Errorf("take held message: %w", err))
+	}
+	if _, err := tx.Exec(ctx, w.c.psql.handledHead, name, aggregateID); err != nil {
+		return h, handling.ClassifyDB(fmt.Errorf("update hold: %w", err))
+	}
+	tag, err := tx.Exec(ctx, w.c.psql.endIfEmpty, name, aggregateID)
+	if err != nil {
+		return h, handling.ClassifyDB(fmt.Errorf("end hold: %w", err))
+	}
+	h.ended = tag.RowsAffected() > 0
+	return h, nil
 }
 
 // head reads the first held message of aggregateID.
