@@ -16,7 +16,7 @@ import (
 // unusable, or a fatal database error. The session then ends, and the broker requeues what was
 // not acknowledged.
 func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
-	if d.Type == wire.CanaryEventType {
+	if wire.IsCanary(d.Type, d.Headers) {
 		return ackCanary(d) // walbox's own, for its canary queue: a binding of # gets it too
 	}
 	if d.MessageId == "" {

@@ -16,7 +16,8 @@ import (
 )
 
 // The consumer counts handled messages and failed attempts, and measures the lag from the commit
-// time header. A duplicate is not handled again; walbox's canary is acknowledged unhandled.
+// time header. A duplicate is not handled again; walbox's canary is acknowledged unhandled. A
+// producer's row of the canary's event type is handled: it lacks the canary's header.
 func TestConsumerMetricsCountHandledFailedAndLag(t *testing.T) {
 	e := newEnv(t, nil)
 	reg := prometheus.NewRegistry()
@@ -40,19 +41,24 @@ func TestConsumerMetricsCountHandledFailedAndLag(t *testing.T) {
 	committed := time.Now().Add(-3 * time.Second)
 	e.publishHeaders(t, "a", "order.created", amqp.Table{wire.HeaderCommitTime: wire.FormatCommitTime(committed)})
 	e.publishHeaders(t, "a", "order.created", nil)
-	e.publishHeaders(t, "canary-1", wire.CanaryEventType, nil)
+	e.publishHeaders(t, "canary-1", wire.CanaryEventType, amqp.Table{wire.HeaderCanary: true})
+	e.publishHeaders(t, "user-row", wire.CanaryEventType, nil) // a producer's row of the canary's type
 	e.publishHeaders(t, "b", "order.created", nil)
 	eventually(t, 20*time.Second, "message b handled", func() bool {
 		return e.count(t, "SELECT count(*) FROM effects WHERE message_id = 'b'") == 1
 	})
 	eventually(t, 10*time.Second, "queue empty", func() bool { return e.readyMessages(t, e.queue) == 0 })
 	for _, d := range got.deliveries() {
-		if d.Type == wire.CanaryEventType {
+		if d.MessageID == "canary-1" {
 			t.Errorf("the handler got canary message %s", d.MessageID)
 		}
 	}
-	if n, _, _ := metric(t, reg, "walbox_consumer_handled_total", cfg.Queue); n != 2 {
-		t.Errorf("walbox_consumer_handled_total = %v, want 2 (a and b; the duplicate and the canary are not handled)", n)
+	if n := e.count(t, "SELECT count(*) FROM effects WHERE message_id = 'user-row'"); n != 1 {
+		t.Errorf("the producer's row of type %s was handled %d times, want once: only walbox's header makes a canary",
+			wire.CanaryEventType, n)
+	}
+	if n, _, _ := metric(t, reg, "walbox_consumer_handled_total", cfg.Queue); n != 3 {
+		t.Errorf("walbox_consumer_handled_total = %v, want 3 (a, the user's row and b; the duplicate and the canary are not handled)", n)
 	}
 	if n, _, _ := metric(t, reg, "walbox_consumer_failed_total", cfg.Queue); n != 1 {
 		t.Errorf("walbox_consumer_failed_total = %v, want 1 (b's first attempt)", n)

@@ -13,9 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/wire"
 )
 
 // Three consumers of one name, each with its own connections, share six partitions. One
@@ -457,4 +459,26 @@ func (e *partEnv) routes(t *testing.T, cfg consumer.Config, n int) map[string]st
 	}
 	_ = ch.Close()
 	return got
+}
+
+// A partitioned worker acknowledges walbox's canary unhandled, and hands the handler a producer's
+// row of the canary's event type: only walbox's header makes a canary.
+func TestPartitionsPassTheCanaryAndHandleARowOfItsType(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(2)
+	e.startConsumer(t, cfg, "c1")
+	e.waitLeases(t, cfg, 2, 1)
+	e.publishHeaders(t, "canary-1", wire.CanaryEventType, amqp.Table{wire.HeaderCanary: true, "aggregate_id": "a"})
+	e.publishHeaders(t, "user-row", wire.CanaryEventType, amqp.Table{"aggregate_id": "a"})
+	e.publishAggregates(t, []string{"b"}, 1, 1)
+	e.waitHandled(t, 2, time.Minute)
+	eventually(t, 20*time.Second, "partition queues empty", func() bool {
+		return e.readyMessages(t, e.queue+".p0") == 0 && e.readyMessages(t, e.queue+".p1") == 0
+	})
+	if n := e.count(t, "SELECT count(*) FROM handled WHERE message_id = 'user-row'"); n != 1 {
+		t.Errorf("the producer's row of type %s was handled %d times, want once", wire.CanaryEventType, n)
+	}
+	if n := e.count(t, "SELECT count(*) FROM handled WHERE message_id = 'canary-1'"); n != 0 {
+		t.Errorf("the canary was handled %d times, want never", n)
+	}
 }

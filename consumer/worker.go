@@ -216,7 +216,7 @@ func (w *worker) consume(hctx context.Context, ch *amqp.Channel, deliveries <-ch
 // pauses and ends the session instead. Closing the channel requeues the delivery and those after
 // it, in their order. A single requeue would not keep that order.
 func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
-	if d.Type == wire.CanaryEventType {
+	if wire.IsCanary(d.Type, d.Headers) {
 		return ackCanary(d)
 	}
 	if d.MessageId == "" {

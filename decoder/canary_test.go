@@ -37,8 +37,9 @@ func TestCanaryOfItsOwnSlotOnly(t *testing.T) {
 			if ev.Kind != tt.want {
 				t.Fatalf("kind %v, want %v", ev.Kind, tt.want)
 			}
-			if tt.relays && (ev.Message.Key() != wire.CanaryEventType || ev.Message.EventType != wire.CanaryEventType) {
-				t.Errorf("routing key %q, event type %q; want %s", ev.Message.Key(), ev.Message.EventType, wire.CanaryEventType)
+			if tt.relays && (ev.Message.Key() != wire.CanaryEventType || !wire.IsCanary(ev.Message.EventType, ev.Message.Headers)) {
+				t.Errorf("routing key %q, event type %q, headers %v; want %s and the header %s", ev.Message.Key(),
+					ev.Message.EventType, ev.Message.Headers, wire.CanaryEventType, wire.HeaderCanary)
 			}
 		})
 	}

@@ -21,7 +21,7 @@ func (d *Decoder) WithMessagePrefix(prefix string) *Decoder {
 
 // WithCanary makes d decode the canary messages of slot as outbox messages; it returns d. Those
 // are the logical decoding messages with prefix wire.CanaryPrefix whose aggregate_id is slot. They
-// have the emit function's content. Every slot of the database gets every message: the canaries of
+// have the emit function's content. Each gets the header wire.HeaderCanary, which no row can carry. Every slot of the database gets every message: the canaries of
 // other slots are KindOtherMessage. An empty slot decodes none.
 func (d *Decoder) WithCanary(slot string) *Decoder {
 	d.canary = slot
@@ -48,6 +48,7 @@ func (d *Decoder) decodeMessage(r *reader) (Event, error) {
 			return Event{Kind: KindOtherMessage}, nil // another relay's, or not walbox's
 		}
 		m.RoutingKey = wire.CanaryEventType
+		m.Headers = map[string]any{wire.HeaderCanary: true} // no producer can set it: consumers tell canaries by it
 		return Event{Kind: KindRow, Message: m}, nil
 	}
 	if d.prefix == "" || string(prefix) != d.prefix {

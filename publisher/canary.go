@@ -97,17 +97,23 @@ func clusterSize(cfg Config) int {
 	return 1
 }
 
-// Next waits for the next canary message. An error means the reader is gone: dial again.
+// Next waits for the next canary message. It skips a producer's row of the canary's routing key.
+// An error means the reader is gone: dial again.
 func (r *CanaryReader) Next(ctx context.Context) (wire.Canary, error) {
-	select {
-	case d, ok := <-r.deliveries:
-		if !ok {
-			return wire.Canary{}, r.closeErr()
+	for {
+		select {
+		case d, ok := <-r.deliveries:
+			if !ok {
+				return wire.Canary{}, r.closeErr()
+			}
+			if !wire.IsCanary(d.Type, d.Headers) {
+				continue
+			}
+			t, _ := wire.ParseCommitTime(d.Headers[wire.HeaderCommitTime])
+			return wire.Canary{Body: d.Body, CommitTime: t}, nil
+		case <-ctx.Done():
+			return wire.Canary{}, ctx.Err()
 		}
-		t, _ := wire.ParseCommitTime(d.Headers[wire.HeaderCommitTime])
-		return wire.Canary{Body: d.Body, CommitTime: t}, nil
-	case <-ctx.Done():
-		return wire.Canary{}, ctx.Err()
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 const canaryBuffer = 16
 
 // CanaryReader reads walbox's canaries from the stream, from the next message on. A stream has no
-// queue of the canary's own. So the reader reads every message, and keeps the canary's event type.
+// queue of the canary's own. So the reader reads every message, and keeps those wire.IsCanary finds.
 // Close it when done.
 type CanaryReader struct {
 	env      *stream.Environment
@@ -45,7 +45,7 @@ func DialCanary(_ context.Context, cfg Config) (*CanaryReader, error) {
 
 // take keeps a canary; the client calls it for every message.
 func (r *CanaryReader) take(_ stream.ConsumerContext, m *amqp.Message) {
-	if m.ApplicationProperties[PropEventType] != wire.CanaryEventType {
+	if t, _ := m.ApplicationProperties[PropEventType].(string); !wire.IsCanary(t, m.ApplicationProperties) {
 		return
 	}
 	c := wire.Canary{}

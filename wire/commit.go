@@ -25,11 +25,20 @@ func ParseCommitTime(v any) (time.Time, bool) {
 
 // The canary: walbox run writes a logical decoding message now and then, relays it and reads it
 // back (docs/operations.md). It carries CanaryPrefix, and is published with CanaryEventType as its
-// event type and routing key. The consumer library acknowledges such messages without handling them.
+// event type and routing key. It also carries the header HeaderCanary, which no producer can set.
+// The consumer library acknowledges such messages without handling them.
 const (
 	CanaryPrefix    = "walbox.canary"
 	CanaryEventType = "walbox.canary"
+	HeaderCanary    = "x-walbox-canary"
 )
+
+// IsCanary reports whether a message of eventType with headers h is walbox's canary. A row of a
+// producer may have the canary's event type, but never its header: it is no canary.
+func IsCanary(eventType string, h map[string]any) bool {
+	_, ok := h[HeaderCanary]
+	return ok && eventType == CanaryEventType
+}
 
 // Canary is a canary as its reader read it back.
 type Canary struct {

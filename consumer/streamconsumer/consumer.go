@@ -167,7 +167,7 @@ func (c *Consumer) storedOffset(ctx context.Context) (next int64, stored bool, e
 // offset.
 func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) error {
 	d := streamDelivery(r.msg)
-	if d.Type == wire.CanaryEventType {
+	if wire.IsCanary(d.Type, d.Headers) {
 		_, _, err := c.process(ctx, r.offset, d, nil) // walbox's canary: only the offset moves
 		return err
 	}

@@ -18,31 +18,38 @@ import (
 )
 
 // The stream consumer counts handled messages and failed attempts, and measures the lag from the
-// commit time. It moves past walbox's canary without handling it.
+// commit time. It moves past walbox's canary without handling it, and handles a producer's row of
+// the canary's event type.
 func TestStreamConsumerMetricsCountHandledFailedAndLag(t *testing.T) {
 	committed := time.Now().Add(-3 * time.Second)
 	msgs := []*wire.Message{
 		{ID: uuid.New(), EventType: "order.created", Payload: []byte(`{}`), CommitTime: committed},
-		{ID: uuid.New(), EventType: wire.CanaryEventType, Payload: []byte(`{}`), CommitTime: committed},
+		{ID: uuid.New(), EventType: wire.CanaryEventType, Payload: []byte(`{}`), CommitTime: committed,
+			Headers: map[string]any{wire.HeaderCanary: true}},
 		{ID: uuid.New(), EventType: "order.created", Payload: []byte(`{}`)},
+		{ID: uuid.New(), EventType: wire.CanaryEventType, Payload: []byte(`{}`)}, // a producer's row
 	}
 	se := newStreamEnvOf(t, msgs)
-	flaky := se.ids[2]
+	flaky, canary, userRow := se.ids[2], se.ids[1], se.ids[3]
 	cfg := se.config()
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = consumermetrics.New(reg)
 	var canaries int
 	se.runUntil(t, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
-		if d.Type == wire.CanaryEventType {
+		if d.MessageID == canary {
 			canaries++
 		}
 		if d.MessageID == flaky && d.Attempt == 1 {
 			return errors.New("flaky")
 		}
 		return recordEffect(ctx, tx, d)
-	}, 3)
+	}, 4)
 	if canaries != 0 {
 		t.Errorf("the handler got the canary %d times", canaries)
+	}
+	if n := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1", userRow); n != 1 {
+		t.Errorf("the producer's row of type %s was handled %d times, want once: only walbox's header makes a canary",
+			wire.CanaryEventType, n)
 	}
 	want := `
 # HELP walbox_consumer_failed_total Failed attempts: the handler returned an error, or the database failed.
@@ -50,7 +57,7 @@ func TestStreamConsumerMetricsCountHandledFailedAndLag(t *testing.T) {
 walbox_consumer_failed_total{consumer="billing"} 1
 # HELP walbox_consumer_handled_total Messages handled: the handler returned nil and its transaction committed. Duplicates are not counted.
 # TYPE walbox_consumer_handled_total counter
-walbox_consumer_handled_total{consumer="billing"} 2
+walbox_consumer_handled_total{consumer="billing"} 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "walbox_consumer_handled_total", "walbox_consumer_failed_total"); err != nil {
 		t.Error(err)

@@ -166,7 +166,7 @@ func (v *Verifier) session(ctx context.Context) error {
 
 // record keeps one delivery and reports whether there is room for more.
 func (v *Verifier) record(d amqp.Delivery) bool {
-	if d.Type == wire.CanaryEventType {
+	if wire.IsCanary(d.Type, d.Headers) {
 		v.mu.Lock()
 		v.canaries++ // walbox's canary, not a row of the Writer's
 		v.mu.Unlock()
