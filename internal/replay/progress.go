@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/ownertrust"
@@ -89,15 +92,27 @@ func (s *store) read(ctx context.Context, table string) (progress, error) {
 	return p, nil
 }
 
+// startSnapshot reads the current snapshot, its next transaction id (the horizon) and the ids in
+// progress. A snapshot lists only top-level transactions. A subtransaction's id, released by its
+// savepoint, is not in it, and pg_visible_in_snapshot calls it ended. The ids in progress name them.
+const startSnapshot = `SELECT pg_catalog.pg_snapshot_xmax(s)::pg_catalog.text::pg_catalog.int8, s::pg_catalog.text,
+	ARRAY(SELECT x FROM pg_catalog.generate_series(pg_catalog.pg_snapshot_xmin(s)::pg_catalog.text::pg_catalog.int8,
+			pg_catalog.pg_snapshot_xmax(s)::pg_catalog.text::pg_catalog.int8 - 1) AS x
+		WHERE pg_catalog.pg_xact_status(x::pg_catalog.text::pg_catalog.xid8) OPERATOR(pg_catalog.=) 'in progress')
+	FROM pg_catalog.pg_current_snapshot() AS s`
+
 // start records the replay's start on each table, in one transaction. The start is the current
-// snapshot and its next transaction id, the horizon.
+// snapshot, with every id in progress added, and its next transaction id, the horizon.
 func (s *store) start(ctx context.Context, tables []string, filter string) (progress, error) {
 	p := progress{doneCmd: -1, found: true}
 	err := pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_snapshot_xmax(s)::pg_catalog.text::pg_catalog.int8, s::pg_catalog.text
-			FROM pg_catalog.pg_current_snapshot() AS s`).Scan(&p.horizon, &p.snapshot)
-		if err != nil {
+		var running []int64
+		if err := tx.QueryRow(ctx, startSnapshot).Scan(&p.horizon, &p.snapshot, &running); err != nil {
 			return fmt.Errorf("read the current snapshot: %w", err)
+		}
+		var err error
+		if p.snapshot, err = withRunning(p.snapshot, running); err != nil {
+			return err
 		}
 		for _, t := range tables {
 			_, err := tx.Exec(ctx, "INSERT INTO "+s.table+" (replay_id, table_name, filters, horizon, snapshot) VALUES "+
@@ -132,4 +147,36 @@ func (s *store) finish(ctx context.Context) error {
 		return fmt.Errorf("delete the finished replay %s from %s: %w", s.id, s.table, err)
 	}
 	return nil
+}
+
+// withRunning returns the snapshot (xmin:xmax:xip, as pg_snapshot prints it) with the ids running
+// added to its list. Ids outside xmin to xmax are left out, as the snapshot would have them.
+func withRunning(snapshot string, running []int64) (string, error) {
+	parts := strings.Split(snapshot, ":")
+	if len(parts) != 3 {
+		return "", fmt.Errorf("snapshot %q: not xmin:xmax:xip", snapshot)
+	}
+	xmin, err1 := strconv.ParseInt(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", fmt.Errorf("snapshot %q: %w", snapshot, err)
+	}
+	xip := slices.Clone(running)
+	for _, v := range strings.Split(parts[2], ",") {
+		if v == "" {
+			continue
+		}
+		x, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("snapshot %q: %w", snapshot, err)
+		}
+		xip = append(xip, x)
+	}
+	xip = slices.DeleteFunc(xip, func(x int64) bool { return x < xmin || x >= xmax })
+	slices.Sort(xip)
+	list := make([]string, 0, len(xip))
+	for _, x := range slices.Compact(xip) {
+		list = append(list, strconv.FormatInt(x, 10))
+	}
+	return parts[0] + ":" + parts[1] + ":" + strings.Join(list, ","), nil
 }

@@ -1,8 +1,11 @@
 package faults_test
 
 import (
+	"context"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
@@ -49,4 +52,57 @@ func TestReplaySendsRowsOlderThanTwoBillionTransactions(t *testing.T) {
 			t.Errorf("delivery %d is row %s, old %v; want the 10 old rows first", i, id, oldIDs[id])
 		}
 	}
+}
+
+// A transaction running when the replay first starts is not the replay's, savepoints and all. Its
+// rows written in a subtransaction were told apart from it by no run: a resume after its commit sent
+// them, without the rows of its top level.
+func TestReplayLeavesOutSubtransactionsOfATransactionRunningAtStart(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.insertRows(20)
+	ctx := t.Context()
+	tx, err := w.pg.Conn(t, w.db).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, sql := range []string{
+		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('late', '1', 'top', '{}')`,
+		`SAVEPOINT s`,
+		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('late', '1', 'savepoint', '{}')`,
+		`RELEASE SAVEPOINT s`,
+	} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A transaction after it commits first: the start's snapshot then reaches past the savepoint's id.
+	w.insertRows(1)
+
+	// The first run records its start, then is killed; the transaction commits; the replay resumes.
+	cmd := exec.Command(walboxBin(t), "replay", "--rate=1")
+	cmd.Env = w.env(nil)
+	p := testenv.Start(t, cmd)
+	p.WaitFor("the replay's start recorded", 2*time.Minute, func() bool {
+		if p.Exited() {
+			t.Fatalf("walbox replay exited %d before the kill:\n%s", p.ExitCode(), testenv.Tail(p.Output(), 20))
+		}
+		return len(w.texts("SELECT replay_id FROM public.walbox_replays")) > 0
+	})
+	p.Kill()
+	p.Wait(time.Minute)
+	waitFor(t, time.Minute, "the killed replay's session to end", func() bool {
+		return len(w.texts("SELECT pid::text FROM pg_stat_activity WHERE application_name = 'walbox replay'")) == 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, code := w.walbox(nil, "replay", "--rate=0")
+	if code != 0 || !strings.Contains(out, "resumed") {
+		t.Fatalf("walbox replay run again exited %d; want 0 and a resume:\n%s", code, out)
+	}
+	got := map[string]int{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) { got[d.MessageId]++ })
+	w.checkEveryMatchedRow(got, "aggregate_type <> 'late'")
 }
