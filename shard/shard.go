@@ -101,6 +101,19 @@ func ParseFilter(filter string) (column string, k, n int, ok bool) {
 // namePattern matches a derived name, base_s<k>of<n>.
 var namePattern = regexp.MustCompile(`^(.+)_s(\d+)of(\d+)$`)
 
+// BaseName returns the base name that name, a shard's slot or publication, was derived from:
+// walbox for walbox_s0of3. A name derived from none is its own base, and ok is false.
+func BaseName(name string) (base string, ok bool) {
+	m := namePattern.FindStringSubmatch(name)
+	if m == nil {
+		return name, false
+	}
+	if _, _, ok := parseName(m[1], name); !ok {
+		return name, false
+	}
+	return m[1], true
+}
+
 // parseName reads k and n from a name derived from base; ok is false for other names. The base
 // name itself is shard 0 of 1.
 func parseName(base, name string) (k, n int, ok bool) {

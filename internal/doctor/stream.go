@@ -106,12 +106,35 @@ func StreamStatus(ctx context.Context, cfg Config, bound time.Duration) []Check 
 const anchorFix = "point walbox at the server that wrote those rows (the current primary); if they are gone for good, " +
 	"publish into a new stream (--stream) or from a new slot"
 
-// AnchorCheck is doctor's stream_anchor check alone, for `walbox recover --dry-run` and `walbox
-// status`. It needs cfg's DatabaseURL, ReplicationURL, Slot, Publication, Table, Mappings, Prefix
-// and Stream. It checks cfg.Slot alone, as a slot of no shard.
+// AnchorCheck is doctor's stream_anchor check alone, for `walbox recover --dry-run`. It needs
+// cfg's DatabaseURL, ReplicationURL, Slot, Publication, Table, Mappings, Prefix and Stream. It
+// checks cfg.Slot as its relay runs: a shard's slot (walbox_s0of3) as that shard's.
 func AnchorCheck(ctx context.Context, cfg Config) Check {
 	d := newDoctor(cfg)
-	return d.anchorCheck(ctx, streamSlot{slot: d.slot, publication: d.publication})
+	s, err := d.namedSlot(ctx)
+	if err != nil {
+		return warnCheck("stream_anchor", "", "cannot check the stream's last row: read the shards: %v", err)
+	}
+	return d.anchorCheck(ctx, s)
+}
+
+// namedSlot finds d's slot among the relays' slots of its base names (streamSlots). So a shard's
+// slot comes with its shard and a reshard's cut. Every slot receives every emitted message: a
+// shard's relay keeps its shard's only. A slot of no relay is checked as a slot of no shard.
+func (d doctor) namedSlot(ctx context.Context) (streamSlot, error) {
+	base := d
+	base.slot, _ = shard.BaseName(d.slot)
+	base.publication, _ = shard.BaseName(d.publication)
+	slots, err := base.streamSlots(ctx)
+	if err != nil {
+		return streamSlot{}, err
+	}
+	for _, s := range slots {
+		if s.slot == d.slot && s.publication == d.publication {
+			return s, nil
+		}
+	}
+	return streamSlot{slot: d.slot, publication: d.publication}, nil
 }
 
 // anchorChecks runs anchorCheck on the slot of each relay that publishes the outbox table: the

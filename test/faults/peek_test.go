@@ -1,0 +1,115 @@
+package faults_test
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/shard"
+	"github.com/walbox/walbox/test/checker"
+)
+
+// keepSlots copies each slot where it is now, so that restoreSlots can put it back there.
+func (w *world) keepSlots(slots []string) {
+	w.t.Helper()
+	for _, s := range slots {
+		w.exec(`SELECT pg_catalog.pg_copy_logical_replication_slot($1, $2)`, s, s+"_kept")
+	}
+}
+
+// restoreSlots puts each slot back where keepSlots found it: its rows since then replay.
+func (w *world) restoreSlots(slots []string) {
+	w.t.Helper()
+	for _, s := range slots {
+		w.exec(`SELECT pg_catalog.pg_drop_replication_slot($1)`, s)
+		w.exec(`SELECT pg_catalog.pg_copy_logical_replication_slot($1, $2)`, s+"_kept", s)
+		w.exec(`SELECT pg_catalog.pg_drop_replication_slot($1)`, s+"_kept")
+	}
+}
+
+// compared matches stream_anchor's pass after a peek, with the number of rows it compared.
+var compared = regexp.MustCompile(`and the (\d+) rows slot (\S+) replays up to it are the stream's`)
+
+// comparedRows returns, per slot, how many rows stream_anchor compared in out.
+func comparedRows(out string) map[string]int {
+	got := map[string]int{}
+	for _, m := range compared.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		got[m[2]] = n
+	}
+	return got
+}
+
+// Two shards' relays store rows, a third of them written through walbox_emit, a row due later and
+// canaries every 100 ms in one stream. Each shard's slot is then put back where it was before, so
+// the slot replays every row the stream holds: the case of a relay killed before it reported. The
+// server is not restored: doctor, status, and recover --dry-run on each shard's slot must pass,
+// having compared that shard's rows with the stream. Every slot receives every emitted message and
+// canary; a check that took another shard's for its own would call them missing from the stream.
+func TestPeekOnShardsSlotsWithEmittedMessagesCanariesAndARowDueLater(t *testing.T) {
+	heavy(t)
+	const n = 2
+	rabbit := testenv.StartRabbitStream(t)
+	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, n)
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
+	slots := []string{set.SlotName(0), set.SlotName(1)}
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	w.keepSlots(slots)
+
+	wr := w.newWriter(checker.WriterConfig{Seed: 73, Aggregates: 20, Emit: 0.4})
+	tx := func(k int) {
+		for range k {
+			if err := wr.Tx(t.Context(), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tx(15)
+	// A row due later first: the relay parks it, and the row after it keeps its index.
+	w.exec(`INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload, deliver_at)
+		VALUES (pg_catalog.gen_random_uuid(), 'o', 'later', 'o.later', '{}', pg_catalog.now() + interval '1 hour');
+		INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES (pg_catalog.gen_random_uuid(), 'o', 'later', 'o.now', '{}')`)
+	tx(15)
+	wr.Close()
+	relays := []*relay{
+		w.startShard(0, n, append(env, "WALBOX_CANARY_INTERVAL=100ms")...),
+		w.startShard(1, n, append(env, "WALBOX_CANARY_INTERVAL=100ms")...),
+	}
+	waitFor(t, 2*time.Minute, "every committed row in the stream", func() bool { return len(notInStream(sr, wr.Committed())) == 0 })
+	time.Sleep(2 * time.Second) // canaries among them, and after
+	for _, r := range relays {
+		if code := r.Stop(time.Minute); code != 0 {
+			t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
+		}
+	}
+	w.restoreSlots(slots)
+
+	// Doctor exits 1 on a sharded table whatever the stream holds: it checks the base publication,
+	// which only the single slot has (docs/scaling.md). Status and recover must exit 0.
+	check := func(args []string, want []string, zero bool) {
+		t.Helper()
+		out, code := w.walbox(env, args...)
+		t.Logf("walbox %s exited %d:\n%s", strings.Join(args, " "), code, out)
+		got := comparedRows(out)
+		for _, s := range want {
+			if got[s] == 0 {
+				t.Errorf("walbox %s: stream_anchor compared no row of slot %s with the stream; want its rows, all the stream's",
+					strings.Join(args, " "), s)
+			}
+		}
+		if (zero && code != 0) || strings.Contains(out, "WAL does not have") || strings.Contains(out, "cannot check the stream") || strings.Contains(out, "not compared") {
+			t.Errorf("walbox %s exited %d on a server that was not restored; want no alarm and every row compared", strings.Join(args, " "), code)
+		}
+	}
+	check([]string{"doctor"}, slots, false)
+	check([]string{"status"}, slots, true)
+	for k, s := range slots {
+		check([]string{"recover", "--dry-run", "--slot", s, "--publication", set.PublicationName(k)}, []string{s}, true)
+	}
+}
