@@ -26,12 +26,16 @@ import (
 // DefaultInterval is how often walbox run writes a canary unless told otherwise.
 const DefaultInterval = 30 * time.Second
 
+// MinInterval is the shortest interval. A canary takes a few round trips to come back. Two
+// shorter intervals pass before any can, and the path would never be proven alive.
+const MinInterval = 100 * time.Millisecond
+
 // queryTimeout bounds each statement of the canary.
 const queryTimeout = 5 * time.Second
 
 // Config configures a Canary.
 type Config struct {
-	// Interval is how often a canary is written. It must be positive.
+	// Interval is how often a canary is written. It must be MinInterval or more.
 	Interval time.Duration
 	// DatabaseURL is where the canary is written: the primary, also with --replication-url.
 	DatabaseURL string
@@ -75,8 +79,11 @@ type Canary struct {
 
 // New returns a Canary of cfg.
 func New(cfg Config) (*Canary, error) {
-	if cfg.Interval <= 0 || cfg.DatabaseURL == "" || cfg.Slot == "" || cfg.Exchange == "" || cfg.Dial == nil || cfg.Active == nil {
-		return nil, fmt.Errorf("canary: interval, database url, slot, exchange, dial and active are required")
+	if cfg.Interval < MinInterval {
+		return nil, fmt.Errorf("canary: interval %s: below %s", cfg.Interval, MinInterval)
+	}
+	if cfg.DatabaseURL == "" || cfg.Slot == "" || cfg.Exchange == "" || cfg.Dial == nil || cfg.Active == nil {
+		return nil, fmt.Errorf("canary: database url, slot, exchange, dial and active are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

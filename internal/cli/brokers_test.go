@@ -77,13 +77,21 @@ func resolveSettings(t *testing.T, c *common) {
 
 // --lanes takes 1 to relayd.MaxLanes; anything else stops run at start, naming the setting.
 func TestRunRejectsBadLanes(t *testing.T) {
+	runRejects(t, "lanes", "0", "-1", "65", "three")
+}
+
+// runRejects checks that walbox run stops at start on each of values of flag, with exit 2 and one
+// line naming the setting.
+func runRejects(t *testing.T, flag string, values ...string) {
+	t.Helper()
 	t.Setenv("WALBOX_DATABASE_URL", "postgres://walbox@db/app")
 	t.Setenv("WALBOX_AMQP_URL", "amqp://mq1/")
-	for _, lanes := range []string{"0", "-1", "65", "three"} {
+	for _, v := range values {
 		var out bytes.Buffer
-		code := mainWithExit(context.Background(), []string{"run", "--listen", "off", "--lanes", lanes}, &out, &out)
-		if code != 2 || !strings.Contains(out.String(), "--lanes") {
-			t.Errorf("--lanes %s: exit %d, output %q; want 2 and the setting named", lanes, code, out.String())
+		code := mainWithExit(context.Background(), []string{"run", "--listen", "off", "--" + flag, v}, &out, &out)
+		got := strings.TrimSpace(out.String())
+		if code != 2 || !strings.Contains(got, "--"+flag) || strings.Contains(got, "\n") {
+			t.Errorf("--%s %s: exit %d, output %q; want 2 and one line naming the setting", flag, v, code, got)
 		}
 	}
 }
@@ -127,4 +135,10 @@ func TestDoctorInStreamModeNeedsNoAMQPURL(t *testing.T) {
 	if code != 1 || !strings.Contains(out.String(), "RabbitMQ stream at 127.0.0.1:1") || strings.Contains(out.String(), "s3cret") {
 		t.Errorf("doctor: exit %d, output %q; want 1 (checks failed), the stream's node checked, no password", code, out.String())
 	}
+}
+
+// --canary-interval takes 0 (off) or canary.MinInterval and more. Shorter, two intervals pass
+// before any canary can come back, and /readyz would never be ready. run refuses it at start.
+func TestRunRejectsBadCanaryIntervals(t *testing.T) {
+	runRejects(t, "canary-interval", "1ms", "1ns", "99ms", "-1s", "soon")
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walbox/walbox/canary"
 	"github.com/walbox/walbox/internal/redact"
 	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/replication"
@@ -87,6 +88,9 @@ func relayConfig(c *common, stderr io.Writer) (relayd.Config, string, error) {
 	}
 	if cfg.Relay.Logger, err = newLogger(stderr, c.v.logLevel, c.v.logFormat, c.secrets()); err != nil {
 		return cfg, "", configError{"--log-level/--log-format: " + err.Error()}
+	}
+	if cfg.Canary != 0 && cfg.Canary < canary.MinInterval {
+		return cfg, "", badSetting(c.s.get("canary-interval"), "%s; want 0 (off) or %s or more", cfg.Canary, canary.MinInterval)
 	}
 	if c.v.shard < 0 && c.v.shards > 1 {
 		return cfg, "", badSetting(c.s.get("shard"), "required with --shards %d: which shard this relay streams", c.v.shards)

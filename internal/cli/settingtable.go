@@ -119,7 +119,7 @@ var settingTable = []group{
 				"half the window was confirmed since the last report; keep well under `wal_sender_timeout` (60 s)"},
 		{flag: "canary-interval", env: "WALBOX_CANARY_INTERVAL", def: canary.DefaultInterval.String(), cmds: runOnly, bind: func(v *values) any { return (*pause)(&v.daemon.Canary) },
 			help: "how often the active instance writes a canary through the database and reads it back from its queue; " +
-				"`/readyz` fails when none came back for two intervals (0: off; in stream mode it is read from the stream)",
+				"`/readyz` fails when none came back for two intervals (0: off, else at least 100ms; in stream mode it is read from the stream)",
 			see: "operations.md#the-canary"},
 		{flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", def: replication.DefaultShutdownTimeout.String(), cmds: runOnly, bind: func(v *values) any { return &v.relay.ShutdownTimeout },
 			help: "how long a shutdown waits for outstanding confirms"},

@@ -57,6 +57,7 @@ type Config struct {
 	// Secrets are removed from the last error /status shows.
 	Secrets []string
 	// Canary is how often the canary is written and read back (package canary); 0 turns it off.
+	// Else it is canary.MinInterval or more.
 	// Into a stream, the canary is read back from the stream, from its end.
 	Canary time.Duration
 }
@@ -91,8 +92,8 @@ func New(cfg Config) (*Daemon, error) {
 	d.metrics = metrics.New(d.reg)
 	// The defaults (the slot's name, the logger) the poller and endpoints use; New validates.
 	rc := cfg.Relay.WithDefaults()
-	if cfg.Canary < 0 {
-		return nil, fmt.Errorf("canary interval %s: negative", cfg.Canary)
+	if cfg.Canary != 0 && cfg.Canary < canary.MinInterval {
+		return nil, fmt.Errorf("canary interval %s: want 0 (off) or %s or more", cfg.Canary, canary.MinInterval)
 	}
 	if cfg.Lanes < 0 || cfg.Lanes > MaxLanes {
 		return nil, fmt.Errorf("lanes: %d; want 1 to %d", cfg.Lanes, MaxLanes)
