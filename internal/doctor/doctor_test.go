@@ -358,3 +358,25 @@ func TestStreamModeChecksTheStreamNode(t *testing.T) {
 		t.Errorf("unreachable stream node: %s %q, want fail, without the password", c.Status, c.Message)
 	}
 }
+
+// The relay's role must write the schedule: doctor warns, with the migrate that grants it, until
+// walbox migrate --relay-role names the role. A superuser passes.
+func TestScheduleCheckNamesTheGrant(t *testing.T) {
+	e := setup(t)
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "schedule"); c.Status != "pass" {
+		t.Errorf("schedule as a superuser: %s %q, want pass", c.Status, c.Message)
+	}
+	relay := e.cfg
+	relay.DatabaseURL = e.roleURL(t, "LOGIN REPLICATION")
+	c := find(t, doctor.Run(t.Context(), relay), "schedule")
+	if c.Status != "warn" || !strings.Contains(c.Fix, "walbox migrate --relay-role") {
+		t.Fatalf("schedule as a role without grants: %s %q, fix %q; want a warning naming the migrate", c.Status, c.Message, c.Fix)
+	}
+	role := strings.TrimPrefix(c.Fix, "as the owner: walbox migrate --relay-role ")
+	if _, err := migrations.Apply(t.Context(), e.conn, migrations.Config{RelayRole: role}); err != nil {
+		t.Fatal(err)
+	}
+	if c := find(t, doctor.Run(t.Context(), relay), "schedule"); c.Status != "pass" {
+		t.Errorf("schedule after migrate --relay-role %s: %s %q, want pass", role, c.Status, c.Message)
+	}
+}

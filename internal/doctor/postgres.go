@@ -65,7 +65,7 @@ func (d doctor) postgres(ctx context.Context) []Check {
 		out = append(out, d.recordCheck(ctx, conn, f))
 	}
 	out = append(out, d.shardChecks(ctx, conn, f, shards)...)
-	return append(out, d.recordSchemaCheck(ctx, conn), d.rightsCheck(ctx, conn, f))
+	return append(out, d.recordSchemaCheck(ctx, conn), d.rightsCheck(ctx, conn, f), d.scheduleCheck(ctx, conn))
 }
 
 func (d doctor) emitCheck(ctx context.Context, conn *pgx.Conn) Check {

@@ -41,6 +41,7 @@ func TestScheduleBench(t *testing.T) {
 	// Faults at a fifth, two fifths, three fifths and four fifths of the span. The retained WAL is
 	// sampled meanwhile; the first samples hold the write of every message, not yet recorded.
 	var retained, settled []int64
+	var struck []time.Time // when each fault struck
 	faults := []string{"kill", "restart", "kill", "kill"}
 	for i, f := range faults {
 		until := start.Add(span * time.Duration(i+1) / 5)
@@ -53,6 +54,7 @@ func TestScheduleBench(t *testing.T) {
 			time.Sleep(5 * time.Second)
 		}
 		t.Logf("retained WAL before the %s: %.1f MB, %d messages waiting", f, float64(retained[len(retained)-1])/1e6, w.waiting())
+		struck = append(struck, time.Now())
 		switch f {
 		case "kill": // the active relay dies; the standby takes over; a new standby starts
 			active.Kill()
@@ -71,7 +73,8 @@ func TestScheduleBench(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second)
 	got := arrivals()
-	var late []time.Duration
+	var late, calm []time.Duration // calm: due more than 45 s after any fault, or before it
+	worst := make([]time.Duration, len(struck))
 	lost, early, dups := 0, 0, 0
 	for _, m := range msgs {
 		a, ok := got[m.id]
@@ -83,7 +86,26 @@ func TestScheduleBench(t *testing.T) {
 			early++
 		}
 		dups += a.count - 1
-		late = append(late, a.first.Sub(m.deliverAt))
+		l := a.first.Sub(m.deliverAt)
+		late = append(late, l)
+		near := false
+		for i, f := range struck {
+			if !m.deliverAt.Before(f) && m.deliverAt.Before(f.Add(45*time.Second)) {
+				near, worst[i] = true, max(worst[i], l)
+			}
+		}
+		if !near {
+			calm = append(calm, l)
+		}
+	}
+	slices.Sort(calm)
+	for i, f := range faults {
+		t.Logf("due within 45 s after the %s at %s: the latest %s late", f, struck[i].Sub(start).Round(time.Second), worst[i].Round(time.Millisecond))
+	}
+	if len(calm) > 0 {
+		t.Logf("due away from every fault: %d messages, lateness p50 %s, p99 %s, max %s", len(calm),
+			calm[len(calm)/2].Round(time.Millisecond), calm[int(0.99*float64(len(calm)-1))].Round(time.Millisecond),
+			calm[len(calm)-1].Round(time.Millisecond))
 	}
 	slices.Sort(late)
 	slices.Sort(retained)

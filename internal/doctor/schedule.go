@@ -1,0 +1,36 @@
+package doctor
+
+import (
+	"cmp"
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
+)
+
+// scheduleCheck judges scheduled delivery: the schedule's tables exist, and this role, the relay's,
+// may write them. A relay that may not fails its session at each message due later, for good.
+func (d doctor) scheduleCheck(ctx context.Context, conn *pgx.Conn) Check {
+	const name = "schedule"
+	schema := cmp.Or(d.table, wire.DefaultTable).Schema
+	sched := pgx.Identifier{schema, migrations.ScheduleTable}.Sanitize()
+	done := pgx.Identifier{schema, migrations.ScheduleDoneTable}.Sanitize()
+	var exists, writes bool
+	var role string
+	err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL AND pg_catalog.to_regclass($2::pg_catalog.text) IS NOT NULL,
+			coalesce((SELECT pg_catalog.bool_and(pg_catalog.has_table_privilege(t, p))
+				FROM pg_catalog.unnest(ARRAY[pg_catalog.to_regclass($1::pg_catalog.text), pg_catalog.to_regclass($2::pg_catalog.text)]) t,
+				     pg_catalog.unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p), false),
+			current_user::pg_catalog.text`, sched, done).Scan(&exists, &writes, &role)
+	switch {
+	case err != nil:
+		return failCheck(name, "", "read the schedule's tables: %v", err)
+	case !exists:
+		return warnCheck(name, "run walbox migrate", "%s is missing: a row due later (deliver_at) stops the relay at each try", sched)
+	case !writes:
+		return warnCheck(name, "as the owner: walbox migrate --relay-role "+shellWord(role),
+			"role %s may not read and write %s and %s: a row due later (deliver_at) stops the relay at each try", role, sched, done)
+	}
+	return passCheck(name, "role %s may hold messages due later in %s", role, sched)
+}
