@@ -85,7 +85,9 @@ func (p *peek) run(ctx context.Context, conn *pgconn.PgConn) error {
 	upto := pglogrepl.LSN(p.cfg.Upto + 1) // decoding stops once a record ends past it
 	sql := fmt.Sprintf("SELECT lsn::text, data FROM pg_catalog.pg_logical_slot_peek_binary_changes(%s, %s::pg_catalog.pg_lsn, NULL, %s)",
 		quoteLiteral(p.cfg.Slot), quoteLiteral(upto.String()), strings.Join(args, ", "))
-	mr := conn.Exec(ctx, sql)
+	qctx, stop := cancelWhenDone(ctx, conn)
+	defer stop()
+	mr := conn.Exec(qctx, sql)
 	defer mr.Close() //nolint:errcheck // the error is read below
 	var err error
 	for mr.NextResult() {
@@ -103,10 +105,32 @@ func (p *peek) run(ctx context.Context, conn *pgconn.PgConn) error {
 	switch {
 	case p.failed != nil:
 		return p.failed
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("peek slot %s: %w", p.cfg.Slot, context.Cause(ctx))
 	case err != nil:
 		return fmt.Errorf("peek slot %s: %w", p.cfg.Slot, err)
 	}
 	return nil
+}
+
+// cancelGrace bounds the wait for the server's answer to a cancel request.
+const cancelGrace = 5 * time.Second
+
+// cancelWhenDone returns the context of a query on conn, which outlives ctx by cancelGrace at most.
+// When ctx ends, it asks the server to cancel the query. The server holds the slot while it
+// decodes, and does not notice a client gone. So the peek returns once the server freed the slot.
+func cancelWhenDone(ctx context.Context, conn *pgconn.PgConn) (context.Context, func()) {
+	qctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(cancelGrace, cancel) // a server that does not answer
+		cctx, done := context.WithTimeout(qctx, cancelGrace)
+		defer done()
+		_ = conn.CancelRequest(cctx) // no answer either way: the query's error says what happened
+	})
+	return qctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // handle decodes one change, a row (lsn, data) of the peek, as stream.handleWAL does.

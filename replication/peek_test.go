@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/testenv"
@@ -36,19 +37,7 @@ func TestPeekSkippedAsTheRelaysLeastRole(t *testing.T) {
 	}
 	before := e.slotLSN()
 
-	u, err := url.Parse(e.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User("peek_relay")
-	q := u.Query()
-	q.Set("replication", "database")
-	u.RawQuery = q.Encode()
-	conn, err := pgconn.Connect(t.Context(), u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := e.replicationConn(url.User("peek_relay"))
 
 	peek := func(upto uint64) ([]peeked, error) {
 		var got []peeked
@@ -107,4 +96,85 @@ func idStrings[T interface{ String() string }](ids []T) []string {
 		out[i] = id.String()
 	}
 	return out
+}
+
+// A peek whose context ends while the server decodes stops the server and frees the slot before
+// it returns. The server holds the slot for the whole peek and sends no row before it decoded
+// them all. It does not notice a client gone: left running, it would hold the slot, and keep
+// walbox run waiting as a standby, for as long as the span takes to decode. A relay started
+// during the peek waits as a standby, and streams once the peek is over.
+func TestPeekEndedWhileTheServerDecodesFreesTheSlot(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	e := setup(t, pg, newFakeBroker(true))
+	if _, err := e.conn.Exec(t.Context(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT pg_catalog.gen_random_uuid(), 'order', i::text, 'big', '{}' FROM pg_catalog.generate_series(1, 300000) i`); err != nil {
+		t.Fatal(err)
+	}
+	upto := uint64(e.currentLSN())
+	conn := e.replicationConn(nil)
+	active := func() bool {
+		var held bool
+		if err := e.conn.QueryRow(context.Background(), "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+			e.slot).Scan(&held); err != nil {
+			t.Error(err)
+		}
+		return held
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var err error
+	rows := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- replication.PeekSkipped(ctx, conn, replication.PeekConfig{Slot: e.slot, Publication: "walbox", Upto: upto},
+			func(int32, uint64, int, *wire.Message) (bool, error) {
+				rows++
+				return false, nil
+			})
+	}()
+	waitFor(t, time.Minute, "the peek to hold the slot", active)
+	e.start(nil)
+	waitFor(t, time.Minute, "the relay to wait as a standby", func() bool {
+		return replication.State(e.relay.Stats().State.Load()) == replication.StateStandby
+	})
+	cancel()
+	err = <-done
+	if rows > 0 {
+		t.Skipf("the server decoded %d rows before the peek's context ended; nothing to check", rows)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("peek ended by its context: %v, want context.Canceled", err)
+	}
+	var byPeek bool
+	if err := e.conn.QueryRow(context.Background(), "SELECT active_pid IS NOT DISTINCT FROM $2 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
+		e.slot, int32(conn.PID())).Scan(&byPeek); err != nil {
+		t.Fatal(err)
+	}
+	if byPeek {
+		t.Errorf("slot %s is still held by the peek's server process after the peek returned: it goes on decoding", e.slot)
+	}
+	e.broker.waitPublished(t, 1)
+}
+
+// replicationConn connects to the database as a replication connection, as user if not nil. The
+// test's cleanup closes it.
+func (e *env) replicationConn(user *url.Userinfo) *pgconn.PgConn {
+	e.t.Helper()
+	u, err := url.Parse(e.db)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if user != nil {
+		u.User = user
+	}
+	q := u.Query()
+	q.Set("replication", "database")
+	u.RawQuery = q.Encode()
+	conn, err := pgconn.Connect(e.t.Context(), u.String())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
