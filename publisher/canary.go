@@ -26,7 +26,8 @@ type CanaryReader struct {
 }
 
 // DialCanary opens a reader of the canary queue on the first broker that answers. It declares the
-// queue, durable, of the queue type the sessions give the park queue. It binds the queue to the
+// queue, durable, of the queue type the sessions give the park queue. A queue that exists with
+// other arguments is read as it is. It binds the queue to the
 // exchange, which it does not declare: the relay's session does.
 func (e *Endpoints) DialCanary(ctx context.Context, queue string) (*CanaryReader, error) {
 	var errs []string
@@ -77,7 +78,9 @@ func readCanary(conn *amqp.Connection, cfg Config, queue string) (*CanaryReader,
 		args["x-queue-type"] = QueueQuorum
 	}
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
+		if ch, err = existingCanaryQueue(conn, queue, err); err != nil {
+			return nil, err
+		}
 	}
 	if err := ch.QueueBind(queue, wire.CanaryEventType, cfg.Exchange, false, nil); err != nil {
 		return nil, fmt.Errorf("bind queue %s to exchange %s: %w", queue, cfg.Exchange, err)
@@ -87,6 +90,24 @@ func readCanary(conn *amqp.Connection, cfg Config, queue string) (*CanaryReader,
 		return nil, fmt.Errorf("consume queue %s: %w", queue, err)
 	}
 	return &CanaryReader{conn: conn, deliveries: deliveries, closed: conn.NotifyClose(make(chan *amqp.Error, 1))}, nil
+}
+
+// existingCanaryQueue takes the canary queue as it is. Its declaration failed with err: the queue
+// has other arguments, another type say. An earlier run may have made it so, with one broker URL
+// where there are several now. It holds only canaries, so any type serves. The refusal closed the
+// channel: it returns a new one.
+func existingCanaryQueue(conn *amqp.Connection, queue string, err error) (*amqp.Channel, error) {
+	if _, ok := mismatch(err); !ok {
+		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
+	}
+	ch, cerr := conn.Channel()
+	if cerr != nil {
+		return nil, fmt.Errorf("open channel: %w", cerr)
+	}
+	if _, cerr := ch.QueueDeclarePassive(queue, true, false, false, false, nil); cerr != nil {
+		return nil, fmt.Errorf("declare queue %s: %w; as it is: %w", queue, err, cerr)
+	}
+	return ch, nil
 }
 
 // clusterSize is 2 for a configuration of Endpoints with several URLs, else 1.

@@ -36,6 +36,14 @@ func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv
 	cfg.Listen = testenv.FreeAddr(t)
 	cfg.Canary = interval
 	cfg.Relay.StatusInterval = 5 * time.Second // the relay's own publication check comes after the canary's
+	queue := canaryQueue(t, cfg, pg, db)
+	start(t, cfg)
+	return cfg, pg, db, queue
+}
+
+// canaryQueue names the canary queue of cfg's relay of db, and deletes it once the test ends.
+func canaryQueue(t *testing.T, cfg relayd.Config, pg *testenv.Postgres, db string) string {
+	t.Helper()
 	var system, database string
 	if err := pg.Conn(t, db).QueryRow(context.Background(), `SELECT system_identifier::text, current_database()::text
 		FROM pg_control_system()`).Scan(&system, &database); err != nil {
@@ -43,8 +51,32 @@ func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv
 	}
 	queue := canary.Queue(cfg.Brokers.Configs()[0].Exchange, system, database, cfg.Relay.Slot)
 	t.Cleanup(func() { _, _ = brokerChannel(t).QueueDelete(queue, false, false, false) }) // once the daemon stopped
+	return queue
+}
+
+// A relay given a second broker URL declares its queues quorum (--queue-type auto). An earlier run
+// with one URL made the canary queue classic. The canary reads that queue as it is, as the park
+// queue is kept: else the instance would never be ready again.
+func TestCanaryReadsItsQueueOfAnotherType(t *testing.T) {
+	cfg, pg, db := config(t)
+	url := testenv.SharedRabbit(t).URL()
+	eps, err := publisher.NewEndpoints(publisher.Config{Exchange: cfg.Brokers.Configs()[0].Exchange, AppID: "walbox"},
+		[]string{url, url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Brokers, cfg.Listen, cfg.Canary = eps, testenv.FreeAddr(t), canaryInterval
+	queue := canaryQueue(t, cfg, pg, db)
+	if _, err := brokerChannel(t).QueueDeclare(queue, true, false, false, false, amqp.Table{"x-max-length": int64(100)}); err != nil {
+		t.Fatal(err)
+	}
 	start(t, cfg)
-	return cfg, pg, db, queue
+	eventually(t, "canaries back from the classic queue", func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2
+	})
+	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
 }
 
 // metricValue reads one sample of /metrics; -1 when absent.
