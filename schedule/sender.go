@@ -155,7 +155,7 @@ func (s *Sender) turn(ctx context.Context) (time.Duration, error) {
 	return min(max(time.Duration(*next*float64(time.Second)), 0), s.cfg.Poll), nil
 }
 
-// open connects to the database and the broker, unless connected.
+// open connects to the database, unless connected.
 func (s *Sender) open(ctx context.Context) error {
 	if s.conn == nil {
 		c, err := pgconnect.Connect(ctx, s.cfg.DatabaseURL)
@@ -164,13 +164,20 @@ func (s *Sender) open(ctx context.Context) error {
 		}
 		s.conn = c
 	}
-	if s.pub == nil {
-		p, err := s.cfg.Dial(ctx)
-		if err != nil {
-			return fmt.Errorf("connect to the broker: %w", err)
-		}
-		s.pub = p
+	return nil
+}
+
+// dial opens the sender's broker session, unless open. The sender dials only once a message is
+// due, so a relay with an empty schedule keeps one broker session.
+func (s *Sender) dial(ctx context.Context) error {
+	if s.pub != nil {
+		return nil
 	}
+	p, err := s.cfg.Dial(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the broker: %w", err)
+	}
+	s.pub = p
 	return nil
 }
 
@@ -277,6 +284,9 @@ func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (key
 		m := &ds[i].msg
 		if skip[m.AMQPMessageID()] {
 			continue
+		}
+		if err := s.dial(ctx); err != nil {
+			return keys{}, err
 		}
 		seq, err := s.pub.Publish(ctx, m)
 		if errors.Is(err, wire.ErrUnpublishable) {

@@ -3,6 +3,8 @@ package relayd_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -192,4 +195,51 @@ func TestScheduleOfARetiredSlotIsSentByAnotherRelay(t *testing.T) {
 		event_type, payload, headers, amqp_id, routing_key, exchange)
 		VALUES ('retired_s0of2', $1::text, pg_catalog.now(), $1::uuid, 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`, id.String())
 	eventually(t, "the retired slot's message", func() bool { _, n := got.get(id.String()); return n == 1 })
+}
+
+// lineCounter counts the log lines that contain a text, and passes every line to the test's log.
+type lineCounter struct {
+	testWriter
+	text string
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.n += strings.Count(string(p), c.text)
+	c.mu.Unlock()
+	return c.testWriter.Write(p)
+}
+
+func (c *lineCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A relay with nothing scheduled keeps one broker session. The schedule's sender dials its own
+// only once a message is due. A second session confused which node the relay used on a cluster.
+func TestEmptyScheduleOpensNoSecondBrokerSession(t *testing.T) {
+	cfg, pg, db := config(t)
+	logs := &lineCounter{testWriter: testWriter{t}, text: "connected to broker"}
+	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	conn := pg.Conn(t, db)
+	ctx := context.Background()
+	id, _ := uuid.NewV7()
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		return outbox.Write(ctx, tx, outbox.Message{ID: id, AggregateType: "order", AggregateID: "1", EventType: "order.placed", Payload: []byte(`{}`)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the row relayed", func() bool { _, n := got.get(id.String()); return n == 1 })
+	// The sender polls every DefaultPoll; give it several turns.
+	time.Sleep(4 * schedule.DefaultPoll)
+	if n := logs.count(); n != 1 {
+		t.Fatalf("the relay connected to the broker %d times with nothing scheduled, want once", n)
+	}
 }
