@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/ownertrust"
@@ -58,22 +59,42 @@ func (s *store) ensureTable(ctx context.Context, schema string) error {
 	return ownertrust.Check(ctx, s.conn, s.table, "replay")
 }
 
-// lock takes the replay's advisory lock for the session, or says who holds it.
+// lockWait is how long a run waits for the replay's lock before it refuses. A killed run's
+// session ends within clientCheck; this covers it.
+const lockWait = 3 * time.Second
+
+// clientCheck is how often the server checks that a replay's client is still there
+// (client_connection_check_interval). It does so also while a query runs or waits on a lock. A
+// killed run's session ends then, and its lock with it.
+const clientCheck = time.Second
+
+// lock takes the replay's advisory lock for the session, or says who holds it. It waits up to
+// lockWait for the session of a run just killed to end.
 func (s *store) lock(ctx context.Context) error {
 	raw, err := hex.DecodeString(s.id)
 	if err != nil || len(raw) < 8 {
 		return fmt.Errorf("replay id %q: not 16 hex digits", s.id)
 	}
 	key := int64(binary.BigEndian.Uint64(raw))
-	var ok bool
-	if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8)", key).Scan(&ok); err != nil {
-		return fmt.Errorf("lock replay %s: %w", s.id, err)
+	deadline := time.Now().Add(lockWait)
+	for {
+		var ok bool
+		if err := s.conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock($1::pg_catalog.int8)", key).Scan(&ok); err != nil {
+			return fmt.Errorf("lock replay %s: %w", s.id, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: replay %s (the same tables and filters) is running in another walbox replay; "+
+				"wait for it, or stop it and run this one again to resume", ErrRunning, s.id)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("lock replay %s: %w", s.id, ctx.Err())
+		}
 	}
-	if !ok {
-		return fmt.Errorf("%w: replay %s (the same tables and filters) is running in another walbox replay; "+
-			"wait for it, or stop it and run this one again to resume", ErrRunning, s.id)
-	}
-	return nil
 }
 
 // read returns the progress of the replay on table.

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +57,10 @@ func Open(ctx context.Context, cfg Config) (*Replay, error) {
 
 func (r *Replay) open(ctx context.Context) error {
 	cfg := r.cfg
+	if _, err := r.conn.Exec(ctx, "SELECT pg_catalog.set_config('client_connection_check_interval', $1::pg_catalog.text, false)",
+		strconv.FormatInt(clientCheck.Milliseconds(), 10)); err != nil {
+		return fmt.Errorf("set client_connection_check_interval: %w", err)
+	}
 	r.store = &store{conn: r.conn, table: pgx.Identifier{cfg.Table.Schema, ProgressTable}.Sanitize(), id: cfg.id()}
 	r.plan = Plan{ID: r.store.id, Filter: cfg.Filter.String()}
 	commitTime, err := r.tracksCommitTime(ctx)

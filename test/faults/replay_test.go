@@ -28,8 +28,9 @@ func TestReplayKilledHalfwayResumes(t *testing.T) {
 	w.insertRows(rows)
 	slot := w.slotLSN()
 
-	// A rate that takes about eight seconds: the kill comes between two records of progress.
-	cmd := exec.Command(walboxBin(t), "replay", "--rate="+itoa(rows/8))
+	// A rate that takes about sixteen seconds: the kill comes between two records of progress. A second
+	// run waits three seconds for the lock before it refuses: the first still runs then.
+	cmd := exec.Command(walboxBin(t), "replay", "--rate="+itoa(rows/16))
 	cmd.Env = w.env(nil)
 	p := testenv.Start(t, cmd)
 	p.WaitFor("half the rows confirmed", 3*time.Minute, func() bool {

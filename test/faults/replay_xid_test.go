@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
 )
@@ -62,21 +63,11 @@ func TestReplayLeavesOutSubtransactionsOfATransactionRunningAtStart(t *testing.T
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	w.insertRows(20)
 	ctx := t.Context()
-	tx, err := w.pg.Conn(t, w.db).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	for _, sql := range []string{
+	tx := w.openTx(
 		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('late', '1', 'top', '{}')`,
 		`SAVEPOINT s`,
 		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('late', '1', 'savepoint', '{}')`,
-		`RELEASE SAVEPOINT s`,
-	} {
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+		`RELEASE SAVEPOINT s`)
 	// A transaction after it commits first: the start's snapshot then reaches past the savepoint's id.
 	w.insertRows(1)
 
@@ -105,4 +96,74 @@ func TestReplayLeavesOutSubtransactionsOfATransactionRunningAtStart(t *testing.T
 	got := map[string]int{}
 	w.eachInQueue(w.queue, func(d amqp.Delivery) { got[d.MessageId]++ })
 	w.checkEveryMatchedRow(got, "aggregate_type <> 'late'")
+}
+
+// A replay killed while its session waits on a lock leaves that session behind: the server does
+// not look at the client while it waits. It held the replay's lock, and refused the rerun, until
+// the wait ended. Now the server checks the client each second, and the rerun waits for the lock.
+func TestReplayRerunAfterAKillWhileTheSessionWaits(t *testing.T) {
+	heavy(t)
+	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	w.insertRows(50)
+	ctx := t.Context()
+	tx := w.openTx(`LOCK TABLE public.walbox_replays IN ACCESS EXCLUSIVE MODE`)
+	holder := func() string {
+		pids := w.texts(`SELECT l.pid::text FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'walbox replay'`)
+		if len(pids) == 0 {
+			return ""
+		}
+		return pids[0]
+	}
+	start := func() *testenv.Program {
+		cmd := exec.Command(walboxBin(t), "replay", "--rate=0")
+		cmd.Env = w.env(nil)
+		return testenv.Start(t, cmd)
+	}
+	first := start()
+	var killed string
+	first.WaitFor("the replay to hold its lock and wait on walbox_replays", 2*time.Minute, func() bool {
+		if first.Exited() {
+			t.Fatalf("walbox replay exited %d:\n%s", first.ExitCode(), testenv.Tail(first.Output(), 20))
+		}
+		killed = holder()
+		return killed != ""
+	})
+	first.Kill()
+
+	rerun := start()
+	rerun.WaitFor("the rerun to take the replay's lock", 2*time.Minute, func() bool {
+		if rerun.Exited() {
+			t.Fatalf("walbox replay run again after the kill exited %d; want it to wait for the killed run's session:\n%s",
+				rerun.ExitCode(), testenv.Tail(rerun.Output(), 20))
+		}
+		h := holder()
+		return h != "" && h != killed
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := rerun.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("walbox replay run again exited %d:\n%s", code, testenv.Tail(rerun.Output(), 20))
+	}
+	got := map[string]int{}
+	w.eachInQueue(w.queue, func(d amqp.Delivery) { got[d.MessageId]++ })
+	w.checkEveryMatchedRow(got, "TRUE")
+}
+
+// openTx begins a transaction on a connection of its own, runs the statements in it, and leaves it
+// open. The test's end rolls it back.
+func (w *world) openTx(statements ...string) pgx.Tx {
+	w.t.Helper()
+	tx, err := w.pg.Conn(w.t, w.db).Begin(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	for _, sql := range statements {
+		if _, err := tx.Exec(context.Background(), sql); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	return tx
 }
