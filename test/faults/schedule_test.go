@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/internal/testenv"
 )
 
@@ -248,6 +250,16 @@ func TestScheduledDeliveryAsALeastPrivilegedRelay(t *testing.T) {
 	msgs := w.writeScheduled(9)
 	if !w.cancel(msgs[4].id) {
 		t.Fatalf("walbox_cancel of %s: false, want true", msgs[4].id)
+	}
+	// A role the owner did not grant walbox_cancel to may not cancel: the relay's, here.
+	other, err := pgx.Connect(context.Background(), w.relayDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	var pgErr *pgconn.PgError
+	if _, err := other.Exec(context.Background(), "SELECT walbox_cancel($1::text)", msgs[5].id); !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Errorf("walbox_cancel as a role not granted it: %v, want permission denied", err)
 	}
 	waitFor(t, time.Minute, "the messages not cancelled delivered", func() bool {
 		got := arrivals()
