@@ -46,6 +46,13 @@ func (d doctor) recoverFix() string {
 // streamChecks connects to the stream nodes as `walbox run` does and says whether the stream is
 // there. A missing stream is a warning: run declares it, with its retention settings.
 func (d doctor) streamChecks(ctx context.Context) []Check {
+	var checks []Check
+	d.eachStreamCheck(ctx, func(c Check) { checks = append(checks, c) })
+	return checks
+}
+
+// eachStreamCheck is streamChecks, handing each check to emit as it ends.
+func (d doctor) eachStreamCheck(ctx context.Context, emit func(Check)) {
 	cfg := d.stream
 	hosts := streamHosts(cfg.URIs)
 	type result struct {
@@ -74,31 +81,62 @@ func (d doctor) streamChecks(ctx context.Context) []Check {
 	fix := "enable the rabbitmq_stream plugin with a stream listener (docs/streams.md), and check --stream-url " +
 		"and the user's permissions on the vhost"
 	if r.err != nil {
-		return []Check{failCheck("stream_broker", fix, "RabbitMQ stream at %s: %v", hosts, redactURIs(r.err.Error(), cfg.URIs))}
+		emit(failCheck("stream_broker", fix, "RabbitMQ stream at %s: %v", hosts, redactURIs(r.err.Error(), cfg.URIs)))
+		return
 	}
-	checks := []Check{passCheck("stream_broker", "RabbitMQ stream at %s accepts the connection", hosts)}
+	emit(passCheck("stream_broker", "RabbitMQ stream at %s accepts the connection", hosts))
 	if !r.exists {
-		return append(checks, warnCheck("stream", "walbox run declares it with --stream-max-age and --stream-max-bytes; "+
+		emit(warnCheck("stream", "walbox run declares it with --stream-max-age and --stream-max-bytes; "+
 			"declare it yourself for other settings", "stream %s does not exist yet", cfg.Stream))
+		return
 	}
-	checks = append(checks, passCheck("stream", "stream %s exists", cfg.Stream))
-	return append(checks, d.anchorChecks(ctx)...)
+	emit(passCheck("stream", "stream %s exists", cfg.Stream))
+	d.anchorChecks(ctx, emit)
 }
 
 // StreamStatus is doctor's stream checks for `walbox status`: the stream's node, the stream, and
 // stream_anchor for each relay's slot. It returns within bound: a node that does not answer by
 // then fails the stream_broker check. The rest is then not checked.
 func StreamStatus(ctx context.Context, cfg Config, bound time.Duration) []Check {
-	d := newDoctor(cfg)
+	return withinBound(ctx, bound, streamHosts(cfg.Stream.URIs), newDoctor(cfg).eachStreamCheck)
+}
+
+// withinBound runs checks for bound at most; checks hands each check to emit as it ends. It
+// returns the checks that ended by then. With none, the stream's node at hosts did not answer.
+// Else the slots not checked yet are named by a warning: the verdicts found are kept.
+func withinBound(ctx context.Context, bound time.Duration, hosts string, checks func(context.Context, func(Check))) []Check {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	done := make(chan []Check, 1)
-	go func() { done <- d.streamChecks(ctx) }()
-	select {
-	case checks := <-done:
-		return checks
-	case <-ctx.Done():
-		return []Check{failCheck("stream_broker", "", "RabbitMQ stream at %s: no answer within %v", streamHosts(cfg.Stream.URIs), bound)}
+	ended := make(chan Check)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		checks(ctx, func(c Check) {
+			select {
+			case ended <- c:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	var out []Check
+	for {
+		select {
+		case c := <-ended:
+			out = append(out, c)
+		case <-done:
+			return out
+		case <-ctx.Done():
+			// The checks end with ctx; a peek first has the server stop decoding (PeekSkipped).
+			select {
+			case <-done:
+			case <-time.After(Timeout):
+			}
+			if len(out) == 0 {
+				return []Check{failCheck("stream_broker", "", "RabbitMQ stream at %s: no answer within %v", hosts, bound)}
+			}
+			return append(out, warnCheck("stream_anchor", "run walbox doctor: it checks each slot with no bound on them all",
+				"the stream's last row of the slots not named above was not checked within %v", bound))
+		}
 	}
 }
 
@@ -139,16 +177,15 @@ func (d doctor) namedSlot(ctx context.Context) (streamSlot, error) {
 
 // anchorChecks runs anchorCheck on the slot of each relay that publishes the outbox table: the
 // single slot, and each shard's.
-func (d doctor) anchorChecks(ctx context.Context) []Check {
+func (d doctor) anchorChecks(ctx context.Context, emit func(Check)) {
 	slots, err := d.streamSlots(ctx)
 	if err != nil {
-		return []Check{warnCheck("stream_anchor", "", "cannot check the stream's last row: read the shards: %v", err)}
+		emit(warnCheck("stream_anchor", "", "cannot check the stream's last row: read the shards: %v", err))
+		return
 	}
-	var checks []Check
 	for _, s := range slots {
-		checks = append(checks, d.anchorCheck(ctx, s))
+		emit(d.anchorCheck(ctx, s))
 	}
-	return checks
 }
 
 // anchorCheck reads the last row walbox run's relay of s stored in the stream, as run does at
