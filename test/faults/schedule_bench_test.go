@@ -25,7 +25,7 @@ func TestScheduleBench(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("WALBOX_SCHEDULE_SPAN")); err == nil && d > 0 {
 		span = d
 	}
-	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "3s"))
+	pg := testenv.StartPostgres(t) // of its own: it restarts; wal_sender_timeout at its default, so a loaded machine stops no relay
 	testenv.RequireOwn(t, pg)
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
 	arrivals := w.consumeArrivals()
