@@ -67,6 +67,12 @@ func replayConfig(c *common, stderr io.Writer) (replay.Config, error) {
 		return replay.Config{}, badSetting(c.s.get("stream-url"), "walbox replay does not publish into a stream: "+
 			"a stream keeps its history, so its consumers seek back to replay (by offset or timestamp)")
 	}
+	// A filter given empty, as from an unset shell variable, would filter nothing: every row would go out.
+	for _, name := range []string{"since", "until", "aggregate-type", "aggregate-id", "event-type"} {
+		if st := c.s.get(name); st.set && st.value == "" {
+			return replay.Config{}, badSetting(st, "empty: it would filter nothing, and every row would go out; leave the flag out to filter nothing")
+		}
+	}
 	r, cfg := c.v.relay, c.v.replay
 	if f := cfg.Filter; !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return cfg, badSetting(c.s.get("until"), "%s is not after --since %s: no row can match",

@@ -24,6 +24,10 @@ func TestReplayRefusesBadInputWithOneLine(t *testing.T) {
 		{"a time it cannot read", []string{"--since=yesterday"}, `--since (WALBOX_REPLAY_SINCE): "yesterday" is not a time`},
 		{"a negative rate", []string{"--rate=-5"}, `--rate (WALBOX_REPLAY_RATE): "-5" is not a number of messages a second`},
 		{"an unknown flag", []string{"--event=order.created"}, "unknown flag --event"},
+		// An empty value, as from an unset shell variable, would filter nothing: every row would go out.
+		{"an empty aggregate id", []string{"--aggregate-id="}, "--aggregate-id (WALBOX_REPLAY_AGGREGATE_ID): empty"},
+		{"an empty event type", []string{"--event-type", ""}, "--event-type (WALBOX_REPLAY_EVENT_TYPE): empty"},
+		{"an empty since", []string{"--aggregate-type=order", "--since="}, "--since (WALBOX_REPLAY_SINCE): empty"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clearEnv(t)
