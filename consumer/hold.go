@@ -212,15 +212,13 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	if err != nil || h.waits {
 		return h.waits, err
 	}
-	if h.skip != nil && *h.skip == h.m.id {
-		return h.ended, commit(ctx, tx) // discarded unhandled
-	}
 	tag, err := tx.Exec(ctx, w.c.insertProcessed, h.m.id, w.c.cfg.ConsumerName)
 	if err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("record processed message: %w", err))
 	}
-	if tag.RowsAffected() == 0 {
-		return h.ended, commit(ctx, tx) // handled before it was held
+	// A skipped message is recorded as processed too: a copy of it that comes later is skipped.
+	if tag.RowsAffected() == 0 || h.skip != nil && *h.skip == h.m.id {
+		return h.ended, commit(ctx, tx) // handled before it was held, or discarded unhandled
 	}
 	d := h.m.delivery(h.attempts + 1)
 	handlerErr := handling.Call(ctx, w.c.handler, tx, d)
