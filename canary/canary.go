@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/slots"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -75,7 +77,12 @@ type Canary struct {
 	since   time.Time // the later of the start of the active period and the last canary back
 	problem string    // the last failure of a write, a check or the reader; "" for none
 	covered string    // why the publication does not cover the outbox; "" while it does
+	off     bool      // the server cannot send the canary back (errNoMessages)
 }
+
+// errNoMessages is why the canary turns itself off on PostgreSQL 13. A relay can be given logical
+// decoding messages from PostgreSQL 14 on (pgoutput's messages option).
+var errNoMessages = errors.New("PostgreSQL before 14 sends no logical decoding messages: the canary is off")
 
 // New returns a Canary of cfg.
 func New(cfg Config) (*Canary, error) {
@@ -141,12 +148,26 @@ func (c *Canary) tick(ctx context.Context, s *session) {
 		c.since = time.Now()
 	}
 	c.active = active
+	off := c.off
 	c.mu.Unlock()
-	if !active {
+	if !active || off {
 		s.close() // a standby neither writes nor reads
 		return
 	}
-	c.fail(s.write(ctx))
+	err := s.write(ctx)
+	if errors.Is(err, errNoMessages) {
+		c.turnOff()
+		return
+	}
+	c.fail(err)
+}
+
+// turnOff stops the canary for good, and says so once.
+func (c *Canary) turnOff() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = true
+	c.cfg.Logger.Warn("canary", "slot", c.cfg.Slot, "error", errNoMessages.Error())
 }
 
 // fail records err as the problem, or clears it; a new problem is logged.
@@ -175,11 +196,11 @@ func (c *Canary) came(commit time.Time) {
 }
 
 // Age is the time since the last canary came back. If none came back since the relay became active,
-// it is the time since then. It is 0 while the relay is not active.
+// it is the time since then. It is 0 while the relay is not active, and on PostgreSQL 13.
 func (c *Canary) Age() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.active {
+	if !c.active || c.off {
 		return 0
 	}
 	return time.Since(c.since)
@@ -191,7 +212,7 @@ func (c *Canary) Problem() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case !c.active:
+	case !c.active || c.off:
 		return ""
 	case c.covered != "":
 		return "canary: " + c.covered
@@ -270,6 +291,10 @@ func (s *session) openDB(ctx context.Context) error {
 		return fmt.Errorf("database: connect: %w", err)
 	}
 	s.conn = conn
+	if slots.ServerMajor(conn.PgConn()) < 14 {
+		s.closeConn()
+		return errNoMessages
+	}
 	system, err := inspect.SystemID(ctx, conn)
 	if err == nil {
 		s.id.System = system

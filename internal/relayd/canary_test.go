@@ -362,3 +362,33 @@ func TestCanaryWithTheSlotOnAStandby(t *testing.T) {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 }
+
+// PostgreSQL 13 sends no logical decoding messages: pgoutput's messages option is new in 14. So
+// no canary could come back there. The canary stays off, and the instance is ready.
+func TestCanaryOnPostgreSQL13IsOffAndReady(t *testing.T) {
+	cfg, _, _ := config(t)
+	pg := testenv.StartPostgres(t, testenv.PGVersion(13))
+	cfg.Relay.DatabaseURL, _ = pg.MigratedDatabase(t, migrations.Config{})
+	cfg.Listen, cfg.Canary = testenv.FreeAddr(t), canaryInterval
+	cfg.Relay.MessagePrefix = replication.NoMessages // as PostgreSQL 13 needs
+	_, _, done := start(t, cfg)
+	eventually(t, "streaming", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run on PostgreSQL 13: %v", err)
+		default:
+		}
+		_, body, _ := testenv.HTTPGet(cfg.Listen, "/status")
+		return strings.Contains(body, `"state": "streaming"`)
+	})
+	time.Sleep(3 * canaryInterval)
+	for range 10 {
+		if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+			t.Fatalf("/readyz on PostgreSQL 13: %d %q; want ready", code, body)
+		}
+		if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age != 0 {
+			t.Fatalf("walbox_canary_age_seconds %v on PostgreSQL 13; want 0, as the alert must not fire", age)
+		}
+		time.Sleep(canaryInterval / 2)
+	}
+}

@@ -25,11 +25,12 @@ type release struct {
 	packages []string
 }
 
-// The releases newer servers come from; the machine's own (bookworm) runs PostgreSQL 15 and
-// RabbitMQ 3.10 without a chroot.
+// The releases other servers come from; the machine's own (bookworm) runs PostgreSQL 15 and
+// RabbitMQ 3.10 without a chroot. Bullseye has the older PostgreSQL 13.
 var (
-	trixie = release{"trixie", []string{"postgresql-17", "rabbitmq-server"}}
-	forky  = release{"forky", []string{"postgresql-18"}}
+	bullseye = release{"bullseye", []string{"postgresql-13"}}
+	trixie   = release{"trixie", []string{"postgresql-17", "rabbitmq-server"}}
+	forky    = release{"forky", []string{"postgresql-18"}}
 )
 
 // chrootSetup runs in a fresh root before the packages go in: no service starts, no main cluster

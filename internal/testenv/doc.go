@@ -25,7 +25,8 @@
 // By default servers are the machine's own PostgreSQL 15 and RabbitMQ 3.10
 // (Debian bookworm). StartPostgres(t, PGVersion(17)) and PGVersion(18), and
 // StartRabbit(t, RabbitVersion("4.0")), run newer ones from Debian trixie
-// (PostgreSQL 17, RabbitMQ 4.0) and forky (PostgreSQL 18) in chroots. Each
+// (PostgreSQL 17, RabbitMQ 4.0) and forky (PostgreSQL 18) in chroots.
+// PGVersion(13) runs the older PostgreSQL 13 from Debian bullseye. Each
 // chroot is built once per machine with debootstrap from the Debian mirror of
 // the machine's apt sources (DebianMirror; WALBOX_DEBIAN_MIRROR overrides it)
 // and cached under the user's cache directory, walbox/chroots

@@ -79,14 +79,14 @@ func WithBinDir(dir string) PGOption {
 	return func(c *pgConfig) { c.binDir = dir }
 }
 
-// PGVersion selects the server's major version: 15 (the default) is the machine's own; 17 and
-// 18 run from chroots of Debian trixie and forky, built once and cached (EnvChrootCache).
+// PGVersion selects the server's major version: 15 (the default) is the machine's own. 13, 17
+// and 18 run from chroots of Debian bullseye, trixie and forky, built once and cached (EnvChrootCache).
 func PGVersion(major int) PGOption {
 	return func(c *pgConfig) { c.version = major }
 }
 
 // pgReleases are the Debian releases of the versions the machine lacks.
-var pgReleases = map[int]release{17: trixie, 18: forky}
+var pgReleases = map[int]release{13: bullseye, 17: trixie, 18: forky}
 
 // pgRoot finds or builds the chroot of cfg's version, and returns it with the directory of its
 // programs; "" for the machine's own version.
@@ -98,7 +98,7 @@ func pgRoot(tb TB, cfg pgConfig) (root, binDir string) {
 	}
 	rel, ok := pgReleases[cfg.version]
 	if !ok {
-		tb.Fatalf("testenv: no PostgreSQL %d (15, 17 or 18)", cfg.version)
+		tb.Fatalf("testenv: no PostgreSQL %d (13, 15, 17 or 18)", cfg.version)
 	}
 	return requireChroot(tb, rel), fmt.Sprintf("/usr/lib/postgresql/%d/bin", cfg.version)
 }
