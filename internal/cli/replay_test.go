@@ -28,6 +28,8 @@ func TestReplayRefusesBadInputWithOneLine(t *testing.T) {
 		{"an empty aggregate id", []string{"--aggregate-id="}, "--aggregate-id (WALBOX_REPLAY_AGGREGATE_ID): empty"},
 		{"an empty event type", []string{"--event-type", ""}, "--event-type (WALBOX_REPLAY_EVENT_TYPE): empty"},
 		{"an empty since", []string{"--aggregate-type=order", "--since="}, "--since (WALBOX_REPLAY_SINCE): empty"},
+		// Year 1 is the zero time, which the filter reads as no bound: every row would go out.
+		{"until the zero time", []string{"--until=0001-01-01"}, `--until (WALBOX_REPLAY_UNTIL): "0001-01-01" is the zero time`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clearEnv(t)

@@ -228,6 +228,9 @@ type instant time.Time
 func (t *instant) decode(s string) error {
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
 		if v, err := time.Parse(layout, s); err == nil {
+			if v.IsZero() { // the zero time is no bound at all
+				return fmt.Errorf("%q is the zero time, which bounds nothing; give a later time", s)
+			}
 			*t = instant(v)
 			return nil
 		}
