@@ -112,7 +112,8 @@ type Config struct {
 	// ConsumerName share the partitions through leases in the database. A message that fails
 	// holds back its aggregate's later ones, not the partition. See docs/outbox.md. Leases and
 	// holds are per ConsumerName: give each partitioned queue a name of its own.
-	// Partitioning needs the broker's plugin rabbitmq_consistent_hash_exchange.
+	// Partitioning needs the broker's plugin rabbitmq_consistent_hash_exchange. Run stops with
+	// ErrPartitionsChanged when the database's leases are of another count.
 	Partitions int
 
 	// LeaseDuration is how long a process holds a partition without renewing it. Renewals come

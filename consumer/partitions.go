@@ -20,6 +20,10 @@ const HeaderAggregateID = "aggregate_id"
 var ErrHashExchangeMissing = errors.New("partitions need the broker's consistent-hash exchange;" +
 	" enable it with: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange")
 
+// ErrPartitionsChanged says Config.Partitions differs from the count the consumer's leases
+// record. Changing it moves aggregates between queues; docs/outbox.md says how.
+var ErrPartitionsChanged = errors.New("partitions changed")
+
 // hashExchange names the exchange that spreads Queue's messages over its partitions.
 func (c *Config) hashExchange() string { return c.Queue + ".hash" }
 
@@ -85,7 +89,10 @@ func hashExchangeError(name string, err error) error {
 func (c *Consumer) topology(ctx context.Context) error {
 	backoff := c.cfg.ReconnectBackoff
 	for {
-		err := c.withChannel(ctx, c.cfg.ConsumerName+" topology", c.declarePartitions)
+		err := c.checkPartitions(ctx)
+		if err == nil {
+			err = c.withChannel(ctx, c.cfg.ConsumerName+" topology", c.declarePartitions)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -100,6 +107,20 @@ func (c *Consumer) topology(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, c.cfg.ReconnectBackoffMax)
 	}
+}
+
+// checkPartitions compares Partitions with the leases in the database. It runs before any
+// declare: a new count would change the hash ring at once.
+func (c *Consumer) checkPartitions(ctx context.Context) error {
+	var known int
+	if err := c.pool.QueryRow(ctx, c.psql.leaseCount, c.cfg.ConsumerName).Scan(&known); err != nil {
+		return leaseError(handling.ClassifyDB(err))
+	}
+	if known != 0 && known != c.cfg.Partitions {
+		return &handling.FatalError{Err: fmt.Errorf("consumer %s: %w: Partitions is %d, the leases in the database are of %d"+
+			" (see Partitions in docs/outbox.md)", c.cfg.ConsumerName, ErrPartitionsChanged, c.cfg.Partitions, known)}
+	}
+	return nil
 }
 
 // withChannel dials the broker, opens a channel, runs f on it and closes the connection.

@@ -2,8 +2,11 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/walbox/walbox/consumer"
 )
 
 // A message that Skip discarded stays discarded when a copy of it comes: the relay delivers at
@@ -27,4 +30,40 @@ func TestSkippedMessageStaysSkippedWhenDeliveredAgain(t *testing.T) {
 		return e.count(t, "SELECT count(*) FROM handled WHERE message_id = 'agg0-3'") == 1
 	})
 	e.checkHandled(t, aggs, 3, map[string]bool{"agg0-1": true})
+}
+
+// A restart with another partition count stops Run before it declares anything. With fewer
+// partitions the queues above the count stay bound, and their messages would wait unconsumed.
+// With more, aggregates move to new queues while their older messages wait in the old ones.
+func TestChangedPartitionCountStopsRun(t *testing.T) {
+	e := newPartEnv(t, nil)
+	c, err := consumer.New(e.pool, e.partConfig(4), recordHandled("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, c)
+	e.waitLeases(t, e.partConfig(4), 4, 1)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{2, 6} {
+		c, err := consumer.New(e.pool, e.partConfig(n), recordHandled("c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = c.Run(ctx)
+		cancel()
+		if !errors.Is(err, consumer.ErrPartitionsChanged) || !consumer.Fatal(err) {
+			t.Errorf("Run with %d partitions after 4: %v; want the fatal ErrPartitionsChanged", n, err)
+		}
+	}
+	ch := openChannelQuiet(e.amqpURL)
+	if ch == nil {
+		t.Fatal("no channel")
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(e.queue+".p4", true, false, false, false, nil); err == nil {
+		t.Errorf("queue %s.p4 declared: the hash ring changed", e.queue)
+	}
 }

@@ -12,6 +12,7 @@ type partitionSQL struct {
 	// Members and leases. $1 is the consumer name throughout.
 	beat, live, leave          string
 	initLeases, renew, acquire string
+	leaseCount                 string
 	release                    string
 	// fence checks this process's lease and locks it against a takeover until the transaction
 	// ends. It also says whether the aggregate is held, locking the hold against its removal.
@@ -38,6 +39,7 @@ func newPartitionSQL(schema string) partitionSQL {
 		leave: r.Replace(`DELETE FROM MEMBERS WHERE consumer = $1 AND member = $2`),
 		initLeases: r.Replace(`INSERT INTO LEASES (consumer, partition)
 			SELECT $1, g FROM pg_catalog.generate_series(0, $2::pg_catalog.int4 - 1) g ON CONFLICT DO NOTHING`),
+		leaseCount: r.Replace(`SELECT pg_catalog.count(*) FROM LEASES WHERE consumer = $1`),
 		renew: r.Replace(`UPDATE LEASES SET expires_at = NOW + LEASE
 			WHERE consumer = $1 AND holder = $2 AND partition = ANY ($4::pg_catalog.int4[]) AND expires_at > NOW
 			RETURNING partition`),
