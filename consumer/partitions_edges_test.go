@@ -67,3 +67,40 @@ func TestChangedPartitionCountStopsRun(t *testing.T) {
 		t.Errorf("queue %s.p4 declared: the hash ring changed", e.queue)
 	}
 }
+
+// Copies of held messages, as a redelivery after a crash between the hold and the ack brings
+// them, join the hold once. Messages of the aggregate published while its release drains the
+// hold come after the held ones. Each is handled once, in order.
+func TestCopiesAndNewMessagesOfAHeldAggregateKeepItsOrder(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(1)
+	e.fail(t, msgID("agg0", 1))
+	c := e.runOne(t, e.pool, cfg)
+	aggs := aggregates(1)
+	e.publishAggregates(t, aggs, 1, 50)
+	e.waitFailed(t, "agg0")
+	eventually(t, time.Minute, "50 messages held", func() bool {
+		n, err := c.HeldMessages(context.Background())
+		return err == nil && n == 50
+	})
+	e.publishAggregates(t, aggs, 1, 50) // a copy of each
+	e.publishAggregates(t, aggs, 51, 51)
+	eventually(t, time.Minute, "51 messages held", func() bool {
+		n, err := c.HeldMessages(context.Background())
+		return err == nil && n == 51
+	})
+	e.unfail(t, msgID("agg0", 1))
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		released <- c.Release(context.Background(), "agg0")
+	}()
+	for seq := 52; seq <= 150; seq++ {
+		e.publishAggregates(t, aggs, seq, seq)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	e.waitHandled(t, 150, time.Minute)
+	e.checkHandled(t, aggs, 150, nil)
+}
