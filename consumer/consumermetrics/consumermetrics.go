@@ -4,6 +4,7 @@
 package consumermetrics
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,8 @@ type Metrics struct {
 
 var _ consumer.Metrics = (*Metrics)(nil)
 
-// New registers the consumer metrics with reg. Several consumers of one process share one Metrics:
-// call New once per registry.
+// New registers the consumer metrics with reg. Consumers of one process may share one Metrics.
+// Or each may call New with one registry: they then share its metrics.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walbox_consumer_lag_seconds",
@@ -34,8 +35,25 @@ func New(reg prometheus.Registerer) *Metrics {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walbox_consumer_failed_total",
 			Help: "Failed attempts: the handler returned an error, or the database failed."}, []string{"consumer"}),
 	}
-	reg.MustRegister(m.lag, m.handled, m.failed)
+	m.lag, m.handled, m.failed = register(reg, m.lag), register(reg, m.handled), register(reg, m.failed)
 	return m
+}
+
+// register registers c with reg, and returns it. If an earlier New registered one like it, it
+// returns that one instead. Any other refusal is a conflict of names in the program: it panics,
+// as MustRegister does.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 // Handled counts d as handled and observes its lag, if it carries its commit time.
