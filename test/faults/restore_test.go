@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/streampub"
 	"github.com/walbox/walbox/test/checker"
+	walboxwire "github.com/walbox/walbox/wire"
 )
 
 // restoreFault restores pg's data directory from a copy taken when it is called. It stops the
@@ -93,6 +95,8 @@ type restoreCell struct {
 	// newTimeline: the copy is started through recovery, onto a new timeline; else it is a plain
 	// copy, on its old timeline.
 	newTimeline bool
+	// canary: every relay writes and relays a canary every 100 ms, among the rows
+	canary bool
 }
 
 // A data directory restored from a copy taken before the relay's last rows, in each mode. Rows
@@ -118,6 +122,8 @@ func TestRestoredDatabase(t *testing.T) {
 		{name: "stream short of the last row", stream: true, short: true},
 		{name: "stream position ids written past the last row", stream: true, past: true,
 			config: "tables:\n  - table: public.outbox\n    message-id: position\n"},
+		{name: "stream with canaries written past the last row", stream: true, past: true, canary: true},
+		{name: "stream with canaries", stream: true, canary: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { restoredDatabase(t, c) })
 	}
@@ -145,6 +151,9 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	if c.stream {
 		env = append(env, "WALBOX_STREAM_URL="+rabbit.StreamURL(), "WALBOX_STREAM="+name)
 	}
+	if c.canary {
+		env = append(env, "WALBOX_CANARY_INTERVAL=100ms")
+	}
 	var committed []checker.Row
 	write := func(seed uint64, txs int) {
 		t.Helper()
@@ -166,7 +175,7 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	}
 	delivered := func() int {
 		if c.stream {
-			return sr.count()
+			return rowsIn(sr)
 		}
 		return v.Count()
 	}
@@ -226,6 +235,17 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 		t.Errorf("the stream went from %d to %d messages on the restored server", stored, got)
 	}
 	wayOutNewStream(t, w, rabbit, env, after)
+}
+
+// rowsIn counts the messages of the stream read by sr that are not canaries.
+func rowsIn(sr *streamReader) int {
+	n := 0
+	for _, m := range sr.messages() {
+		if t, _ := m.ApplicationProperties[streampub.PropEventType].(string); !walboxwire.IsCanary(t, m.ApplicationProperties) {
+			n++
+		}
+	}
+	return n
 }
 
 // notInStream returns the ids of rows the stream read by sr does not hold. A row is held under its
