@@ -59,6 +59,18 @@ func SystemID(ctx context.Context, q Querier) (string, error) {
 	return id, nil
 }
 
+// Database names the database q is connected to, as a parked copy does (wire.ParkedBy). That is
+// the server's system identifier and the database's name.
+func Database(ctx context.Context, q Querier) (string, error) {
+	var system, name string
+	err := q.QueryRow(ctx, "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()::pg_catalog.text"+
+		" FROM pg_catalog.pg_control_system()").Scan(&system, &name)
+	if err != nil {
+		return "", fmt.Errorf("read the server's system identifier: %w", err)
+	}
+	return wire.ParkedBy(system, name), nil
+}
+
 // Server is the server's settings that walbox depends on.
 type Server struct {
 	Version, WalLevel, User, Database string

@@ -32,6 +32,8 @@ type ParkedMessage struct {
 	CreatedAt time.Time
 	// Returned is how often readers returned it to a quorum queue (x-delivery-count).
 	Returned int64
+	// Database names the row's database (wire.ParkedBy); "" for a copy that does not say.
+	Database string
 
 	tag uint64
 }
@@ -71,6 +73,7 @@ func parkedOf(d *amqp.Delivery) ParkedMessage {
 	p.Table, _ = d.Headers[HeaderParkTable].(string)
 	p.LSN, _ = d.Headers[HeaderParkLSN].(string)
 	p.Reason, _ = d.Headers[HeaderParkReason].(string)
+	p.Database, _ = d.Headers[HeaderParkDatabase].(string)
 	p.ParkedAt, _ = d.Headers[HeaderParkParkedAt].(time.Time)
 	p.Size = len(d.Body)
 	if n, ok := intHeader(d.Headers[HeaderParkSize]); ok {
@@ -100,46 +103,70 @@ func intHeader(v any) (int64, bool) {
 // acknowledging them. No other reader gets them meanwhile. Close returns the ones not removed to the
 // queue. Classic queues put them back in place; quorum queues count a return (x-delivery-count).
 type ParkedReader struct {
+	conn     *amqp.Connection
+	queue    string
 	ch       *amqp.Channel
+	done     bool // closed
 	closed   chan *amqp.Error
 	removed  map[uint64]bool // delivery tags removed
 	Messages []ParkedMessage
+	// More is how many more were ready when the reader began, past its limit.
+	More int
 }
 
 // parkedIdle is how long ReadParked waits for a delivery the queue's count promised.
 const parkedIdle = 5 * time.Second
 
-// ReadParked takes every message ready in the park queue (Config.ParkExchange), up to the count
-// the queue gave when asked. Messages another reader holds are not among them. The caller removes
-// some (Remove) and closes the reader.
-func (s *Session) ReadParked(ctx context.Context) (*ParkedReader, error) {
+// ReadParked takes the messages ready in the park queue (Config.ParkExchange). It takes up to the
+// count the queue gave when asked, and at most limit. The broker sends no more than limit (the channel's
+// prefetch), so memory stays bounded. Messages another reader holds are not among them. The caller
+// removes some (Remove) and closes the reader.
+func (s *Session) ReadParked(ctx context.Context, limit int) (*ParkedReader, error) {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	r := &ParkedReader{ch: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1)), removed: map[uint64]bool{}}
-	if err := r.read(ctx, s.cfg.ParkExchange); err != nil {
+	r := &ParkedReader{conn: s.conn, queue: s.cfg.ParkExchange, ch: ch, closed: ch.NotifyClose(make(chan *amqp.Error, 1)),
+		removed: map[uint64]bool{}}
+	if err := r.read(ctx, s.cfg.ParkExchange, limit); err != nil {
 		r.Close()
 		return nil, err
 	}
 	return r, nil
 }
 
-func (r *ParkedReader) read(ctx context.Context, queue string) error {
+func (r *ParkedReader) read(ctx context.Context, queue string, limit int) error {
 	q, err := r.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("park queue %s: %w", queue, err)
 	}
-	if q.Messages == 0 {
+	want := min(q.Messages, limit)
+	r.More = q.Messages - want
+	if want <= 0 {
 		return nil
 	}
-	deliveries, err := r.ch.ConsumeWithContext(ctx, queue, "", false, false, false, false, nil)
+	if err := r.ch.Qos(want, 0, false); err != nil {
+		return fmt.Errorf("read park queue %s: %w", queue, err)
+	}
+	const tag = "walbox-parked"
+	deliveries, err := r.ch.ConsumeWithContext(ctx, queue, tag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("read park queue %s: %w", queue, err)
 	}
+	err = r.take(ctx, queue, deliveries, want)
+	// The reader takes no more. A message parked meanwhile, or parked anew, stays ready. Taken
+	// here, it would be returned on Close and counted as returned.
+	if cerr := r.ch.Cancel(tag, false); err == nil && cerr != nil {
+		err = fmt.Errorf("read park queue %s: %w", queue, cerr)
+	}
+	return err
+}
+
+// take appends deliveries to Messages until it holds want, or none came for parkedIdle.
+func (r *ParkedReader) take(ctx context.Context, queue string, deliveries <-chan amqp.Delivery, want int) error {
 	idle := time.NewTimer(parkedIdle)
 	defer idle.Stop()
-	for len(r.Messages) < q.Messages {
+	for len(r.Messages) < want {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
@@ -201,10 +228,34 @@ func (s *Session) Repark(ctx context.Context, p *ParkedMessage) (uint64, error) 
 // Removed reports whether Remove removed p.
 func (r *ParkedReader) Removed(p *ParkedMessage) bool { return r.removed[p.tag] }
 
-// Close returns every message not removed to the park queue.
+// returnWait bounds how long Close waits for the messages it returned to be ready again.
+const returnWait = 10 * time.Second
+
+// Close returns every message not removed to the park queue. It waits, up to returnWait, until the
+// queue counts them ready again. A quorum queue takes them back some time after the channel
+// closed. A command run right after would miss them: "no parked messages", or an unknown id.
 func (r *ParkedReader) Close() error {
+	if r.done {
+		return nil
+	}
+	r.done = true
 	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return err
 	}
-	return nil
+	if len(r.Messages) == len(r.removed) {
+		return nil
+	}
+	want := r.More + len(r.Messages) - len(r.removed)
+	for deadline := time.Now().Add(returnWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ch, err := r.conn.Channel()
+		if err != nil {
+			return nil // they come back all the same
+		}
+		q, err := ch.QueueDeclarePassive(r.queue, true, false, false, false, nil)
+		_ = ch.Close()
+		if err != nil || q.Messages >= want {
+			return nil
+		}
+	}
+	return nil // a consumer of the park queue may have taken some
 }

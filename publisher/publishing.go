@@ -233,6 +233,7 @@ const (
 	HeaderParkParkedAt   = "x-walbox-parked-at"   // when it was parked, a timestamp
 	HeaderParkSize       = "x-walbox-size"        // the payload's size in bytes, kept or not
 	HeaderParkHeaders    = "x-walbox-headers"     // the row's own headers as JSON text; their size if too large
+	HeaderParkDatabase   = "x-walbox-database"    // the row's database, wire.ParkedBy; absent where unknown
 )
 
 // The content type and type of a parked message.
@@ -279,6 +280,9 @@ func ParkedPublishing(p *wire.Parked, appID string, maxBody int) amqp.Publishing
 	}
 	if m.RoutingKey != "" {
 		h[HeaderParkRoutingKey] = truncate(m.RoutingKey)
+	}
+	if p.Database != "" {
+		h[HeaderParkDatabase] = truncate(p.Database)
 	}
 	if !m.CommitTime.IsZero() {
 		h[wire.HeaderCommitTime] = wire.FormatCommitTime(m.CommitTime)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -249,6 +250,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 		stats:   &r.stats,
 		obs:     r.cfg.Observer,
 		origin:  origin,
+		db:      wire.ParkedBy(strconv.FormatUint(origin.SystemID, 10), sys.DBName),
 	}
 	s.dec.SetOrigin(origin)
 	err = s.run(ctx)

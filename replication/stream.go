@@ -49,6 +49,7 @@ type stream struct {
 
 	commit time.Time      // commit time of the transaction being read
 	origin decoder.Origin // the server's timeline history, for positions (Positioner)
+	db     string         // the slot's database, as parked copies name it (wire.ParkedBy)
 	final  pglogrepl.LSN  // the commit LSN of the transaction being read (Begin's FinalLSN)
 	index  int            // the index of its next row or emitted message
 	ev     decoder.Event  // the WAL message being handled, reused for the next: it would escape to the heap
@@ -445,7 +446,7 @@ func (s *stream) over() error {
 // A message the broker refused for its size is parked without its payload, which the broker would
 // refuse again.
 func (s *stream) park(m *wire.Message, table string, lsn pglogrepl.LSN, why error) error {
-	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String()}
+	p := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, LSN: lsn.String(), Database: s.db}
 	if _, ok := s.pinned(m, lsn); ok {
 		p.Message.Payload, p.Size = nil, len(m.Payload)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/wire"
@@ -59,6 +60,7 @@ type Sender struct {
 	Sent, Cancelled atomic.Int64
 
 	conn      *pgx.Conn
+	db        string // the database, as parked copies name it (wire.ParkedBy)
 	pub       wire.Publisher
 	lastCount time.Time
 	lastPrune time.Time
@@ -161,6 +163,10 @@ func (s *Sender) open(ctx context.Context) error {
 		c, err := pgconnect.Connect(ctx, s.cfg.DatabaseURL)
 		if err != nil {
 			return fmt.Errorf("connect to the database: %w", err)
+		}
+		if s.db, err = inspect.Database(ctx, c); err != nil {
+			_ = c.Close(ctx)
+			return err
 		}
 		s.conn = c
 	}
@@ -290,7 +296,7 @@ func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (key
 		}
 		seq, err := s.pub.Publish(ctx, m)
 		if errors.Is(err, wire.ErrUnpublishable) {
-			seq, err = s.pub.Park(ctx, &wire.Parked{Message: *m, Reason: err.Error(), Table: s.t.schedule})
+			seq, err = s.pub.Park(ctx, &wire.Parked{Message: *m, Reason: err.Error(), Table: s.t.schedule, Database: s.db})
 		}
 		if err != nil {
 			return keys{}, fmt.Errorf("publish scheduled %s: %w", m.AMQPMessageID(), err)

@@ -24,6 +24,7 @@ const (
 	PropParkParkedAt = "x-walbox-parked-at" // RFC 3339 text
 	PropParkSize     = "x-walbox-size"      // the payload's size in bytes, an int64
 	PropParkHeaders  = "x-walbox-headers"   // the row's own headers as JSON text, if it has any
+	PropParkDatabase = "x-walbox-database"  // the row's database, wire.ParkedBy, where known
 )
 
 // message builds the stream message of m:
@@ -90,6 +91,9 @@ func parkedMessage(p *wire.Parked) *amqp.AMQP10 {
 		size = len(p.Message.Payload)
 	}
 	msg.ApplicationProperties[PropParkSize] = int64(size)
+	if p.Database != "" {
+		msg.ApplicationProperties[PropParkDatabase] = p.Database
+	}
 	if len(p.Message.Headers) > 0 {
 		if b, err := json.Marshal(p.Message.Headers); err == nil {
 			msg.ApplicationProperties[PropParkHeaders] = string(b)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,12 +35,14 @@ type ParkEntry struct {
 	Props map[string]any
 	// CreatedAt is the row's creation time.
 	CreatedAt time.Time
+	// Database names the row's database (wire.ParkedBy); "" for an entry that does not say.
+	Database string
 }
 
 func parkEntryOf(offset int64, m *amqp.Message) ParkEntry {
 	str := func(k string) string { s, _ := m.ApplicationProperties[k].(string); return s }
 	e := ParkEntry{Offset: offset, Table: str(PropParkTable), LSN: str(PropParkLSN), Reason: str(PropParkReason),
-		Props: m.ApplicationProperties}
+		Props: m.ApplicationProperties, Database: str(PropParkDatabase)}
 	for _, d := range m.Data {
 		e.Body = append(e.Body, d...)
 	}
@@ -166,28 +169,33 @@ func parkEnd(ctx context.Context, env *stream.Environment, name string) (int64, 
 	}
 }
 
-// ReplayProducer is the name of the producer walbox parked replays into stream with. It differs
-// from the relay's, so the relay's reading of its own messages passes over the replays.
-func ReplayProducer(stream string) string { return "walbox-parked-" + stream }
+// ReplayProducer is the name of the producer walbox parked of database (wire.ParkedBy) replays
+// into stream with. It differs from the relay's, so the relay's reading of its own messages passes
+// over the replays. Each database numbers its replays on its own, so each has its own name. Under
+// a shared one, the broker would drop one database's replay as a duplicate of another's.
+func ReplayProducer(stream, database string) string {
+	return "walbox-parked-" + strings.Replace(database, "/", "-", 1) + "-" + stream
+}
 
 // Replayer publishes parked rows into the stream again, each with a publishing id the caller
 // gives. The broker stores a message only if its id is above the last it stored for the name. So
 // a replay sent again with its id is stored once. It parks a row again into the park stream, at
 // least once.
 type Replayer struct {
-	s *Session
+	s        *Session
+	producer string
 }
 
-// DialReplayer connects to cfg.URIs and declares the replay producer on cfg.Stream.
-func DialReplayer(cfg Config) (*Replayer, error) {
+// DialReplayer connects to cfg.URIs and declares the replay producer of database on cfg.Stream.
+func DialReplayer(cfg Config, database string) (*Replayer, error) {
 	cfg = cfg.WithDefaults()
 	env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs).SetMaxProducersPerClient(2))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", wire.ErrSessionClosed)
 	}
 	s := &Session{cfg: cfg, env: env, confirms: make(chan wire.Confirm, 16)}
-	r := &Replayer{s: s}
-	if s.main, err = s.newLane(cfg.Stream, ReplayProducer(cfg.Stream)); err == nil {
+	r := &Replayer{s: s, producer: ReplayProducer(cfg.Stream, database)}
+	if s.main, err = s.newLane(cfg.Stream, r.producer); err == nil {
 		s.park, err = s.newLane(ParkStream(cfg.Stream), "")
 	}
 	if err != nil {
@@ -199,7 +207,7 @@ func DialReplayer(cfg Config) (*Replayer, error) {
 
 // Last returns the last publishing id the broker stored for the replay producer; 0 for none.
 func (r *Replayer) Last() (int64, error) {
-	id, err := r.s.env.QuerySequence(ReplayProducer(r.s.cfg.Stream), r.s.cfg.Stream)
+	id, err := r.s.env.QuerySequence(r.producer, r.s.cfg.Stream)
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: the replays' last id: %w", r.s.cfg.Stream, err)
 	}
@@ -210,7 +218,7 @@ func (r *Replayer) Last() (int64, error) {
 // a frame wraps wire.ErrUnpublishable.
 func (r *Replayer) Send(ctx context.Context, m *wire.Message, id int64) error {
 	msg := baseMessage(m)
-	msg.ApplicationProperties[PropProducer] = ReplayProducer(r.s.cfg.Stream)
+	msg.ApplicationProperties[PropProducer] = r.producer
 	msg.ApplicationProperties[PropPublishingID] = id
 	msg.SetPublishingId(id)
 	if err := r.s.main.send(msg, id, r.s.nextSeq()); err != nil {

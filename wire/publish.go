@@ -83,7 +83,13 @@ type Parked struct {
 	LSN   string
 	// Size is the payload's size in bytes where Message.Payload was dropped; 0 means its length.
 	Size int
+	// Database names the database of the row, as ParkedBy writes it; "" where unknown.
+	Database string
 }
+
+// ParkedBy names a database for a parked copy: "<system identifier>/<name>". walbox parked
+// acts only on its own database's parked copies.
+func ParkedBy(system, database string) string { return system + "/" + database }
 
 // DefaultAlternateExchange is the alternate exchange walbox declares for exchange. Messages no
 // queue is bound for are kept there. Whoever declares the exchange (the relay, a consumer binding

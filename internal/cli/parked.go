@@ -11,8 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
 
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/parked"
 	"github.com/walbox/walbox/internal/pgconnect"
 	"github.com/walbox/walbox/outbox"
@@ -62,7 +64,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		err = runParkedSub(ctx, c, cfg, sub, ids, stdout)
 	}
-	if errors.Is(err, parked.ErrUnknownID) {
+	if errors.Is(err, parked.ErrUnknownID) || errors.Is(err, parked.ErrOtherDatabase) {
 		return configError{err.Error()}
 	}
 	if err != nil {
@@ -72,43 +74,64 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string, ids []string, stdout io.Writer) error {
+	db, database, err := parkedDatabase(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.Background())
+	cfg.DB, cfg.Database = db, database
 	switch sub {
 	case "list", "show":
-		msgs, err := parked.List(ctx, cfg)
+		l, err := parked.List(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		views := make([]parkedView, len(msgs))
-		for i, p := range msgs {
+		views := make([]parkedView, len(l.Messages))
+		for i, p := range l.Messages {
 			views[i] = parkedView{ID: p.ID, Table: p.Table, LSN: p.LSN, Reason: p.Reason, Size: p.Size, ParkedAt: p.ParkedAt,
 				CreatedAt: p.CreatedAt, Headers: p.Headers, Body: p.Body, Dropped: p.BodyDropped()}
 		}
-		return showParkedViews(stdout, sub, views, ids)
+		if err := showParkedViews(stdout, sub, views, ids, l.Others, database); err != nil {
+			return err
+		}
+		if sub == "list" && l.More > 0 {
+			fmt.Fprintf(stdout, "%d more not read: a command reads the first %d; replay or discard these, then list again\n",
+				l.More, parked.DefaultLimit)
+		}
+		return nil
 	case "discard":
 		return parked.Discard(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
 	}
+	return parked.Replay(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+}
+
+// parkedDatabase connects to run's database and names it as parked copies do (wire.ParkedBy).
+func parkedDatabase(ctx context.Context, c *common) (*pgx.Conn, string, error) {
 	db, err := pgconnect.Connect(ctx, c.v.relay.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
+		return nil, "", fmt.Errorf("connect to the database: %w", err)
 	}
-	defer db.Close(context.Background())
-	cfg.DB = db
-	return parked.Replay(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
+	database, err := inspect.Database(ctx, db)
+	if err != nil {
+		db.Close(context.Background())
+		return nil, "", err
+	}
+	return db, database, nil
 }
 
 // runParkedStream runs a subcommand on the park stream of target; the database records what was
 // replayed or discarded.
 func runParkedStream(ctx context.Context, c *common, target streampub.Config, sub string, ids []string, stdout io.Writer) error {
 	logs.SetLogger(quietStreamClient{})
-	db, err := pgconnect.Connect(ctx, c.v.relay.DatabaseURL)
+	db, database, err := parkedDatabase(ctx, c)
 	if err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
+		return err
 	}
 	defer db.Close(context.Background())
-	cfg := parked.StreamConfig{Stream: target, DB: db, Schema: c.v.relay.Table.Schema, Mappings: parkedMappings(c)}
+	cfg := parked.StreamConfig{Stream: target, DB: db, Schema: c.v.relay.Table.Schema, Mappings: parkedMappings(c), Database: database}
 	switch sub {
 	case "list", "show":
-		entries, err := parked.ListStream(ctx, cfg)
+		entries, others, err := parked.ListStream(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -117,7 +140,7 @@ func runParkedStream(ctx context.Context, c *common, target streampub.Config, su
 			views[i] = parkedView{ID: e.ID, Table: e.Table, LSN: e.LSN, Reason: e.Reason, Size: e.Size, ParkedAt: e.ParkedAt,
 				CreatedAt: e.CreatedAt, Headers: e.Props, Body: e.Body, Dropped: len(e.Body) == 0 && e.Size > 0}
 		}
-		return showParkedViews(stdout, sub, views, ids)
+		return showParkedViews(stdout, sub, views, ids, others, database)
 	case "discard":
 		return parked.DiscardStream(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
 	}
@@ -134,10 +157,14 @@ type parkedView struct {
 	Dropped                bool
 }
 
-// showParkedViews prints the list, or every copy of the one id of show.
-func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []string) error {
+// showParkedViews prints the list, or every copy of the one id of show. Others are the ids other
+// databases parked, by database: list counts them, and show refuses them.
+func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []string, others map[string]string, database string) error {
 	if sub == "list" {
 		showParked(stdout, views)
+		if len(others) > 0 {
+			fmt.Fprintf(stdout, "%d more parked by other databases on this exchange or stream, not shown\n", len(others))
+		}
 		return nil
 	}
 	var copies []parkedView
@@ -145,6 +172,9 @@ func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []str
 		if v.ID == ids[0] {
 			copies = append(copies, v)
 		}
+	}
+	if db, ok := others[ids[0]]; ok && len(copies) == 0 {
+		return parked.OtherDatabase(ids[0], db, database)
 	}
 	if len(copies) == 0 {
 		return fmt.Errorf("%w: %s (walbox parked list shows the ids; another reader may hold it)", parked.ErrUnknownID, ids[0])

@@ -1,6 +1,7 @@
 package parked
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,34 +16,86 @@ import (
 // ErrUnknownID: an id given is not in the park queue (or another reader holds it).
 var ErrUnknownID = errors.New("not parked")
 
+// ErrOtherDatabase: an id given was parked by another database relaying to the same exchange or
+// stream. Each database's walbox parked acts on its own parked rows only.
+var ErrOtherDatabase = errors.New("parked by another database")
+
 // Config is what the commands need besides the ids.
 type Config struct {
+	// Database names this database (wire.ParkedBy). The commands pass over parked copies of
+	// another; "" acts on all.
+	Database string
 	// Dial opens a publishing session with the relay's broker settings.
 	Dial func(ctx context.Context) (*publisher.Session, error)
 	// DB, when set, is where replay reads each row's current version from its outbox table.
 	DB *pgx.Conn
 	// Mappings are the outbox tables, as the relay reads them.
 	Mappings []wire.Mapping
+	// Limit is how many parked messages a command reads at most; 0 means DefaultLimit.
+	Limit int
 }
 
 // Group is the parked copies of one message id, in queue order. A row is parked more than once
 // where the relay parked it again after a restart.
 type Group []*publisher.ParkedMessage
 
-// List returns every ready message of the park queue, in queue order, and returns them.
-func List(ctx context.Context, cfg Config) ([]publisher.ParkedMessage, error) {
-	return take(ctx, cfg, nil, true, func(context.Context, *publisher.ParkedReader, Group) error { return nil })
+// Listing is what List read of the park queue.
+type Listing struct {
+	// Messages are this database's, in queue order.
+	Messages []publisher.ParkedMessage
+	// Others maps the ids of other databases' messages to their database.
+	Others map[string]string
+	// More is how many more messages the queue held, past Config.Limit: they were not read.
+	More int
 }
 
-// Select groups msgs by id, in queue order: those of ids, or all of them. An id not among them
-// is an error wrapping ErrUnknownID.
-func Select(msgs []publisher.ParkedMessage, ids []string, all bool) ([]Group, error) {
-	gs, err := selectGroups(msgs, func(p *publisher.ParkedMessage) string { return p.ID }, ids, all)
-	out := make([]Group, len(gs))
-	for i, g := range gs {
-		out[i] = g
+// List returns the ready messages of the park queue, up to Config.Limit, and returns them to the
+// queue.
+func List(ctx context.Context, cfg Config) (Listing, error) {
+	r, err := take(ctx, cfg, nil, true, func(context.Context, *publisher.ParkedReader, Group) error { return nil })
+	if err != nil {
+		return Listing{}, err
 	}
-	return out, err
+	l := Listing{More: r.More}
+	l.Messages, l.Others = split(r.Messages, func(p *publisher.ParkedMessage) (string, string) { return p.ID, p.Database }, cfg.Database)
+	return l, nil
+}
+
+// OtherDatabase is the error for id, which database db parked, not this one (mine).
+func OtherDatabase(id, db, mine string) error {
+	return fmt.Errorf("%s: %w %s, not by this one (%s); run walbox parked with that database's settings", id, ErrOtherDatabase, db, mine)
+}
+
+// split returns the items of database, and those that name none, in order. Others maps the ids of
+// the rest to their database. An empty database takes every item.
+func split[T any](items []T, of func(*T) (id, db string), database string) (own []T, others map[string]string) {
+	others = map[string]string{}
+	for i := range items {
+		id, db := of(&items[i])
+		if database == "" || db == "" || db == database {
+			own = append(own, items[i])
+		} else {
+			others[id] = db
+		}
+	}
+	return own, others
+}
+
+// pick groups the items of database by id, as selectGroups does. An id only another database
+// parked is an error wrapping ErrOtherDatabase.
+func pick[T any](items []T, of func(*T) (id, db string), database string, ids []string, all bool) ([][]*T, error) {
+	own, others := split(items, of, database)
+	owned := map[string]bool{}
+	for i := range own {
+		id, _ := of(&own[i])
+		owned[id] = true
+	}
+	for _, id := range ids {
+		if db, ok := others[id]; ok && !owned[id] {
+			return nil, OtherDatabase(id, db, database)
+		}
+	}
+	return selectGroups(own, func(p *T) string { id, _ := of(p); return id }, ids, all)
 }
 
 // selectGroups groups items by id, in their order: those of ids, or all of them. An id not among
@@ -102,33 +155,48 @@ func Discard(ctx context.Context, cfg Config, ids []string, all bool, report fun
 }
 
 // take reads the park queue, selects the groups of ids and hands each to handle, in queue order.
-// What handle does not remove goes back to the queue, renewed where readers returned it often.
-// It returns the messages it read.
+// What handle does not remove goes back to the queue, renewed where readers returned it often. It
+// renews them also when it fails: each failed run counts a return too. It returns the reader.
 func take(ctx context.Context, cfg Config, ids []string, all bool,
-	handle func(context.Context, *publisher.ParkedReader, Group) error) ([]publisher.ParkedMessage, error) {
+	handle func(context.Context, *publisher.ParkedReader, Group) error) (*publisher.ParkedReader, error) {
 	s, err := cfg.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	r, err := s.ReadParked(ctx)
+	r, err := s.ReadParked(ctx, cmp.Or(cfg.Limit, DefaultLimit))
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	groups, err := Select(r.Messages, ids, all)
+	err = handleAll(ctx, cfg, r, ids, all, handle)
+	if rerr := renew(ctx, cfg, r); err == nil {
+		err = rerr
+	}
 	if err != nil {
 		return nil, err
 	}
-	for _, g := range groups {
+	return r, r.Close()
+}
+
+// DefaultLimit is how many parked messages a command reads at most: they are held in memory.
+const DefaultLimit = 10000
+
+func handleAll(ctx context.Context, cfg Config, r *publisher.ParkedReader, ids []string, all bool,
+	handle func(context.Context, *publisher.ParkedReader, Group) error) error {
+	gs, err := pick(r.Messages, func(p *publisher.ParkedMessage) (string, string) { return p.ID, p.Database }, cfg.Database, ids, all)
+	if errors.Is(err, ErrUnknownID) && r.More > 0 {
+		err = fmt.Errorf("%w; only the first %d of %d parked messages were read", err, len(r.Messages), len(r.Messages)+r.More)
+	}
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
 		if err := handle(ctx, r, g); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := renew(ctx, cfg, r); err != nil {
-		return nil, err
-	}
-	return r.Messages, r.Close()
+	return nil
 }
 
 // renewFrom is the count of returns from which a message is parked anew. A quorum queue counts

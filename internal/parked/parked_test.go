@@ -90,11 +90,11 @@ func (f *fixture) park(ps ...*wire.Parked) {
 
 func (f *fixture) list() []publisher.ParkedMessage {
 	f.t.Helper()
-	msgs, err := parked.List(context.Background(), f.cfg)
+	l, err := parked.List(context.Background(), f.cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return msgs
+	return l.Messages
 }
 
 func ids(msgs []publisher.ParkedMessage) []string {
@@ -212,7 +212,7 @@ func TestParkQueueListReplayDiscard(t *testing.T) {
 
 // RabbitMQ 4.0 drops a quorum queue's message returned more than 20 times (its default
 // delivery-limit), and every list returns it. walbox parks a message anew before that: it
-// survives 30 lists, once, with its headers and body.
+// survives 30 lists, once, with its headers and body. The list right after a renewal shows it.
 func TestListingAQuorumQueueOftenLosesNothing(t *testing.T) {
 	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
 	pcfg := publisher.Config{URL: r.URL(), Exchange: testenv.UniqueName("outbox"), QueueType: publisher.QueueQuorum}
@@ -228,5 +228,139 @@ func TestListingAQuorumQueueOftenLosesNothing(t *testing.T) {
 		if p := msgs[0]; p.Reason != "r" || p.LSN != "0/9" || string(p.Body) != `{"n":1}` || p.Headers["x-walbox-headers"] != `{"trace":"t"}` {
 			t.Fatalf("list %d: the message became %+v", i+1, p)
 		}
+		// The copy parked anew starts from no returns: the reader did not take it as well.
+		if got, want := msgs[0].Returned, int64(i%6); got != want {
+			t.Fatalf("list %d: returned %d times, want %d", i+1, got, want)
+		}
+	}
+}
+
+// A command reads at most Config.Limit messages, which it holds in memory, and says how many more
+// there are. An id past the limit is unknown, and the error says only the first were read. The
+// messages not read stay parked.
+func TestACommandReadsAtMostItsLimit(t *testing.T) {
+	f := newFixture(t)
+	var ms []wire.Message
+	for i := range 5 {
+		m := message("order.x", nil)
+		ms = append(ms, m)
+		f.park(&wire.Parked{Message: m, Reason: "r", Table: "public.outbox", LSN: "0/" + string(rune('1'+i))})
+	}
+	f.cfg.Limit = 3
+	l, err := parked.List(context.Background(), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(l.Messages); len(got) != 3 || got[0] != ms[0].ID.String() || l.More != 2 {
+		t.Fatalf("list with limit 3 = %v and %d more, want the first 3 and 2 more", got, l.More)
+	}
+	err = parked.Discard(context.Background(), f.cfg, []string{ms[4].ID.String()}, false, func(parked.Outcome) {})
+	if !errors.Is(err, parked.ErrUnknownID) || !strings.Contains(err.Error(), "first 3 of 5") {
+		t.Fatalf("discard of an id past the limit: %v, want unknown, naming the first 3 of 5", err)
+	}
+	f.cfg.Limit = 0
+	if got := f.list(); len(got) != 5 {
+		t.Fatalf("after the limited reads, list shows %v, want all 5", ids(got))
+	}
+}
+
+// Parked copies name their database. Each database's commands list, replay and discard only its
+// own and those naming none (parked by an older walbox). Another's id is refused as such.
+func TestEachDatabaseActsOnItsOwnParkedCopies(t *testing.T) {
+	f := newFixture(t)
+	mine, theirs, old := message("order.a", nil), message("order.b", nil), message("order.c", nil)
+	f.park(
+		&wire.Parked{Message: mine, Reason: "r", Table: "public.outbox", Database: "1/a"},
+		&wire.Parked{Message: theirs, Reason: "r", Table: "public.outbox", Database: "2/a"},
+		&wire.Parked{Message: old, Reason: "r", Table: "public.outbox"},
+	)
+	f.cfg.Database = "1/a"
+	ctx := context.Background()
+	l, err := parked.List(ctx, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(l.Messages), []string{mine.ID.String(), old.ID.String()}; !slices.Equal(got, want) || l.Others[theirs.ID.String()] != "2/a" {
+		t.Fatalf("list = %v, others %v; want %v, and %s of 2/a", got, l.Others, want, theirs.ID)
+	}
+	err = parked.Discard(ctx, f.cfg, []string{theirs.ID.String()}, false, func(parked.Outcome) {})
+	if !errors.Is(err, parked.ErrOtherDatabase) {
+		t.Fatalf("discard of another database's id: %v, want ErrOtherDatabase", err)
+	}
+	if err := parked.Discard(ctx, f.cfg, nil, true, func(parked.Outcome) {}); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.Database = "2/a"
+	if got := ids(f.list()); !slices.Equal(got, []string{theirs.ID.String()}) {
+		t.Fatalf("after the first database's discard --all, the second lists %v", got)
+	}
+}
+
+// Every run reads the park queue, and a quorum queue counts each return, also of a run that
+// failed (an unknown id, say). Such runs renew the messages too: 25 of them lose nothing on
+// RabbitMQ 4.0, which drops a message returned more than 20 times.
+func TestFailedRunsOnAQuorumQueueLoseNothing(t *testing.T) {
+	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
+	pcfg := publisher.Config{URL: r.URL(), Exchange: testenv.UniqueName("outbox"), QueueType: publisher.QueueQuorum}
+	f := &fixture{t: t}
+	f.cfg.Dial = func(ctx context.Context) (*publisher.Session, error) { return publisher.Dial(ctx, pcfg) }
+	m := message("order.x", nil)
+	f.park(&wire.Parked{Message: m, Reason: "r", Table: "public.outbox", LSN: "0/9"})
+	for i := range 25 {
+		err := parked.Discard(context.Background(), f.cfg, []string{"no-such-id"}, false, func(parked.Outcome) {})
+		if !errors.Is(err, parked.ErrUnknownID) {
+			t.Fatalf("run %d: %v, want ErrUnknownID", i+1, err)
+		}
+	}
+	if got := ids(f.list()); !slices.Equal(got, []string{m.ID.String()}) {
+		t.Fatalf("after 25 failed runs, list shows %v, want %s", got, m.ID)
+	}
+}
+
+// An outbox table with bigint ids emptied by TRUNCATE ... RESTART IDENTITY hands a parked row's id
+// to a new row. Replay sends the parked row from its copy, not the new row under its id.
+func TestReplayOfAnIDTakenByANewerRowSendsTheParkedOne(t *testing.T) {
+	f := newFixture(t)
+	pg := testenv.SharedPostgres(t)
+	db := pg.Conn(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `CREATE TABLE public.events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL,
+		headers jsonb, created_at timestamptz NOT NULL DEFAULT pg_catalog.now())`); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(eventType, createdAt string) string {
+		var id string
+		if err := db.QueryRow(ctx, `INSERT INTO public.events (aggregate_type, aggregate_id, event_type, payload, created_at)
+			VALUES ('order', '7', $1, '{"n": 1}', $2) RETURNING id::text`, eventType, createdAt).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	old := insert("order.old", "2026-01-02T03:04:05Z")
+	parkedRow := wire.Message{MessageID: old, AggregateType: "order", AggregateID: "7", EventType: "order.old",
+		Payload: []byte(`{"n":1}`), CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	f.park(&wire.Parked{Message: parkedRow, Reason: "exchange missing", Table: "public.events", LSN: "0/1"})
+	if _, err := db.Exec(ctx, "TRUNCATE public.events RESTART IDENTITY"); err != nil {
+		t.Fatal(err)
+	}
+	if id := insert("order.new", "2026-11-28T08:00:00Z"); id != old {
+		t.Fatalf("the new row got id %s, want %s again", id, old)
+	}
+	f.cfg.DB, f.cfg.Mappings = db, []wire.Mapping{{Table: wire.Table{Schema: "public", Name: "events"}}}
+	var outcomes []parked.Outcome
+	if err := parked.Replay(ctx, f.cfg, []string{old}, false, func(o parked.Outcome) { outcomes = append(outcomes, o) }); err != nil {
+		t.Fatal(err)
+	}
+	got := f.consumed()
+	if len(got) != 1 || got[0].MessageId != old || got[0].Type != "order.old" {
+		var types []string
+		for _, d := range got {
+			types = append(types, d.MessageId+" "+d.Type)
+		}
+		t.Fatalf("consumers got %v, want %s as order.old, from its parked copy", types, old)
+	}
+	if len(outcomes) != 1 || outcomes[0].Source != "parked copy" {
+		t.Fatalf("outcomes %+v, want one replay from the parked copy", outcomes)
 	}
 }

@@ -1,6 +1,7 @@
 package parked
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,7 @@ import (
 // Others are rebuilt from the parked copy. One that still cannot be published is parked again with
 // its new reason. The parked copies are removed only once the broker confirmed the new message.
 func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func(Outcome)) error {
-	w := &writer{dial: cfg.Dial}
+	w := &writer{dial: cfg.Dial, db: cfg.Database}
 	defer w.close()
 	rows := newRows(cfg.DB, cfg.Mappings)
 	_, err := take(ctx, cfg, ids, all, func(ctx context.Context, r *publisher.ParkedReader, g Group) error {
@@ -47,6 +48,7 @@ func Replay(ctx context.Context, cfg Config, ids []string, all bool, report func
 type writer struct {
 	dial func(ctx context.Context) (*publisher.Session, error)
 	s    *publisher.Session
+	db   string // this database, for a copy parked again that did not name its own
 }
 
 func (w *writer) close() {
@@ -58,7 +60,7 @@ func (w *writer) close() {
 func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, error) {
 	p := g[0]
 	o := Outcome{ID: p.ID, Action: "replayed", Source: "parked copy"}
-	m, found, err := rows.read(ctx, p.Table, p.ID)
+	m, found, err := rows.read(ctx, p.Table, p.ID, p.CreatedAt)
 	switch {
 	case decoder.IsBadRow(err):
 		var de *decoder.Error
@@ -96,7 +98,7 @@ func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, erro
 
 // parkAgain parks m again with why, in place of p.
 func (w *writer) parkAgain(ctx context.Context, p *publisher.ParkedMessage, m *wire.Message, size int, why error, o Outcome) (Outcome, error) {
-	again := &wire.Parked{Message: *m, Reason: why.Error(), Table: p.Table, LSN: p.LSN, Size: size}
+	again := &wire.Parked{Message: *m, Reason: why.Error(), Table: p.Table, LSN: p.LSN, Size: size, Database: cmp.Or(p.Database, w.db)}
 	if err := w.send(ctx, func(s *publisher.Session) (uint64, error) { return s.Park(ctx, again) }); err != nil {
 		return o, fmt.Errorf("park again: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,8 +40,10 @@ func newRows(db *pgx.Conn, mappings []wire.Mapping) *rows {
 
 // read returns the row of table whose message id is id. found is false without a database. It is
 // false for a table that is not an outbox table, or takes its ids from positions. It is false for a
-// row deleted since. A row that can never become a message is an error wrapping decoder.ErrBadRow.
-func (r *rows) read(ctx context.Context, name, id string) (m wire.Message, found bool, err error) {
+// row deleted since. It is false for a row created at another second than created, where both are
+// known. Such a row took the id later, say after a TRUNCATE that restarted the identity. A row that
+// can never become a message is an error wrapping decoder.ErrBadRow.
+func (r *rows) read(ctx context.Context, name, id string, created time.Time) (m wire.Message, found bool, err error) {
 	if r.db == nil {
 		return m, false, nil
 	}
@@ -80,6 +83,14 @@ func (r *rows) read(ctx context.Context, name, id string) (m wire.Message, found
 		return m, false, nil
 	}
 	m, err = t.rows.Message(values[0])
+	row := m
+	var de *decoder.Error
+	if errors.As(err, &de) {
+		row = de.Partial
+	}
+	if !created.IsZero() && !row.CreatedAt.IsZero() && !row.CreatedAt.Truncate(time.Second).Equal(created.Truncate(time.Second)) {
+		return wire.Message{}, false, nil // another row, with the parked row's id
+	}
 	return m, err == nil || decoder.IsBadRow(err), err
 }
 

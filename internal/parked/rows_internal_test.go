@@ -3,6 +3,7 @@ package parked
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -26,18 +27,18 @@ func TestRowReadByItsID(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRows(conn, []wire.Mapping{{Table: wire.DefaultTable}})
-	m, found, err := r.read(ctx, "public.outbox", id)
+	m, found, err := r.read(ctx, "public.outbox", id, time.Time{})
 	if err != nil || !found || m.AMQPMessageID() != id || m.EventType != "order.created" || m.Headers["trace"] != "t" {
 		t.Fatalf("read = %+v, %v, %v; want the row", m, found, err)
 	}
 	for _, c := range []struct{ table, id string }{
 		{"public.outbox", "not-a-uuid"}, {"public.outbox", uuid.NewString()}, {"public.other", id},
 	} {
-		if _, found, err := r.read(ctx, c.table, c.id); found || err != nil {
+		if _, found, err := r.read(ctx, c.table, c.id, time.Time{}); found || err != nil {
 			t.Errorf("read(%s, %s) = found %v, %v; want not found", c.table, c.id, found, err)
 		}
 	}
-	if _, found, err := newRows(nil, nil).read(ctx, "public.outbox", id); found || err != nil {
+	if _, found, err := newRows(nil, nil).read(ctx, "public.outbox", id, time.Time{}); found || err != nil {
 		t.Errorf("without a database: found %v, %v; want not found", found, err)
 	}
 }

@@ -31,6 +31,9 @@ type StreamConfig struct {
 	Schema string
 	// Mappings are the outbox tables, as the relay reads them.
 	Mappings []wire.Mapping
+	// Database names this database (wire.ParkedBy): the commands pass over entries of another.
+	// Its replays go under a producer of its own.
+	Database string
 }
 
 func (c *StreamConfig) park() string { return streampub.ParkStream(c.Stream.Stream) }
@@ -45,11 +48,15 @@ type handled struct {
 	id     int64 // the replay's publishing id; 0 for none
 }
 
-// ListStream returns the park stream's entries not yet replayed or discarded, in offset order.
-func ListStream(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, error) {
-	entries, _, err := open(ctx, cfg)
-	return entries, err
+// ListStream returns the park stream's entries of this database not yet replayed or discarded, in
+// offset order. Others maps the ids of other databases' entries to their database.
+func ListStream(ctx context.Context, cfg StreamConfig) (entries []streampub.ParkEntry, others map[string]string, err error) {
+	entries, _, err = open(ctx, cfg)
+	entries, others = split(entries, entryOf, cfg.Database)
+	return entries, others, err
 }
+
+func entryOf(e *streampub.ParkEntry) (id, db string) { return e.ID, e.Database }
 
 // open reads the park stream and the record, and returns the entries not done with the record.
 func open(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, map[int64]handled, error) {
@@ -131,7 +138,7 @@ func begin(ctx context.Context, cfg StreamConfig, ids []string, all bool) (*taki
 	}
 	t := &taking{unlock: unlock}
 	if t.entries, t.done, err = open(ctx, cfg); err == nil {
-		t.groups, err = selectGroups(t.entries, func(e *streampub.ParkEntry) string { return e.ID }, ids, all)
+		t.groups, err = pick(t.entries, entryOf, cfg.Database, ids, all)
 	}
 	if err != nil {
 		unlock()
@@ -171,7 +178,7 @@ func ReplayStream(ctx context.Context, cfg StreamConfig, ids []string, all bool,
 	}
 	defer t.unlock()
 	entries, done, groups := t.entries, t.done, t.groups
-	r, err := streampub.DialReplayer(cfg.Stream)
+	r, err := streampub.DialReplayer(cfg.Stream, cfg.Database)
 	if err != nil {
 		return err
 	}
@@ -229,7 +236,7 @@ func (sr *streamReplay) finish(ctx context.Context, entries []streampub.ParkEntr
 func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id int64, report func(Outcome)) error {
 	e := g[0]
 	o := Outcome{ID: e.ID, Copies: len(g), Action: "replayed", Source: "parked copy"}
-	m, found, err := sr.rows.read(ctx, e.Table, e.ID)
+	m, found, err := sr.rows.read(ctx, e.Table, e.ID, e.CreatedAt)
 	switch {
 	case decoder.IsBadRow(err):
 		var de *decoder.Error
@@ -276,7 +283,7 @@ func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id
 // parkAgain parks m again into the park stream with why, and records g as parked again.
 func (sr *streamReplay) parkAgain(ctx context.Context, g []*streampub.ParkEntry, m *wire.Message, why error, o Outcome, report func(Outcome)) error {
 	e := g[0]
-	again := &wire.Parked{Message: *m, Reason: why.Error(), Table: e.Table, LSN: e.LSN}
+	again := &wire.Parked{Message: *m, Reason: why.Error(), Table: e.Table, LSN: e.LSN, Database: cmp.Or(e.Database, sr.cfg.Database)}
 	if len(m.Payload) == 0 {
 		again.Size = e.Size
 	}

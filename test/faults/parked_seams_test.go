@@ -49,7 +49,10 @@ func parkedIDs(out string) []string {
 	var ids []string
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 0 && f[0] != "ID" && len(f) >= 6 {
+		if len(f) < 6 || f[0] == "ID" {
+			continue
+		}
+		if _, err := time.Parse(time.RFC3339, f[len(f)-1]); err == nil || f[len(f)-1] == "-" { // parked at
 			ids = append(ids, f[0])
 		}
 	}

@@ -31,15 +31,7 @@ func TestParkedStreamListedReplayedDiscarded(t *testing.T) {
 	a, b, c := w.insertBadRow(), w.insertBadRow(), w.insertBadRow()
 	sr.wait(t, 1, time.Minute)
 	w.waitParked(env, a, b, c)
-	inStream := func(id string) int {
-		n := 0
-		for _, m := range sr.messages() {
-			if m.Properties != nil && fmt.Sprint(m.Properties.MessageID) == id {
-				n++
-			}
-		}
-		return n
-	}
+	inStream := func(id string) int { return sr.countID(id) }
 
 	out := w.parked(0, append([]string{"replay", a}, env...)...)
 	if !strings.Contains(out, "parked "+a+" again") || !strings.Contains(out, "x-walbox-mine") {

@@ -90,7 +90,7 @@ var seamNotModes = map[string]string{
 	"relay-url":          "status reads the relay",
 	"require-relay":      "status's exit code",
 	"dry-run":            "changes nothing",
-	"all":                "which parked rows: parked_test.go, parked_seams_test.go, parked_stream_test.go",
+	"all":                "which parked rows: parked_test.go, parked_seams_test.go, parked_stream_test.go, parked_shared_test.go",
 	"yes":                "confirms a discard: parked_test.go",
 	"since":              "which rows replay sends: replay_test.go",
 	"until":              "which rows replay sends: replay_test.go",
