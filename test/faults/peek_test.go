@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -111,5 +112,79 @@ func TestPeekOnShardsSlotsWithEmittedMessagesCanariesAndARowDueLater(t *testing.
 	check([]string{"status"}, slots, true)
 	for k, s := range slots {
 		check([]string{"recover", "--dry-run", "--slot", s, "--publication", set.PublicationName(k)}, []string{s}, true)
+	}
+}
+
+// A data directory restored under two shards' relays into one stream, a third of the rows written
+// through walbox_emit. The restored server writes past each relay's last row. Each shard's relay
+// stops with the restore's cause, and stores nothing; status, and recover --dry-run on each
+// shard's slot, exit 1 with it; doctor names it for each slot.
+func TestRestoredDatabaseUnderShardsIntoAStream(t *testing.T) {
+	heavy(t)
+	const n = 2
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	rabbit := testenv.StartRabbitStream(t)
+	w := newShardedWorldOn(t, pg, rabbit, n)
+	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
+	name := testenv.UniqueName("events")
+	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
+	sr := readStream(t, rabbit.StreamURL(), name)
+	var committed []checker.Row
+	write := func(seed uint64, txs int) {
+		t.Helper()
+		wr := w.newWriter(checker.WriterConfig{Seed: seed, Name: fmt.Sprintf("agg%d", seed), Aggregates: 20, Emit: 0.3})
+		for range txs {
+			if err := wr.Tx(t.Context(), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wr.Close()
+		committed = append(committed, wr.Committed()...)
+	}
+	relayAll := func() {
+		t.Helper()
+		rs := []*relay{w.startShard(0, n, env...), w.startShard(1, n, env...)}
+		waitFor(t, 2*time.Minute, "every row in the stream", func() bool { return len(notInStream(sr, committed)) == 0 })
+		time.Sleep(time.Second) // the slots catch up with the confirms
+		for _, r := range rs {
+			if code := r.Stop(time.Minute); code != 0 {
+				t.Fatalf("walbox run exited %d:\n%s", code, r.Output())
+			}
+		}
+	}
+	write(51, 20)
+	relayAll()
+	restoreFault(t, pg, func() {
+		write(52, 20)
+		relayAll()
+	})
+	write(53, 40)
+	stored := sr.count()
+
+	cause := "the stream holds rows this server's WAL does not have"
+	for k := range n {
+		r := w.startShard(k, n, env...)
+		code := r.Wait(2 * time.Minute)
+		if out := r.Output(); code == 0 || !strings.Contains(out, cause) || !strings.Contains(out, "new stream") {
+			t.Errorf("shard %d's relay exited %d; want a stop naming the restore and the way out:\n%s", k, code, out)
+		}
+	}
+	if got := sr.count(); got != stored {
+		t.Errorf("the stream went from %d to %d messages on the restored server", stored, got)
+	}
+	out, code := w.walbox(env, "doctor")
+	if code == 0 || strings.Count(out, cause) < n {
+		t.Errorf("walbox doctor exited %d; want the restore named for each shard's slot:\n%s", code, out)
+	}
+	out, code = w.walbox(env, "status")
+	if code == 0 || !strings.Contains(out, cause) {
+		t.Errorf("walbox status exited %d; want 1 and the restore's cause:\n%s", code, out)
+	}
+	for k := range n {
+		out, code := w.walbox(env, "recover", "--dry-run", "--slot", set.SlotName(k), "--publication", set.PublicationName(k))
+		if code == 0 || !strings.Contains(out, cause) {
+			t.Errorf("walbox recover --dry-run on shard %d exited %d; want 1 and the restore's cause:\n%s", k, code, out)
+		}
 	}
 }
