@@ -48,7 +48,12 @@ func TestDoctorAndStatusKnowTheMessageMode(t *testing.T) {
 		t.Errorf("status with messages off:\n%s", out)
 	}
 
-	if _, err := w.conn.Exec(context.Background(), "DROP FUNCTION walbox_emit"); err != nil {
+	// walbox_emit has two overloads (with and without deliver_at): drop both.
+	if _, err := w.conn.Exec(context.Background(), `DO $$ DECLARE f pg_catalog.regprocedure; BEGIN
+		FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p WHERE p.proname OPERATOR(pg_catalog.=) 'walbox_emit'
+			AND p.pronamespace OPERATOR(pg_catalog.=) 'public'::pg_catalog.regnamespace LOOP
+			EXECUTE 'DROP FUNCTION ' || f::pg_catalog.text;
+		END LOOP; END $$`); err != nil {
 		t.Fatal(err)
 	}
 	if c := w.doctor(nil).check(t, "emit_function"); c.Status != "warn" || !strings.Contains(c.Fix, "walbox migrate") {
