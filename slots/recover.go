@@ -401,6 +401,7 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 		dial = nil // a stream session is not redialed: its producer is bound
 	}
 	rp := republish.New(pub, dial, r.cfg.OnParked)
+	rp.Database = wire.ParkedBy(r.sys.SystemID, r.sys.DBName)
 	defer func() { _ = rp.Close() }()
 	// Rows due after this, by the server's clock, are scheduled: none leaves early.
 	var now time.Time

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/republish"
 	"github.com/walbox/walbox/wire"
 )
@@ -173,6 +174,9 @@ func (r *Replay) Run(ctx context.Context, report func(Progress)) (Result, error)
 	}
 	rp := republish.New(pub, r.cfg.Dial, r.cfg.OnParked)
 	defer func() { _ = rp.Close() }()
+	if rp.Database, err = inspect.Database(ctx, r.conn); err != nil {
+		return Result{}, err
+	}
 	run := &run{Replay: r, pub: rp, pace: pacer{rate: r.cfg.Rate}, report: report, sent: r.plan.Sent}
 	for i, t := range r.tables {
 		if err := run.table(ctx, t, r.records[i]); err != nil {

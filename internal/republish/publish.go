@@ -23,6 +23,9 @@ type Dialer func(ctx context.Context) (wire.Publisher, error)
 // payload, with the broker's reason, as walbox run does. It keeps at most Window messages in
 // flight: the publisher does not bound them.
 type Publisher struct {
+	// Database names the rows' database in their parked copies (wire.ParkedBy); "" names none.
+	Database string
+
 	pub       wire.Publisher
 	dial      Dialer // opens a new session after a refusal for size; nil: none is opened
 	confirms  <-chan wire.Confirm
@@ -179,7 +182,7 @@ func (p *Publisher) reopen(ctx context.Context) error {
 // park sets the row aside on the park exchange. A row read from a table has no WAL position: its
 // x-walbox-lsn header is empty. The payload's size is size where it was dropped, else 0.
 func (p *Publisher) park(ctx context.Context, m *wire.Message, table string, why error, size int) error {
-	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, Size: size}
+	parked := &wire.Parked{Message: *m, Reason: why.Error(), Table: table, Size: size, Database: p.Database}
 	if err := p.room(ctx); err != nil {
 		return err
 	}

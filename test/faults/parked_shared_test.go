@@ -12,7 +12,8 @@ import (
 
 // Two databases relay to one exchange, so they park into one park queue. walbox parked with one's
 // settings lists, replays and discards its own rows only. The other's id gets one line naming
-// the other database (exit 2), and --all leaves the other's rows parked.
+// the other database (exit 2), and --all leaves the other's rows parked. Rows walbox replay
+// parks name their database as well.
 func TestParkedOfTwoDatabasesOnOneExchange(t *testing.T) {
 	heavy(t)
 	pg, rabbit := testenv.SharedPostgres(t), testenv.SharedRabbit(t)
@@ -47,8 +48,18 @@ func TestParkedOfTwoDatabasesOnOneExchange(t *testing.T) {
 	if got := parkedIDs(two.parked(0, "list")); !slices.Equal(got, []string{b}) {
 		t.Fatalf("after the first database's commands, the second lists %v, want %s", got, b)
 	}
+	// walbox replay parks the bad row again: that copy names its database too.
+	if out, code := two.walbox(nil, "replay", "--rate=0"); code != 0 {
+		t.Fatalf("walbox replay exited %d:\n%s", code, out)
+	}
+	if got := parkedIDs(two.parked(0, "list")); !slices.Equal(got, []string{b, b}) {
+		t.Fatalf("after walbox replay, the second database lists %v, want %s twice", got, b)
+	}
+	if got := parkedIDs(one.parked(0, "list")); len(got) != 0 {
+		t.Fatalf("after the second database's walbox replay, the first lists %v", got)
+	}
 	two.fixRow(b)
-	if out := two.parked(0, "replay", b); !strings.Contains(out, "replayed "+b+" from the table row") {
+	if out := two.parked(0, "replay", b); !strings.Contains(out, "replayed "+b+" from the table row (2 parked copies)") {
 		t.Fatalf("the second database's replay:\n%s", out)
 	}
 }
