@@ -14,6 +14,7 @@ package pgconnect
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,8 +23,16 @@ import (
 // SearchPath is the search_path of every connection walbox opens.
 const SearchPath = "pg_catalog, pg_temp"
 
-// Pin sets the search_path of the connection cfg describes to SearchPath.
+// DefaultConnectTimeout bounds a connection attempt whose URL sets no connect_timeout. Without a
+// bound, a server that accepts and never answers kept status, doctor or run waiting for ever.
+const DefaultConnectTimeout = 30 * time.Second
+
+// Pin sets the search_path of the connection cfg describes to SearchPath. It also bounds the
+// connection attempt by DefaultConnectTimeout, unless the URL sets connect_timeout.
 func Pin(cfg *pgconn.Config) {
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}

@@ -1,11 +1,14 @@
 package pgconnect_test
 
 import (
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/walbox/walbox/internal/pgconnect"
 )
@@ -57,4 +60,52 @@ func TestNoConnectionBypassesThePin(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A connection attempt is bounded: by DefaultConnectTimeout, or by the URL's connect_timeout.
+// A server that accepts and never answers then fails the attempt instead of hanging it.
+func TestEveryConnectionAttemptIsBounded(t *testing.T) {
+	for dsn, want := range map[string]time.Duration{
+		"postgres://u@localhost/db":                   pgconnect.DefaultConnectTimeout,
+		"postgres://u@localhost/db?connect_timeout=5": 5 * time.Second,
+		"host=localhost user=u dbname=db":             pgconnect.DefaultConnectTimeout,
+	} {
+		cfg, err := pgconnect.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcfg, err := pgconnect.ParseConnConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ConnectTimeout != want || rcfg.ConnectTimeout != want {
+			t.Errorf("%q: connect timeout %v and %v, want %v", dsn, cfg.ConnectTimeout, rcfg.ConnectTimeout, want)
+		}
+	}
+
+	// A listener that accepts and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = pgconnect.Connect(ctx, "postgres://u@"+ln.Addr().String()+"/db?sslmode=disable&connect_timeout=1")
+	if err == nil {
+		t.Fatal("connected to a server that never answers")
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the attempt took %v, want it ended by connect_timeout (1 s)", took)
+	}
 }
