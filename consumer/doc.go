@@ -76,6 +76,11 @@
 // Package consumer/streamconsumer reads a RabbitMQ stream instead of a queue, with the same
 // Handler and Delivery. It lives apart so that a queue consumer does not link the stream client.
 //
+// With Config.Partitions, a consistent-hash exchange spreads messages over queues by
+// HeaderAggregateID. A message that fails for good holds its aggregate. Release and Skip let the
+// held messages through; they return ErrNotHeld for an aggregate that holds nothing.
+// Consumer.HeldMessages counts what waits.
+//
 // The package does not log. Errors it recovers from go to Config.OnError, a handler's as a
 // *MessageError. See docs/architecture.md for where the consumer stands in walbox.
 package consumer

@@ -144,4 +144,6 @@
 // They are recorded in the registry as the slot's stop (stop.go).
 // Every later run refuses the slot, and walbox doctor and walbox status report the stop.
 // The command walbox recover clears it: it republishes the rows from the outbox table.
+//
+// A message due after its commit goes to the Publisher's Scheduler, when it has one.
 package replication

@@ -14,4 +14,6 @@
 //
 // The tables are walbox_schedule and walbox_schedule_done, beside walbox_slots in the registry's
 // schema (migrations). docs/outbox.md#scheduled-delivery states the guarantees.
+//
+// NewRecorder wraps a numbered session; Wrap also opens the Recorder's database connection.
 package schedule

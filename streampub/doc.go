@@ -41,4 +41,5 @@
 // The relay then starts again from the slot.
 // A message too large for a frame is unpublishable: Publish says so and the relay parks it.
 // It parks it into the stream ParkStream names, at least once.
+// The command walbox parked replays a parked entry under a producer of its own (ReplayProducer).
 package streampub
