@@ -104,8 +104,8 @@
 //
 // Ledger.Watermark moves in three places, all in stream.go:
 //
-//   - Ledger.Ack in stream.confirmOne: a broker confirm of every message up to a transaction's end;
-//     a message due later counts as confirmed once its record in the schedule committed (Scheduler);
+//   - Ledger.Ack in stream.confirmOne: a broker confirm of every message up to a transaction's end.
+//     A message due later is confirmed once its record in the schedule committed (Scheduler);
 //   - Ledger.Commit in stream.handleWAL: a transaction's end once all its messages are confirmed;
 //   - Ledger.AdvanceIdle in stream.handleCopyData: a keepalive's WAL end, with nothing in flight.
 //
