@@ -31,7 +31,7 @@ func (c *Config) hashExchange() string { return c.Queue + ".hash" }
 func (c *Config) partitionQueue(p int) string { return fmt.Sprintf("%s.p%d", c.Queue, p) }
 
 // partitionArgs are the arguments of every partition queue: QueueArgs, a quorum queue, one
-// active consumer at a time.
+// active consumer at a time. There is no delivery limit unless QueueArgs sets one.
 func (c *Config) partitionArgs() amqp.Table {
 	args := amqp.Table(maps.Clone(c.QueueArgs))
 	if args == nil {
@@ -39,8 +39,17 @@ func (c *Config) partitionArgs() amqp.Table {
 	}
 	args["x-queue-type"] = "quorum"
 	args["x-single-active-consumer"] = true
+	if _, ok := args["x-delivery-limit"]; !ok {
+		args["x-delivery-limit"] = noDeliveryLimit
+	}
 	return args
 }
+
+// noDeliveryLimit is the partition queues' delivery limit, in effect none. RabbitMQ 4.0 drops
+// a quorum queue's message after 20 returns by default. A partition's session ends on each
+// database error, returning its prefetched messages. The value minus one means none on 4.0,
+// but 3.10 then drops every returned message.
+const noDeliveryLimit = int64(1<<31 - 1)
 
 // declarePartitions declares the hash exchange and binds it from each binding's exchange. It
 // declares and binds the partition queues, and declares the dead-letter queue. Each partition has weight

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/consumer"
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 // A message that Skip discarded stays discarded when a copy of it comes: the relay delivers at
@@ -103,4 +104,50 @@ func TestCopiesAndNewMessagesOfAHeldAggregateKeepItsOrder(t *testing.T) {
 	}
 	e.waitHandled(t, 150, time.Minute)
 	e.checkHandled(t, aggs, 150, nil)
+}
+
+// refuseProcessed makes every insert into processed_messages fail while refuse has a row, as a
+// database that is failing over would. The sequence refusals counts the failures.
+const refuseProcessed = `
+CREATE SEQUENCE refusals;
+CREATE TABLE refuse (on_ boolean);
+CREATE FUNCTION refuse_processed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM refuse) THEN
+		PERFORM nextval('refusals');
+		RAISE EXCEPTION 'refused for the test';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse BEFORE INSERT ON processed_messages FOR EACH ROW EXECUTE FUNCTION refuse_processed();
+INSERT INTO refuse VALUES (true)`
+
+// On RabbitMQ 4.0 a quorum queue drops a message returned more than 20 times: its default
+// delivery limit. A partition's session ends after each database error, and its prefetched
+// messages go back to the queue. A database down for a while must not drop them.
+func TestPartitionMessagesOutliveManyReturnsOnRabbitMQ40(t *testing.T) {
+	skipShort(t)
+	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"), testenv.HashPlugin())
+	e := newPartEnv(t, r)
+	if _, err := e.pool.Exec(context.Background(), refuseProcessed); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.partConfig(1)
+	cfg.ReconnectBackoff, cfg.ReconnectBackoffMax = 10*time.Millisecond, 20*time.Millisecond
+	e.runOne(t, e.pool, cfg)
+	aggs := aggregates(3)
+	e.publishAggregates(t, aggs, 1, 1)
+	refused, deadline := 0, time.Now().Add(time.Minute)
+	for refused < 25 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		refused = e.count(t, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM refusals")
+	}
+	if refused < 25 {
+		t.Fatalf("the consumer was given the messages %d times in a minute, then never again: the queue dropped them", refused)
+	}
+	if _, err := e.pool.Exec(context.Background(), "DELETE FROM refuse"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitHandled(t, 3, time.Minute)
+	e.checkHandled(t, aggs, 1, nil)
 }
