@@ -79,7 +79,8 @@
 // With Config.Partitions, a consistent-hash exchange spreads messages over queues by
 // HeaderAggregateID. A message that fails for good holds its aggregate. Release and Skip let the
 // held messages through; they return ErrNotHeld for an aggregate that holds nothing.
-// Consumer.HeldMessages counts what waits.
+// Consumer.HeldMessages counts what waits. Run stops with ErrPartitionsChanged when Partitions
+// differs from the count the database's leases record. A skipped message is recorded as processed.
 //
 // The package does not log. Errors it recovers from go to Config.OnError, a handler's as a
 // *MessageError. See docs/architecture.md for where the consumer stands in walbox.
