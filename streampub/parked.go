@@ -82,8 +82,9 @@ func (e *ParkEntry) Message() wire.Message {
 // none meanwhile is empty. Brokers before 3.11 have no stream statistics to say so at once.
 const parkEmptyWait = 2 * time.Second
 
-// ReadPark reads every entry of the park stream of cfg.Stream, in offset order.
-func ReadPark(ctx context.Context, cfg Config) ([]ParkEntry, error) {
+// ReadPark reads every entry of the park stream of cfg.Stream, in offset order. It returns those
+// keep keeps, so that only they are held in memory. keep is called in offset order.
+func ReadPark(ctx context.Context, cfg Config, keep func(*ParkEntry) bool) ([]ParkEntry, error) {
 	cfg = cfg.WithDefaults()
 	env, err := stream.NewEnvironment(streamconn.Options().SetUris(cfg.URIs))
 	if err != nil {
@@ -101,6 +102,7 @@ func ReadPark(ctx context.Context, cfg Config) ([]ParkEntry, error) {
 	var (
 		mu      sync.Mutex
 		entries []ParkEntry
+		read    = int64(-1) // the offset of the last entry read
 		heard   = time.Now()
 		done    = make(chan struct{})
 	)
@@ -108,10 +110,13 @@ func ReadPark(ctx context.Context, cfg Config) ([]ParkEntry, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		off := cc.Consumer.GetOffset()
-		if off > last || len(entries) > 0 && off <= entries[len(entries)-1].Offset {
+		if off > last || off <= read {
 			return
 		}
-		entries, heard = append(entries, parkEntryOf(off, m)), time.Now()
+		heard, read = time.Now(), off
+		if e := parkEntryOf(off, m); keep(&e) {
+			entries = append(entries, e)
+		}
 		if off == last {
 			close(done)
 		}

@@ -91,14 +91,7 @@ func runParkedSub(ctx context.Context, c *common, cfg parked.Config, sub string,
 			views[i] = parkedView{ID: p.ID, Table: p.Table, LSN: p.LSN, Reason: p.Reason, Size: p.Size, ParkedAt: p.ParkedAt,
 				CreatedAt: p.CreatedAt, Headers: p.Headers, Body: p.Body, Dropped: p.BodyDropped()}
 		}
-		if err := showParkedViews(stdout, sub, views, ids, l.Others, database); err != nil {
-			return err
-		}
-		if sub == "list" && l.More > 0 {
-			fmt.Fprintf(stdout, "%d more not read: a command reads the first %d; replay or discard these, then list again\n",
-				l.More, parked.DefaultLimit)
-		}
-		return nil
+		return showParkedViews(stdout, sub, views, ids, parkedRest{l.Others, l.More}, database)
 	case "discard":
 		return parked.Discard(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
 	}
@@ -131,16 +124,16 @@ func runParkedStream(ctx context.Context, c *common, target streampub.Config, su
 	cfg := parked.StreamConfig{Stream: target, DB: db, Schema: c.v.relay.Table.Schema, Mappings: parkedMappings(c), Database: database}
 	switch sub {
 	case "list", "show":
-		entries, others, err := parked.ListStream(ctx, cfg)
+		l, err := parked.ListStream(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		views := make([]parkedView, len(entries))
-		for i, e := range entries {
+		views := make([]parkedView, len(l.Entries))
+		for i, e := range l.Entries {
 			views[i] = parkedView{ID: e.ID, Table: e.Table, LSN: e.LSN, Reason: e.Reason, Size: e.Size, ParkedAt: e.ParkedAt,
 				CreatedAt: e.CreatedAt, Headers: e.Props, Body: e.Body, Dropped: len(e.Body) == 0 && e.Size > 0}
 		}
-		return showParkedViews(stdout, sub, views, ids, others, database)
+		return showParkedViews(stdout, sub, views, ids, parkedRest{l.Others, l.More}, database)
 	case "discard":
 		return parked.DiscardStream(ctx, cfg, ids, c.v.parkedAll, parkedReport(stdout))
 	}
@@ -157,13 +150,25 @@ type parkedView struct {
 	Dropped                bool
 }
 
-// showParkedViews prints the list, or every copy of the one id of show. Others are the ids other
-// databases parked, by database: list counts them, and show refuses them.
-func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []string, others map[string]string, database string) error {
+// parkedRest is what a list did not show. That is the ids other databases parked, by database,
+// and how many past the limit were not read.
+type parkedRest struct {
+	others map[string]string
+	more   int
+}
+
+// showParkedViews prints the list, or every copy of the one id of show. A list counts the rest.
+// show refuses another database's id.
+func showParkedViews(stdout io.Writer, sub string, views []parkedView, ids []string, rest parkedRest, database string) error {
+	others := rest.others
 	if sub == "list" {
 		showParked(stdout, views)
 		if len(others) > 0 {
 			fmt.Fprintf(stdout, "%d more parked by other databases on this exchange or stream, not shown\n", len(others))
+		}
+		if rest.more > 0 {
+			fmt.Fprintf(stdout, "%d more not read: a command reads the first %d; replay or discard these, then list again\n",
+				rest.more, parked.DefaultLimit)
 		}
 		return nil
 	}

@@ -85,6 +85,11 @@ func split[T any](items []T, of func(*T) (id, db string), database string) (own 
 // parked is an error wrapping ErrOtherDatabase.
 func pick[T any](items []T, of func(*T) (id, db string), database string, ids []string, all bool) ([][]*T, error) {
 	own, others := split(items, of, database)
+	return pickOwn(own, others, of, database, ids, all)
+}
+
+// pickOwn is pick of items split already: own, and the ids of others by database.
+func pickOwn[T any](own []T, others map[string]string, of func(*T) (id, db string), database string, ids []string, all bool) ([][]*T, error) {
 	owned := map[string]bool{}
 	for i := range own {
 		id, _ := of(&own[i])

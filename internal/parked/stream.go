@@ -34,6 +34,8 @@ type StreamConfig struct {
 	// Database names this database (wire.ParkedBy): the commands pass over entries of another.
 	// Its replays go under a producer of its own.
 	Database string
+	// Limit is how many entries a command keeps at most; 0 means DefaultLimit.
+	Limit int
 }
 
 func (c *StreamConfig) park() string { return streampub.ParkStream(c.Stream.Stream) }
@@ -48,22 +50,56 @@ type handled struct {
 	id     int64 // the replay's publishing id; 0 for none
 }
 
+// StreamListing is what ListStream read of the park stream.
+type StreamListing struct {
+	// Entries are this database's not yet replayed or discarded, in offset order.
+	Entries []streampub.ParkEntry
+	// Others maps the ids of other databases' entries to their database (at most Limit of them).
+	Others map[string]string
+	// More is how many more entries there are, past Limit: they were not kept.
+	More int
+	done map[int64]handled
+}
+
 // ListStream returns the park stream's entries of this database not yet replayed or discarded, in
-// offset order. Others maps the ids of other databases' entries to their database.
-func ListStream(ctx context.Context, cfg StreamConfig) (entries []streampub.ParkEntry, others map[string]string, err error) {
-	entries, _, err = open(ctx, cfg)
-	entries, others = split(entries, entryOf, cfg.Database)
-	return entries, others, err
+// offset order, up to StreamConfig.Limit.
+func ListStream(ctx context.Context, cfg StreamConfig) (StreamListing, error) {
+	return open(ctx, cfg)
 }
 
 func entryOf(e *streampub.ParkEntry) (id, db string) { return e.ID, e.Database }
 
-// open reads the park stream and the record, and returns the entries not done with the record.
-func open(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, map[int64]handled, error) {
-	all, err := streampub.ReadPark(ctx, cfg.Stream)
+// open reads the record and the park stream. It keeps the entries of this database the record
+// is not done with, up to the limit. A replay cut short is kept whatever the limit: it goes first.
+func open(ctx context.Context, cfg StreamConfig) (StreamListing, error) {
+	done, err := readRecord(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return StreamListing{}, err
 	}
+	l := StreamListing{Others: map[string]string{}, done: done}
+	limit, kept := cmp.Or(cfg.Limit, DefaultLimit), 0
+	l.Entries, err = streampub.ReadPark(ctx, cfg.Stream, func(e *streampub.ParkEntry) bool {
+		h, recorded := done[e.Offset]
+		switch {
+		case recorded && h.action != "replaying":
+			return false
+		case cfg.Database != "" && e.Database != "" && e.Database != cfg.Database:
+			if len(l.Others) < limit {
+				l.Others[e.ID] = e.Database
+			}
+			return false
+		case kept >= limit && !recorded:
+			l.More++
+			return false
+		}
+		kept++
+		return true
+	})
+	return l, err
+}
+
+// readRecord reads walbox_parked_handled for the park stream, by offset.
+func readRecord(ctx context.Context, cfg StreamConfig) (map[int64]handled, error) {
 	rows, err := cfg.DB.Query(ctx, "SELECT park_offset, action, coalesce(publishing_id, 0) FROM "+cfg.record()+
 		" WHERE park_stream = $1", cfg.park())
 	done := map[int64]handled{}
@@ -76,18 +112,12 @@ func open(ctx context.Context, cfg StreamConfig) ([]streampub.ParkEntry, map[int
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
-		return nil, nil, fmt.Errorf("%s does not exist: run walbox migrate first", cfg.record())
+		return nil, fmt.Errorf("%s does not exist: run walbox migrate first", cfg.record())
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", cfg.record(), err)
+		return nil, fmt.Errorf("read %s: %w", cfg.record(), err)
 	}
-	var left []streampub.ParkEntry
-	for _, e := range all {
-		if h, ok := done[e.Offset]; !ok || h.action == "replaying" {
-			left = append(left, e)
-		}
-	}
-	return left, done, nil
+	return done, nil
 }
 
 // lock keeps a second walbox parked off the park stream until the connection ends.
@@ -137,8 +167,13 @@ func begin(ctx context.Context, cfg StreamConfig, ids []string, all bool) (*taki
 		return nil, err
 	}
 	t := &taking{unlock: unlock}
-	if t.entries, t.done, err = open(ctx, cfg); err == nil {
-		t.groups, err = pick(t.entries, entryOf, cfg.Database, ids, all)
+	var l StreamListing
+	if l, err = open(ctx, cfg); err == nil {
+		t.entries, t.done = l.Entries, l.done
+		t.groups, err = pickOwn(t.entries, l.Others, entryOf, cfg.Database, ids, all)
+	}
+	if errors.Is(err, ErrUnknownID) && l.More > 0 {
+		err = fmt.Errorf("%w; only the first %d of %d parked entries were read", err, len(l.Entries), len(l.Entries)+l.More)
 	}
 	if err != nil {
 		unlock()
