@@ -9,6 +9,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/publisher"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/wire"
 )
 
 // Metrics implements replication.Observer. Observe must be called from one goroutine (the relay's).
@@ -162,6 +163,8 @@ func reason(err error) string {
 		return "nack"
 	case errors.Is(err, publisher.ErrReturned):
 		return "returned"
+	case errors.Is(err, wire.ErrNotRecorded):
+		return "database"
 	case replication.IsBrokerError(err):
 		return "broker"
 	case errors.As(err, &de):

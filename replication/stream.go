@@ -514,6 +514,9 @@ func (s *stream) confirmOne(c wire.Confirm, ok bool) (time.Time, error) {
 	if c.Err != nil {
 		f := s.led.Nack(c.Seq)
 		s.obs.Observe(Event{Kind: ConfirmFailed, Seq: c.Seq, Err: c.Err})
+		if c.Seq == 0 && errors.Is(c.Err, wire.ErrNotRecorded) { // the schedule's database refused a record
+			return time.Time{}, brokerError{c.Err}
+		}
 		if c.Seq == 0 { // the session died
 			return time.Time{}, brokerError{fmt.Errorf("broker did not confirm message %d: %w", c.Seq,
 				s.refusedTooLarge(c.Err, nil, 0))}

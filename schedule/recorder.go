@@ -36,6 +36,7 @@ type Recorder struct {
 	conn *pgx.Conn
 	slot string
 	sql  string
+	into string // the schedule's table, as errors name it
 	seq  uint64 // the last number handed out
 
 	mu      sync.Mutex
@@ -57,7 +58,8 @@ type Recorder struct {
 // schema, over conn. The Recorder owns pub and conn: Close closes both. The function recorded,
 // unless nil, learns the earliest deliver_at of each batch recorded (the Sender's Nudge).
 func NewRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time)) *Recorder {
-	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: tablesIn(schema).recordSQL(), kick: make(chan struct{}, 1),
+	t := tablesIn(schema)
+	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: t.recordSQL(), into: t.schedule, kick: make(chan struct{}, 1),
 		confirms: make(chan wire.Confirm, window+64), stop: make(chan struct{}), recorded: recorded}
 	r.wg.Add(2)
 	go r.forward()
@@ -186,7 +188,7 @@ func (r *Recorder) write() {
 				break
 			}
 			if err := r.insert(&b); err != nil {
-				r.pass(wire.Confirm{Err: fmt.Errorf("%w: record scheduled messages: %w", wire.ErrSessionClosed, err)})
+				r.pass(wire.Confirm{Err: fmt.Errorf("%w (%w): insert %d into %s: %w", wire.ErrNotRecorded, wire.ErrSessionClosed, len(seqs), r.into, err)})
 				<-r.stop
 				return
 			}

@@ -62,6 +62,10 @@ var ErrUnpublishable = errors.New("message can never be published")
 // deadline, say). So a caller never retries on a dead session.
 var ErrSessionClosed = errors.New("session closed")
 
+// ErrNotRecorded marks the end of a session whose record of scheduled messages failed (package
+// schedule). The database refused the record, not the broker a message.
+var ErrNotRecorded = errors.New("scheduled messages not recorded")
+
 // ErrServerAnswered marks a failure to open a publishing session with a server that did answer. It
 // refused the login or a declare. The server was reached, so its address is not in doubt.
 var ErrServerAnswered = errors.New("the server answered")

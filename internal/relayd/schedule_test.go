@@ -200,14 +200,18 @@ func TestScheduleOfARetiredSlotIsSentByAnotherRelay(t *testing.T) {
 // lineCounter counts the log lines that contain a text, and passes every line to the test's log.
 type lineCounter struct {
 	testWriter
-	text string
-	mu   sync.Mutex
-	n    int
+	text  string
+	mu    sync.Mutex
+	n     int
+	lines []string // the lines that contain text
 }
 
 func (c *lineCounter) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	c.n += strings.Count(string(p), c.text)
+	if k := strings.Count(string(p), c.text); k > 0 {
+		c.n += k
+		c.lines = append(c.lines, string(p))
+	}
 	c.mu.Unlock()
 	return c.testWriter.Write(p)
 }
@@ -241,5 +245,70 @@ func TestEmptyScheduleOpensNoSecondBrokerSession(t *testing.T) {
 	time.Sleep(4 * schedule.DefaultPoll)
 	if n := logs.count(); n != 1 {
 		t.Fatalf("the relay connected to the broker %d times with nothing scheduled, want once", n)
+	}
+}
+
+// A record the schedule refuses is no confirm. The session ends with an error that names the
+// schedule and its cause, and the slot stays before the row. Once the schedule takes records again,
+// the message is recorded and leaves when due.
+func TestRefusedRecordHoldsTheSlotAndNamesTheSchedule(t *testing.T) {
+	cfg, pg, db := config(t)
+	logs := &lineCounter{testWriter: testWriter{t}, text: "refused by the test"}
+	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	conn := pg.Conn(t, db)
+	ctx := context.Background()
+	pg.Exec(t, db, `CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN RAISE EXCEPTION 'refused by the test'; END$$`)
+	pg.Exec(t, db, `CREATE TRIGGER refuse BEFORE INSERT ON walbox_schedule FOR EACH ROW EXECUTE FUNCTION refuse_record()`)
+
+	due := dbNow(t, conn).Add(8 * time.Second)
+	scheduled, _ := uuid.NewV7()
+	var insertLSN string
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := outbox.Write(ctx, tx, outbox.Message{ID: scheduled, AggregateType: "order", AggregateID: "1",
+			EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: due})
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text").Scan(&insertLSN)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A later message the broker confirms: its confirm must not carry the slot past the refused row.
+	later, _ := uuid.NewV7()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		return outbox.Write(ctx, tx, outbox.Message{ID: later, AggregateType: "order", AggregateID: "1", EventType: "order.placed", Payload: []byte(`{}`)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the later message", func() bool { _, n := got.get(later.String()); return n > 0 })
+	eventually(t, "two refused records", func() bool { return logs.count() >= 2 })
+	var past bool
+	err = conn.QueryRow(ctx, "SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = $2",
+		insertLSN, cfg.Relay.Slot).Scan(&past)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if past {
+		t.Fatal("the slot moved past a scheduled row whose record was refused")
+	}
+	logs.mu.Lock()
+	lines := logs.lines
+	logs.mu.Unlock()
+	for _, l := range lines {
+		if strings.Contains(l, "refused by the test") && (!strings.Contains(l, "walbox_schedule") || strings.Contains(l, "broker did not confirm")) {
+			t.Errorf("the error does not name the schedule, or blames the broker: %s", l)
+		}
+	}
+
+	pg.Exec(t, db, `DROP TRIGGER refuse ON walbox_schedule`)
+	eventually(t, "the scheduled message", func() bool { _, n := got.get(scheduled.String()); return n > 0 })
+	if at, _ := got.get(scheduled.String()); at.Before(due) {
+		t.Errorf("the scheduled message arrived %s before its deliver_at", due.Sub(at))
 	}
 }
