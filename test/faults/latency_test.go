@@ -38,11 +38,12 @@ func TestConfirmLatencyAtALowRate(t *testing.T) {
 	})
 	t.Logf("SUMMARY %s rows=%d rate=3/s status_interval=1s confirm_latency_mean=%v commit_to_confirm_mean=%v",
 		t.Name(), rows, confirm.mean().Round(100*time.Microsecond), commit.mean().Round(100*time.Microsecond))
-	// Before the confirm's arrival was stamped, the mean was about half the status interval.
-	if confirm.mean() > 100*time.Millisecond {
+	// Before the confirm's arrival was stamped, the mean was about half the status interval (500 ms).
+	// The bound sits halfway to that: on two cores at a load of 40 a sound relay measured 127 ms.
+	if confirm.mean() > 250*time.Millisecond {
 		t.Errorf("mean confirm latency %v at 3 messages/s: it measures the relay's wait, not the broker", confirm.mean())
 	}
-	if commit.mean() > 150*time.Millisecond {
+	if commit.mean() > 300*time.Millisecond {
 		t.Errorf("mean commit-to-confirm latency %v at 3 messages/s: it measures the relay's wait, not the broker", commit.mean())
 	}
 }
