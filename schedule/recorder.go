@@ -220,6 +220,10 @@ func (r *Recorder) insert(b *batch) error {
 	return err
 }
 
+// durableSQL turns synchronous_commit on for the session, if off. Other values flush locally at least.
+const durableSQL = "SELECT pg_catalog.set_config('synchronous_commit', 'on', false)" +
+	" WHERE pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off'"
+
 // Wrap makes p a Recorder for slot, over a new connection to databaseURL. It does so if p lets its
 // caller number the messages (Numbered). Otherwise, as for a stream, it returns p. It closes p if
 // the connection fails.
@@ -232,6 +236,13 @@ func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot strin
 	if err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("connect to the database for the schedule: %w", err)
+	}
+	// A record is its row's confirm: its commit must be on disk before the slot moves past the row.
+	// A database or role with synchronous_commit off would return before that.
+	if _, err := conn.Exec(ctx, durableSQL); err != nil {
+		_ = p.Close()
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("make the schedule's commits durable: %w", err)
 	}
 	return NewRecorder(n, conn, schema, slot, window, recorded), nil
 }

@@ -312,3 +312,34 @@ func TestRefusedRecordHoldsTheSlotAndNamesTheSchedule(t *testing.T) {
 		t.Errorf("the scheduled message arrived %s before its deliver_at", due.Sub(at))
 	}
 }
+
+// A record is the row's confirm, so it must be on disk when its commit returns. With
+// synchronous_commit off for the database, a crash could lose a committed record while the slot,
+// saved at once, stays past its row. The relay's record commits with synchronous_commit on.
+func TestRecordCommitsDurablyWhenTheDatabaseCommitsAsynchronously(t *testing.T) {
+	cfg, pg, db := config(t)
+	pg.Exec(t, db, `DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET synchronous_commit = off', pg_catalog.current_database()); END $$`)
+	pg.Exec(t, db, `CREATE TABLE record_commits (setting text)`)
+	pg.Exec(t, db, `CREATE FUNCTION note_commit() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN INSERT INTO public.record_commits VALUES (pg_catalog.current_setting('synchronous_commit')); RETURN NEW; END$$`)
+	pg.Exec(t, db, `CREATE TRIGGER note BEFORE INSERT ON walbox_schedule FOR EACH ROW EXECUTE FUNCTION note_commit()`)
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	conn := pg.Conn(t, db)
+	ctx := context.Background()
+	id, _ := uuid.NewV7()
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		return outbox.Write(ctx, tx, outbox.Message{ID: id, AggregateType: "order", AggregateID: "1",
+			EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: dbNow(t, conn).Add(time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	eventually(t, "the record", func() bool {
+		return conn.QueryRow(ctx, "SELECT setting FROM record_commits").Scan(&setting) == nil
+	})
+	if setting == "off" {
+		t.Errorf("the record committed with synchronous_commit %s; want it flushed before the slot moves past its row", setting)
+	}
+}
