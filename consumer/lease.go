@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer/internal/handling"
 )
@@ -26,6 +27,8 @@ type keeper struct {
 	workers map[int]*worker
 	// exits receives each worker as it ends.
 	exits chan *worker
+	// away says this process left the membership: its partitions could not reach the broker.
+	away bool
 }
 
 // beatInterval is how often the keeper renews: a third of the lease.
@@ -110,6 +113,14 @@ func (k *keeper) leave() {
 // beat renews this member and its leases, and stops workers whose lease was lost. Then it
 // balances: it stops workers above its share and takes free leases up to it.
 func (k *keeper) beat(ctx context.Context) error {
+	if k.away && !k.reachable(ctx) {
+		return nil
+	}
+	k.away = false
+	if k.cutOff() {
+		k.goAway()
+		return errCutOff
+	}
 	cfg, sql := &k.c.cfg, &k.c.psql
 	sent := time.Now()
 	if _, err := k.c.pool.Exec(ctx, sql.beat, cfg.ConsumerName, k.member, cfg.LeaseDuration); err != nil {
@@ -132,6 +143,35 @@ func (k *keeper) beat(ctx context.Context) error {
 		return k.acquire(ctx, share-len(held))
 	}
 	return nil
+}
+
+// cutOff says every partition this process consumes had no broker session for a lease. They
+// would wait for the broker while another process could consume them.
+func (k *keeper) cutOff() bool {
+	held := k.kept()
+	for _, p := range held {
+		if !k.workers[p].unreachable(k.c.cfg.LeaseDuration) {
+			return false
+		}
+	}
+	return len(held) > 0
+}
+
+// goAway stops every worker, which frees its lease, and leaves the membership. The others then
+// count one member less and take the partitions. The process joins again once reachable.
+func (k *keeper) goAway() {
+	k.away = true
+	for _, w := range k.workers {
+		w.stop()
+	}
+	k.leave()
+}
+
+// reachable says a connection to the broker opens, within a lease.
+func (k *keeper) reachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, k.c.cfg.LeaseDuration)
+	defer cancel()
+	return k.c.withChannel(ctx, k.c.cfg.ConsumerName+" probe", func(*amqp.Channel) error { return nil }) == nil
 }
 
 // kept lists, in order, the partitions of workers not told to stop.
@@ -211,6 +251,9 @@ func leaseError(err error) error {
 	}
 	return fmt.Errorf("partition leases: %w", err)
 }
+
+// errCutOff says this process gave up its partitions: it could not reach the broker for a lease.
+var errCutOff = errors.New("partitions given up to the other processes: no broker session for a lease")
 
 // errLeaseLost ends a worker whose lease ended or was taken over.
 var errLeaseLost = errors.New("partition lease lost")

@@ -3,6 +3,10 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +154,74 @@ func TestPartitionMessagesOutliveManyReturnsOnRabbitMQ40(t *testing.T) {
 	}
 	e.waitHandled(t, 3, time.Minute)
 	e.checkHandled(t, aggs, 1, nil)
+}
+
+// cutProxy forwards TCP connections to target until cut, which closes them all and refuses
+// new ones.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startCutProxy(tb testing.TB, target string) *cutProxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	tb.Cleanup(p.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// A process that cannot reach the broker while its database works gives up its partitions and
+// its membership. The other process takes them, instead of waiting for the broker to come back.
+func TestPartitionsOfAProcessCutOffFromTheBrokerMove(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(2)
+	u, err := url.Parse(cfg.AMQPURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startCutProxy(t, u.Host)
+	cut := cfg
+	u.Host = proxy.ln.Addr().String()
+	cut.AMQPURL = u.String()
+	e.startConsumer(t, cut, "a")
+	e.waitLeases(t, cfg, 2, 1)
+	e.startConsumer(t, cfg, "b")
+	e.waitLeases(t, cfg, 2, 2)
+	proxy.cut()
+	aggs := aggregates(20)
+	e.publishAggregates(t, aggs, 1, 5)
+	e.waitHandled(t, 20*5, time.Minute)
+	e.checkHandled(t, aggs, 5, nil)
 }

@@ -31,14 +31,16 @@ type worker struct {
 	// live ends with ctx or lease: pauses wait on it.
 	live context.Context
 
-	mu       sync.Mutex
-	stopped  bool
-	err      error // why run ended; read by the keeper after the exit
-	backoffs time.Duration
+	mu      sync.Mutex
+	stopped bool
+	// downSince is when the worker started or its last session ended; zero while one runs.
+	downSince time.Time
+	err       error // why run ended; read by the keeper after the exit
+	backoffs  time.Duration
 }
 
 func newWorker(ctx context.Context, k *keeper, p int, until time.Time) *worker {
-	w := &worker{k: k, c: k.c, partition: p, queue: k.c.cfg.partitionQueue(p)}
+	w := &worker{k: k, c: k.c, partition: p, queue: k.c.cfg.partitionQueue(p), downSince: time.Now()}
 	w.ctx, w.cancel = context.WithCancel(ctx)
 	w.lease, w.loseLease = context.WithCancel(context.WithoutCancel(ctx))
 	w.timer = time.AfterFunc(time.Until(until), w.loseLease)
@@ -75,6 +77,25 @@ func (w *worker) stopping() bool {
 	return w.stopped
 }
 
+// setUp records whether a session runs now.
+func (w *worker) setUp(up bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case up:
+		w.downSince = time.Time{}
+	case w.downSince.IsZero():
+		w.downSince = time.Now()
+	}
+}
+
+// unreachable says the worker has had no session for longer than d.
+func (w *worker) unreachable(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.downSince.IsZero() && time.Since(w.downSince) > d
+}
+
 // run consumes the partition, reconnecting with backoff, until told to stop or the lease ends.
 // It then frees the lease, so that another process may take it over at once.
 func (w *worker) run() {
@@ -99,6 +120,7 @@ func (w *worker) run() {
 	backoff := w.c.cfg.ReconnectBackoff
 	for {
 		consumed, err := w.session(hctx)
+		w.setUp(false)
 		if w.ctx.Err() != nil || w.lease.Err() != nil {
 			return
 		}
@@ -152,6 +174,7 @@ func (w *worker) session(hctx context.Context) (consumed bool, err error) {
 	if !stopSetup() {
 		return false, w.ctx.Err()
 	}
+	w.setUp(true)
 	return true, w.consume(hctx, ch, deliveries, closed)
 }
 
