@@ -138,9 +138,12 @@ func (s *Sender) turn(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	s.housekeep(ctx)
-	n, err := s.sendDue(ctx)
+	n, held, err := s.sendDue(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if held {
+		return s.cfg.Poll, nil // an open cancel holds a due message: look again after a pause
 	}
 	if n == s.cfg.Batch {
 		return 0, nil // more may be due
@@ -225,20 +228,25 @@ func (s *Sender) housekeep(ctx context.Context) {
 
 // sendDue sends one batch in one transaction. It locks the due rows and drops the cancelled ones.
 // It publishes the rest in order and awaits every confirm. Then it deletes them all and notes the
-// sent ones. It returns how many rows it locked.
-func (s *Sender) sendDue(ctx context.Context) (int, error) {
+// sent ones. It returns how many rows it locked, and whether an open cancel held any back.
+func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return 0, false, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, s.cfg.Batch)
 	if err != nil {
-		return 0, fmt.Errorf("read the schedule: %w", err)
+		return 0, false, fmt.Errorf("read the schedule: %w", err)
 	}
 	ds, err := readDue(rows)
 	if err != nil || len(ds) == 0 {
-		return 0, err
+		return 0, false, err
+	}
+	locked := len(ds)
+	ds, held, err := s.unheld(ctx, tx, ds)
+	if err != nil || len(ds) == 0 {
+		return locked, held, err
 	}
 	ids, slots := make([]string, len(ds)), make([]string, len(ds))
 	for i := range ds {
@@ -248,29 +256,62 @@ func (s *Sender) sendDue(ctx context.Context) (int, error) {
 	var cancelled []string
 	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(message_id) FROM "+s.t.done+
 		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) ''", ids).Scan(&cancelled); err != nil {
-		return 0, fmt.Errorf("read cancels: %w", err)
+		return 0, false, fmt.Errorf("read cancels: %w", err)
 	}
 	sent, err := s.publish(ctx, ds, cancelled)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	killpoint.Hit("schedule.confirmed")
 	if _, err := tx.Exec(ctx, "DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
 		"pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) WHERE s.slot_name OPERATOR(pg_catalog.=) k.slot_name "+
 		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", slots, ids); err != nil {
-		return 0, fmt.Errorf("delete sent messages: %w", err)
+		return 0, false, fmt.Errorf("delete sent messages: %w", err)
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
 		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
 		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.slots, sent.ids); err != nil {
-		return 0, fmt.Errorf("note sent messages: %w", err)
+		return 0, false, fmt.Errorf("note sent messages: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit sent messages: %w", err)
+		return 0, false, fmt.Errorf("commit sent messages: %w", err)
 	}
 	s.Sent.Add(int64(len(sent.ids)))
 	s.Cancelled.Add(int64(len(ds) - len(sent.ids)))
-	return len(ds), nil
+	return locked, held, nil
+}
+
+// cancelLockClass is the class of the advisory lock walbox_cancel holds on a message id until its
+// transaction ends (migration 016_cancel_lock.sql).
+const cancelLockClass = 2002873442
+
+// unheld returns the rows of ds whose cancel lock the sender took, and whether a cancel holds any.
+// A cancel still open may commit: its rows wait for a later turn. A cancel that asks for the lock
+// later waits for the sender's commit. It then finds the message sent.
+func (s *Sender) unheld(ctx context.Context, tx pgx.Tx, ds []due) ([]due, bool, error) {
+	ids := make([]string, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].msg.AMQPMessageID()
+	}
+	var held []int64
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(k.i) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[])) WITH ORDINALITY AS k(id, i)"+
+		" WHERE NOT pg_catalog.pg_try_advisory_xact_lock($2::pg_catalog.int4, pg_catalog.hashtext(k.id))", ids, cancelLockClass).Scan(&held); err != nil {
+		return nil, false, fmt.Errorf("lock against cancels: %w", err)
+	}
+	if len(held) == 0 {
+		return ds, false, nil
+	}
+	skip := make(map[int64]bool, len(held))
+	for _, i := range held {
+		skip[i-1] = true
+	}
+	out := make([]due, 0, len(ds)-len(held))
+	for i := range ds {
+		if !skip[int64(i)] {
+			out = append(out, ds[i])
+		}
+	}
+	return out, true, nil
 }
 
 // keys are schedule rows by slot and message id, side by side.

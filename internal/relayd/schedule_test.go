@@ -343,3 +343,49 @@ func TestRecordCommitsDurablyWhenTheDatabaseCommitsAsynchronously(t *testing.T) 
 		t.Errorf("the record committed with synchronous_commit %s; want it flushed before the slot moves past its row", setting)
 	}
 }
+
+// A cancel that said true wins, even while its transaction is still open when the message falls due.
+// Its tombstone is not visible yet, so the relay records the row and finds it due. The relay must
+// not send it while the cancel is undecided: the cancel's commit stops it.
+func TestOpenCancelHoldsADueMessageUntilItCommits(t *testing.T) {
+	cfg, pg, db := config(t)
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	ctx := context.Background()
+	canceller, conn := pg.Conn(t, db), pg.Conn(t, db)
+	id, _ := uuid.NewV7()
+	tx, err := canceller.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if ok, err := outbox.Cancel(ctx, tx, id); err != nil || !ok {
+		t.Fatalf("Cancel: %v, %v; want true", ok, err)
+	}
+	due := dbNow(t, conn).Add(time.Second)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		return outbox.Write(ctx, tx, outbox.Message{ID: id, AggregateType: "order", AggregateID: "1",
+			EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: due})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the record", func() bool {
+		var n int
+		return conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 1
+	})
+	for !dbNow(t, conn).After(due.Add(3 * time.Second)) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the schedule empty", func() bool {
+		var n int
+		return conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 0
+	})
+	if _, n := got.get(id.String()); n != 0 {
+		t.Errorf("the message whose cancel said true arrived %d times", n)
+	}
+}
