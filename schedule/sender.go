@@ -255,7 +255,7 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 	// Read after the lock, so a cancel committed before it is seen.
 	var cancelled []string
 	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(message_id) FROM "+s.t.done+
-		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) ''", ids).Scan(&cancelled); err != nil {
+		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) '' AND state OPERATOR(pg_catalog.=) 'cancelled'", ids).Scan(&cancelled); err != nil {
 		return 0, false, fmt.Errorf("read cancels: %w", err)
 	}
 	sent, err := s.publish(ctx, ds, cancelled)
@@ -268,8 +268,11 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", slots, ids); err != nil {
 		return 0, false, fmt.Errorf("delete sent messages: %w", err)
 	}
+	// Each sent id is noted under its slot, and under '' too, where a cancel writes its tombstone. A
+	// cancel in an older snapshot (REPEATABLE READ) then conflicts with it: a serialization failure.
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
 		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
+		" UNION ALL SELECT '', m.message_id, 'sent' FROM pg_catalog.unnest($2::pg_catalog.text[]) AS m(message_id)"+
 		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.slots, sent.ids); err != nil {
 		return 0, false, fmt.Errorf("note sent messages: %w", err)
 	}

@@ -66,7 +66,7 @@ func tablesIn(schema string) tables {
 const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, amqp_id, routing_key, exchange, commit_time"
 
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
-// those with a done row: a cancel recorded first, or a replay of a message already sent.
+// those with a done row: a cancel recorded first, or a replay of a message this slot sent.
 func (t tables) recordSQL() string {
 	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
@@ -79,7 +79,7 @@ func (t tables) recordSQL() string {
 	return "INSERT INTO " + t.schedule + " (slot_name, " + columns + ") SELECT $1::pg_catalog.text, " + columns +
 		" FROM ROWS FROM (" + from + ") AS m(" + columns + ")" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + t.done + " d WHERE d.message_id OPERATOR(pg_catalog.=) m.message_id" +
-		" AND d.slot_name OPERATOR(pg_catalog.=) ANY(ARRAY['', $1::pg_catalog.text]))" +
+		" AND (d.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR (d.slot_name OPERATOR(pg_catalog.=) '' AND d.state OPERATOR(pg_catalog.=) 'cancelled')))" +
 		" ON CONFLICT (slot_name, message_id) DO NOTHING"
 }
 

@@ -2,6 +2,7 @@ package relayd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/status"
@@ -387,5 +389,45 @@ func TestOpenCancelHoldsADueMessageUntilItCommits(t *testing.T) {
 	})
 	if _, n := got.get(id.String()); n != 0 {
 		t.Errorf("the message whose cancel said true arrived %d times", n)
+	}
+}
+
+// A cancel in a REPEATABLE READ transaction whose snapshot predates the message's sending does not
+// say true: it fails with a serialization error (40001), to be retried, or says false.
+func TestCancelInAnOlderSnapshotDoesNotSayWaitingForASentMessage(t *testing.T) {
+	cfg, pg, db := config(t)
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	ctx := context.Background()
+	canceller, conn := pg.Conn(t, db), pg.Conn(t, db)
+	tx, err := canceller.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)                              //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	id, _ := uuid.NewV7()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		return outbox.Write(ctx, tx, outbox.Message{ID: id, AggregateType: "order", AggregateID: "1",
+			EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: dbNow(t, conn).Add(time.Second)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the message sent", func() bool { _, n := got.get(id.String()); return n > 0 })
+	eventually(t, "the schedule empty", func() bool {
+		var n int
+		return conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n) == nil && n == 0
+	})
+	ok, err := outbox.Cancel(ctx, tx, id)
+	var pgErr *pgconn.PgError
+	if err == nil && ok {
+		t.Fatal("a cancel in a snapshot older than the sending said true for a message that left")
+	}
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "40001") {
+		t.Fatalf("cancel: %v; want false or a serialization failure", err)
 	}
 }
