@@ -288,9 +288,10 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 // transaction ends (migration 016_cancel_lock.sql).
 const cancelLockClass = 2002873442
 
-// unheld returns the rows of ds whose cancel lock the sender took, and whether a cancel holds any.
-// A cancel still open may commit: its rows wait for a later turn. A cancel that asks for the lock
-// later waits for the sender's commit. It then finds the message sent.
+// unheld returns the rows of ds whose cancel lock is free, and whether a cancel holds any. A cancel
+// still open may commit: its rows wait for a later turn. The sender takes each free lock and drops
+// it at once, so a batch fills no lock table. A later cancel waits on the row's lock instead. It
+// then finds the message sent.
 func (s *Sender) unheld(ctx context.Context, tx pgx.Tx, ds []due) ([]due, bool, error) {
 	ids := make([]string, len(ds))
 	for i := range ds {
@@ -298,7 +299,8 @@ func (s *Sender) unheld(ctx context.Context, tx pgx.Tx, ds []due) ([]due, bool, 
 	}
 	var held []int64
 	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(k.i) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[])) WITH ORDINALITY AS k(id, i)"+
-		" WHERE NOT pg_catalog.pg_try_advisory_xact_lock($2::pg_catalog.int4, pg_catalog.hashtext(k.id))", ids, cancelLockClass).Scan(&held); err != nil {
+		" WHERE NOT (CASE WHEN pg_catalog.pg_try_advisory_lock($2::pg_catalog.int4, pg_catalog.hashtext(k.id))"+
+		" THEN pg_catalog.pg_advisory_unlock($2::pg_catalog.int4, pg_catalog.hashtext(k.id)) ELSE false END)", ids, cancelLockClass).Scan(&held); err != nil {
 		return nil, false, fmt.Errorf("lock against cancels: %w", err)
 	}
 	if len(held) == 0 {
