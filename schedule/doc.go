@@ -12,8 +12,9 @@
 // holds the slot. Rows it sends are locked (FOR UPDATE SKIP LOCKED), so two senders never send one
 // message at once. Due means due by the database's clock.
 //
-// walbox_schedule_done notes each sent id under its slot and under ”. Cancels write their
-// tombstones under ” too, in state cancelled. So a cancel that cannot see a sending conflicts with it.
+// walbox_schedule_done notes each sent id under its slot and under the empty slot name. Cancels
+// write their tombstones there too, in state cancelled. So a cancel that cannot see a sending
+// conflicts with it.
 //
 // The tables are walbox_schedule and walbox_schedule_done, beside walbox_slots in the registry's
 // schema (migrations). docs/outbox.md#scheduled-delivery states the guarantees.
