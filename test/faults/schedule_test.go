@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -65,16 +66,16 @@ func (w *world) consumeArrivals() func() map[string]arrival {
 	}
 }
 
-// writeScheduled writes n messages due from 5 to 12 s on, by the server's clock: table rows, rows
-// deleted in their own transaction, and walbox_emit messages, a third each.
-func (w *world) writeScheduled(n int) []scheduled {
+// writeScheduled writes n messages due from lead to lead+7 s on, by the server's clock: table rows,
+// rows deleted in their own transaction, and walbox_emit messages, a third each.
+func (w *world) writeScheduled(n int, lead time.Duration) []scheduled {
 	w.t.Helper()
 	ctx := context.Background()
 	var out []scheduled
 	err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
 		for i := range n {
 			var s scheduled
-			due := "pg_catalog.clock_timestamp() + interval '5 seconds' + $1::int * interval '100 milliseconds'"
+			due := fmt.Sprintf("pg_catalog.clock_timestamp() + interval '%d milliseconds' + $1::int * interval '100 milliseconds'", lead.Milliseconds())
 			var q string
 			switch i % 3 {
 			case 0, 1:
@@ -122,7 +123,9 @@ func TestScheduledMessagesSurviveKills(t *testing.T) {
 	testenv.RequireOwn(t, pg)
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
 	arrivals := w.consumeArrivals()
-	msgs := w.writeScheduled(90)
+	// Due 20 s on: no relay may send one before the test cancels it. A kill between a send's
+	// confirm and its delete lets a cancel say true for a message that left (docs/outbox.md).
+	msgs := w.writeScheduled(90, 20*time.Second)
 	for i := 0; i < len(msgs); i += 15 { // a tombstone: no relay has read them yet
 		if !w.cancel(msgs[i].id) {
 			t.Fatalf("walbox_cancel of %s before any relay ran: false, want true", msgs[i].id)
@@ -208,7 +211,7 @@ func TestRecoverSchedulesRowsDueLater(t *testing.T) {
 	w := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
 	arrivals := w.consumeArrivals()
 	var kept []scheduled
-	for i, m := range w.writeScheduled(30) {
+	for i, m := range w.writeScheduled(30, 5*time.Second) {
 		if i%3 == 0 { // a table row, kept in the table
 			kept = append(kept, m)
 		}
@@ -247,7 +250,7 @@ func TestScheduledDeliveryAsALeastPrivilegedRelay(t *testing.T) {
 	w := leastPrivilegedWorld(t)
 	arrivals := w.consumeArrivals()
 	w.startRelay().waitState("streaming", time.Minute) // it creates the slot: rows before it are not covered
-	msgs := w.writeScheduled(9)
+	msgs := w.writeScheduled(9, 5*time.Second)
 	if !w.cancel(msgs[4].id) {
 		t.Fatalf("walbox_cancel of %s: false, want true", msgs[4].id)
 	}
