@@ -31,7 +31,7 @@
 //   - a cluster's park queue on a dead node: TestClusterFaultsOnRabbitMQ40,
 //     TestARowToParkWaitsForItsQueue, TestAParkWaitGoesWithTheSlot
 //   - PostgreSQL lost: TestPostgresFaults, TestPartitionDuringSessionSetup,
-//     TestStandbyTakesOver, TestPrimaryFailsOverToAStandby (PostgreSQL 17
+//     TestStandbyTakesOver, TestStandbyTakesOverWhileTheBrokerIsDown, TestPrimaryFailsOverToAStandby (PostgreSQL 17
 //     failover slots: the primary killed, the standby promoted, one walbox
 //     given both hosts)
 //   - decoding on a standby: TestRelayOnAStandbyKilledAndRestarted,
@@ -56,12 +56,17 @@
 //   - replay: TestReplayKilledHalfwayResumes (SIGKILLed halfway, resumed, the slot
 //     unmoved, a second run refused), TestReplayFiltersBesideARunningRelay (each filter,
 //     the relay's message, rows not yet due left to the schedule), TestReplayByCommitTime,
-//     TestReplayMappedLegacyTable, TestReplayShardedTable
+//     TestReplayMappedLegacyTable, TestReplayShardedTable, TestReplayRerunAfterAKillWhileTheSessionWaits,
+//     TestReplayLeavesOutSubtransactionsOfATransactionRunningAtStart,
+//     TestReplaySendsRowsOlderThanTwoBillionTransactions
+//   - scheduled delivery: TestScheduledMessagesSurviveKills, TestScheduledDeliveryAsALeastPrivilegedRelay,
+//     TestRecoverSchedulesRowsDueLater, TestScheduleBench (make soak: 100,000 over 10 minutes)
 //   - parked rows (walbox parked): TestParkedRowsListedReplayedDiscarded (list, show,
 //     replay, discard, bad usage), TestParkedStreamListedReplayedDiscarded (the park stream),
 //     TestParkedReplayKilledAtEveryPoint, TestParkedOnAQuorumQueueOfACluster,
 //     TestParkedByALeastPrivilegedBrokerUser, TestParkedOfTwoDatabasesDoNotCross,
-//     TestParkedRowsGoToTheirOwnExchangeAndKey, TestParkedStreamRowDueLaterWaitsForItsTime
+//     TestParkedRowsGoToTheirOwnExchangeAndKey, TestParkedStreamRowDueLaterWaitsForItsTime,
+//     TestParkedOfTwoDatabasesOnOneExchange, TestParkedStreamOfTwoDatabases
 //   - schema and data: TestSchemaChangeMidStream, TestTableSwapStops,
 //     TestPublicationChangeStops, TestColumnDriftStops, TestBadRowsUnderLoad,
 //     TestUndoneRenameStopNamesItsWayOut, TestRecreatedPublicationStopNamesItsWayOut
@@ -83,7 +88,10 @@
 //     TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout,
 //     TestStreamPrefixChangedInsideATransactionLosesNoRow,
 //     TestStreamReshardStoresNoRowBeforeTheCutTwice
-//   - a restored data directory, in each mode: TestRestoredDatabase
+//   - a restored data directory, in each mode: TestRestoredDatabase,
+//     TestRestoredDatabaseUnderShardsIntoAStream,
+//     TestPeekOnShardsSlotsWithEmittedMessagesCanariesAndARowDueLater,
+//     TestStreamReadBackLongerThanTheWalsendersTimeout
 //   - security: TestPasswordsNeverShown, TestLeastPrivilege
 //   - code of another role: TestPlantedOverloadsNeverRun, TestBuiltinScanFindsWalboxCalls,
 //     TestPlantedOperatorsNeverRunInTheLibraries, TestRecordPlantedInAMappedSchemaIsIgnored,
@@ -110,7 +118,7 @@
 //   - start-up and settings: TestStartupErrors, TestTLSAndPasswordFiles,
 //     TestOTLPEndpointRefusedWithoutTracing, TestChartEnvironment,
 //     TestRunRefusesARoleThatCannotWriteItsRecord, TestRunRefusesARoleThatCannotRecordAStop,
-//     TestStatusChecksSettingsFirst,
+//     TestStatusChecksSettingsFirst, TestStatusWithAStreamNodeThatDoesNotAnswer,
 //     TestRunChecksListenFirst, TestBrokerURLAtAnotherServer, TestUnknownCommandIsOneLine,
 //     TestConfigTablesMergeKeys, TestOperatorMessages, TestWrongDatabasePasswordSaysSo,
 //     TestMigrateChecksWalLevelFirst, TestPositionIDsWithARowFilterRefused,
@@ -137,7 +145,9 @@
 // API, the dual-write gap, and exactly-once notification, also across a
 // relay crash and a broker crash, where it checks the notifications table
 // (each order once, with its amount) rather than the relay's deliveries; and
-// the demo, which finds the servers' programs itself.
+// the demo, which finds the servers' programs itself; the payment that cancels its scheduled
+// reminder (TestPaymentCancelsTheReminder); two notifiers sharing four partitions
+// (TestTwoNotifiersShareFourPartitions).
 //
 //   - TestOrderAndOutboxRowCommitTogether,
 //     TestBadOrderRequestsNameTheFieldAndWriteNothing,
