@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/wire"
 )
 
 // exactHeaders has a header of each kind of docs/messages.md; wantHeaders is what a consumer
@@ -115,8 +116,12 @@ func checkHeaders(t *testing.T, id string, got, want amqp.Table) {
 			t.Errorf("message %s: header %s = %#v (%T), want %#v (%T)", id, k, got[k], got[k], v, v)
 		}
 	}
+	// The relay adds the commit time of the row's transaction to every message.
+	if _, ok := wire.ParseCommitTime(got[wire.HeaderCommitTime]); !ok {
+		t.Errorf("message %s: header %s = %#v, want the commit time", id, wire.HeaderCommitTime, got[wire.HeaderCommitTime])
+	}
 	for k := range got {
-		if _, ok := want[k]; !ok {
+		if _, ok := want[k]; !ok && k != wire.HeaderCommitTime {
 			t.Errorf("message %s: unexpected header %s = %#v", id, k, got[k])
 		}
 	}
