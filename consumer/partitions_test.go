@@ -304,7 +304,8 @@ func TestPartitionsRunAsALeastPrivilegedRole(t *testing.T) {
 	role := testenv.UniqueName("consumer")
 	ident := pgx.Identifier{role}.Sanitize()
 	for _, sql := range []string{
-		"CREATE ROLE " + ident + " LOGIN",
+		// A password: the compose profile's server asks for one over the network.
+		"CREATE ROLE " + ident + " LOGIN PASSWORD '" + role + "'",
 		"GRANT INSERT ON processed_messages TO " + ident,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON walbox_consumer_members, walbox_consumer_leases," +
 			" walbox_consumer_holds, walbox_held_messages TO " + ident,
@@ -326,7 +327,7 @@ func TestPartitionsRunAsALeastPrivilegedRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(role)
+	u.User = url.UserPassword(role, role)
 	pool, err := pgxpool.New(context.Background(), u.String())
 	if err != nil {
 		t.Fatal(err)
