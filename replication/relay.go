@@ -54,6 +54,7 @@ func (r *Relay) Stats() *Stats { return &r.stats }
 func (r *Relay) Run(ctx context.Context) (err error) {
 	log := r.cfg.Logger
 	backoff := newBackoff(r.cfg.MaxBackoff)
+	var quiet repeats
 	defer func() {
 		if err != nil {
 			r.stats.State.Store(int32(StateFailed))
@@ -78,7 +79,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := backoff.next(progressed)
+		wait := backoff.after(err, progressed)
 		if errors.Is(err, ErrSlotActive) {
 			wait = r.cfg.StandbyRetry
 			// A standby says so once, not at every retry.
@@ -87,7 +88,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 			}
 		} else {
 			r.stats.State.Store(int32(r.unlessStalled(StateRetrying)))
-			log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
+			if !unreached(err) || quiet.say(err) {
+				log.Warn("session ended; starting again from the slot", "slot", r.cfg.Slot, "error", err, "retry_in", wait)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -371,6 +374,34 @@ func (r *Relay) slotError(err error) error {
 	return err
 }
 
+// maxReconnect caps the wait after a failed connection to PostgreSQL. A refused or starting server
+// costs nothing to ask again. After a restart the relay, and so the scheduled messages, are back
+// within it.
+const maxReconnect = time.Second
+
+// unreached reports whether err says PostgreSQL could not be reached, or is not ready yet.
+func unreached(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
+}
+
+// repeats keeps the log of an unreachable server short: the same error again within a minute is
+// not logged.
+type repeats struct {
+	last string
+	at   time.Time
+}
+
+// say reports whether err is worth a log line, and notes it.
+func (q *repeats) say(err error) bool {
+	msg, now := fmt.Sprint(err), time.Now()
+	if msg == q.last && now.Sub(q.at) < time.Minute {
+		return false
+	}
+	q.last, q.at = msg, now
+	return true
+}
+
 // backoff grows exponentially with jitter up to max, and starts over after a session that moved
 // the slot.
 type backoff struct {
@@ -378,6 +409,16 @@ type backoff struct {
 }
 
 func newBackoff(max time.Duration) *backoff { return &backoff{max: max} }
+
+// after returns the wait after a session that ended with err. It is at most maxReconnect when
+// PostgreSQL could not be reached.
+func (b *backoff) after(err error, progressed bool) time.Duration {
+	wait := b.next(progressed)
+	if unreached(err) {
+		wait = min(wait, maxReconnect)
+	}
+	return wait
+}
 
 func (b *backoff) next(progressed bool) time.Duration {
 	if progressed || b.cur == 0 {

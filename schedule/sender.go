@@ -29,6 +29,17 @@ const (
 // confirmTimeout bounds the wait for a batch's confirms. The batch is sent again after it.
 const confirmTimeout = time.Minute
 
+// standbyLook is how often a sender whose relay does not hold the slot looks again. A look reads
+// one flag, so a takeover sends at once.
+const standbyLook = 100 * time.Millisecond
+
+// Retries after an error start at minRetry and double up to maxRetry. After a database restart the
+// sender is back within maxRetry of the server.
+const (
+	minRetry = 100 * time.Millisecond
+	maxRetry = 2 * time.Second
+)
+
 // SenderConfig configures a Sender.
 type SenderConfig struct {
 	// DatabaseURL is the primary's: the schedule is written there.
@@ -92,14 +103,14 @@ func (s *Sender) Nudge(time.Time) {
 // nil when ctx ends.
 func (s *Sender) Run(ctx context.Context) error {
 	defer s.release()
-	wait := time.Duration(0)
+	wait, retry := time.Duration(0), time.Duration(0)
 	for {
 		if !s.sleep(ctx, wait) {
 			return nil
 		}
 		if !s.cfg.Active() {
 			s.release() // a standby holds no session
-			wait = time.Second
+			wait = standbyLook
 			continue
 		}
 		next, err := s.turn(ctx)
@@ -107,12 +118,13 @@ func (s *Sender) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.cfg.Logger.Warn("scheduled delivery: will retry", "error", err)
+			retry = min(max(2*retry, minRetry), maxRetry)
+			s.cfg.Logger.Warn("scheduled delivery: will retry", "error", err, "retry_in", retry)
 			s.release()
-			wait = time.Second
+			wait = retry
 			continue
 		}
-		wait = next
+		wait, retry = next, 0
 	}
 }
 
