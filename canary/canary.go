@@ -49,8 +49,8 @@ type Config struct {
 	Tables      []wire.Table
 	// Exchange is the exchange the relay publishes the canary to; it names the queue.
 	Exchange string
-	// Dial opens a reader of the canaries: publisher.Endpoints.DialCanary reads queue; a stream's
-	// reader (streampub.DialCanary) reads the stream and ignores queue.
+	// Dial opens a reader of the canaries. publisher.Endpoints.DialCanary declares queue and reads it.
+	// A stream's reader (streampub.DialCanary) reads the stream and ignores queue.
 	Dial func(ctx context.Context, queue string) (Reader, error)
 	// Active reports whether the relay streams from the slot. Only then does the canary write
 	// and read; a standby sends none.
@@ -70,7 +70,7 @@ type Reader interface {
 // Canary writes canaries and reads them back. Run it once; its other methods are safe meanwhile.
 type Canary struct {
 	cfg Config
-	run string // this process's canaries carry it: an older run's, still queued, do not count
+	run string // this process's canaries carry it: another's, or an older run's, do not count
 
 	mu      sync.Mutex
 	active  bool      // the last tick found the relay active
@@ -106,12 +106,14 @@ type content struct {
 	Run      string `json:"run"`
 }
 
-// Queue names the canary queue of slot in database of the server system, relayed to exchange. Two
-// databases, or two servers, on one broker each read their own. The name starts with the
-// exchange's, like the park queue's. So a broker user's rights on "^exchange\." cover it. A name
-// past AMQP's 255 bytes is cut, and ends with a hash of the whole instead.
-func Queue(exchange, system, database, slot string) string {
-	name := exchange + "." + wire.CanaryPrefix + "." + slot + "." + database + "." + system
+// Queue names the canary queue of one reader of slot in database of the server system, relayed to
+// exchange. Each reader declares its own: no other process, nor an older reader, takes its
+// canaries. Clones of one server share system, database and slot; reader tells their queues apart.
+// The name starts with the exchange's, like the park queue's. So a broker user's rights on
+// "^exchange\." cover it. A name past AMQP's 255 bytes is cut, and ends with a hash of the whole
+// instead.
+func Queue(exchange, system, database, slot, reader string) string {
+	name := exchange + "." + wire.CanaryPrefix + "." + slot + "." + database + "." + system + "." + reader
 	if len(name) <= maxQueueName {
 		return name
 	}
@@ -318,7 +320,8 @@ func (s *session) openReader(ctx context.Context) error {
 			return nil
 		}
 	}
-	r, err := s.c.cfg.Dial(ctx, Queue(s.c.cfg.Exchange, s.id.System, s.id.Database, s.id.Slot))
+	// A new name for each reader: none meets a queue left from before, on a lost node say.
+	r, err := s.c.cfg.Dial(ctx, Queue(s.c.cfg.Exchange, s.id.System, s.id.Database, s.id.Slot, uuid.NewString()))
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}

@@ -2,6 +2,7 @@ package canary_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"os"
@@ -51,15 +52,16 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := channel(t, rabbit.URL())
+	ch := testenv.Channel(t, rabbit.URL())
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	slot := testenv.UniqueName("slot")
+	queues := make(chan string, 100)
+	dial := func(ctx context.Context, q string) (canary.Reader, error) { queues <- q; return eps.DialCanary(ctx, q) }
 	c, err := canary.New(canary.Config{Interval: interval, DatabaseURL: u.String(), Slot: slot, Exchange: exchange,
-		Publication: wire.DefaultPublication,
-		Tables:      []wire.Table{wire.DefaultTable}, Dial: func(ctx context.Context, q string) (canary.Reader, error) { return eps.DialCanary(ctx, q) }, Active: func() bool { return true },
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		Publication: wire.DefaultPublication, Tables: []wire.Table{wire.DefaultTable}, Dial: dial,
+		Active: func() bool { return true }, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +80,15 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 	if err := conn.QueryRow(t.Context(), "SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&system, &database); err != nil {
 		t.Fatal(err)
 	}
-	queue := canary.Queue(exchange, system, database, slot)
-	t.Cleanup(func() { _, _ = channel(t, rabbit.URL()).QueueDelete(queue, false, false, false) })
-	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
-		t.Fatalf("canary queue %s: %v", queue, err)
+	queue := <-queues
+	if want := canary.Queue(exchange, system, database, slot, ""); !strings.HasPrefix(queue, want) {
+		t.Fatalf("canary queue %s, want one starting %s", queue, want)
+	}
+	// Exclusive to the canary's connection: another connection may not even look at it.
+	_, err = ch.QueueDeclarePassive(queue, false, true, true, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
+		t.Fatalf("canary queue %s declared from another connection: %v; want 405 RESOURCE_LOCKED", queue, err)
 	}
 	if why := c.Problem(); why != "" && !strings.Contains(why, "none came back") {
 		t.Fatalf("Problem() = %q before the publication changed", why)
@@ -95,20 +102,6 @@ func TestCanaryWritesAsTheRelayRoleAndSeesThePublicationDropTheTable(t *testing.
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("Problem: %s", c.Problem())
-}
-
-func channel(t *testing.T, amqpURL string) *amqp.Channel {
-	t.Helper()
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -129,24 +122,25 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Each database and slot has a queue of its own under the exchange's name, at most 255 bytes.
+// Each reader, database and slot has a queue of its own under the exchange's name, at most 255 bytes.
 func TestQueueNamesAreDistinctAndFitAMQP(t *testing.T) {
 	long := strings.Repeat("x", 63)
 	names := map[string]bool{}
 	for _, q := range []string{
-		canary.Queue("outbox", "7301", "app", "walbox"),
-		canary.Queue("outbox", "7302", "app", "walbox"),
-		canary.Queue("outbox", "7301", "billing", "walbox"),
-		canary.Queue("outbox", "7301", "app", "walbox_1_of_4"),
-		canary.Queue(strings.Repeat("e", 200), "7301", long, long+"a"),
-		canary.Queue(strings.Repeat("e", 200), "7301", long, long+"b"),
+		canary.Queue("outbox", "7301", "app", "walbox", "r1"),
+		canary.Queue("outbox", "7301", "app", "walbox", "r2"),
+		canary.Queue("outbox", "7302", "app", "walbox", "r1"),
+		canary.Queue("outbox", "7301", "billing", "walbox", "r1"),
+		canary.Queue("outbox", "7301", "app", "walbox_1_of_4", "r1"),
+		canary.Queue(strings.Repeat("e", 200), "7301", long, long, "r1"),
+		canary.Queue(strings.Repeat("e", 200), "7301", long, long, "r2"),
 	} {
 		if len(q) > 255 || !strings.HasPrefix(q, "outbox.walbox.canary.") && !strings.HasPrefix(q, "eeee") || names[q] {
 			t.Errorf("queue %q: want a distinct name under the exchange's, of at most 255 bytes", q)
 		}
 		names[q] = true
 	}
-	if got := canary.Queue("outbox", "7301", "app", "walbox"); got != "outbox.walbox.canary.walbox.app.7301" {
+	if got := canary.Queue("outbox", "7301", "app", "walbox", "r1"); got != "outbox.walbox.canary.walbox.app.7301.r1" {
 		t.Errorf("Queue = %q", got)
 	}
 }

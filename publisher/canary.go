@@ -25,10 +25,11 @@ type CanaryReader struct {
 	closed     chan *amqp.Error
 }
 
-// DialCanary opens a reader of the canary queue on the first broker that answers. It declares the
-// queue, durable, of the queue type the sessions give the park queue. A queue that exists with
-// other arguments is read as it is. It binds the queue to the
-// exchange, which it does not declare: the relay's session does.
+// DialCanary opens a reader of the canary queue on the first broker that answers. The queue is
+// the reader's own: exclusive to its connection, classic, at most canaryMaxLength messages. So no
+// other process takes its canaries, and it goes when the connection does. Give each dial a new name,
+// so that no queue left from before is met. It binds the queue to the exchange, which it does not
+// declare: the relay's session does.
 func (e *Endpoints) DialCanary(ctx context.Context, queue string) (*CanaryReader, error) {
 	var errs []string
 	for _, cfg := range e.cfgs {
@@ -73,49 +74,19 @@ func readCanary(conn *amqp.Connection, cfg Config, queue string) (*CanaryReader,
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	args := amqp.Table{"x-max-length": int64(canaryMaxLength)}
-	if sinkQueueType(cfg.QueueType, clusterSize(cfg)) == QueueQuorum {
-		args["x-queue-type"] = QueueQuorum
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		if ch, err = existingCanaryQueue(conn, queue, err); err != nil {
-			return nil, err
-		}
+	// A quorum queue cannot be exclusive. RabbitMQ 4 deprecates transient queues unless exclusive.
+	args := amqp.Table{"x-max-length": int64(canaryMaxLength), "x-queue-type": QueueClassic}
+	if _, err := ch.QueueDeclare(queue, false, true, true, false, args); err != nil {
+		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
 	}
 	if err := ch.QueueBind(queue, wire.CanaryEventType, cfg.Exchange, false, nil); err != nil {
 		return nil, fmt.Errorf("bind queue %s to exchange %s: %w", queue, cfg.Exchange, err)
 	}
-	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	deliveries, err := ch.Consume(queue, "", true, true, false, false, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consume queue %s: %w", queue, err)
 	}
 	return &CanaryReader{conn: conn, deliveries: deliveries, closed: conn.NotifyClose(make(chan *amqp.Error, 1))}, nil
-}
-
-// existingCanaryQueue takes the canary queue as it is. Its declaration failed with err: the queue
-// has other arguments, another type say. An earlier run may have made it so, with one broker URL
-// where there are several now. It holds only canaries, so any type serves. The refusal closed the
-// channel: it returns a new one.
-func existingCanaryQueue(conn *amqp.Connection, queue string, err error) (*amqp.Channel, error) {
-	if _, ok := mismatch(err); !ok {
-		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
-	}
-	ch, cerr := conn.Channel()
-	if cerr != nil {
-		return nil, fmt.Errorf("open channel: %w", cerr)
-	}
-	if _, cerr := ch.QueueDeclarePassive(queue, true, false, false, false, nil); cerr != nil {
-		return nil, fmt.Errorf("declare queue %s: %w; as it is: %w", queue, err, cerr)
-	}
-	return ch, nil
-}
-
-// clusterSize is 2 for a configuration of Endpoints with several URLs, else 1.
-func clusterSize(cfg Config) int {
-	if cfg.cluster {
-		return 2
-	}
-	return 1
 }
 
 // Next waits for the next canary message. It skips a producer's row of the canary's routing key.

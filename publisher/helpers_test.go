@@ -46,16 +46,7 @@ func dial(tb testing.TB, url string, cfg publisher.Config) (*publisher.Session, 
 // admin is a plain amqp091 channel for setting up and inspecting queues.
 func admin(tb testing.TB, url string) *amqp.Channel {
 	tb.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		tb.Fatalf("admin dial: %v", err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		tb.Fatalf("admin channel: %v", err)
-	}
-	return ch
+	return testenv.Channel(tb, url)
 }
 
 // bindQueue declares an exclusive queue bound to exchange with key.

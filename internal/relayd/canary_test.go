@@ -29,50 +29,73 @@ import (
 // canaryInterval is short, so that the tests see two intervals pass; the waits allow for a loaded machine.
 const canaryInterval = time.Second
 
-// canaryDaemon starts a daemon with the canary on, and returns its configuration and canary queue.
+// canaryDaemon starts a daemon with the canary on, and returns its configuration and the start of
+// its canary queues' names.
 func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv.Postgres, string, string) {
 	t.Helper()
 	cfg, pg, db := config(t)
 	cfg.Listen = testenv.FreeAddr(t)
 	cfg.Canary = interval
 	cfg.Relay.StatusInterval = 5 * time.Second // the relay's own publication check comes after the canary's
-	queue := canaryQueue(t, cfg, pg, db)
+	prefix := canaryPrefix(t, cfg, pg, db)
 	start(t, cfg)
-	return cfg, pg, db, queue
+	return cfg, pg, db, prefix
 }
 
-// canaryQueue names the canary queue of cfg's relay of db, and deletes it once the test ends.
-func canaryQueue(t *testing.T, cfg relayd.Config, pg *testenv.Postgres, db string) string {
+// canaryPrefix is how the names of the canary queues of cfg's relay of db start.
+func canaryPrefix(t *testing.T, cfg relayd.Config, pg *testenv.Postgres, db string) string {
 	t.Helper()
 	var system, database string
 	if err := pg.Conn(t, db).QueryRow(context.Background(), `SELECT system_identifier::text, current_database()::text
 		FROM pg_control_system()`).Scan(&system, &database); err != nil {
 		t.Fatal(err)
 	}
-	queue := canary.Queue(cfg.Brokers.Configs()[0].Exchange, system, database, cfg.Relay.Slot)
-	t.Cleanup(func() { _, _ = brokerChannel(t).QueueDelete(queue, false, false, false) }) // once the daemon stopped
-	return queue
+	return canary.Queue(cfg.Brokers.Configs()[0].Exchange, system, database, cfg.Relay.Slot, "")
 }
 
-// A relay given a second broker URL declares its queues quorum (--queue-type auto). An earlier run
-// with one URL made the canary queue classic. The canary reads that queue as it is, as the park
-// queue is kept: else the instance would never be ready again.
-func TestCanaryReadsItsQueueOfAnotherType(t *testing.T) {
-	cfg, pg, db := config(t)
-	url := testenv.SharedRabbit(t).URL()
-	eps, err := publisher.NewEndpoints(publisher.Config{Exchange: cfg.Brokers.Configs()[0].Exchange, AppID: "walbox"},
-		[]string{url, url})
-	if err != nil {
-		t.Fatal(err)
+// canaryQueues lists the queues of rabbit whose names start with prefix.
+func canaryQueues(t *testing.T, rabbit *testenv.Rabbit, prefix string) []string {
+	t.Helper()
+	var names []string
+	for _, name := range strings.Fields(rabbit.Ctl(t, "list_queues", "--quiet", "--no-table-headers", "name")) {
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
 	}
-	cfg.Brokers, cfg.Listen, cfg.Canary = eps, testenv.FreeAddr(t), canaryInterval
-	queue := canaryQueue(t, cfg, pg, db)
-	if _, err := brokerChannel(t).QueueDeclare(queue, true, false, false, false, amqp.Table{"x-max-length": int64(100)}); err != nil {
-		t.Fatal(err)
+	return names
+}
+
+// oneCanaryQueue waits until rabbit has exactly one queue whose name starts with prefix, other than
+// not, and returns its name.
+func oneCanaryQueue(t *testing.T, rabbit *testenv.Rabbit, prefix, not string) string {
+	t.Helper()
+	var names []string
+	eventually(t, "one canary queue", func() bool {
+		names = canaryQueues(t, rabbit, prefix)
+		return len(names) == 1 && names[0] != not
+	})
+	return names[0]
+}
+
+// When its queue is lost, as with a cluster node, the canary declares a new one and reads on. The
+// queue is exclusive: no other connection may read it.
+func TestCanaryDeclaresANewQueueWhenItsOwnIsLost(t *testing.T) {
+	rabbit := testenv.SharedRabbit(t)
+	testenv.RequireOwn(t, rabbit) // lists its queues
+	cfg, _, _, prefix := canaryDaemon(t, canaryInterval)
+	eventually(t, "a canary back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 1 })
+	queue := oneCanaryQueue(t, rabbit, prefix, "")
+	ch := testenv.Channel(t, rabbit.URL())
+	_, err := ch.Consume(queue, "", true, false, false, false, nil)
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
+		t.Fatalf("consume the canary queue %s from another connection: %v; want 405 RESOURCE_LOCKED", queue, err)
 	}
-	start(t, cfg)
-	eventually(t, "canaries back from the classic queue", func() bool {
-		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2
+	rabbit.Ctl(t, "delete_queue", queue) // the broker's own hand: no other connection may
+	renewed := oneCanaryQueue(t, rabbit, prefix, queue)
+	back := metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count")
+	eventually(t, "canaries back from "+renewed, func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= back+2
 	})
 	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
 		t.Errorf("/readyz: %d %q", code, body)
@@ -110,10 +133,32 @@ func waitNotReady(t *testing.T, addr string, interval time.Duration, want string
 	}
 }
 
+// On a RabbitMQ 4.0 cluster the canary's queue lives on the node its reader is connected to. Once
+// that node is lost, so is the queue: the canary reads from another node, from a new queue.
+func TestCanaryOnACluster4LosesItsNodeAndReadsOn(t *testing.T) {
+	cfg, _, _ := config(t)
+	c := testenv.StartCluster(t, testenv.RabbitVersion("4.0"))
+	eps, err := publisher.NewEndpoints(publisher.Config{Exchange: cfg.Brokers.Configs()[0].Exchange, AppID: "walbox"}, c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Brokers, cfg.Listen, cfg.Canary = eps, testenv.FreeAddr(t), canaryInterval
+	start(t, cfg)
+	eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 2 })
+	c.Node(0).Kill(t) // the first URL's: the reader's and the relay's
+	t.Cleanup(func() { c.StartAll(t) })
+	back := metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count")
+	eventually(t, "canaries back through another node", func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= back+2
+	})
+	eventually(t, "ready", func() bool { code, _, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); return code == 200 })
+}
+
 // The canary comes back, again and again: its age stays under two intervals, and /readyz is ready.
-// Once its binding is deleted, none comes back, and /readyz says so.
+// Its queue is exclusive: no other connection may unbind it. But its binding goes with the exchange,
+// deleted by hand say. The relay declares the exchange again; none comes back, and /readyz says so.
 func TestCanaryComesBackAndFailsReadyWithoutItsBinding(t *testing.T) {
-	cfg, _, _, queue := canaryDaemon(t, canaryInterval)
+	cfg, _, _, _ := canaryDaemon(t, canaryInterval)
 	eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 3 })
 	for range 10 {
 		if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
@@ -124,8 +169,8 @@ func TestCanaryComesBackAndFailsReadyWithoutItsBinding(t *testing.T) {
 		}
 		time.Sleep(canaryInterval / 4)
 	}
-	ch := brokerChannel(t)
-	if err := ch.QueueUnbind(queue, wire.CanaryEventType, cfg.Brokers.Configs()[0].Exchange, nil); err != nil {
+	ch := testenv.Channel(t, testenv.SharedRabbit(t).URL())
+	if err := ch.ExchangeDelete(cfg.Brokers.Configs()[0].Exchange, false, false); err != nil {
 		t.Fatal(err)
 	}
 	body := waitNotReady(t, cfg.Listen, canaryInterval, "canary: none came back")
@@ -168,33 +213,17 @@ func TestCanaryFailsReadyWhenThePublicationDropsTheTable(t *testing.T) {
 
 // With the canary off, walbox declares no canary queue and writes none.
 func TestCanaryOffDeclaresNoQueue(t *testing.T) {
-	cfg, _, _, queue := canaryDaemon(t, 0)
+	rabbit := testenv.SharedRabbit(t)
+	testenv.RequireOwn(t, rabbit) // lists its queues
+	cfg, _, _, prefix := canaryDaemon(t, 0)
 	eventually(t, "ready", func() bool { code, _, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); return code == 200 })
 	time.Sleep(2 * canaryInterval)
-	ch := brokerChannel(t)
-	_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
-		t.Errorf("canary queue %s with the canary off: %v; want 404 NOT_FOUND", queue, err)
+	if names := canaryQueues(t, rabbit, prefix); len(names) != 0 {
+		t.Errorf("canary queues %v with the canary off; want none", names)
 	}
 	if v := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); v != -1 {
 		t.Errorf("walbox_canary_age_seconds %v with the canary off; want none", v)
 	}
-}
-
-// brokerChannel opens a channel on the shared broker for the test.
-func brokerChannel(t *testing.T) *amqp.Channel {
-	t.Helper()
-	conn, err := amqp.Dial(testenv.SharedRabbit(t).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
 }
 
 // Only the instance that streams writes and reads canaries. A standby of the same slot shows age 0,
@@ -225,15 +254,9 @@ func TestCanaryOnlyTheActiveInstanceSendsIt(t *testing.T) {
 // its own queue, though both queues get both relays' canaries.
 func TestCanaryOfTwoDatabasesOnOneBroker(t *testing.T) {
 	first, _, _, _ := canaryDaemon(t, canaryInterval)
-	second, pg, _ := config(t)
+	second, _, _ := config(t)
 	second.Brokers, second.Listen, second.Canary = first.Brokers, testenv.FreeAddr(t), canaryInterval
 	start(t, second)
-	t.Cleanup(func() {
-		var system, database string
-		_ = pg.Conn(t, second.Relay.DatabaseURL).QueryRow(context.Background(),
-			"SELECT system_identifier::text, current_database()::text FROM pg_control_system()").Scan(&system, &database)
-		_, _ = brokerChannel(t).QueueDelete(canary.Queue(second.Brokers.Configs()[0].Exchange, system, database, second.Relay.Slot), false, false, false)
-	})
 	for _, addr := range []string{first.Listen, second.Listen} {
 		eventually(t, "canaries back on "+addr, func() bool { return metricValue(t, addr, "walbox_canary_latency_seconds_count") >= 3 })
 	}
@@ -249,9 +272,78 @@ func TestCanaryOfTwoDatabasesOnOneBroker(t *testing.T) {
 	}
 }
 
+// Two databases cloned from one base backup share the system identifier and the database's name.
+// Their relays, of one slot name on one exchange, name their canary queues alike. A reader of an
+// older process may still read that name. Yet every canary of each relay comes back to it, and
+// each stays ready: none judges, or takes, another's canaries.
+func TestCanaryOfClonedDatabasesWithOneSlotName(t *testing.T) {
+	first, _, _ := config(t)
+	primary := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, primary) // makes a clone of it
+	db, _ := primary.MigratedDatabase(t, migrations.Config{})
+	clone := testenv.StartStandby(t, primary, "clone")
+	clone.Promote(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("%s:%d", u.Hostname(), clone.Port())
+	second := first
+	first.Relay.DatabaseURL, first.Listen, first.Canary = db, testenv.FreeAddr(t), canaryInterval
+	// Another interval: the two relays' canaries interleave in every order.
+	second.Relay.DatabaseURL, second.Listen, second.Canary = u.String(), testenv.FreeAddr(t), canaryInterval*13/10
+	prefix := canaryPrefix(t, first, primary, db)
+	if other := canaryPrefix(t, second, clone, u.String()); other != prefix {
+		t.Fatalf("the clone's canary queues start %q, the original's %q: not a clone", other, prefix)
+	}
+	start(t, first)
+	eventually(t, "a canary back on "+first.Listen, func() bool {
+		return metricValue(t, first.Listen, "walbox_canary_latency_seconds_count") >= 1
+	})
+	// An older process reads the name shared before each reader had a queue of its own.
+	rabbit := testenv.SharedRabbit(t)
+	ch, old := testenv.Channel(t, rabbit.URL()), strings.TrimSuffix(prefix, ".")
+	if _, err := ch.QueueDeclare(old, true, false, false, false, amqp.Table{"x-max-length": int64(100)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = testenv.Channel(t, rabbit.URL()).QueueDelete(old, false, false, false) })
+	if err := ch.QueueBind(old, wire.CanaryEventType, first.Brokers.Configs()[0].Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Consume(old, "", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	start(t, second)
+	relays := []relayd.Config{first, second}
+	for _, r := range relays {
+		eventually(t, "canaries back on "+r.Listen, func() bool {
+			code, _, _ := testenv.HTTPGet(r.Listen, "/readyz")
+			return code == 200 && metricValue(t, r.Listen, "walbox_canary_latency_seconds_count") >= 2
+		})
+	}
+	for end := time.Now().Add(10 * canaryInterval); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for _, r := range relays {
+			if code, body, _ := testenv.HTTPGet(r.Listen, "/readyz"); code != 200 {
+				t.Fatalf("%s /readyz: %d %q while its canaries are relayed", r.Listen, code, body)
+			}
+		}
+	}
+	const sent = `walbox_messages_confirmed_total{event_type="walbox.canary"}`
+	for _, r := range relays {
+		own := metricValue(t, r.Listen, sent)
+		eventually(t, fmt.Sprintf("all %v canaries of %s back", own, r.Listen), func() bool {
+			return metricValue(t, r.Listen, "walbox_canary_latency_seconds_count") >= own
+		})
+		if back := metricValue(t, r.Listen, "walbox_canary_latency_seconds_count"); back > metricValue(t, r.Listen, sent)+1 {
+			t.Errorf("%s read %v canaries back, but relayed %v: it counted another's", r.Listen, back, own)
+		}
+	}
+}
+
 // A broker user with rights on the exchange's own names only reads the canary back: its queue's
-// name starts with the exchange's. On a cluster (here: --queue-type quorum) the queue is quorum.
-func TestCanaryForALeastPrivilegedBrokerUserInAQuorumQueue(t *testing.T) {
+// name starts with the exchange's. On a cluster (here: --queue-type quorum) the canary's queue is
+// still classic and exclusive, as a quorum queue cannot be.
+func TestCanaryForALeastPrivilegedBrokerUserWithQuorumQueues(t *testing.T) {
 	cfg, pg, db := config(t)
 	rabbit := testenv.SharedRabbit(t)
 	testenv.RequireOwn(t, rabbit) // adds a user to it
@@ -267,15 +359,10 @@ func TestCanaryForALeastPrivilegedBrokerUserInAQuorumQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Brokers, cfg.Listen, cfg.Canary = eps, testenv.FreeAddr(t), canaryInterval
-	var system, database string
-	if err := pg.Conn(t, db).QueryRow(context.Background(), `SELECT system_identifier::text, current_database()::text
-		FROM pg_control_system()`).Scan(&system, &database); err != nil {
-		t.Fatal(err)
-	}
-	queue := canary.Queue(exchange, system, database, cfg.Relay.Slot)
+	prefix := canaryPrefix(t, cfg, pg, db)
 	t.Cleanup(func() {
-		ch := brokerChannel(t)
-		for _, q := range []string{queue, exchange + ".parked", exchange + ".unroutable"} {
+		ch := testenv.Channel(t, rabbit.URL())
+		for _, q := range []string{exchange + ".parked", exchange + ".unroutable"} {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 	})
@@ -284,11 +371,11 @@ func TestCanaryForALeastPrivilegedBrokerUserInAQuorumQueue(t *testing.T) {
 	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
-	// A passive declaration does not compare arguments: declaring it classic fails for a quorum queue.
-	_, err = brokerChannel(t).QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
-		t.Errorf("canary queue %s declared classic: %v; want PRECONDITION_FAILED, as for a quorum queue", queue, err)
+	queue := oneCanaryQueue(t, rabbit, prefix, "")
+	for _, line := range strings.Split(rabbit.Ctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "type", "exclusive"), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == queue && (f[1] != "classic" || f[2] != "true") {
+			t.Errorf("canary queue %s: type %s, exclusive %s; want classic and exclusive", queue, f[1], f[2])
+		}
 	}
 }
 

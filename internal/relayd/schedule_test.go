@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/internal/status"
 	"github.com/walbox/walbox/internal/testenv"
@@ -34,26 +33,7 @@ type arrivals struct {
 
 func consume(t *testing.T, url, exchange string) *arrivals {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "#", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := testenv.Bind(t, testenv.Channel(t, url), exchange, "#")
 	a := &arrivals{at: map[string]time.Time{}, count: map[string]int{}, commit: map[string]bool{}}
 	go func() {
 		for d := range ds {
