@@ -59,8 +59,9 @@ type Config struct {
 
 	// QueueArgs are the arguments Queue is declared with ({"x-queue-type": "quorum"}, say).
 	// With x-queue-type quorum the dead-letter and retry queues are quorum queues too. The retry
-	// queues then dead-letter back to Queue at least once.
-	// They must match those of an existing queue.
+	// queues then dead-letter back to Queue at least once. A new quorum Queue and dead-letter
+	// queue get x-delivery-limit 2147483647 unless QueueArgs sets one (see ErrNoDeliveryLimit).
+	// They must match those of an existing queue; x-delivery-limit may be missing there.
 	QueueArgs map[string]any
 
 	// Bindings bind Queue to exchanges. Each exchange is declared as a durable topic exchange.

@@ -32,6 +32,8 @@ type Consumer struct {
 
 	insertProcessed string
 	psql            partitionSQL
+	// limitless holds the quorum queues found existing without x-delivery-limit.
+	limitless sync.Map
 	// dbBackoff is the pause after a database error. It grows while such errors repeat.
 	dbBackoff time.Duration
 }

@@ -38,8 +38,9 @@
 //     published. They also carry x-walbox-attempts and x-walbox-consumer. To replay one,
 //     publish it to Queue again without x-walbox-attempts, or it gets a single attempt.
 //   - Database error in the consumer's own statements (begin, the processed row, commit): the
-//     delivery is requeued after a pause. The pause grows while errors repeat. If a commit
-//     failed after all, the processed row makes the redelivery a duplicate.
+//     consumer keeps the delivery. It tries again after a pause, which grows while errors
+//     repeat. If a commit failed after all, the processed row makes the next try a duplicate.
+//     Returning it to the queue would count towards a quorum queue's delivery limit.
 //   - Broker connection lost: Run redials with backoff, declares the topology again and
 //     resumes. Unacknowledged deliveries come back from the broker, and duplicates are skipped.
 //   - Some errors no retry can cure: access refused, a queue declared with other arguments, a
@@ -57,6 +58,11 @@
 //     the retry.
 //   - A handler that kills the process is not counted as an attempt. The message comes back
 //     with Redelivered set and the same Attempt.
+//   - A quorum queue counts each return of a message: a nack with requeue, a closed channel.
+//     RabbitMQ 4.0 drops a message returned more than 20 times by default. The consumer declares a new
+//     quorum Queue and DeadLetterQueue with x-delivery-limit 2147483647, in effect none, unless
+//     QueueArgs sets one. A queue that exists without it keeps its arguments: the broker refuses
+//     a change. Run then reports ErrNoDeliveryLimit to OnError, with the policy to set.
 //   - The processed table grows by one row per message. Prune it by processed_at once a
 //     redelivery that old can no longer happen.
 //

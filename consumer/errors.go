@@ -17,7 +17,7 @@ type MessageError struct {
 	// Retry says a later attempt is scheduled.
 	Retry bool
 	// DeadLettered is true when the message went to the dead-letter queue. With both it and
-	// Retry false, the message stays in the queue and is delivered again (a database error).
+	// Retry false, the consumer tries the message again after a pause (a database error).
 	DeadLettered bool
 	// Held is true when a partitioned consumer's message failed for good. It heads its
 	// aggregate's hold, with the aggregate's later messages behind it, until Release or Skip.

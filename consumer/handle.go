@@ -11,10 +11,10 @@ import (
 )
 
 // handle processes one delivery and settles it. It acks a handled message or a duplicate. It
-// republishes, then acks, a retry or dead letter. It nacks with requeue after a database error.
-// The context ctx is Run's, hctx the in-flight message's. An error means the channel is
-// unusable, or a fatal database error. The session then ends, and the broker requeues what was
-// not acknowledged.
+// republishes, then acks, a retry or dead letter. After a database error it pauses and tries
+// again, holding d. A return would count towards a quorum queue's delivery limit. The context ctx
+// is Run's, hctx the in-flight message's. An error means the channel is unusable, or a fatal
+// database error. The session then ends, and the broker requeues what was not acknowledged.
 func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.Delivery) error {
 	if wire.IsCanary(d.Type, d.Headers) {
 		return ackCanary(d) // walbox's own, for its canary queue: a binding of # gets it too
@@ -24,11 +24,17 @@ func (c *Consumer) handle(ctx, hctx context.Context, ch *amqp.Channel, d *amqp.D
 	}
 	del := newDelivery(d)
 	handled, handlerErr, err := c.process(hctx, del)
-	switch {
-	case err != nil:
+	for err != nil {
 		c.cfg.Metrics.Failed(c.cfg.ConsumerName, del)
-		return c.requeue(ctx, d, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err})
-	case handlerErr != nil:
+		if werr := c.waitDB(ctx, &MessageError{MessageID: del.MessageID, Attempt: del.Attempt, Err: err}); werr != nil || ctx.Err() != nil {
+			return werr // d stays unacknowledged; the session's end returns it
+		}
+		if ch.IsClosed() {
+			return fmt.Errorf("message %s: channel closed while the database was unavailable", del.MessageID)
+		}
+		handled, handlerErr, err = c.process(hctx, del)
+	}
+	if handlerErr != nil {
 		c.cfg.Metrics.Failed(c.cfg.ConsumerName, del)
 		c.dbBackoff = 0
 		return c.retry(hctx, ch, d, del.Attempt, handlerErr)
@@ -76,19 +82,15 @@ func (c *Consumer) process(ctx context.Context, d Delivery) (handled bool, handl
 	return handlerErr == nil && err == nil, handlerErr, err
 }
 
-// requeue returns d to the queue after a database error. It pauses first, so that an
-// unavailable database is not hammered. The pause grows while such errors repeat.
-func (c *Consumer) requeue(ctx context.Context, d *amqp.Delivery, merr *MessageError) error {
+// waitDB reports a database error and pauses before another try, so that an unavailable
+// database is not hammered. The pause grows while such errors repeat. A fatal error comes back.
+func (c *Consumer) waitDB(ctx context.Context, merr *MessageError) error {
 	if Fatal(merr.Err) {
-		_ = d.Nack(false, true) // the session ends anyway, requeueing d
 		return merr
 	}
 	c.report(merr)
 	c.dbBackoff = min(max(2*c.dbBackoff, c.cfg.ReconnectBackoff), c.cfg.ReconnectBackoffMax)
 	handling.Sleep(ctx, c.dbBackoff)
-	if err := d.Nack(false, true); err != nil {
-		return fmt.Errorf("requeue message %s: %w", merr.MessageID, err)
-	}
 	return nil
 }
 

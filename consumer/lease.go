@@ -171,7 +171,7 @@ func (k *keeper) goAway() {
 func (k *keeper) reachable(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, k.c.cfg.LeaseDuration)
 	defer cancel()
-	return k.c.withChannel(ctx, k.c.cfg.ConsumerName+" probe", func(*amqp.Channel) error { return nil }) == nil
+	return k.c.withChannel(ctx, k.c.cfg.ConsumerName+" probe", func(*amqp.Connection, *amqp.Channel) error { return nil }) == nil
 }
 
 // kept lists, in order, the partitions of workers not told to stop.

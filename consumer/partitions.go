@@ -45,12 +45,6 @@ func (c *Config) partitionArgs() amqp.Table {
 	return args
 }
 
-// noDeliveryLimit is the partition queues' delivery limit, in effect none. RabbitMQ 4.0 drops
-// a quorum queue's message after 20 returns by default. A partition's session ends on each
-// database error, returning its prefetched messages. The value minus one means none on 4.0,
-// but 3.10 then drops every returned message.
-const noDeliveryLimit = int64(1<<31 - 1)
-
 // declarePartitions declares the hash exchange and binds it from each binding's exchange. It
 // declares and binds the partition queues, and declares the dead-letter queue. Each partition has weight
 // 1, bound in partition order.
@@ -77,10 +71,7 @@ func (c *Consumer) declarePartitions(ch *amqp.Channel) error {
 			return fmt.Errorf("bind partition queue %s to %s: %w", q, hx, err)
 		}
 	}
-	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, c.cfg.siblingArgs()); err != nil {
-		return fmt.Errorf("declare dead letter queue %s: %w", c.cfg.DeadLetterQueue, err)
-	}
-	return nil
+	return c.declareDeadLetterQueue(ch)
 }
 
 // hashExchangeError names the plugin when the broker knows no x-consistent-hash exchange. It
@@ -100,7 +91,12 @@ func (c *Consumer) topology(ctx context.Context) error {
 	for {
 		err := c.checkPartitions(ctx)
 		if err == nil {
-			err = c.withChannel(ctx, c.cfg.ConsumerName+" topology", c.declarePartitions)
+			err = c.withChannel(ctx, c.cfg.ConsumerName+" topology", func(conn *amqp.Connection, ch *amqp.Channel) error {
+				if err := c.declareLimited(conn, c.cfg.DeadLetterQueue, c.cfg.siblingArgs()); err != nil {
+					return err
+				}
+				return c.declarePartitions(ch)
+			})
 		}
 		switch {
 		case err == nil:
@@ -133,7 +129,7 @@ func (c *Consumer) checkPartitions(ctx context.Context) error {
 }
 
 // withChannel dials the broker, opens a channel, runs f on it and closes the connection.
-func (c *Consumer) withChannel(ctx context.Context, name string, f func(*amqp.Channel) error) error {
+func (c *Consumer) withChannel(ctx context.Context, name string, f func(*amqp.Connection, *amqp.Channel) error) error {
 	var nc netConn
 	defer context.AfterFunc(ctx, nc.close)()
 	defer nc.close()
@@ -148,5 +144,5 @@ func (c *Consumer) withChannel(ctx context.Context, name string, f func(*amqp.Ch
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	return f(ch)
+	return f(conn, ch)
 }

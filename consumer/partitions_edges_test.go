@@ -110,22 +110,6 @@ func TestCopiesAndNewMessagesOfAHeldAggregateKeepItsOrder(t *testing.T) {
 	e.checkHandled(t, aggs, 150, nil)
 }
 
-// refuseProcessed makes every insert into processed_messages fail while refuse has a row, as a
-// database that is failing over would. The sequence refusals counts the failures.
-const refuseProcessed = `
-CREATE SEQUENCE refusals;
-CREATE TABLE refuse (on_ boolean);
-CREATE FUNCTION refuse_processed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF EXISTS (SELECT 1 FROM refuse) THEN
-		PERFORM nextval('refusals');
-		RAISE EXCEPTION 'refused for the test';
-	END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER refuse BEFORE INSERT ON processed_messages FOR EACH ROW EXECUTE FUNCTION refuse_processed();
-INSERT INTO refuse VALUES (true)`
-
 // On RabbitMQ 4.0 a quorum queue drops a message returned more than 20 times: its default
 // delivery limit. A partition's session ends after each database error, and its prefetched
 // messages go back to the queue. A database down for a while must not drop them.
@@ -133,7 +117,7 @@ func TestPartitionMessagesOutliveManyReturnsOnRabbitMQ40(t *testing.T) {
 	skipShort(t)
 	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"), testenv.HashPlugin())
 	e := newPartEnv(t, r)
-	if _, err := e.pool.Exec(context.Background(), refuseProcessed); err != nil {
+	if _, err := e.pool.Exec(context.Background(), refuseProcessedAs("P0001")); err != nil {
 		t.Fatal(err)
 	}
 	cfg := e.partConfig(1)

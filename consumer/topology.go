@@ -13,6 +13,12 @@ import (
 // setup opens the session's channel in confirm mode, declares the topology and starts
 // consuming. The channel closed receives the reason when the session's channel closes.
 func (c *Consumer) setup(conn *amqp.Connection) (ch *amqp.Channel, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, err error) {
+	if err := c.declareLimited(conn, c.cfg.Queue, c.cfg.QueueArgs); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := c.declareLimited(conn, c.cfg.DeadLetterQueue, c.cfg.siblingArgs()); err != nil {
+		return nil, nil, nil, err
+	}
 	ch, err = conn.Channel()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open channel: %w", err)
@@ -38,7 +44,7 @@ func (c *Consumer) setup(conn *amqp.Connection) (ch *amqp.Channel, deliveries <-
 // durable. Declaring is idempotent, so it runs on every connect.
 func (c *Consumer) declare(ch *amqp.Channel) error {
 	q := c.cfg.Queue
-	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table(c.cfg.QueueArgs)); err != nil {
+	if _, err := ch.QueueDeclare(q, true, false, false, false, c.limitedArgs(q, c.cfg.QueueArgs)); err != nil {
 		return fmt.Errorf("declare queue %s: %w", q, err)
 	}
 	for _, b := range c.cfg.Bindings {
@@ -49,8 +55,8 @@ func (c *Consumer) declare(ch *amqp.Channel) error {
 			return fmt.Errorf("bind queue %s to %s with %q: %w", q, b.Exchange, b.Key, err)
 		}
 	}
-	if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, c.cfg.siblingArgs()); err != nil {
-		return fmt.Errorf("declare dead letter queue %s: %w", c.cfg.DeadLetterQueue, err)
+	if err := c.declareDeadLetterQueue(ch); err != nil {
+		return err
 	}
 	for _, d := range c.cfg.retryDelays() {
 		name := c.cfg.retryQueue(d)
@@ -98,6 +104,15 @@ func (c *Config) retryArgs(d time.Duration) amqp.Table {
 func (c *Config) quorum() bool {
 	t, _ := c.QueueArgs["x-queue-type"].(string)
 	return t == "quorum" || c.Partitions > 0 && t == ""
+}
+
+// declareDeadLetterQueue declares DeadLetterQueue on ch, with the arguments declareLimited chose.
+func (c *Consumer) declareDeadLetterQueue(ch *amqp.Channel) error {
+	q := c.cfg.DeadLetterQueue
+	if _, err := ch.QueueDeclare(q, true, false, false, false, c.limitedArgs(q, c.cfg.siblingArgs())); err != nil {
+		return fmt.Errorf("declare dead letter queue %s: %w", q, err)
+	}
+	return nil
 }
 
 // siblingArgs are the arguments of the dead-letter queue. It is of Queue's type, so that it is
