@@ -77,16 +77,21 @@ func TestSameMessageIDHandledOncePerConsumer(t *testing.T) {
 }
 
 func TestHandlerErrorRetriedThenDeadLettered(t *testing.T) {
-	t.Run("classic queues", func(t *testing.T) { testRetriedThenDeadLettered(t, nil) })
+	t.Run("classic queues", func(t *testing.T) { testRetriedThenDeadLettered(t, nil, nil) })
 	// The retry and dead-letter queues are quorum queues too; the retry queues' TTL and
 	// dead-lettering back to the queue work as with classic ones.
 	t.Run("quorum queues", func(t *testing.T) {
-		testRetriedThenDeadLettered(t, map[string]any{"x-queue-type": "quorum"})
+		testRetriedThenDeadLettered(t, nil, map[string]any{"x-queue-type": "quorum"})
+	})
+	t.Run("quorum queues on RabbitMQ 4.0", func(t *testing.T) {
+		skipShort(t)
+		r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
+		testRetriedThenDeadLettered(t, r, map[string]any{"x-queue-type": "quorum"})
 	})
 }
 
-func testRetriedThenDeadLettered(t *testing.T, queueArgs map[string]any) {
-	e := newEnv(t, nil)
+func testRetriedThenDeadLettered(t *testing.T, r *testenv.Rabbit, queueArgs map[string]any) {
+	e := newEnv(t, r)
 	var got calls
 	var errs errorLog
 	cfg := e.config()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/consumer"
@@ -132,6 +133,37 @@ func TestQuorumQueueMessageOutlivesManyReturnsOnRabbitMQ40(t *testing.T) {
 		start(t, c)
 		e.wantHandledOnce(t, "m1")
 	})
+}
+
+// An operator reads dead letters and puts them back (a nack with requeue) more than 20 times.
+// RabbitMQ 4.0 would drop them from a quorum queue with the default delivery limit.
+func TestDeadLettersOutliveManyReturnsOnRabbitMQ40(t *testing.T) {
+	skipShort(t)
+	e := newEnv(t, testenv.StartRabbit(t, testenv.RabbitVersion("4.0")))
+	cfg := e.config()
+	cfg.QueueArgs = map[string]any{"x-queue-type": "quorum"}
+	cfg.MaxAttempts = 1
+	c, err := consumer.New(e.pool, cfg, func(context.Context, pgx.Tx, consumer.Delivery) error { return errors.New("boom") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	e.waitConsuming(t)
+	e.publish(t, "m1", "order.created")
+	dlq := e.queue + ".dlq"
+	eventually(t, 30*time.Second, "a dead letter", func() bool { return e.readyMessages(t, dlq) == 1 })
+	for i := 1; i <= 25; i++ {
+		d, ok, err := e.ch.Get(dlq, false)
+		if err != nil || !ok {
+			t.Fatalf("read %d: %v; the dead-letter queue dropped m1 after %d returns", i, err, i-1)
+		}
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := e.getDeadLetter(t, dlq); d.MessageId != "m1" {
+		t.Errorf("dead letter %q, want m1", d.MessageId)
+	}
 }
 
 // Walbox declares a new quorum queue with x-delivery-limit. RabbitMQ 3.10 and 4.0 refuse another
