@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -132,7 +133,12 @@ func (s *system) startConsumer(cfg consumer.Config, handled *atomic.Int64) {
 	log := testLogger(s.t, slog.LevelWarn)
 	ctx := context.Background()
 	cfg.ReconnectBackoffMax = time.Second
-	cfg.OnError = func(err error) { log.Warn("consumer", "err", err) }
+	cfg.OnError = func(err error) {
+		log.Warn("consumer", "err", err)
+		if errors.Is(err, consumer.ErrNoDeliveryLimit) {
+			s.t.Errorf("BindQueue declared the queue otherwise than the consumer: %v", err)
+		}
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		s.t.Fatal(err)
