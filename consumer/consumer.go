@@ -34,6 +34,8 @@ type Consumer struct {
 	psql            partitionSQL
 	// limitless holds the quorum queues found existing without x-delivery-limit.
 	limitless sync.Map
+	// warnedLimit holds the queues ErrNoDeliveryLimit was reported for.
+	warnedLimit sync.Map
 	// dbBackoff is the pause after a database error. It grows while such errors repeat.
 	dbBackoff time.Duration
 }

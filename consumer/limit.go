@@ -21,12 +21,20 @@ var ErrNoDeliveryLimit = errors.New("quorum queue without x-delivery-limit:" +
 // returned message.
 const noDeliveryLimit = int64(1<<31 - 1)
 
-// limitedArgs adds x-delivery-limit noDeliveryLimit to the arguments of a quorum queue. It leaves
-// a limit args set, other queue types, and a queue declareLimited found existing without one.
+// limitedArgs are the arguments the session declares queue with: withLimit's, unless
+// declareLimited found queue existing without a limit.
 func (c *Consumer) limitedArgs(queue string, args map[string]any) amqp.Table {
+	if _, limitless := c.limitless.Load(queue); limitless {
+		return amqp.Table(args)
+	}
+	return withLimit(args)
+}
+
+// withLimit adds x-delivery-limit noDeliveryLimit to the arguments of a quorum queue. It leaves
+// a limit args set, and other queue types.
+func withLimit(args map[string]any) amqp.Table {
 	t, _ := args["x-queue-type"].(string)
-	_, set := args["x-delivery-limit"]
-	if _, limitless := c.limitless.Load(queue); t != "quorum" || set || limitless {
+	if _, set := args["x-delivery-limit"]; t != "quorum" || set {
 		return amqp.Table(args)
 	}
 	out := amqp.Table(maps.Clone(args))
@@ -34,19 +42,24 @@ func (c *Consumer) limitedArgs(queue string, args map[string]any) amqp.Table {
 	return out
 }
 
-// declareLimited declares queue with limitedArgs, on a channel of its own. RabbitMQ refuses
-// another x-delivery-limit for an existing queue, closing the channel. Then it declares the
-// queue as it exists, and reports ErrNoDeliveryLimit once.
+// declareLimited declares queue withLimit, on a channel of its own. RabbitMQ refuses another
+// x-delivery-limit for an existing queue, closing the channel. Then it declares the queue as it
+// exists, and reports ErrNoDeliveryLimit once. It tries the limit again every session: the queue
+// may have been declared anew.
 func (c *Consumer) declareLimited(conn *amqp.Connection, queue string, args map[string]any) error {
-	err := declareOn(conn, queue, c.limitedArgs(queue, args))
+	err := declareOn(conn, queue, withLimit(args))
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "'x-delivery-limit'") {
+		if err == nil {
+			c.limitless.Delete(queue)
+		}
 		return err
 	}
 	if err := declareOn(conn, queue, amqp.Table(args)); err != nil {
 		return err
 	}
-	if _, warned := c.limitless.LoadOrStore(queue, true); !warned {
+	c.limitless.Store(queue, true)
+	if _, warned := c.warnedLimit.LoadOrStore(queue, true); !warned {
 		c.report(fmt.Errorf("queue %s: %w; set a policy on it: rabbitmqctl set_policy %s-delivery-limit '^%s$' '{\"delivery-limit\":%d}' --apply-to queues",
 			queue, ErrNoDeliveryLimit, queue, regexp.QuoteMeta(queue), noDeliveryLimit))
 	}

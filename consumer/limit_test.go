@@ -193,8 +193,11 @@ func TestExistingQuorumQueueWithoutDeliveryLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start(t, c)
+			stop := start(t, c)
 			e.wantHandledOnce(t, "m1")
+			if err := stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
 			var warned []string
 			for _, err := range errs.all() {
 				if errors.Is(err, consumer.ErrNoDeliveryLimit) {
@@ -210,6 +213,15 @@ func TestExistingQuorumQueueWithoutDeliveryLimit(t *testing.T) {
 					t.Errorf("queue %s changed: %v", q, err)
 				}
 			}
+			// Deleted, they are declared anew with the limit, when Run runs again.
+			for _, q := range []string{e.queue, e.queue + ".dlq"} {
+				if _, err := e.ch.QueueDelete(q, false, false, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start(t, c)
+			e.waitConsuming(t)
+			e.wantLimit(t, e.queue, e.queue+".dlq")
 		})
 	}
 }
@@ -225,10 +237,17 @@ func TestNewQuorumQueueHasNoDeliveryLimit(t *testing.T) {
 	}
 	start(t, c)
 	e.waitConsuming(t)
+	e.wantLimit(t, e.queue, e.queue+".dlq")
+}
+
+// wantLimit fails the test unless each queue has x-delivery-limit 2147483647: declaring it so
+// does not fail.
+func (e *env) wantLimit(tb testing.TB, queues ...string) {
+	tb.Helper()
 	limited := amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(1<<31 - 1)}
-	for _, q := range []string{e.queue, e.queue + ".dlq"} {
-		if _, err := openChannel(t, e.amqpURL).QueueDeclare(q, true, false, false, false, limited); err != nil {
-			t.Errorf("queue %s: %v, want x-delivery-limit 2147483647", q, err)
+	for _, q := range queues {
+		if _, err := openChannel(tb, e.amqpURL).QueueDeclare(q, true, false, false, false, limited); err != nil {
+			tb.Errorf("queue %s: %v, want x-delivery-limit 2147483647", q, err)
 		}
 	}
 }
