@@ -80,24 +80,15 @@ func TestQuorumQueueMessageOutlivesManyReturnsOnRabbitMQ40(t *testing.T) {
 	r := testenv.StartRabbit(t, testenv.RabbitVersion("4.0"))
 	quorum := map[string]any{"x-queue-type": "quorum"}
 
-	// Each try meets a database error. The consumer tries again, 25 times and more.
-	t.Run("database errors", func(t *testing.T) {
-		e := newEnv(t, r)
-		e.exec(t, refuseProcessedAs("P0001"))
-		cfg := e.config()
-		cfg.QueueArgs = quorum
-		cfg.ReconnectBackoff, cfg.ReconnectBackoffMax = 10*time.Millisecond, 20*time.Millisecond
-		c, err := consumer.New(e.pool, cfg, recordEffect)
-		if err != nil {
-			t.Fatal(err)
+	// Each try meets a database error. The consumer tries again, 25 times and more. It holds
+	// the delivery meanwhile, so that even a queue without the limit keeps it.
+	for _, existing := range []bool{false, true} {
+		name := "database errors"
+		if existing {
+			name += ", existing queue without a limit"
 		}
-		start(t, c)
-		e.waitConsuming(t)
-		e.publish(t, "m1", "order.created")
-		eventually(t, time.Minute, "25 refusals", func() bool { return e.refusals(t) >= 25 })
-		e.exec(t, "DELETE FROM refuse")
-		e.wantHandledOnce(t, "m1")
-	})
+		t.Run(name, func(t *testing.T) { testDatabaseErrors(t, r, existing) })
+	}
 
 	// Each session ends on a fatal database error, which returns the message to the queue.
 	t.Run("sessions ended", func(t *testing.T) {
@@ -133,6 +124,32 @@ func TestQuorumQueueMessageOutlivesManyReturnsOnRabbitMQ40(t *testing.T) {
 		start(t, c)
 		e.wantHandledOnce(t, "m1")
 	})
+}
+
+// testDatabaseErrors has the consumer of a quorum queue meet 25 database errors and more before
+// it handles a message. With existing, the queue exists without x-delivery-limit.
+func testDatabaseErrors(t *testing.T, r *testenv.Rabbit, existing bool) {
+	e := newEnv(t, r)
+	e.exec(t, refuseProcessedAs("P0001"))
+	quorum := map[string]any{"x-queue-type": "quorum"}
+	if existing {
+		if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, quorum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.config()
+	cfg.QueueArgs = quorum
+	cfg.ReconnectBackoff, cfg.ReconnectBackoffMax = 10*time.Millisecond, 20*time.Millisecond
+	c, err := consumer.New(e.pool, cfg, recordEffect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	e.waitConsuming(t)
+	e.publish(t, "m1", "order.created")
+	eventually(t, time.Minute, "25 refusals", func() bool { return e.refusals(t) >= 25 })
+	e.exec(t, "DELETE FROM refuse")
+	e.wantHandledOnce(t, "m1")
 }
 
 // An operator reads dead letters and puts them back (a nack with requeue) more than 20 times.
