@@ -136,7 +136,8 @@ type Config struct {
 	FailoverSlot slots.FailoverSlot
 	// MaxBackoff caps the wait between sessions after an error (default DefaultMaxBackoff).
 	MaxBackoff time.Duration
-	// StandbyRetry is how often a standby checks whether the slot was released (default DefaultStandbyRetry).
+	// StandbyRetry is how often a standby starts a session to take the slot (default DefaultStandbyRetry).
+	// In between, it reads every 100 ms whether the slot was released.
 	StandbyRetry time.Duration
 	// WaitForServers makes Run retry when PostgreSQL or the broker cannot be reached at start.
 	// By default such a failure ends Run, since it usually means a wrong URL.

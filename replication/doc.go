@@ -25,7 +25,7 @@
 //	    │            │                                ▲
 //	    │            └──► stalled (a refused message is retried one at a time) ──┘
 //	    │                 (a refusal for size: one at a time until the row is known; parked next session)
-//	    ├──► standby (another process streams from the slot; ask again every StandbyRetry)
+//	    ├──► standby (another process streams from the slot; watch it; ask again every StandbyRetry)
 //	    └──► failed (an error retrying cannot fix: Run returns it)
 //	any state ──► stopped (Run's context ended; the last session shut down gracefully)
 //

@@ -26,6 +26,8 @@ type Relay struct {
 	// Until then a connection failure is taken for a configuration error, and ends Run.
 	// Afterwards it is an outage to wait out.
 	dbReached, brokerReached bool
+	// watched is set by a session that awaited the slot's release (awaitRelease).
+	watched bool
 	// silence is the last session's silence bound (see silenceBound); zero before the first.
 	silence time.Duration
 	// stall remembers a message the broker refused, across sessions (see stall.go).
@@ -82,10 +84,11 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		wait := backoff.after(err, progressed)
 		if errors.Is(err, ErrSlotActive) {
 			wait = r.cfg.StandbyRetry
-			// A standby says so once, not at every retry.
-			if State(r.stats.State.Swap(int32(StateStandby))) != StateStandby {
-				log.Info("standby: slot is in use by another process; taking over when it is free", "slot", r.cfg.Slot, "error", err)
+			if r.watched {
+				wait = 0 // the session watched the slot for as long already
 			}
+			r.watched = false
+			r.standby(err)
 		} else {
 			r.stats.State.Store(int32(r.unlessStalled(StateRetrying)))
 			if !unreached(err) || quiet.say(err) {
@@ -187,7 +190,11 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	silence := r.serverSilence(wst)
 	slot, err := r.prepareSlot(sctx, conn, w, sys)
 	if errors.Is(err, ErrSlotActive) {
-		return false, r.standbyReach(sctx, err)
+		if err = r.standbyReach(sctx, err); errors.Is(err, ErrSlotActive) {
+			r.standby(err)
+			r.watched = r.awaitRelease(sctx, w.slotDB(), limit/2)
+		}
+		return false, err
 	}
 	if err != nil {
 		return false, err
@@ -278,6 +285,39 @@ func (r *Relay) standbyReach(ctx context.Context, err error) error {
 	r.brokerReached = true
 	_ = pub.Close()
 	return err
+}
+
+// standby marks the relay a standby. It says so once, not at every retry.
+func (r *Relay) standby(err error) {
+	if State(r.stats.State.Swap(int32(StateStandby))) != StateStandby {
+		r.cfg.Logger.Info("standby: slot is in use by another process; taking over when it is free", "slot", r.cfg.Slot, "error", err)
+	}
+}
+
+// releaseLook is how often a standby reads whether the slot is still held.
+const releaseLook = 100 * time.Millisecond
+
+// awaitRelease reads the slot every releaseLook until no process holds it. It stops after
+// StandbyRetry (most at the longest), when ctx ends, or when a read fails. So a standby takes over
+// within moments of the release, yet connects once a StandbyRetry as before. It reports whether it
+// watched to the end: the caller then starts a session at once.
+func (r *Relay) awaitRelease(ctx context.Context, db inspect.Querier, most time.Duration) bool {
+	deadline := time.Now().Add(min(r.cfg.StandbyRetry, most))
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(releaseLook):
+		}
+		info, err := inspect.ReadSlot(ctx, db, r.cfg.Slot)
+		if err != nil {
+			return false
+		}
+		if !info.Active {
+			return true
+		}
+	}
+	return true
 }
 
 // noteServer logs the server a session connected to when it is not the last session's.

@@ -369,15 +369,7 @@ func TestSlotDroppedUnderTheRelayFailsClosed(t *testing.T) {
 }
 
 func TestStandbyTakesOverWhenTheSlotIsReleased(t *testing.T) {
-	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
-	e.start(nil)
-	e.insertTx(1, "one")
-	e.broker.waitPublished(t, 1)
-	first := e.cancel
-
-	standby := newFakeBroker(true)
-	s := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: standby}
-	s.start(nil)
+	e, first, standby, _ := activeAndStandby(t, nil)
 	staysTrue(t, 500*time.Millisecond, "standby stays idle", func() error {
 		if n := len(standby.messages()); n > 0 {
 			return fmt.Errorf("standby published %d messages while the slot was active", n)
@@ -838,4 +830,31 @@ func TestRowDueLaterIsParkedWithoutAScheduler(t *testing.T) {
 	if p.Message.ID != later || !strings.Contains(p.Reason, "stream keeps commit order") || p.Message.DeliverAt.IsZero() {
 		t.Errorf("parked %+v, want %s due later with the stream's reason", p, later)
 	}
+}
+
+// A standby takes the slot over within moments of its release, not at its next StandbyRetry. It
+// watches the slot in between.
+func TestStandbyTakesOverLongBeforeItsNextRetry(t *testing.T) {
+	e, first, standby, s := activeAndStandby(t, func(c *replication.Config) { c.StandbyRetry = time.Minute })
+	waitFor(t, 30*time.Second, "the second relay a standby", func() bool {
+		return replication.State(s.relay.Stats().State.Load()) == replication.StateStandby
+	})
+	first()
+	want, _ := e.insertTx(1, "two")
+	got := standby.waitPublished(t, 1) // fails after 30 s: a standby that did not watch would wait a minute
+	equalIDs(t, ids(got[len(got)-1:]), want)
+}
+
+// activeAndStandby starts a relay that publishes a row, then a second relay on its slot, edited by
+// edit. It returns the first's env and its stop, and the second's broker and env.
+func activeAndStandby(t *testing.T, edit func(*replication.Config)) (*env, context.CancelFunc, *fakeBroker, *env) {
+	t.Helper()
+	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+	e.start(nil)
+	e.insertTx(1, "one")
+	e.broker.waitPublished(t, 1)
+	standby := newFakeBroker(true)
+	s := &env{t: t, pg: e.pg, db: e.db, conn: e.conn, slot: e.slot, broker: standby}
+	s.start(edit)
+	return e, e.cancel, standby, s
 }

@@ -35,7 +35,7 @@ func TestScheduleBench(t *testing.T) {
 	standby.waitState("standby", time.Minute)
 
 	start := time.Now()
-	msgs := w.writeSpread(rows, span)
+	msgs := w.writeSpread(rows, span, scheduleLead)
 	t.Logf("wrote %d messages due over %s in %s", len(msgs), span, time.Since(start).Round(time.Millisecond))
 
 	// Faults at a fifth, two fifths, three fifths and four fifths of the span. The retained WAL is
@@ -75,6 +75,8 @@ func TestScheduleBench(t *testing.T) {
 	got := arrivals()
 	var late, calm []time.Duration // calm: due more than 45 s after any fault, or before it
 	worst := make([]time.Duration, len(struck))
+	overSecond := make([]int, len(struck)) // messages over a second late, by fault
+	calmOver := map[time.Duration]int{}    // calm messages over a second late, by 10 s of their due time
 	lost, early, dups := 0, 0, 0
 	for _, m := range msgs {
 		a, ok := got[m.id]
@@ -92,16 +94,24 @@ func TestScheduleBench(t *testing.T) {
 		for i, f := range struck {
 			if !m.deliverAt.Before(f) && m.deliverAt.Before(f.Add(45*time.Second)) {
 				near, worst[i] = true, max(worst[i], l)
+				if l > time.Second {
+					overSecond[i]++
+				}
 			}
 		}
 		if !near {
 			calm = append(calm, l)
+			if l > time.Second {
+				calmOver[m.deliverAt.Sub(start).Truncate(10*time.Second)]++
+			}
 		}
 	}
 	slices.Sort(calm)
 	for i, f := range faults {
-		t.Logf("due within 45 s after the %s at %s: the latest %s late", f, struck[i].Sub(start).Round(time.Second), worst[i].Round(time.Millisecond))
+		t.Logf("due within 45 s after the %s at %s: the latest %s late, %d over a second", f, struck[i].Sub(start).Round(time.Second),
+			worst[i].Round(time.Millisecond), overSecond[i])
 	}
+	t.Logf("calm messages over a second late, by 10 s of their due time after the start: %v", calmOver)
 	if len(calm) > 0 {
 		t.Logf("due away from every fault: %d messages, lateness p50 %s, p99 %s, max %s", len(calm),
 			calm[len(calm)/2].Round(time.Millisecond), calm[int(0.99*float64(len(calm)-1))].Round(time.Millisecond),
@@ -120,9 +130,13 @@ func TestScheduleBench(t *testing.T) {
 	}
 }
 
-// writeSpread writes n table rows due at random times over span from now, in transactions of
-// 5,000, every other one deleting its rows again.
-func (w *world) writeSpread(n int, span time.Duration) []scheduled {
+// scheduleLead is how long after its write the bench's first message falls due. The relay records
+// the 100,000 rows meanwhile. A message due before its record landed would measure the relay's drain.
+const scheduleLead = 30 * time.Second
+
+// writeSpread writes n table rows due at random times from lead to span after now, in transactions
+// of 5,000, every other one deleting its rows again.
+func (w *world) writeSpread(n int, span, lead time.Duration) []scheduled {
 	w.t.Helper()
 	ctx := context.Background()
 	var out []scheduled
@@ -131,8 +145,8 @@ func (w *world) writeSpread(n int, span time.Duration) []scheduled {
 		err := pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, deliver_at)
 				SELECT 'order', i::text, 'order.reminder', '{}',
-				       pg_catalog.clock_timestamp() + pg_catalog.random() * $2::float8 * interval '1 second'
-				  FROM pg_catalog.generate_series(1, $1::int) i RETURNING id::text, deliver_at`, k, span.Seconds())
+				       pg_catalog.clock_timestamp() + ($3::float8 + pg_catalog.random() * $2::float8) * interval '1 second'
+				  FROM pg_catalog.generate_series(1, $1::int) i RETURNING id::text, deliver_at`, k, (span - lead).Seconds(), lead.Seconds())
 			if err != nil {
 				return err
 			}
@@ -169,4 +183,91 @@ func (w *world) retainedWAL() int64 {
 	_ = w.conn.QueryRow(context.Background(), `SELECT coalesce(pg_catalog.pg_current_wal_lsn() - restart_lsn, 0)::int8
 		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, w.slot).Scan(&n)
 	return n
+}
+
+// The rate of many messages due at once, against the relay's own rate (issue 38: "at the relay's
+// full rate"). It writes n rows without deliver_at while the relay is down, then n rows all due at
+// one instant. Each rate is from its first arrival to its last. It logs both and their ratio. It
+// runs only when soaking; WALBOX_SCHEDULE_BURST sizes it.
+func TestScheduleBurstRate(t *testing.T) {
+	heavy(t)
+	if !soaking() {
+		t.Skip("bench: runs with WALBOX_SOAK=1 (make soak)")
+	}
+	n := soakInt("WALBOX_SCHEDULE_BURST", 50000, 50000)
+	pg := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, pg)
+	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	arrivals := w.consumeArrivals()
+	r := w.startRelay()
+	r.waitState("streaming", time.Minute)
+	r.Kill()
+
+	plain := w.writeBurst(n, "NULL")
+	r = w.startRelay()
+	plainRate := burstRate(t, arrivals, plain)
+
+	var due time.Time
+	if err := w.conn.QueryRow(context.Background(), "SELECT pg_catalog.clock_timestamp() + interval '30 seconds'").Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	sched := w.writeBurst(n, "$2::timestamptz", due)
+	schedRate := burstRate(t, arrivals, sched)
+	t.Logf("| rows | relay, msg/s | due at once, msg/s | ratio |")
+	t.Logf("| %d | %.0f | %.0f | %.2f |", n, plainRate, schedRate, schedRate/plainRate)
+	r.Stop(time.Minute)
+}
+
+// writeBurst writes n rows in transactions of 5,000, deliver_at set by the SQL expression at, and
+// returns their ids.
+func (w *world) writeBurst(n int, at string, args ...any) []string {
+	w.t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for done := 0; done < n; done += 5000 {
+		rows, err := w.conn.Query(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, deliver_at)
+			SELECT 'order', i::text, 'order.reminder', '{}', `+at+` FROM pg_catalog.generate_series(1, $1::int) i RETURNING id::text`,
+			append([]any{min(5000, n-done)}, args...)...)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+// burstRate waits for every id to arrive and returns the messages a second from the first arrival
+// to the last.
+func burstRate(t *testing.T, arrivals func() map[string]arrival, ids []string) float64 {
+	t.Helper()
+	var got map[string]arrival
+	all := func() bool {
+		got = arrivals()
+		for _, id := range ids {
+			if _, ok := got[id]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Minute); !all(); time.Sleep(time.Second) { // a copy a second: the consumer keeps up
+		if time.Now().After(deadline) {
+			t.Fatal("the burst did not arrive within 5 minutes")
+		}
+	}
+	first, last := got[ids[0]].first, got[ids[0]].first
+	for _, id := range ids {
+		at := got[id].first
+		if at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return float64(len(ids)) / last.Sub(first).Seconds()
 }
