@@ -33,6 +33,30 @@ const confirmTimeout = time.Minute
 // one flag, so a takeover sends at once.
 const standbyLook = 100 * time.Millisecond
 
+// shutdownGrace bounds how long a stop waits for the batch being sent: its confirms and its commit.
+// Without it, a stop would leave that batch to be sent again.
+const shutdownGrace = 5 * time.Second
+
+// finishing returns a context that ends grace after ctx ends, and a function that releases it.
+func finishing(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	fin, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-fin.Done():
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-fin.Done():
+		}
+	}()
+	return fin, cancel
+}
+
 // Retries after an error start at minRetry and double up to maxRetry. After a database restart the
 // sender is back within maxRetry of the server.
 const (
@@ -75,6 +99,9 @@ type Sender struct {
 	pub       wire.Publisher
 	lastCount time.Time
 	lastPrune time.Time
+	// alone counts the turns left that send one message each. The broker refused one of a batch
+	// for its size: they find which. Sent alone, it is parked without its payload.
+	alone int
 }
 
 // NewSender returns a Sender, its defaults filled in.
@@ -231,23 +258,31 @@ func (s *Sender) housekeep(ctx context.Context) {
 	}
 	if now.Sub(s.lastPrune) >= time.Hour {
 		s.lastPrune = now
-		if _, err := s.conn.Exec(ctx, "DELETE FROM "+s.t.done+" WHERE done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "+
-			"pg_catalog.make_interval(secs => $1::pg_catalog.float8))", DoneRetention.Seconds()); err != nil {
+		// A tombstone stays while a record of its id waits: one written by a record that raced the cancel.
+		if _, err := s.conn.Exec(ctx, "DELETE FROM "+s.t.done+" d WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "+
+			"pg_catalog.make_interval(secs => $1::pg_catalog.float8)) AND NOT EXISTS (SELECT 1 FROM "+s.t.schedule+
+			" s WHERE s.message_id OPERATOR(pg_catalog.=) d.message_id)", DoneRetention.Seconds()); err != nil {
 			s.cfg.Logger.Warn("scheduled delivery: prune "+s.t.done, "error", err)
 		}
 	}
 }
 
 // sendDue sends one batch in one transaction. It locks the due rows and drops the cancelled ones.
-// It publishes the rest in order and awaits every confirm. Then it deletes them all and notes the
-// sent ones. It returns how many rows it locked, and whether an open cancel held any back.
+// It publishes the rest in order and awaits every verdict. Then it deletes the cancelled and the
+// confirmed ones, and notes the sent ones. A refused message stays for the retry, alone: those
+// confirmed beside it are not sent again. It returns how many rows it locked, and whether an open
+// cancel held any back.
 func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return 0, false, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, s.cfg.Batch)
+	limit := s.cfg.Batch
+	if s.alone > 0 {
+		limit = 1
+	}
+	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, limit)
 	if err != nil {
 		return 0, false, fmt.Errorf("read the schedule: %w", err)
 	}
@@ -260,9 +295,9 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 	if err != nil || len(ds) == 0 {
 		return locked, held, err
 	}
-	ids, slots := make([]string, len(ds)), make([]string, len(ds))
+	ids := make([]string, len(ds))
 	for i := range ds {
-		ids[i], slots[i] = ds[i].msg.AMQPMessageID(), ds[i].slot
+		ids[i] = ds[i].msg.AMQPMessageID()
 	}
 	// Read after the lock, so a cancel committed before it is seen.
 	var cancelled []string
@@ -270,14 +305,38 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) '' AND state OPERATOR(pg_catalog.=) 'cancelled'", ids).Scan(&cancelled); err != nil {
 		return 0, false, fmt.Errorf("read cancels: %w", err)
 	}
-	sent, err := s.publish(ctx, ds, cancelled)
-	if err != nil {
+	// A stop ends the publishing. What was published is still confirmed, deleted and committed.
+	fin, finished := finishing(ctx, shutdownGrace)
+	defer finished()
+	sent, cancels, err := s.publish(ctx, ds, cancelled)
+	if sent == nil {
 		return 0, false, err
 	}
+	ctx = fin
+	// A message the broker refused stays; the confirmed ones go, so the retry sends only what failed.
+	// After a failed publish, the verdicts already due are taken, but not awaited long.
+	wctx, waited := ctx, context.CancelFunc(func() {})
+	if err != nil {
+		wctx, waited = context.WithTimeout(ctx, time.Second)
+	}
+	refused := s.await(wctx, sent)
+	waited()
+	if err != nil {
+		refused = errors.Join(err, refused)
+	}
+	if refused != nil && errors.As(refused, new(*wire.TooLargeError)) {
+		refused = s.tooLarge(ctx, sent, refused)
+	} else if refused == nil && s.alone > 0 {
+		s.alone--
+	}
+	if refused != nil && len(sent.confirmed.ids) == 0 && len(cancels.ids) == 0 {
+		return 0, false, refused
+	}
 	killpoint.Hit("schedule.confirmed")
+	gone := keys{slots: append(cancels.slots, sent.confirmed.slots...), ids: append(cancels.ids, sent.confirmed.ids...)}
 	if _, err := tx.Exec(ctx, "DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
 		"pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) WHERE s.slot_name OPERATOR(pg_catalog.=) k.slot_name "+
-		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", slots, ids); err != nil {
+		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", gone.slots, gone.ids); err != nil {
 		return 0, false, fmt.Errorf("delete sent messages: %w", err)
 	}
 	// Each sent id is noted under its slot, and under '' too, where a cancel writes its tombstone. A
@@ -285,14 +344,17 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
 		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
 		" UNION ALL SELECT '', m.message_id, 'sent' FROM pg_catalog.unnest($2::pg_catalog.text[]) AS m(message_id)"+
-		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.slots, sent.ids); err != nil {
+		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.confirmed.slots, sent.confirmed.ids); err != nil {
 		return 0, false, fmt.Errorf("note sent messages: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, false, fmt.Errorf("commit sent messages: %w", err)
 	}
-	s.Sent.Add(int64(len(sent.ids)))
-	s.Cancelled.Add(int64(len(ds) - len(sent.ids)))
+	s.Sent.Add(int64(len(sent.confirmed.ids)))
+	s.Cancelled.Add(int64(len(cancels.ids)))
+	if refused != nil {
+		return 0, false, refused
+	}
 	return locked, held, nil
 }
 
@@ -334,72 +396,146 @@ func (s *Sender) unheld(ctx context.Context, tx pgx.Tx, ds []due) ([]due, bool, 
 // keys are schedule rows by slot and message id, side by side.
 type keys struct{ slots, ids []string }
 
-// publish publishes the due messages not cancelled, in order, and waits for every confirm. It
-// returns the rows it sent. The lateness of each is its delay when read plus the time to its confirm.
-func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (keys, error) {
+func (k *keys) add(slot, id string) { k.slots, k.ids = append(k.slots, slot), append(k.ids, id) }
+
+// outgoing is a due message published and not confirmed yet.
+type outgoing struct {
+	slot, id string
+	late     time.Duration // its delay when read
+	msg      *wire.Message
+}
+
+// batchSent is what publish sent: the messages awaiting their confirms, by number, and those
+// confirmed so far.
+type batchSent struct {
+	start     time.Time
+	waiting   map[uint64]outgoing
+	confirmed keys
+	sent      int
+	last      outgoing // the last message published
+}
+
+// publish publishes the due messages not cancelled, in order. It returns them, and the rows it
+// dropped as cancelled.
+func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (*batchSent, keys, error) {
 	skip := make(map[string]bool, len(cancelled))
 	for _, id := range cancelled {
 		skip[id] = true
 	}
-	start := time.Now()
-	late := make(map[uint64]time.Duration, len(ds))
-	var sent keys
+	b := &batchSent{start: time.Now(), waiting: make(map[uint64]outgoing, len(ds))}
+	var cancels keys
 	for i := range ds {
 		m := &ds[i].msg
 		if skip[m.AMQPMessageID()] {
+			cancels.add(ds[i].slot, m.AMQPMessageID())
 			continue
 		}
 		if err := s.dial(ctx); err != nil {
-			return keys{}, err
+			return nil, keys{}, err
+		}
+		if ctx.Err() != nil {
+			break // stopping: the rest waits for the next relay
 		}
 		seq, err := s.pub.Publish(ctx, m)
 		if errors.Is(err, wire.ErrUnpublishable) {
 			seq, err = s.pub.Park(ctx, &wire.Parked{Message: *m, Reason: err.Error(), Table: s.t.schedule, Database: s.db})
 		}
+		if err != nil && ctx.Err() != nil {
+			break // a publish ended by the stop wrote nothing
+		}
 		if err != nil {
-			return keys{}, fmt.Errorf("publish scheduled %s: %w", m.AMQPMessageID(), err)
+			if errors.As(err, new(*wire.TooLargeError)) { // written, then refused
+				b.sent++
+				b.last = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), late: ds[i].lateness, msg: m}
+			}
+			return b, cancels, fmt.Errorf("publish scheduled %s: %w", m.AMQPMessageID(), err)
 		}
-		late[seq] = ds[i].lateness
-		sent.slots, sent.ids = append(sent.slots, ds[i].slot), append(sent.ids, m.AMQPMessageID())
+		b.waiting[seq] = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), late: ds[i].lateness, msg: m}
+		b.sent++
+		b.last = b.waiting[seq]
 	}
-	if f, ok := s.pub.(wire.Flusher); ok {
+	if f, ok := s.pub.(wire.Flusher); ok && len(b.waiting) > 0 {
 		if err := f.Flush(); err != nil {
-			return keys{}, fmt.Errorf("flush: %w", err)
+			return nil, keys{}, fmt.Errorf("flush: %w", err)
 		}
 	}
-	return sent, s.await(ctx, late, start)
+	return b, cancels, nil
 }
 
-// await waits for a confirm of every sequence in late.
-func (s *Sender) await(ctx context.Context, late map[uint64]time.Duration, start time.Time) error {
+// await waits for a verdict on every message of b. It moves each confirmed one to b.confirmed. It
+// returns the first refusal, after the other verdicts, or why the wait ended early. The lateness
+// of a message is its delay when read plus the time to its confirm.
+func (s *Sender) await(ctx context.Context, b *batchSent) error {
 	timer := time.NewTimer(confirmTimeout)
 	defer timer.Stop()
-	for len(late) > 0 {
+	var refused error
+	for len(b.waiting) > 0 {
 		select {
 		case c, ok := <-s.pub.Confirms():
 			if !ok {
-				return errors.New("publisher: session closed")
+				return errors.Join(refused, errors.New("publisher: session closed"))
 			}
+			o, known := b.waiting[c.Seq]
 			if c.Err != nil {
-				return fmt.Errorf("broker did not confirm scheduled message %d: %w", c.Seq, c.Err)
+				err := fmt.Errorf("broker did not confirm scheduled message %d: %w", c.Seq, c.Err)
+				if !known {
+					return errors.Join(refused, err) // the session ended: no more verdicts come
+				}
+				delete(b.waiting, c.Seq)
+				if refused == nil {
+					refused = err
+				}
+				continue
 			}
-			d, known := late[c.Seq]
 			if !known {
 				continue
 			}
-			delete(late, c.Seq)
+			delete(b.waiting, c.Seq)
+			b.confirmed.add(o.slot, o.id)
 			at := c.At
 			if at.IsZero() {
 				at = time.Now()
 			}
 			if s.cfg.Lateness != nil {
-				s.cfg.Lateness(d + at.Sub(start))
+				s.cfg.Lateness(o.late + at.Sub(b.start))
 			}
 		case <-timer.C:
-			return fmt.Errorf("%d scheduled messages unconfirmed after %s", len(late), confirmTimeout)
+			return errors.Join(refused, fmt.Errorf("%d scheduled messages unconfirmed after %s", len(b.waiting), confirmTimeout))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	return refused
+}
+
+// tooLarge handles a batch whose session the broker closed, refusing a message for its size (err).
+// A message sent alone is that message: it is parked without its payload, as the relay parks such
+// a row. Otherwise the next turns send the batch's messages one by one to find it. It returns err,
+// or nil once the message is parked and counts as confirmed.
+func (s *Sender) tooLarge(ctx context.Context, b *batchSent, err error) error {
+	if b.sent != 1 || len(b.confirmed.ids) > 0 {
+		s.alone = b.sent
+		return err
+	}
+	_ = s.pub.Close() // the broker closed it
+	s.pub = nil
+	if err := s.dial(ctx); err != nil {
+		return err
+	}
+	o := b.last
+	m := *o.msg
+	m.Payload = nil
+	seq, perr := s.pub.Park(ctx, &wire.Parked{Message: m, Reason: fmt.Sprintf("%s: %v", wire.ErrUnpublishable, err),
+		Table: s.t.schedule, Database: s.db, Size: len(o.msg.Payload)})
+	if perr != nil {
+		return fmt.Errorf("park scheduled %s, too large: %w", o.id, perr)
+	}
+	parked := &batchSent{start: b.start, waiting: map[uint64]outgoing{seq: o}}
+	if perr := s.await(ctx, parked); perr != nil {
+		return fmt.Errorf("park scheduled %s, too large: %w", o.id, perr)
+	}
+	s.cfg.Logger.Warn("scheduled delivery: parked a message the broker refused for its size", "msg_id", o.id, "error", err)
+	b.confirmed = parked.confirmed
+	s.alone = 0
 	return nil
 }
