@@ -419,10 +419,15 @@ func (r *Relay) slotError(err error) error {
 // within it.
 const maxReconnect = time.Second
 
-// unreached reports whether err says PostgreSQL could not be reached, or is not ready yet.
+// unreached reports whether err says PostgreSQL could not be reached, or is not ready yet. A server
+// that answered otherwise (a refused login, too many connections) is asked again with the backoff.
 func unreached(err error) bool {
 	var ce *pgconn.ConnectError
-	return errors.As(err, &ce)
+	if !errors.As(err, &ce) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) || pgErr.Code == "57P03" // cannot_connect_now: starting up or in recovery
 }
 
 // repeats keeps the log of an unreachable server short: the same error again within a minute is
