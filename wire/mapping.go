@@ -171,5 +171,12 @@ func (m Mapping) CheckColumns(actual map[string]string) error {
 		}
 		return fmt.Errorf("table %s has no column %q (mapped as %s)", m.WithDefaults().Table, col, strings.Join(roles, ", "))
 	}
+	// A timestamp without time zone carries no offset. Read as UTC, a writer's local time would leave
+	// early or late by its zone's offset.
+	if col := m.WithDefaults().DeliverAt; col != Absent && strings.HasSuffix(actual[col], "without time zone") {
+		return fmt.Errorf("table %s: column %q (deliver_at) is %s: its time zone is unknown, so a message could leave early; "+
+			"ALTER TABLE %s ALTER COLUMN %s TYPE timestamptz USING %s AT TIME ZONE '<the writers' zone>'",
+			m.WithDefaults().Table, col, actual[col], m.WithDefaults().Table, col, col)
+	}
 	return nil
 }

@@ -22,6 +22,11 @@ func TestCheckColumns(t *testing.T) {
 		}
 		return m
 	}
+	with := func(col, typ string) map[string]string {
+		m := without()
+		m[col] = typ
+		return m
+	}
 	legacy := wire.Mapping{Table: wire.Table{Schema: "app", Name: "events"}, Headers: "meta", EventType: "kind"}
 	tests := []struct {
 		name    string
@@ -41,6 +46,11 @@ func TestCheckColumns(t *testing.T) {
 			wire.Mapping{RoutingKey: "{aggregate_type}.{event_type}"}, without("aggregate_type"),
 			`no column "aggregate_type"`},
 		{"an id from the position needs no id column", wire.Mapping{MessageID: wire.IDFromPosition}, without("id"), ""},
+		{"a deliver_at of timestamptz passes", wire.Mapping{}, with("deliver_at", "timestamp with time zone"), ""},
+		{"a deliver_at without time zone is refused", wire.Mapping{}, with("deliver_at", "timestamp(3) without time zone"),
+			`column "deliver_at" (deliver_at) is timestamp(3) without time zone`},
+		{"a mapped deliver-at without time zone is refused", wire.Mapping{DeliverAt: "due"}, with("due", "timestamp without time zone"),
+			`column "due" (deliver_at) is timestamp without time zone`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
