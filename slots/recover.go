@@ -308,7 +308,7 @@ type Result struct {
 	Held            int64 // rows a stream held already, not published again (StreamPublisher)
 	Published       int64 // rows republished and confirmed
 	Parked          int64 // rows parked, confirmed
-	Scheduled       int64 // rows due later, recorded in the schedule (Scheduler), of Published
+	Scheduled       int64 // rows with a deliver_at, recorded in the schedule (Scheduler), of Published
 	// LossAccepted: rows of the gap may have been gone from the tables, and the loss was
 	// accepted (AcceptLoss). The rows republished are all there were, not all of the gap.
 	LossAccepted bool
@@ -403,7 +403,7 @@ func (r *Recovery) republish(ctx context.Context, g Gap, snapshot string, res *R
 	rp := republish.New(pub, dial, r.cfg.OnParked)
 	rp.Database = wire.ParkedBy(r.sys.SystemID, r.sys.DBName)
 	defer func() { _ = rp.Close() }()
-	// Rows due after this, by the server's clock, are scheduled: none leaves early.
+	// Rows with a deliver_at go to the schedule: none leaves early, nor once cancelled.
 	var now time.Time
 	if err := r.db.QueryRow(ctx, "SELECT pg_catalog.clock_timestamp()").Scan(&now); err != nil {
 		return fmt.Errorf("read the server's clock: %w", err)

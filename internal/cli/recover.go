@@ -142,7 +142,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			res.Rows, res.Parked, res.Duration.Round(time.Millisecond))
 	}
 	if res.Scheduled > 0 {
-		fmt.Fprintf(stdout, "%d of them are due later: they wait in the schedule until their deliver_at\n", res.Scheduled)
+		fmt.Fprintf(stdout, "%d of them have a deliver_at: they went to the schedule, which sends each when due unless cancelled\n", res.Scheduled)
 	}
 	fmt.Fprintf(stdout, "recorded slot %s at %s: start walbox run\n", cfg.Slot, res.ConsistentPoint)
 	return nil

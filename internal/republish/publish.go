@@ -94,7 +94,7 @@ func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire
 	if err != nil {
 		return fmt.Errorf("table %s: %w", table, err)
 	}
-	if !p.now.IsZero() && m.DeliverAt.After(p.now) {
+	if p.toSchedule(&m, commit) {
 		return p.schedule(ctx, table, &m)
 	}
 	if len(m.Payload) >= aloneFrom && p.dial != nil {
@@ -113,6 +113,19 @@ func (p *Publisher) Row(ctx context.Context, rows *decoder.TableRows, table wire
 	p.sent++
 	p.published++
 	return p.drain()
+}
+
+// toSchedule reports whether m goes to the schedule (or is parked, into a stream). A session with a
+// schedule takes every row due after its commit, as walbox run does. There a cancel's tombstone is
+// checked. With no commit time, that is every row with a deliver_at: one due already leaves at once.
+func (p *Publisher) toSchedule(m *wire.Message, commit time.Time) bool {
+	if p.now.IsZero() || m.DeliverAt.IsZero() {
+		return false
+	}
+	if _, ok := p.pub.(Scheduler); ok && (commit.IsZero() || m.DeliverAt.After(commit)) {
+		return true
+	}
+	return m.DeliverAt.After(p.now)
 }
 
 // schedule hands m, due later, to the session's schedule, or parks it without one.

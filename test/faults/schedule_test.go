@@ -218,8 +218,8 @@ func TestRecoverSchedulesRowsDueLater(t *testing.T) {
 	}
 	w.dropSlot()
 	out, code := w.walbox(nil, "recover", "--accept-loss") // the deleted rows are gone, as for any gap
-	if code != 0 || !strings.Contains(out, "10 of them are due later") {
-		t.Fatalf("walbox recover exited %d; want 0 and 10 rows due later:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "10 of them have a deliver_at") {
+		t.Fatalf("walbox recover exited %d; want 0 and 10 rows with a deliver_at:\n%s", code, out)
 	}
 	var n int
 	if err := w.conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n); err != nil || n != 10 {
