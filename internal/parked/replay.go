@@ -80,8 +80,8 @@ func (w *writer) replay(ctx context.Context, rows *rows, g Group) (Outcome, erro
 			return w.parkAgain(ctx, p, &m, p.Size, err, o)
 		}
 	}
-	if notYet(&m, &o) {
-		return o, nil
+	if later, err := notYet(ctx, rows, &m, &o); err != nil || later {
+		return o, err
 	}
 	err = w.send(ctx, func(s *publisher.Session) (uint64, error) { return s.Publish(ctx, &m) })
 	var tl *wire.TooLargeError
@@ -149,13 +149,21 @@ func (w *writer) confirm(ctx context.Context) error {
 const leftParked = "left parked"
 
 // notYet reports whether m is due later (its deliver_at column): replay leaves it parked, and says
-// so in o. A replay sends at once, so it would leave early.
-func notYet(m *wire.Message, o *Outcome) bool {
-	if m.DeliverAt.IsZero() || !m.DeliverAt.After(time.Now()) {
-		return false
+// so in o. A replay sends at once, so it would leave early. Due is by the database's clock, as for
+// the relay.
+func notYet(ctx context.Context, r *rows, m *wire.Message, o *Outcome) (bool, error) {
+	if m.DeliverAt.IsZero() {
+		return false, nil
+	}
+	now, err := r.now(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !m.DeliverAt.After(now) {
+		return false, nil
 	}
 	o.Action, o.Reason = leftParked, "due at "+m.DeliverAt.UTC().Format(time.RFC3339)+"; replay it then"
-	return true
+	return true, nil
 }
 
 // fromCopy says why m, a row rebuilt from its parked copy, still cannot be published, or nil.

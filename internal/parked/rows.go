@@ -23,6 +23,18 @@ type rows struct {
 	tables map[string]*table // prepared, by table name; nil: the table cannot be read by id
 }
 
+// now reads the database's clock. Without a database it is the host's.
+func (r *rows) now(ctx context.Context) (time.Time, error) {
+	if r.db == nil {
+		return time.Now(), nil
+	}
+	var t time.Time
+	if err := r.db.QueryRow(ctx, "SELECT pg_catalog.clock_timestamp()").Scan(&t); err != nil {
+		return t, fmt.Errorf("read the database's clock for deliver_at: %w", err)
+	}
+	return t, nil
+}
+
 // table is one outbox table as replay reads it.
 type table struct {
 	rows  *decoder.TableRows

@@ -42,3 +42,32 @@ func TestRowReadByItsID(t *testing.T) {
 		t.Errorf("without a database: found %v, %v; want not found", found, err)
 	}
 }
+
+// A replay decides whether a parked message is due by the database's clock, as the relay does. A
+// database that cannot tell the time stops the replay: the host's clock may run ahead.
+func TestReplayIsDueByTheDatabaseClock(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	conn := pg.Conn(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	var now time.Time
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	r := newRows(conn, nil)
+	for _, c := range []struct {
+		at    time.Time
+		later bool
+	}{{now.Add(time.Hour), true}, {now.Add(-time.Second), false}, {time.Time{}, false}} {
+		var o Outcome
+		later, err := notYet(ctx, r, &wire.Message{DeliverAt: c.at}, &o)
+		if err != nil || later != c.later || later != (o.Action == leftParked) {
+			t.Errorf("due at %v: later %v (%q), %v; want %v", c.at, later, o.Action, err, c.later)
+		}
+	}
+	if err := conn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := notYet(ctx, r, &wire.Message{DeliverAt: now.Add(time.Hour)}, &Outcome{}); err == nil {
+		t.Error("the database's clock could not be read, yet the replay went on by the host's")
+	}
+}

@@ -288,9 +288,13 @@ func (sr *streamReplay) replay(ctx context.Context, g []*streampub.ParkEntry, id
 			return sr.parkAgain(ctx, g, &m, err, o, report)
 		}
 	}
-	if id == 0 && notYet(&m, &o) { // a replay cut short goes on: it may be in the stream already
-		report(o)
-		return nil
+	if id == 0 { // a replay cut short goes on: it may be in the stream already
+		if later, err := notYet(ctx, sr.rows, &m, &o); err != nil || later {
+			if later {
+				report(o)
+			}
+			return err
+		}
 	}
 	if id == 0 {
 		id = sr.next
