@@ -99,3 +99,21 @@ func TestReconnectWaitIsCappedOnlyWhileTheServerIsNotReady(t *testing.T) {
 		}
 	}
 }
+
+// The same connect error is logged once a minute, not at each retry; another error is logged at once.
+func TestRepeatedConnectErrorsAreLoggedOnce(t *testing.T) {
+	var q repeats
+	refused, down := errors.New("connection refused"), errors.New("the database system is starting up")
+	for i, c := range []struct {
+		err  error
+		want bool
+	}{{refused, true}, {refused, false}, {down, true}, {refused, true}, {refused, false}} {
+		if got := q.say(c.err); got != c.want {
+			t.Errorf("error %d (%v): logged %v, want %v", i, c.err, got, c.want)
+		}
+	}
+	q.at = q.at.Add(-time.Minute)
+	if !q.say(refused) {
+		t.Error("the same error a minute later was not logged")
+	}
+}

@@ -68,7 +68,11 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		if State(r.stats.State.Load()) != StateStandby {
 			r.stats.State.Store(int32(r.unlessStalled(StateStarting)))
 		}
+		began := r.stats.Sessions.Load()
 		progressed, err := r.session(ctx)
+		if r.stats.Sessions.Load() != began {
+			quiet = repeats{} // a session streamed: the next outage's first error is news
+		}
 		r.endSession(err)
 		if r.noteStall(err) {
 			progressed = true // the next session parks a row, or looks for it: no reason to wait
