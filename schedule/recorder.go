@@ -52,15 +52,21 @@ type Recorder struct {
 
 	// recorded, unless nil, learns the earliest deliver_at of each batch once it committed.
 	recorded func(time.Time)
+	// standbys is set on PostgreSQL 17 and later: a record then waits for synchronized_standby_slots.
+	standbys bool
 }
 
 // NewRecorder returns pub as a Recorder that records scheduled messages for slot in the schedule in
 // schema, over conn. The Recorder owns pub and conn: Close closes both. The function recorded,
 // unless nil, learns the earliest deliver_at of each batch recorded (the Sender's Nudge).
 func NewRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time)) *Recorder {
+	return newRecorder(pub, conn, schema, slot, window, recorded, false)
+}
+
+func newRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time), standbys bool) *Recorder {
 	t := tablesIn(schema)
 	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: t.recordSQL(), into: t.schedule, kick: make(chan struct{}, 1),
-		confirms: make(chan wire.Confirm, window+64), stop: make(chan struct{}), recorded: recorded}
+		confirms: make(chan wire.Confirm, window+64), stop: make(chan struct{}), recorded: recorded, standbys: standbys}
 	r.wg.Add(2)
 	go r.forward()
 	go r.write()
@@ -192,6 +198,11 @@ func (r *Recorder) write() {
 				<-r.stop
 				return
 			}
+			if err := r.awaitStandbys(); err != nil {
+				r.pass(wire.Confirm{Err: fmt.Errorf("%w (%w): %d inserted into %s, not confirmed: %w", wire.ErrNotRecorded, wire.ErrSessionClosed, len(seqs), r.into, err)})
+				<-r.stop
+				return
+			}
 			now := time.Now()
 			for _, s := range seqs {
 				if !r.pass(wire.Confirm{Seq: s, At: now}) {
@@ -207,8 +218,15 @@ func (r *Recorder) write() {
 
 // insert records b in one statement, so in one transaction.
 func (r *Recorder) insert(b *batch) error {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	ctx, cancel := r.bounded(writeTimeout)
 	defer cancel()
+	_, err := r.conn.Exec(ctx, r.sql, b.args(r.slot)...)
+	return err
+}
+
+// bounded returns a context that ends after d, or at Close.
+func (r *Recorder) bounded(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	go func() {
 		select {
 		case <-r.stop:
@@ -216,8 +234,7 @@ func (r *Recorder) insert(b *batch) error {
 		case <-ctx.Done():
 		}
 	}()
-	_, err := r.conn.Exec(ctx, r.sql, b.args(r.slot)...)
-	return err
+	return ctx, cancel
 }
 
 // durableSQL turns synchronous_commit on for the session, if off. Other values flush locally at least.
@@ -244,5 +261,5 @@ func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot strin
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("make the schedule's commits durable: %w", err)
 	}
-	return NewRecorder(n, conn, schema, slot, window, recorded), nil
+	return newRecorder(n, conn, schema, slot, window, recorded, serverMajor(conn) >= 17), nil
 }

@@ -1,0 +1,10 @@
+package schedule
+
+import "time"
+
+// SetStandbyWait sets how long a record waits for synchronized_standby_slots, until undo.
+func SetStandbyWait(d time.Duration) (undo func()) {
+	old := standbyWait
+	standbyWait = d
+	return func() { standbyWait = old }
+}
