@@ -17,6 +17,10 @@ import (
 // So a canary that nobody reads never holds the relay up.
 const canaryMaxLength = 100
 
+// canaryExpires removes a canary queue unused this long: one of a killed process, say. A reader's
+// own queue always has its consumer, so it never expires.
+const canaryExpires = time.Minute
+
 // CanaryReader reads walbox's canary back from a queue of its own. The queue is bound to the
 // exchange with the routing key wire.CanaryEventType. Close it when done.
 type CanaryReader struct {
@@ -26,10 +30,11 @@ type CanaryReader struct {
 }
 
 // DialCanary opens a reader of the canary queue on the first broker that answers. The queue is
-// the reader's own: exclusive to its connection, classic, at most canaryMaxLength messages. So no
-// other process takes its canaries, and it goes when the connection does. Give each dial a new name,
-// so that no queue left from before is met. It binds the queue to the exchange, which it does not
-// declare: the relay's session does.
+// the reader's own: quorum, at most canaryMaxLength messages, gone after canaryExpires unused. It
+// has a single active consumer, so no other process takes its canaries. It is not exclusive: an
+// operator may unbind or delete it from another connection. Give each dial a new name, so that no queue left
+// from before is met. It binds the queue to the exchange, which it does not declare: the relay's
+// session does.
 func (e *Endpoints) DialCanary(ctx context.Context, queue string) (*CanaryReader, error) {
 	var errs []string
 	for _, cfg := range e.cfgs {
@@ -74,9 +79,12 @@ func readCanary(conn *amqp.Connection, cfg Config, queue string) (*CanaryReader,
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	// A quorum queue cannot be exclusive. RabbitMQ 4 deprecates transient queues unless exclusive.
-	args := amqp.Table{"x-max-length": int64(canaryMaxLength), "x-queue-type": QueueClassic}
-	if _, err := ch.QueueDeclare(queue, false, true, true, false, args); err != nil {
+	// Quorum: a classic durable queue outlives its lost node, and the relay's canaries routed to it
+	// are nacked. Transient queues must be exclusive from RabbitMQ 4.3. A quorum queue expires instead
+	// of auto-deleting. An exclusive consumer did not keep others off it; a single active one does.
+	args := amqp.Table{"x-max-length": int64(canaryMaxLength), "x-queue-type": QueueQuorum,
+		"x-expires": canaryExpires.Milliseconds(), "x-single-active-consumer": true}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
 		return nil, fmt.Errorf("declare queue %s: %w", queue, err)
 	}
 	if err := ch.QueueBind(queue, wire.CanaryEventType, cfg.Exchange, false, nil); err != nil {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +36,14 @@ const canaryInterval = time.Second
 // its canary queues' names.
 func canaryDaemon(t *testing.T, interval time.Duration) (relayd.Config, *testenv.Postgres, string, string) {
 	t.Helper()
+	return canaryDaemonOn(t, interval, testenv.SharedRabbit(t))
+}
+
+// canaryDaemonOn is canaryDaemon on rabbit.
+func canaryDaemonOn(t *testing.T, interval time.Duration, rabbit *testenv.Rabbit) (relayd.Config, *testenv.Postgres, string, string) {
+	t.Helper()
 	cfg, pg, db := config(t)
+	cfg.Brokers = brokersOn(t, cfg, rabbit)
 	cfg.Listen = testenv.FreeAddr(t)
 	cfg.Canary = interval
 	cfg.Relay.StatusInterval = 5 * time.Second // the relay's own publication check comes after the canary's
@@ -51,6 +61,34 @@ func canaryPrefix(t *testing.T, cfg relayd.Config, pg *testenv.Postgres, db stri
 		t.Fatal(err)
 	}
 	return canary.Queue(cfg.Brokers.Configs()[0].Exchange, system, database, cfg.Relay.Slot, "")
+}
+
+// brokersOn is cfg's broker configuration on rabbit, of cfg's exchange.
+func brokersOn(t *testing.T, cfg relayd.Config, rabbit *testenv.Rabbit) *publisher.Endpoints {
+	t.Helper()
+	eps, err := publisher.NewEndpoints(publisher.Config{Exchange: cfg.Brokers.Configs()[0].Exchange, AppID: "walbox"},
+		[]string{rabbit.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eps
+}
+
+// eachRabbit runs test on the shared RabbitMQ 3.10 node and on a RabbitMQ 4.0 node of its own.
+// With parallel, the two run at once.
+func eachRabbit(t *testing.T, parallel bool, test func(t *testing.T, rabbit *testenv.Rabbit)) {
+	t.Run("3.10", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
+		test(t, testenv.SharedRabbit(t))
+	})
+	t.Run("4.0", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
+		test(t, testenv.StartRabbit(t, testenv.RabbitVersion("4.0")))
+	})
 }
 
 // canaryQueues lists the queues of rabbit whose names start with prefix.
@@ -77,29 +115,77 @@ func oneCanaryQueue(t *testing.T, rabbit *testenv.Rabbit, prefix, not string) st
 	return names[0]
 }
 
-// When its queue is lost, as with a cluster node, the canary declares a new one and reads on. The
-// queue is exclusive: no other connection may read it.
+// When its queue is lost, as with a cluster node, the canary declares a new one and reads on. Another
+// connection may read the queue, but gets none of its canaries: they are the reader's. It may delete it.
 func TestCanaryDeclaresANewQueueWhenItsOwnIsLost(t *testing.T) {
 	rabbit := testenv.SharedRabbit(t)
 	testenv.RequireOwn(t, rabbit) // lists its queues
 	cfg, _, _, prefix := canaryDaemon(t, canaryInterval)
 	eventually(t, "a canary back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 1 })
 	queue := oneCanaryQueue(t, rabbit, prefix, "")
-	ch := testenv.Channel(t, rabbit.URL())
-	_, err := ch.Consume(queue, "", true, false, false, false, nil)
-	var ae *amqp.Error
-	if !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked {
-		t.Fatalf("consume the canary queue %s from another connection: %v; want 405 RESOURCE_LOCKED", queue, err)
+	other := testenv.Channel(t, rabbit.URL())
+	taken, err := other.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume the canary queue %s from another connection: %v", queue, err)
 	}
-	rabbit.Ctl(t, "delete_queue", queue) // the broker's own hand: no other connection may
-	renewed := oneCanaryQueue(t, rabbit, prefix, queue)
 	back := metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count")
+	eventually(t, "canaries back beside another consumer", func() bool {
+		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= back+2
+	})
+	select {
+	case d := <-taken:
+		t.Fatalf("another connection took a canary off %s: %s", queue, d.Body)
+	default:
+	}
+	if _, err := testenv.Channel(t, rabbit.URL()).QueueDelete(queue, false, false, false); err != nil {
+		t.Fatalf("delete the canary queue %s from another connection: %v", queue, err)
+	}
+	renewed := oneCanaryQueue(t, rabbit, prefix, queue)
+	back = metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count")
 	eventually(t, "canaries back from "+renewed, func() bool {
 		return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= back+2
 	})
 	if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
+}
+
+// A process killed with SIGKILL says nothing to the broker. Its canary queue goes all the same, on
+// RabbitMQ 3.10 and 4.0: its consumer went with the connection, and the unused queue expires.
+func TestCanaryQueueGoesWithAKilledProcess(t *testing.T) {
+	bin := testenv.Build(t, "cmd/walbox")
+	eachRabbit(t, true, func(t *testing.T, rabbit *testenv.Rabbit) {
+		testenv.RequireOwn(t, rabbit) // lists its queues
+		cfg, pg, db := config(t)
+		cfg.Brokers = brokersOn(t, cfg, rabbit)
+		prefix, addr := canaryPrefix(t, cfg, pg, db), testenv.FreeAddr(t)
+		cmd := exec.Command(bin, "run")
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "WALBOX_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "WALBOX_DATABASE_URL="+db, "WALBOX_AMQP_URL="+rabbit.URL(), "WALBOX_SLOT="+cfg.Relay.Slot,
+			"WALBOX_EXCHANGE="+cfg.Brokers.Configs()[0].Exchange, "WALBOX_LISTEN="+addr, "WALBOX_CANARY_INTERVAL=1s")
+		cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		eventually(t, "a canary back", func() bool { return metricValue(t, addr, "walbox_canary_latency_seconds_count") >= 1 })
+		queue := oneCanaryQueue(t, rabbit, prefix, "")
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		deadline := time.Now().Add(3 * time.Minute) // the queue expires a minute after its consumer went
+		for len(canaryQueues(t, rabbit, prefix)) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed process's canary queue %s still there", queue)
+			}
+			time.Sleep(time.Second)
+		}
+	})
 }
 
 // metricValue reads one sample of /metrics; -1 when absent.
@@ -133,8 +219,8 @@ func waitNotReady(t *testing.T, addr string, interval time.Duration, want string
 	}
 }
 
-// On a RabbitMQ 4.0 cluster the canary's queue lives on the node its reader is connected to. Once
-// that node is lost, so is the queue: the canary reads from another node, from a new queue.
+// On a RabbitMQ 4.0 cluster the canary's reader loses its node. It reads from another node, from a
+// new queue. The old queue, bound still, takes the relay's canaries without a nack, and expires.
 func TestCanaryOnACluster4LosesItsNodeAndReadsOn(t *testing.T) {
 	cfg, _, _ := config(t)
 	c := testenv.StartCluster(t, testenv.RabbitVersion("4.0"))
@@ -155,29 +241,33 @@ func TestCanaryOnACluster4LosesItsNodeAndReadsOn(t *testing.T) {
 }
 
 // The canary comes back, again and again: its age stays under two intervals, and /readyz is ready.
-// Its queue is exclusive: no other connection may unbind it. But its binding goes with the exchange,
-// deleted by hand say. The relay declares the exchange again; none comes back, and /readyz says so.
+// Then another connection deletes its queue's binding, as an operator may. None comes back, and
+// /readyz says so within two intervals, on RabbitMQ 3.10 and 4.0.
 func TestCanaryComesBackAndFailsReadyWithoutItsBinding(t *testing.T) {
-	cfg, _, _, _ := canaryDaemon(t, canaryInterval)
-	eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 3 })
-	for range 10 {
-		if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
-			t.Fatalf("walbox_canary_age_seconds %v, want under two intervals", age)
+	eachRabbit(t, false, func(t *testing.T, rabbit *testenv.Rabbit) {
+		testenv.RequireOwn(t, rabbit) // lists its queues
+		cfg, _, _, prefix := canaryDaemonOn(t, canaryInterval, rabbit)
+		eventually(t, "canaries back", func() bool { return metricValue(t, cfg.Listen, "walbox_canary_latency_seconds_count") >= 3 })
+		for range 10 {
+			if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 0 || age > 2*canaryInterval.Seconds() {
+				t.Fatalf("walbox_canary_age_seconds %v, want under two intervals", age)
+			}
+			if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
+				t.Fatalf("/readyz: %d %q while canaries come back", code, body)
+			}
+			time.Sleep(canaryInterval / 4)
 		}
-		if code, body, _ := testenv.HTTPGet(cfg.Listen, "/readyz"); code != 200 {
-			t.Fatalf("/readyz: %d %q while canaries come back", code, body)
+		queue := oneCanaryQueue(t, rabbit, prefix, "")
+		ch := testenv.Channel(t, rabbit.URL())
+		if err := ch.QueueUnbind(queue, wire.CanaryEventType, cfg.Brokers.Configs()[0].Exchange, nil); err != nil {
+			t.Fatalf("delete the binding of the canary queue %s from another connection: %v", queue, err)
 		}
-		time.Sleep(canaryInterval / 4)
-	}
-	ch := testenv.Channel(t, testenv.SharedRabbit(t).URL())
-	if err := ch.ExchangeDelete(cfg.Brokers.Configs()[0].Exchange, false, false); err != nil {
-		t.Fatal(err)
-	}
-	body := waitNotReady(t, cfg.Listen, canaryInterval, "canary: none came back")
-	t.Logf("/readyz: %s", body)
-	if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 2*canaryInterval.Seconds() {
-		t.Errorf("walbox_canary_age_seconds %v after /readyz failed, want over two intervals", age)
-	}
+		body := waitNotReady(t, cfg.Listen, canaryInterval, "canary: none came back")
+		t.Logf("/readyz: %s", body)
+		if age := metricValue(t, cfg.Listen, "walbox_canary_age_seconds"); age < 2*canaryInterval.Seconds() {
+			t.Errorf("walbox_canary_age_seconds %v after /readyz failed, want over two intervals", age)
+		}
+	})
 }
 
 // A logical decoding message is not filtered by the publication: it would still come back once
@@ -341,11 +431,15 @@ func TestCanaryOfClonedDatabasesWithOneSlotName(t *testing.T) {
 }
 
 // A broker user with rights on the exchange's own names only reads the canary back: its queue's
-// name starts with the exchange's. On a cluster (here: --queue-type quorum) the canary's queue is
-// still classic and exclusive, as a quorum queue cannot be.
+// name starts with the exchange's. The canary's queue is quorum, not exclusive, and expires. The
+// same on RabbitMQ 3.10 and 4.0.
 func TestCanaryForALeastPrivilegedBrokerUserWithQuorumQueues(t *testing.T) {
+	eachRabbit(t, false, leastPrivilegedCanary)
+}
+
+// leastPrivilegedCanary is TestCanaryForALeastPrivilegedBrokerUserWithQuorumQueues on rabbit.
+func leastPrivilegedCanary(t *testing.T, rabbit *testenv.Rabbit) {
 	cfg, pg, db := config(t)
-	rabbit := testenv.SharedRabbit(t)
 	testenv.RequireOwn(t, rabbit) // adds a user to it
 	exchange := cfg.Brokers.Configs()[0].Exchange
 	own := "^" + regexp.QuoteMeta(exchange) + `(\..*)?$`
@@ -372,9 +466,15 @@ func TestCanaryForALeastPrivilegedBrokerUserWithQuorumQueues(t *testing.T) {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 	queue := oneCanaryQueue(t, rabbit, prefix, "")
-	for _, line := range strings.Split(rabbit.Ctl(t, "list_queues", "--quiet", "--no-table-headers", "name", "type", "exclusive"), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == queue && (f[1] != "classic" || f[2] != "true") {
-			t.Errorf("canary queue %s: type %s, exclusive %s; want classic and exclusive", queue, f[1], f[2])
+	want := "quorum true false" // type, durable, auto-delete; exclusive is blank or false
+	for _, line := range strings.Split(rabbit.Ctl(t, "list_queues", "--quiet", "--no-table-headers",
+		"name", "type", "durable", "auto_delete", "exclusive", "arguments"), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 5 || f[0] != queue {
+			continue
+		}
+		if got := strings.Join(f[1:4], " "); got != want || f[4] == "true" || !strings.Contains(line, "x-expires") {
+			t.Errorf("canary queue %s: %s; want %q, not exclusive, and x-expires", queue, line, want)
 		}
 	}
 }
