@@ -94,35 +94,11 @@ func TestARecordWaitsForTheSynchronizedStandby(t *testing.T) {
 	u.User = url.User("scheduler")
 	db = u.String()
 
-	record := func() wire.Confirm {
-		t.Helper()
-		ctx := context.Background()
-		p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		rec := p.(*schedule.Recorder)
-		m := &wire.Message{ID: uuid.New(), EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: time.Now().Add(time.Hour)}
-		if _, err := rec.Schedule(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-		if err := rec.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case c := <-rec.Confirms():
-			return c
-		case <-time.After(time.Minute):
-			t.Fatal("no verdict after a minute")
-		}
-		return wire.Confirm{}
-	}
-	if c := record(); c.Err != nil || c.Seq != 1 {
+	if c := recordOne(t, db); c.Err != nil || c.Seq != 1 {
 		t.Fatalf("standby streaming: verdict seq %d, %v; want 1 confirmed", c.Seq, c.Err)
 	}
 	pauseReceiver(t, standby)
-	c := record()
+	c := recordOne(t, db)
 	if c.Err == nil || !errors.Is(c.Err, wire.ErrNotRecorded) || !errors.Is(c.Err, wire.ErrSessionClosed) ||
 		!strings.Contains(c.Err.Error(), "standby1 (flushed up to") {
 		t.Fatalf("receiver paused: verdict seq %d, %v; want the session's end naming standby1", c.Seq, c.Err)
@@ -130,8 +106,54 @@ func TestARecordWaitsForTheSynchronizedStandby(t *testing.T) {
 	t.Log(c.Err)
 }
 
+// recordOne records a message due in an hour for slot s over db, and returns its verdict.
+func recordOne(t *testing.T, db string) wire.Confirm {
+	t.Helper()
+	ctx := context.Background()
+	p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rec := p.(*schedule.Recorder)
+	m := &wire.Message{ID: uuid.New(), EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: time.Now().Add(time.Hour)}
+	if _, err := rec.Schedule(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-rec.Confirms():
+		return c
+	case <-time.After(time.Minute):
+		t.Fatal("no verdict after a minute")
+	}
+	return wire.Confirm{}
+}
+
+// A slot that is not a failover slot is not synced, and PostgreSQL does not hold it back for
+// synchronized_standby_slots. So its records do not wait: a paused standby must not stall the relay.
+func TestARecordOfASlotNotForFailoverDoesNotWait(t *testing.T) {
+	_, standby, db, conn := standbyPair(t)
+	if _, err := conn.Exec(context.Background(), "SELECT pg_catalog.pg_drop_replication_slot('s')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), "SELECT pg_catalog.pg_create_logical_replication_slot('s', 'pgoutput', false, false, false)"); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, conn, standby)
+	t.Cleanup(schedule.SetStandbyWait(2 * time.Second))
+	pauseReceiver(t, standby)
+	began := time.Now()
+	if c := recordOne(t, db); c.Err != nil || c.Seq != 1 {
+		t.Fatalf("slot not for failover, receiver paused: verdict seq %d, %v after %v; want 1 confirmed at once", c.Seq, c.Err, time.Since(began))
+	}
+}
+
 // standbyPair starts a PostgreSQL 17 primary whose synchronized_standby_slots names its standby's
-// slot. It returns both, and a migrated database on the primary with a connection to it.
+// slot. It returns both, and a migrated database on the primary with a connection to it. The
+// database has a failover slot s, as walbox creates on PostgreSQL 17.
 func standbyPair(t *testing.T) (primary, standby *testenv.Postgres, db string, conn *pgx.Conn) {
 	t.Helper()
 	if testenv.Short() {
@@ -143,6 +165,9 @@ func standbyPair(t *testing.T) (primary, standby *testenv.Postgres, db string, c
 	primary.Exec(t, primary.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
 	primary.Exec(t, primary.URL(), "SELECT pg_catalog.pg_reload_conf()")
 	db, conn = primary.MigratedDatabase(t, migrations.Config{})
+	if _, err := conn.Exec(context.Background(), "SELECT pg_catalog.pg_create_logical_replication_slot('s', 'pgoutput', false, false, true)"); err != nil {
+		t.Fatal(err)
+	}
 	return primary, standby, db, conn
 }
 

@@ -15,10 +15,12 @@ import (
 // standbyWait bounds the wait for the standbys of synchronized_standby_slots to flush a record.
 var standbyWait = 30 * time.Second
 
-// flushedSQL reads the primary's WAL flushed so far, which holds the record's commit, and the
-// standby slots to wait for. Before PostgreSQL 17 the setting does not exist.
+// flushedSQL reads the primary's WAL flushed so far, which holds the record's commit. It also reads
+// the standby slots to wait for, and whether the slot $1 is a failover slot here.
+// Before PostgreSQL 17 the setting does not exist.
 const flushedSQL = "SELECT pg_catalog.pg_current_wal_flush_lsn()::pg_catalog.text," +
-	" coalesce(pg_catalog.current_setting('synchronized_standby_slots', true), '')"
+	" coalesce(pg_catalog.current_setting('synchronized_standby_slots', true), '')," +
+	" coalesce((SELECT s.failover FROM pg_catalog.pg_replication_slots s WHERE s.slot_name OPERATOR(pg_catalog.=) $1), false)"
 
 // behindSQL lists the slots of the list $2 that have not flushed $1: missing, invalidated, not in
 // use, or behind. It is PostgreSQL's own test before a logical walsender sends a change.
@@ -32,6 +34,8 @@ const behindSQL = "SELECT n.name, coalesce(s.restart_lsn::pg_catalog.text, ''), 
 // awaitStandbys waits until every standby slot of synchronized_standby_slots has flushed the WAL
 // of the records just committed. A synced failover slot may pass the row before the record arrives.
 // Promoted, that standby would lack the record. It waits at most standbyWait.
+// A slot that is not a failover slot here is not synced: PostgreSQL does not hold it back either.
+// So its records do not wait. A lagging standby would otherwise stall a relay it cannot affect.
 func (r *Recorder) awaitStandbys() error {
 	if !r.standbys {
 		return nil
@@ -39,10 +43,11 @@ func (r *Recorder) awaitStandbys() error {
 	ctx, cancel := r.bounded(standbyWait)
 	defer cancel()
 	var at, list string
-	if err := r.conn.QueryRow(ctx, flushedSQL).Scan(&at, &list); err != nil {
+	var failover bool
+	if err := r.conn.QueryRow(ctx, flushedSQL, r.slot).Scan(&at, &list, &failover); err != nil {
 		return fmt.Errorf("read the WAL position of the record: %w", err)
 	}
-	if strings.TrimSpace(list) == "" {
+	if !failover || strings.TrimSpace(list) == "" {
 		return nil
 	}
 	pause := time.Millisecond
