@@ -1,0 +1,91 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
+)
+
+// Migration 017 meets a relay sending due messages: its transaction holds a due row FOR UPDATE,
+// awaits the broker, then deletes the row. The migration created its index (a SHARE lock), then
+// waited to drop the old one (ACCESS EXCLUSIVE). The sender's delete then waited for the migration:
+// a deadlock. Either the migration failed, or the sender's confirmed batch rolled back and went twice.
+func TestScheduleIndexMigrationBesideASendingRelay(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	// The schedule as migration 016 left it.
+	pg.Exec(t, db, `DROP INDEX public.walbox_schedule_due_order;
+		CREATE INDEX walbox_schedule_deliver_at ON public.walbox_schedule (deliver_at);
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 17;
+		INSERT INTO public.walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+			event_type, payload, headers, amqp_id, routing_key, exchange)
+		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	sender, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := sender.Exec(ctx, "SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED"); err != nil {
+		t.Fatal(err)
+	}
+
+	migrated, ended := make(chan error, 1), make(chan struct{})
+	migrator := pg.Conn(t, db)
+	go func() {
+		defer close(ended)
+		_, err := migrations.ApplyRegistry(ctx, migrator, "public")
+		migrated <- err
+	}()
+	defer func() { cancel(); <-ended }() // before the connection closes
+	// The migration waits for the sender's transaction, which has not deleted its row yet.
+	check := pg.Conn(t, db)
+	for {
+		var waiting bool
+		if err := check.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+			WHERE NOT l.granted AND l.relation OPERATOR(pg_catalog.=) 'public.walbox_schedule'::pg_catalog.regclass)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("the migration ended (%v) while a sender held a due row", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The broker confirmed: the sender deletes its row and commits.
+	if _, err := sender.Exec(ctx, "DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1'"); err != nil {
+		t.Fatalf("the sender's delete of a confirmed message beside migration 017: %v", err)
+	}
+	if err := sender.Commit(ctx); err != nil {
+		t.Fatalf("the sender's commit beside migration 017: %v", err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("migration 017 beside a sending relay: %v", err)
+	}
+	rows, err := conn.Query(ctx, "SELECT indexname::pg_catalog.text FROM pg_catalog.pg_indexes WHERE tablename = 'walbox_schedule' ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("indexes: %v", indexes)
+	for _, n := range indexes {
+		if n == "walbox_schedule_deliver_at" {
+			t.Errorf("walbox_schedule_deliver_at is still there: %v", indexes)
+		}
+	}
+}
