@@ -33,7 +33,7 @@ func TestAConfirmedRecordSurvivesAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Close() })
-	receiver := pauseReceiver(t, standby)
+	receiver := standby.PauseReceiver(t)
 
 	id := uuid.New()
 	m := &wire.Message{ID: id, EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: time.Now().Add(time.Hour)}
@@ -97,7 +97,7 @@ func TestARecordWaitsForTheSynchronizedStandby(t *testing.T) {
 	if c := recordOne(t, db); c.Err != nil || c.Seq != 1 {
 		t.Fatalf("standby streaming: verdict seq %d, %v; want 1 confirmed", c.Seq, c.Err)
 	}
-	pauseReceiver(t, standby)
+	standby.PauseReceiver(t)
 	c := recordOne(t, db)
 	if c.Err == nil || !errors.Is(c.Err, wire.ErrNotRecorded) || !errors.Is(c.Err, wire.ErrSessionClosed) ||
 		!strings.Contains(c.Err.Error(), "standby1 (flushed up to") {
@@ -144,7 +144,7 @@ func TestARecordOfASlotNotForFailoverDoesNotWait(t *testing.T) {
 	}
 	caughtUp(t, conn, standby)
 	t.Cleanup(schedule.SetStandbyWait(2 * time.Second))
-	pauseReceiver(t, standby)
+	standby.PauseReceiver(t)
 	began := time.Now()
 	if c := recordOne(t, db); c.Err != nil || c.Seq != 1 {
 		t.Fatalf("slot not for failover, receiver paused: verdict seq %d, %v after %v; want 1 confirmed at once", c.Seq, c.Err, time.Since(began))
@@ -218,21 +218,6 @@ func waitReady(t *testing.T, standby *testenv.Postgres) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// pauseReceiver stops the standby's WAL receiver process (SIGSTOP) and returns its pid. What the
-// primary sends then waits unread in the socket.
-func pauseReceiver(t *testing.T, standby *testenv.Postgres) int {
-	t.Helper()
-	var pid int
-	if err := queryRow(standby.URL(), "SELECT pid FROM pg_catalog.pg_stat_wal_receiver", &pid); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	return pid
 }
 
 func queryRow(db, sql string, dest any, args ...any) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 )
 
 // StartStandby makes a hot standby of primary: pg_basebackup -R -C -S slot (which creates the
@@ -84,4 +85,27 @@ func (p *Postgres) Promote(tb TB) {
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(scaled(pgStartTimeout).Seconds())).Scan(&done); err != nil || !done {
 		tb.Fatalf("testenv: promote: not promoted (%v)%s", err, logTail(p.logFile()))
 	}
+}
+
+// PauseReceiver stops the standby's WAL receiver process (SIGSTOP) and returns its pid. What the
+// primary sends meanwhile waits unread in the socket. tb.Cleanup resumes it, if still there.
+func (p *Postgres) PauseReceiver(tb TB) int {
+	tb.Helper()
+	p.mustOwn(tb, "PauseReceiver")
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	conn, err := connect(ctx, p.url)
+	if err != nil {
+		tb.Fatalf("testenv: pause the WAL receiver: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pid FROM pg_catalog.pg_stat_wal_receiver").Scan(&pid); err != nil {
+		tb.Fatalf("testenv: pause the WAL receiver: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		tb.Fatalf("testenv: pause the WAL receiver %d: %v", pid, err)
+	}
+	tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	return pid
 }
