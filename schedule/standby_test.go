@@ -151,6 +151,37 @@ func TestARecordOfASlotNotForFailoverDoesNotWait(t *testing.T) {
 	}
 }
 
+// PostgreSQL folds an unquoted name of synchronized_standby_slots to lower case, as an identifier:
+// 'Standby1' names the slot standby1. A record looked for a slot Standby1, found none, and waited.
+func TestARecordWaitsForASlotNamedInCapitals(t *testing.T) {
+	primary, standby, db, conn := standbyPair(t)
+	primary.Exec(t, primary.URL(), `ALTER SYSTEM SET synchronized_standby_slots = ' Standby1 , "standby1"'`)
+	primary.Exec(t, primary.URL(), "SELECT pg_catalog.pg_reload_conf()")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var list string
+		if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.current_setting('synchronized_standby_slots')").Scan(&list); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(list, "Standby1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("synchronized_standby_slots is still %q", list)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	caughtUp(t, conn, standby)
+	t.Cleanup(schedule.SetStandbyWait(2 * time.Second))
+	if c := recordOne(t, db); c.Err != nil || c.Seq != 1 {
+		t.Fatalf("standby streaming: verdict seq %d, %v; want 1 confirmed", c.Seq, c.Err)
+	}
+	standby.PauseReceiver(t)
+	if c := recordOne(t, db); c.Err == nil || !strings.Contains(c.Err.Error(), "standby1 (flushed up to") {
+		t.Fatalf("receiver paused: verdict seq %d, %v; want the session's end naming standby1", c.Seq, c.Err)
+	}
+}
+
 // standbyPair starts a PostgreSQL 17 primary whose synchronized_standby_slots names its standby's
 // slot. It returns both, and a migrated database on the primary with a connection to it. The
 // database has a failover slot s, as walbox creates on PostgreSQL 17.

@@ -24,9 +24,11 @@ const flushedSQL = "SELECT pg_catalog.pg_current_wal_flush_lsn()::pg_catalog.tex
 
 // behindSQL lists the slots of the list $2 that have not flushed $1: missing, invalidated, not in
 // use, or behind. It is PostgreSQL's own test before a logical walsender sends a change.
+// Each name is read as PostgreSQL reads it, an identifier: unquoted, it folds to lower case.
 const behindSQL = "SELECT n.name, coalesce(s.restart_lsn::pg_catalog.text, ''), coalesce(s.wal_status, ''), coalesce(s.slot_type, '')" +
 	" FROM pg_catalog.unnest(pg_catalog.string_to_array($2::pg_catalog.text, ',')) AS a(raw)" +
-	" CROSS JOIN LATERAL (SELECT pg_catalog.btrim(a.raw, ' \"') AS name) AS n" +
+	" CROSS JOIN LATERAL (SELECT CASE WHEN pg_catalog.btrim(a.raw, E' \\t\\r\\n') OPERATOR(pg_catalog.=) '' THEN ''" +
+	" ELSE (pg_catalog.parse_ident(a.raw))[1] END AS name) AS n" +
 	" LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name OPERATOR(pg_catalog.=) n.name" +
 	" WHERE n.name OPERATOR(pg_catalog.<>) '' AND (s.restart_lsn IS NULL OR s.slot_type OPERATOR(pg_catalog.<>) 'physical'" +
 	" OR s.wal_status OPERATOR(pg_catalog.=) 'lost' OR s.restart_lsn OPERATOR(pg_catalog.<) $1::pg_catalog.pg_lsn)"
