@@ -60,7 +60,9 @@
 //     TestReplayLeavesOutSubtransactionsOfATransactionRunningAtStart,
 //     TestReplaySendsRowsOlderThanTwoBillionTransactions
 //   - scheduled delivery: TestScheduledMessagesSurviveKills, TestScheduledDeliveryAsALeastPrivilegedRelay,
-//     TestRecoverSchedulesRowsDueLater, TestScheduleBench (make soak: 100,000 over 10 minutes)
+//     TestRecoverSchedulesRowsDueLater, TestScheduledMessagesAcrossAReshard,
+//     TestScheduledRowSurvivesAFailoverBeforeItsRecordReachedTheStandby, TestScheduleBench (make soak:
+//     100,000 over 10 minutes), TestScheduleBurstRate (make soak: many due at once)
 //   - parked rows (walbox parked): TestParkedRowsListedReplayedDiscarded (list, show,
 //     replay, discard, bad usage), TestParkedStreamListedReplayedDiscarded (the park stream),
 //     TestParkedReplayKilledAtEveryPoint, TestParkedOnAQuorumQueueOfACluster,
