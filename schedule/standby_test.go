@@ -190,11 +190,7 @@ func standbyPair(t *testing.T) (primary, standby *testenv.Postgres, db string, c
 	if testenv.Short() {
 		t.Skip("integration test: needs PostgreSQL 17")
 	}
-	primary = testenv.StartPostgres(t, testenv.PGVersion(17))
-	testenv.RequireOwn(t, primary)
-	standby = testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
-	primary.Exec(t, primary.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
-	primary.Exec(t, primary.URL(), "SELECT pg_catalog.pg_reload_conf()")
+	primary, standby = testenv.StartFailoverPair(t, testenv.WithSetting("hot_standby_feedback", "on"))
 	db, conn = primary.MigratedDatabase(t, migrations.Config{})
 	if _, err := conn.Exec(context.Background(), "SELECT pg_catalog.pg_create_logical_replication_slot('s', 'pgoutput', false, false, true)"); err != nil {
 		t.Fatal(err)

@@ -109,3 +109,16 @@ func (p *Postgres) PauseReceiver(tb TB) int {
 	tb.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	return pid
 }
+
+// StartFailoverPair starts a PostgreSQL 17 primary of the test's own and its standby, with slot
+// standby1. The primary's synchronized_standby_slots names that slot, so failover slots wait for
+// the standby. opts are the standby's settings (sync_replication_slots, say).
+func StartFailoverPair(tb TB, opts ...PGOption) (primary, standby *Postgres) {
+	tb.Helper()
+	primary = StartPostgres(tb, PGVersion(17))
+	RequireOwn(tb, primary)
+	standby = StartStandby(tb, primary, "standby1", opts...)
+	primary.Exec(tb, primary.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
+	primary.Exec(tb, primary.URL(), "SELECT pg_catalog.pg_reload_conf()")
+	return primary, standby
+}

@@ -22,12 +22,8 @@ import (
 // to walbox's first confirm on the new primary.
 func TestPrimaryFailsOverToAStandby(t *testing.T) {
 	heavy(t)
-	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
-	testenv.RequireOwn(t, primary)
-	standby := testenv.StartStandby(t, primary, "standby1",
+	primary, standby := testenv.StartFailoverPair(t,
 		testenv.WithSetting("sync_replication_slots", "on"), testenv.WithSetting("hot_standby_feedback", "on"))
-	primary.Exec(t, primary.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
-	primary.Exec(t, primary.URL(), "SELECT pg_reload_conf()")
 	rabbit := testenv.SharedRabbit(t)
 
 	w := newWorld(t, primary, rabbit)

@@ -16,12 +16,8 @@ import (
 // A promoted slot past the row must come with the row's record; else the message is lost.
 func TestScheduledRowSurvivesAFailoverBeforeItsRecordReachedTheStandby(t *testing.T) {
 	heavy(t)
-	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
-	testenv.RequireOwn(t, primary)
-	standby := testenv.StartStandby(t, primary, "standby1",
+	primary, standby := testenv.StartFailoverPair(t,
 		testenv.WithSetting("sync_replication_slots", "on"), testenv.WithSetting("hot_standby_feedback", "on"))
-	primary.Exec(t, primary.URL(), "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
-	primary.Exec(t, primary.URL(), "SELECT pg_catalog.pg_reload_conf()")
 	w := newWorld(t, primary, testenv.SharedRabbit(t))
 	standbyDB := withHost(t, w.db, hostOf(t, standby.URL()))
 	r := w.startRelay()
