@@ -566,7 +566,9 @@ func TestRecoverAcceptedLossIsOneSlots(t *testing.T) {
 // lost too, recover would miss them and call prune's deletes explained.
 func TestPruneKeepsRowsARecoveredSlotHasNotConfirmed(t *testing.T) {
 	heavy(t)
-	a := newWorld(t, testenv.SharedPostgres(t), testenv.SharedRabbit(t))
+	// A server of its own: another test's open transaction on a shared one holds the xmin horizon
+	// back, and slot A's record with it.
+	a := newWorld(t, testenv.StartPostgres(t), testenv.SharedRabbit(t))
 	b := a.in(t)
 	b.slot = testenv.UniqueName("slot")
 	r := b.startRelay()
