@@ -101,6 +101,7 @@
 //
 // after watch.record has written it to walbox_slots.
 // An idle step (checkpoint.IdleStep) sends watch.recorded instead.
+// One idle step after outbox transactions is recorded all the same: it carries their xmin horizon (watch.owesHorizon).
 //
 // Ledger.Watermark moves in three places, all in stream.go:
 //

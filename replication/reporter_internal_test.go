@@ -52,6 +52,8 @@ func (f *fakePositions) replayedCap(_ context.Context, lsn pglogrepl.LSN) (pglog
 	return lsn, nil
 }
 
+func (f *fakePositions) owesHorizon(_, _, _ pglogrepl.LSN) bool { return false }
+
 func (f *fakePositions) lastRecorded() pglogrepl.LSN {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -65,6 +65,7 @@ type watch struct {
 	replayed   pglogrepl.LSN
 	limit      pglogrepl.LSN // the position the relay may confirm up to
 	recorded   pglogrepl.LSN // the position recorded in the registry
+	settled    pglogrepl.LSN // the last end of outbox transactions whose horizon is recorded (owesHorizon)
 	checked    time.Time     // when the last check succeeded
 }
 
@@ -406,6 +407,31 @@ func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
 		return lsn
 	}
 	return min(lsn, w.replayed)
+}
+
+// owesHorizon reports whether an idle step from rec to w must be recorded all the same.
+// Outbox transactions last moved the watermark to moved.
+// The record at rec may carry the horizon of a check older than moved.
+// That happens when other WAL follows the transactions before the check that lets the slot pass them.
+// Their rows then look unconfirmed to walbox prune until a record passes a check made after them.
+// So one idle step that passes the first check at or after moved is recorded.
+// Later steps pass only WAL that follows that check: the relay's own records among it.
+// Recording those would write for ever on an idle database.
+func (w *watch) owesHorizon(rec, to, moved pglogrepl.LSN) bool {
+	if moved == 0 || moved <= w.settled {
+		return false
+	}
+	for _, c := range w.checks {
+		if c.wal < moved {
+			continue
+		}
+		if rec >= c.wal {
+			w.settled = moved
+			return false
+		}
+		return c.wal <= to
+	}
+	return false
 }
 
 // xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
@@ -139,4 +140,48 @@ func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
 		t.Fatalf("an idle relay recorded a new position %d times in 2 s (now %s): each record is WAL the "+
 			"next keepalive carries, and so on for ever", records, last.ConfirmedLSN)
 	}
+}
+
+// An idle relay records an xmin horizon past the rows it relayed, though other WAL follows them.
+// walbox prune deletes rows older than every slot's recorded horizon, and no others.
+// The recorded horizon is that of a check at or before the recorded position.
+// Here WAL of another database follows the rows' commit before the broker confirms them.
+// The check before the record reads past the rows, so the record at their end carries an older horizon.
+// The relay must record once more, past that check, though only keepalives move it on.
+// Its own server: a transaction another test keeps open would hold the horizon back.
+func TestIdleRelayRecordsTheHorizonPastItsRows(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e := setup(t, pg, newFakeBroker(false))
+	other := pg.Conn(t, pg.NewDatabase(t))
+	ctx := context.Background()
+	if _, err := other.Exec(ctx, "CREATE TABLE elsewhere (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(c *replication.Config) { c.StatusInterval = time.Second })
+	e.insertTx(1, "first")
+	e.broker.waitPublished(t, 1)
+	e.broker.ack(1)
+
+	e.insertTx(12, "rows")
+	if _, err := other.Exec(ctx, "INSERT INTO elsewhere VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	after := e.currentLSN()
+	var rows uint64
+	if err := e.conn.QueryRow(ctx, "SELECT max(xmin::text::bigint) FROM outbox WHERE event_type = 'rows'").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	e.broker.waitPublished(t, 13)
+	waitFor(t, 10*time.Second, "a keepalive past the other database's WAL", func() bool {
+		return pglogrepl.LSN(e.relay.Stats().ServerLSN.Load()) >= after
+	})
+	e.broker.ack(12)
+	reg := registry.New(e.conn, "public")
+	waitFor(t, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func() bool {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.ConfirmedXmin > rows
+	})
 }
