@@ -106,6 +106,19 @@ func (s *Store) Current(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
+// NewestCreated returns the latest consistent point recorded for any slot, or 0 if none is.
+// A reshard's cut is the newest set's latest one; the old set's slots must pass it.
+func (s *Store) NewestCreated(ctx context.Context) (pglogrepl.LSN, error) {
+	var got *string
+	if err := s.db.QueryRow(ctx, "SELECT pg_catalog.max(created_lsn)::text FROM "+s.table).Scan(&got); err != nil {
+		return 0, fmt.Errorf("read the newest consistent point in %s: %w", s.Table(), err)
+	}
+	if got == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(*got)
+}
+
 // Get returns the slot's record, and false if it has none.
 func (s *Store) Get(ctx context.Context, slot string) (Record, bool, error) {
 	var (

@@ -101,7 +101,8 @@
 //
 // after watch.record has written it to walbox_slots.
 // An idle step (checkpoint.IdleStep) sends watch.recorded instead.
-// One idle step after outbox transactions is recorded all the same: it carries their xmin horizon (watch.owesHorizon).
+// An idle step that passes a point something waits for is recorded all the same (watch.owes).
+// Such points are the xmin horizon after outbox transactions, and a reshard's cut.
 //
 // Ledger.Watermark moves in three places, all in stream.go:
 //

@@ -66,6 +66,7 @@ type watch struct {
 	limit      pglogrepl.LSN // the position the relay may confirm up to
 	recorded   pglogrepl.LSN // the position recorded in the registry
 	settled    pglogrepl.LSN // the last end of outbox transactions whose horizon is recorded (owesHorizon)
+	created    pglogrepl.LSN // the newest consistent point recorded for any slot (NewestCreated)
 	checked    time.Time     // when the last check succeeded
 }
 
@@ -341,6 +342,9 @@ func (w *watch) capAt(ctx context.Context, mark pglogrepl.LSN) (pglogrepl.LSN, e
 		if err := w.check(ctx); err != nil {
 			return 0, err
 		}
+		if err := w.readCreated(ctx); err != nil {
+			return 0, err
+		}
 	}
 	for i := 0; i < 2 && mark > w.limit; i++ {
 		if err := w.check(ctx); err != nil {
@@ -407,6 +411,30 @@ func (w *watch) replicated(lsn pglogrepl.LSN) pglogrepl.LSN {
 		return lsn
 	}
 	return min(lsn, w.replayed)
+}
+
+// readCreated reads the newest consistent point recorded for any slot in the registry.
+func (w *watch) readCreated(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	c, err := w.reg.NewestCreated(ctx)
+	if err != nil {
+		return err
+	}
+	w.created = c
+	return nil
+}
+
+// owes reports whether an idle step from rec to to must be recorded all the same.
+// Outbox transactions last moved the watermark to moved.
+// It is owed when the step passes a point that something waits for the record to pass:
+//   - the first check after moved, whose xmin horizon lets walbox prune delete their rows (owesHorizon);
+//   - the newest consistent point of a slot in the registry: a reshard's cut, which the old set must pass.
+//
+// Each is owed once. Other work's WAL alone makes no step owed: only 64 KiB of it is recorded (checkpoint.IdleStep).
+// Other relays' records are such WAL. Were they owed, each relay's record would make the others record, for ever.
+func (w *watch) owes(rec, to, moved pglogrepl.LSN) bool {
+	return w.owesHorizon(rec, to, moved) || (rec < w.created && w.created <= to)
 }
 
 // owesHorizon reports whether an idle step from rec to w must be recorded all the same.

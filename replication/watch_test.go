@@ -10,6 +10,8 @@ import (
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
+	"github.com/walbox/walbox/slots"
+	"github.com/walbox/walbox/wire"
 )
 
 // The publication or the table changes, and is put right again, between two checks of the publication.
@@ -183,5 +185,35 @@ func TestIdleRelayRecordsTheHorizonPastItsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		return rec.ConfirmedXmin > rows
+	})
+}
+
+// An idle relay records a position past the consistent point of a slot created later, as a reshard creates a set.
+// walbox reshard waits for each old slot's record to pass the new set's consistent point, the cut.
+// Creating a slot writes little WAL, and an idle relay records only keepalive steps of 64 KiB or more.
+// Its own server: other tests' WAL would take it past the cut.
+func TestIdleRelayRecordsPastASlotCreatedLater(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e := setup(t, pg, newFakeBroker(true))
+	e.start(func(c *replication.Config) { c.StatusInterval = 200 * time.Millisecond })
+	_, before := e.insertTx(1, "first")
+	waitFor(t, 10*time.Second, "slot past the first row", func() bool { return e.slotLSN() > before })
+
+	ctx := context.Background()
+	reg := registry.New(e.conn, "public")
+	next := testenv.UniqueName("slot")
+	if _, err := slots.EnsureSlot(ctx, e.db, next, "walbox", []wire.Table{wire.DefaultTable}, reg); err != nil {
+		t.Fatal(err)
+	}
+	created, _, err := reg.Get(ctx, next)
+	if err != nil || created.CreatedLSN == 0 {
+		t.Fatalf("record of slot %s: %+v, %v", next, created, err)
+	}
+	waitFor(t, 30*time.Second, "the record and the slot past the new slot's consistent point", func() bool {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.ConfirmedLSN >= created.CreatedLSN && e.slotLSN() >= created.CreatedLSN
 	})
 }
