@@ -29,7 +29,7 @@ func storeOffset(t *testing.T, r *testenv.Rabbit, streamName, name string, offse
 // that retention removed the offsets before, and the anchor behind is found. (Before, the
 // search ended there without an anchor: the replay was stored again.)
 func TestAnchorFoundBehindAnEntryThatIsNoMessage(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	other := cfg
 	other.Slot = testenv.UniqueName("shard")
@@ -54,7 +54,7 @@ func TestAnchorFoundBehindAnEntryThatIsNoMessage(t *testing.T) {
 // the rows stored before. (Before, it took the entry for the stream's start and recover stored
 // those rows again.)
 func TestHeldReadsBehindAnEntryThatIsNoMessage(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	other := cfg
 	other.Slot = testenv.UniqueName("shard")

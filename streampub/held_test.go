@@ -16,7 +16,7 @@ func TestHeldFindsThisProducersMessagesByID(t *testing.T) {
 	if testenv.Short() {
 		t.Skip("integration test: needs RabbitMQ")
 	}
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	a := dial(t, cfg)
 	const n = 2000
@@ -64,7 +64,7 @@ func TestHeldTakesNoOldNameMessageWithoutASystem(t *testing.T) {
 	if testenv.Short() {
 		t.Skip("integration test: needs RabbitMQ")
 	}
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	old := cfg
 	old.Producer = streampub.LegacyProducerName(cfg.Slot) // bound to no system: no walbox-system

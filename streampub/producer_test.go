@@ -31,7 +31,7 @@ func TestProducerNameNamesTheSystemTheSlotAndTheDatabase(t *testing.T) {
 // has a producer of its own, so the broker drops nothing of either. Under one name (walbox-walbox,
 // before) it dropped each one's ids at or below the other's last.
 func TestTwoSystemsWithOneSlotNameStoreEveryRow(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	cfg.Slot = "walbox"
 	a, err := dialBound(cfg, 7000000000000000011)
@@ -133,7 +133,7 @@ func publishLegacy(tb testing.TB, uri, streamName, slot string, rows []legacyRow
 // with the same slot name: the new producer continues from this system's last message, skipping
 // what it stored and numbering on from its id. Once it stored a message, it reads its own name.
 func TestProducerContinuesFromItsSystemsLastMessageUnderTheOldName(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	pos, msgs := rows(0x3000000, 12)
 	other := strconv.FormatUint(7000000000000000099, 10)
@@ -175,7 +175,7 @@ func TestProducerContinuesFromItsSystemsLastMessageUnderTheOldName(t *testing.T)
 // A message under this relay's name that names another database system: another writer took the
 // name. The session stops, naming both systems.
 func TestMessageOfAnotherSystemUnderTheNameStopsTheSession(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	forged := cfg
 	forged.Producer = streampub.ProducerName(system, database, cfg.Slot)

@@ -34,7 +34,7 @@ func wantPositions(pos []streampub.Position) []string {
 }
 
 func TestConfirmedMessagesAreStoredWithTheirProperties(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	s := dial(t, cfg)
 	pos, msgs := rows(0x16B374D848, 7)
@@ -73,7 +73,7 @@ func TestConfirmedMessagesAreStoredWithTheirProperties(t *testing.T) {
 // A new session after a crash replays from the slot: what the stream has is confirmed without
 // being sent, the rest is numbered on from the producer's last id.
 func TestReplayAfterRestartIsStoredOnce(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	pos, msgs := rows(0x1000000, 30)
 
@@ -96,7 +96,7 @@ func TestReplayAfterRestartIsStoredOnce(t *testing.T) {
 // A relay stopped (SIGSTOP) with messages unsent, and a new one that took over from the same
 // anchor, send the same rows with the same ids: the broker keeps each once, whichever comes first.
 func TestTwoSessionsFromOneAnchorStoreEachRowOnce(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	pos, msgs := rows(0x2000000, 40)
 	publishAll(t, dial(t, cfg), pos[:10], msgs[:10])
@@ -116,7 +116,7 @@ func TestTwoSessionsFromOneAnchorStoreEachRowOnce(t *testing.T) {
 // and reading back through them takes a moment: with the client's default socket buffers it took
 // over ten seconds.
 func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	other := cfg
 	other.Slot = testenv.UniqueName("shard")
@@ -137,7 +137,7 @@ func TestAnchorFoundBehindAnotherProducersMessages(t *testing.T) {
 }
 
 func TestTooLargeMessageIsUnpublishable(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	s := dial(t, config(r))
 	pos, m := row(0x4000000, 0)
 	m.Payload = []byte(`"` + strings.Repeat("x", 2<<20) + `"`)
@@ -156,7 +156,7 @@ func TestTooLargeMessageIsUnpublishable(t *testing.T) {
 // that session died first while a later row was stored. Its replay must be parked again, not
 // confirmed as stored: the main stream never had it.
 func TestTooLargeRowBeforeTheAnchorIsUnpublishable(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	pos, msgs := rows(0x5000000, 6)
 	publishAll(t, dial(t, cfg), pos[3:], msgs[3:]) // the row at pos[1] was sent to be parked; then a crash
@@ -178,7 +178,7 @@ func TestTooLargeRowBeforeTheAnchorIsUnpublishable(t *testing.T) {
 // the floor of what the read back found was its last message, not its first: such a row was taken
 // for one retention removed.)
 func TestSkippedRowPastATrimmedStreamsFirstMessageIsChecked(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	declareTrimmed(t, r.StreamURL(), cfg.Stream)
 	pos, msgs := rows(0x5000000, 600)
@@ -234,7 +234,7 @@ func TestSkippedRowPastATrimmedStreamsFirstMessageIsChecked(t *testing.T) {
 // names both causes. A restored server wrote it, or walbox's settings changed since the stream
 // stored the row: the old settings are the way out then.
 func TestSkippedRowWithAnotherMessageNamesTheSettings(t *testing.T) {
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	cfg := config(r)
 	pos, msgs := rows(0x6000000, 6)
 	first := dial(t, cfg)

@@ -58,7 +58,7 @@ func newStreamEnvPadded(t *testing.T, n, pad int) *streamEnv {
 func newStreamEnvOf(t *testing.T, msgs []*wire.Message) *streamEnv {
 	t.Helper()
 	skipShort(t)
-	r := testenv.StartRabbitStream(t)
+	r := testenv.SharedRabbitStream(t)
 	pg := testenv.SharedPostgres(t)
 	dbURL := pg.NewDatabase(t)
 	conn := pg.Conn(t, dbURL)

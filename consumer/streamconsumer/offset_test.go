@@ -30,7 +30,7 @@ type offsetEnv struct {
 func newOffsetEnv(t *testing.T) *offsetEnv {
 	t.Helper()
 	skipShort(t)
-	oe := newOffsetEnvOn(t, testenv.StartRabbitStream(t), testenv.UniqueName("events"))
+	oe := newOffsetEnvOn(t, testenv.SharedRabbitStream(t), testenv.UniqueName("events"))
 	oe.declare(t)
 	return oe
 }

@@ -31,20 +31,12 @@ type Cluster struct {
 // test skips.
 func SharedCluster(tb TB) *Cluster {
 	tb.Helper()
-	if os.Getenv(EnvAMQPURL) != "" {
-		tb.Skipf("test needs a RabbitMQ cluster the harness starts itself; %s is set", EnvAMQPURL)
+	requireSharedNodes(tb, "SharedCluster", "a RabbitMQ cluster")
+	c, err := sharedCL.get(func() (*Cluster, error) { return startCluster("") })
+	if err != nil {
+		tb.Fatalf("testenv: shared rabbitmq cluster: %v", err)
 	}
-	requireMain(tb, "SharedCluster")
-	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
-	sharedCLMu.Lock()
-	defer sharedCLMu.Unlock()
-	if sharedCL == nil && sharedCLErr == nil {
-		sharedCL, sharedCLErr = startCluster("")
-	}
-	if sharedCLErr != nil {
-		tb.Fatalf("testenv: shared rabbitmq cluster: %v", sharedCLErr)
-	}
-	return sharedCL
+	return c
 }
 
 // StartCluster forms a cluster of the caller's own, like SharedCluster, and registers its

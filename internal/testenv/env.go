@@ -186,12 +186,9 @@ var (
 	sharedPGMu  sync.Mutex // held while the shared server starts
 	sharedPG    *Postgres
 	sharedPGErr error
-	sharedMQMu  sync.Mutex
-	sharedMQ    *Rabbit
-	sharedMQErr error
-	sharedCLMu  sync.Mutex
-	sharedCL    *Cluster
-	sharedCLErr error
+	sharedMQ    shared[Rabbit]  // the AMQP node
+	sharedST    shared[Rabbit]  // the stream node
+	sharedCL    shared[Cluster] // the cluster
 )
 
 // Main runs the tests and then stops the shared servers. Use it from TestMain:
@@ -242,18 +239,36 @@ func stopShared() {
 		sharedPG = nil
 	}
 	sharedPGMu.Unlock()
-	sharedMQMu.Lock()
-	if sharedMQ != nil {
-		sharedMQ.shutdown()
-		sharedMQ = nil
+	sharedMQ.stop((*Rabbit).shutdown)
+	sharedST.stop((*Rabbit).shutdown)
+	sharedCL.stop((*Cluster).shutdown)
+}
+
+// shared is a server of the test binary, started on first use and stopped by Main.
+type shared[T any] struct {
+	mu  sync.Mutex // held while the server starts
+	v   *T
+	err error
+}
+
+// get returns the server, started by start on first use, or the error that start returned.
+func (s *shared[T]) get(start func() (*T, error)) (*T, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.v == nil && s.err == nil {
+		s.v, s.err = start()
 	}
-	sharedMQMu.Unlock()
-	sharedCLMu.Lock()
-	if sharedCL != nil {
-		sharedCL.shutdown()
-		sharedCL = nil
+	return s.v, s.err
+}
+
+// stop shuts the server down, if it started.
+func (s *shared[T]) stop(shutdown func(*T)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.v != nil {
+		shutdown(s.v)
+		s.v = nil
 	}
-	sharedCLMu.Unlock()
 }
 
 func requireMain(tb TB, fn string) {

@@ -236,18 +236,44 @@ func SharedRabbit(tb TB) *Rabbit {
 	}
 	requireMain(tb, "SharedRabbit")
 	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
-	sharedMQMu.Lock()
-	defer sharedMQMu.Unlock()
-	if sharedMQ == nil && sharedMQErr == nil {
-		sharedMQ, sharedMQErr = startNode(&Rabbit{cookie: UniqueName("cookie"), hash: true})
-		if sharedMQ != nil {
-			sharedMQ.shared = true
+	return sharedNode(tb, &sharedMQ, "shared rabbitmq", &Rabbit{cookie: UniqueName("cookie"), hash: true})
+}
+
+// SharedRabbitStream returns the test binary's shared node with the stream plugin, starting it
+// on first use. Tests must not stop it and should use UniqueName for their streams, exchanges
+// and queues. A test that kills, stops or reconfigures its node uses StartRabbitStream. In
+// external mode it skips, as StartRabbitStream does.
+func SharedRabbitStream(tb TB) *Rabbit {
+	tb.Helper()
+	requireSharedNodes(tb, "SharedRabbitStream", "a stream node")
+	return sharedNode(tb, &sharedST, "shared rabbitmq stream node", &Rabbit{stream: true, cookie: UniqueName("cookie")})
+}
+
+// requireSharedNodes skips the test in external mode and fails it without Main or the RabbitMQ
+// programs. fn is the caller, what the nodes it needs.
+func requireSharedNodes(tb TB, fn, what string) {
+	tb.Helper()
+	if os.Getenv(EnvAMQPURL) != "" {
+		tb.Skipf("test needs %s the harness starts itself; %s is set", what, EnvAMQPURL)
+	}
+	requireMain(tb, fn)
+	requireBinary(tb, RabbitBin("rabbitmq-server"), EnvAMQPURL)
+}
+
+// sharedNode returns the shared node s, starting node as it on first use.
+func sharedNode(tb TB, s *shared[Rabbit], what string, node *Rabbit) *Rabbit {
+	tb.Helper()
+	r, err := s.get(func() (*Rabbit, error) {
+		r, err := startNode(node)
+		if r != nil {
+			r.shared = true
 		}
+		return r, err
+	})
+	if err != nil {
+		tb.Fatalf("testenv: %s: %v", what, err)
 	}
-	if sharedMQErr != nil {
-		tb.Fatalf("testenv: shared rabbitmq: %v", sharedMQErr)
-	}
-	return sharedMQ
+	return r
 }
 
 // RabbitBin returns the path of the machine's RabbitMQ program name (rabbitmq-server, rabbitmqctl) in

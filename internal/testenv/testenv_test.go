@@ -231,6 +231,27 @@ func TestRabbitRoundTrip(t *testing.T) {
 	}
 }
 
+// The shared stream node is one node per test binary, with a stream listener, apart from the
+// shared AMQP node.
+func TestSharedRabbitStream(t *testing.T) {
+	t.Parallel()
+	r := testenv.SharedRabbitStream(t)
+	if r != testenv.SharedRabbitStream(t) {
+		t.Fatal("SharedRabbitStream returned a second node")
+	}
+	if r.StreamURL() == "" {
+		t.Fatal("the shared stream node has no stream listener")
+	}
+	if r == testenv.SharedRabbit(t) {
+		t.Fatal("the shared stream node is the shared AMQP node")
+	}
+	queue := testenv.UniqueName("q")
+	publish(t, r.URL(), queue, "hello")
+	if got := consume(t, r.URL(), queue); got != "hello" {
+		t.Fatalf("consumed %q, want hello", got)
+	}
+}
+
 func TestRabbitKillStartStop(t *testing.T) {
 	if testenv.Short() {
 		t.Skip("three node boots; skipped with -short")
