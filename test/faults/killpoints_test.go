@@ -168,7 +168,7 @@ func TestRecoverIntoStreamKilledAtEveryPoint(t *testing.T) {
 }
 
 func recoverIntoStreamKilledAtEveryPoint(t *testing.T) {
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	env, sr := newStream(t, rabbit)
 	wr := w.startWriter(checker.WriterConfig{Seed: 366, MaxTx: 10, Pause: 10 * time.Millisecond, Rollback: 0.1})
@@ -304,7 +304,7 @@ func TestStreamReshardKilledAtEveryPoint(t *testing.T) {
 }
 
 func streamReshardKilledAtEveryPoint(t *testing.T) {
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, 2)
 	env, sr := newStream(t, rabbit)
 	wr := w.startWriter(checker.WriterConfig{Seed: 368, Aggregates: 40, MaxTx: 5, Pause: 5 * time.Millisecond})
@@ -449,7 +449,7 @@ func TestRelayModesKilledAtEveryPoint(t *testing.T) {
 func relayModesKilledAtEveryPoint(t *testing.T) {
 	cfg := checker.WriterConfig{Seed: 365, Aggregates: 40, MaxTx: 30, Pause: 10 * time.Millisecond, Emit: 0.3}
 	t.Run("stream", func(t *testing.T) {
-		rabbit := testenv.StartRabbitStream(t)
+		rabbit := testenv.SharedRabbitStream(t)
 		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 		env, sr := newStream(t, rabbit)
 		cfg := cfg

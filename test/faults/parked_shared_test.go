@@ -70,7 +70,7 @@ func TestParkedOfTwoDatabasesOnOneExchange(t *testing.T) {
 // the broker would drop the first as a duplicate.
 func TestParkedStreamOfTwoDatabases(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	pg := testenv.SharedPostgres(t)
 	one, two := newWorld(t, pg, rabbit), newWorld(t, pg, rabbit)
 	env, sr := newStream(t, rabbit)

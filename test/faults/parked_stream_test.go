@@ -17,7 +17,7 @@ import (
 // The relay, restarted, continues past the replays in its stream.
 func TestParkedStreamListedReplayedDiscarded(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	env, sr := newStream(t, rabbit)
 	r := w.startRelay(env...)
@@ -93,7 +93,7 @@ func TestParkedStreamListedReplayedDiscarded(t *testing.T) {
 // leaves it parked and says when; once due, a replay stores it.
 func TestParkedStreamRowDueLaterWaitsForItsTime(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	env, sr := newStream(t, rabbit)
 	w.startRelay(env...).waitState("streaming", time.Minute)

@@ -147,7 +147,7 @@ func TestParkedReplayKilledAtEveryPoint(t *testing.T) {
 		}
 	})
 	t.Run("park stream", func(t *testing.T) {
-		rabbit := testenv.StartRabbitStream(t)
+		rabbit := testenv.SharedRabbitStream(t)
 		w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 		env, sr := newStream(t, rabbit)
 		w.startRelay(env...).waitState("streaming", time.Minute)

@@ -53,7 +53,7 @@ func comparedRows(out string) map[string]int {
 func TestPeekOnShardsSlotsWithEmittedMessagesCanariesAndARowDueLater(t *testing.T) {
 	heavy(t)
 	const n = 2
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, n)
 	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
 	slots := []string{set.SlotName(0), set.SlotName(1)}
@@ -124,7 +124,7 @@ func TestRestoredDatabaseUnderShardsIntoAStream(t *testing.T) {
 	const n = 2
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newShardedWorldOn(t, pg, rabbit, n)
 	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
 	name := testenv.UniqueName("events")

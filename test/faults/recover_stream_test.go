@@ -24,7 +24,7 @@ import (
 // the stream.)
 func TestRecoverIntoStreamKilledAndRunAgain(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -104,7 +104,7 @@ func TestRecoverIntoStreamKilledAndRunAgain(t *testing.T) {
 // reset the record. (Before, it declared the stream, published the gap into it and exited 0.)
 func TestRecoverRefusesAStreamThatDoesNotExist(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, testenv.SharedPostgres(t), rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -146,7 +146,7 @@ func TestRecoverRefusesAStreamThatDoesNotExist(t *testing.T) {
 // committed row of both databases exactly once.
 func TestRecoverIntoAStreamTwoClustersShare(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
 	sr := readStream(t, rabbit.StreamURL(), name)
@@ -204,7 +204,7 @@ func TestRecoverIntoAStreamFromAStandby(t *testing.T) {
 	primary := testenv.StartPostgres(t, testenv.PGVersion(17))
 	testenv.RequireOwn(t, primary)
 	standby := testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, primary, rabbit)
 	replURL := withHost(t, w.db, hostOf(t, standby.URL()))
 	waitFor(t, time.Minute, "the database on the standby", func() bool {
@@ -250,7 +250,7 @@ func TestRecoverIntoAStreamFromAStandby(t *testing.T) {
 func TestRecoverIntoAStreamShardsShare(t *testing.T) {
 	heavy(t)
 	const n = 2
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, n)
 	set := shard.Set{Slot: w.slot, Publication: "walbox", N: n}
 	name := testenv.UniqueName("events")

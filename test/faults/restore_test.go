@@ -134,7 +134,7 @@ func restoredDatabase(t *testing.T, c restoreCell) {
 	testenv.RequireOwn(t, pg)
 	var rabbit *testenv.Rabbit
 	if c.stream {
-		rabbit = testenv.StartRabbitStream(t)
+		rabbit = testenv.SharedRabbitStream(t)
 	} else {
 		rabbit = testenv.SharedRabbit(t)
 	}

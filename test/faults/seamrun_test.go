@@ -115,8 +115,10 @@ func (s *seamRun) servers() {
 		s.cluster = testenv.StartCluster(t)
 	case c.is("broker", "cluster"):
 		s.cluster = testenv.SharedCluster(t)
-	case stream:
+	case stream && kill:
 		s.rabbit = testenv.StartRabbitStream(t)
+	case stream:
+		s.rabbit = testenv.SharedRabbitStream(t)
 	case kill:
 		s.rabbit = testenv.StartRabbit(t)
 		testenv.RequireOwn(t, s.rabbit)

@@ -22,7 +22,7 @@ func TestStreamExactlyOnceAcrossATimelineSwitch(t *testing.T) {
 	heavy(t)
 	primary, standby := testenv.StartFailoverPair(t,
 		testenv.WithSetting("sync_replication_slots", "on"), testenv.WithSetting("hot_standby_feedback", "on"))
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 
 	w := newWorld(t, primary, rabbit)
 	both := bothHosts(t, w.db, standby.Port())

@@ -220,7 +220,7 @@ func (sr *streamReader) wait(t *testing.T, n int, timeout time.Duration) {
 // name for both (walbox-walbox, before), 1,114 of 1,824 rows were never stored.
 func TestStreamTwoClustersWithTheDefaultSlotName(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
 	sr := readStream(t, rabbit.StreamURL(), name)
@@ -284,7 +284,7 @@ func TestStreamRelayResumedAfterTakeoverWritesNothing(t *testing.T) {
 	heavy(t)
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "2s"))
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -331,7 +331,7 @@ func TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout(t *testing.T) 
 	heavy(t)
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "10min"))
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
 	name := testenv.UniqueName("events")
 	sep := "?"
@@ -380,7 +380,7 @@ func TestStreamRestoredDatabaseStopsTheRelay(t *testing.T) {
 	heavy(t)
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -443,7 +443,7 @@ func TestStreamPrefixChangedInsideATransactionLosesNoRow(t *testing.T) {
 	heavy(t)
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -507,7 +507,7 @@ func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
 	heavy(t)
 	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
 	testenv.RequireOwn(t, pg)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
@@ -554,7 +554,7 @@ func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
 // the cut and the old relays' stop are stored by both sets: docs/streams.md lists it.)
 func TestStreamReshardStoresNoRowBeforeTheCutTwice(t *testing.T) {
 	heavy(t)
-	rabbit := testenv.StartRabbitStream(t)
+	rabbit := testenv.SharedRabbitStream(t)
 	w := newShardedWorldOn(t, testenv.SharedPostgres(t), rabbit, 2)
 	name := testenv.UniqueName("events")
 	env := []string{"WALBOX_STREAM_URL=" + rabbit.StreamURL(), "WALBOX_STREAM=" + name}
