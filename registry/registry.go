@@ -108,9 +108,12 @@ func (s *Store) Current(ctx context.Context) (bool, error) {
 
 // NewestCreated returns the latest consistent point recorded for any slot, or 0 if none is.
 // A reshard's cut is the newest set's latest one; the old set's slots must pass it.
+// It skips points past the server's WAL insert position, which no slot of this server has.
+// A record restored from another server's dump may hold one; it would hide every cut until WAL reached it.
 func (s *Store) NewestCreated(ctx context.Context) (pglogrepl.LSN, error) {
 	var got *string
-	if err := s.db.QueryRow(ctx, "SELECT pg_catalog.max(created_lsn)::text FROM "+s.table).Scan(&got); err != nil {
+	if err := s.db.QueryRow(ctx, "SELECT pg_catalog.max(created_lsn)::pg_catalog.text FROM "+s.table+
+		" WHERE created_lsn OPERATOR(pg_catalog.<=) pg_catalog.pg_current_wal_insert_lsn()").Scan(&got); err != nil {
 		return 0, fmt.Errorf("read the newest consistent point in %s: %w", s.Table(), err)
 	}
 	if got == nil {

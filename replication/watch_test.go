@@ -192,12 +192,27 @@ func TestIdleRelayRecordsTheHorizonPastItsRows(t *testing.T) {
 // walbox reshard waits for each old slot's record to pass the new set's consistent point, the cut.
 // Creating a slot writes little WAL, and an idle relay records only keepalive steps of 64 KiB or more.
 // Its own server: other tests' WAL would take it past the cut.
+// A record with a consistent point past the end of WAL must not hide the new slot's.
+// A record restored from another server's dump may have one.
 func TestIdleRelayRecordsPastASlotCreatedLater(t *testing.T) {
+	for _, tc := range []struct{ name, before string }{
+		{"alone", ""},
+		{"beside a record past the end of WAL", `INSERT INTO walbox_slots (slot_name, system_identifier, timeline, origin, created_lsn, confirmed_lsn)
+			VALUES ('restored', '1', 1, 'created', 'FFFFFFFF/0', 'FFFFFFFF/0')`},
+	} {
+		t.Run(tc.name, func(t *testing.T) { idleRelayRecordsPastASlotCreatedLater(t, tc.before) })
+	}
+}
+
+func idleRelayRecordsPastASlotCreatedLater(t *testing.T, before string) {
 	pg := testenv.StartPostgres(t)
 	e := setup(t, pg, newFakeBroker(true))
+	if before != "" {
+		pg.Exec(t, e.db, before)
+	}
 	e.start(func(c *replication.Config) { c.StatusInterval = 200 * time.Millisecond })
-	_, before := e.insertTx(1, "first")
-	waitFor(t, 10*time.Second, "slot past the first row", func() bool { return e.slotLSN() > before })
+	_, first := e.insertTx(1, "first")
+	waitFor(t, 10*time.Second, "slot past the first row", func() bool { return e.slotLSN() > first })
 
 	ctx := context.Background()
 	reg := registry.New(e.conn, "public")
