@@ -3,11 +3,15 @@ package replication_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/testenv"
+	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/registry"
 	"github.com/walbox/walbox/replication"
 	"github.com/walbox/walbox/slots"
@@ -116,32 +120,119 @@ func TestCoverageKeptThroughHarmlessChanges(t *testing.T) {
 // A keepalive carries the WAL of the record.
 // Otherwise an idle database gets a write every status interval, for ever.
 // It would never again skip a checkpoint or an archive_timeout segment switch.
+// Relays on one database see each other's records as WAL; none may make the others record in turn.
+// Each records once past a slot created or recreated later (walbox reshard, walbox recover), then stops.
+// On a standby (--replication-url), the records are on the primary and the slots on the standby.
 func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
-	e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
-	e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond })
-	_, before := e.insertTx(1, "one")
-	waitFor(t, 10*time.Second, "slot past the row", func() bool { return e.slotLSN() > before })
-	time.Sleep(time.Second)
-
-	reg := registry.New(e.conn, "public")
-	ctx := context.Background()
-	var records int
-	var last registry.Record
-	for i := range 40 {
-		rec, _, err := reg.Get(ctx, e.slot)
+	t.Run("one relay", func(t *testing.T) {
+		e := setup(t, testenv.SharedPostgres(t), newFakeBroker(true))
+		idleRelaysDoNotWriteForEver(t, e.db, e.conn, "", []string{e.slot}, false)
+	})
+	t.Run("three relays and slots created later", func(t *testing.T) {
+		e := setup(t, testenv.StartPostgres(t), newFakeBroker(true))
+		idleRelaysDoNotWriteForEver(t, e.db, e.conn, "", append([]string{e.slot}, newSlots(t, e.db, e.conn, "", 2)...), true)
+	})
+	t.Run("two relays on a standby", func(t *testing.T) {
+		primary := testenv.StartPostgres(t, testenv.PGVersion(17))
+		testenv.RequireOwn(t, primary)
+		standby := testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
+		db, conn := primary.MigratedDatabase(t, migrations.Config{})
+		u, err := url.Parse(db)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 && rec.ConfirmedLSN != last.ConfirmedLSN {
-			records++
+		u.Host = fmt.Sprintf("%s:%d", u.Hostname(), standby.Port())
+		replURL := u.String()
+		waitFor(t, time.Minute, "the database on the standby", func() bool {
+			c, err := pgx.Connect(context.Background(), replURL)
+			if err == nil {
+				_ = c.Close(context.Background())
+			}
+			return err == nil
+		})
+		idleRelaysDoNotWriteForEver(t, db, conn, replURL, newSlots(t, db, conn, replURL, 2), true)
+	})
+}
+
+// newSlots creates n slots of database db, on the server of replURL if it is set.
+func newSlots(t *testing.T, db string, conn *pgx.Conn, replURL string, n int) []string {
+	t.Helper()
+	var opts []slots.SlotOption
+	if replURL != "" {
+		opts = append(opts, slots.WithReplicationURL(replURL))
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = testenv.UniqueName("slot")
+		if _, err := slots.EnsureSlot(context.Background(), db, names[i], "walbox", []wire.Table{wire.DefaultTable},
+			registry.New(conn, "public"), opts...); err != nil {
+			t.Fatal(err)
 		}
-		last = rec
-		time.Sleep(50 * time.Millisecond)
 	}
-	if records > 2 {
-		t.Fatalf("an idle relay recorded a new position %d times in 2 s (now %s): each record is WAL the "+
-			"next keepalive carries, and so on for ever", records, last.ConfirmedLSN)
+	return names
+}
+
+// idleRelaysDoNotWriteForEver runs a relay on each slot, relays a row, then checks that the idle relays stop recording.
+// With later set, it then creates a slot, and recreates it as walbox recover does, checking again after each.
+func idleRelaysDoNotWriteForEver(t *testing.T, db string, conn *pgx.Conn, replURL string, names []string, later bool) {
+	t.Helper()
+	ctx := context.Background()
+	reg := registry.New(conn, "public")
+	var e *env
+	for _, s := range names {
+		e = &env{t: t, db: db, conn: conn, slot: s, broker: newFakeBroker(true)}
+		e.start(func(c *replication.Config) { c.StatusInterval = 50 * time.Millisecond; c.ReplicationURL = replURL })
 	}
+	_, before := e.insertTx(1, "one")
+	settled := func(what string, past pglogrepl.LSN) {
+		t.Helper()
+		for _, s := range names {
+			waitFor(t, 30*time.Second, "the record of "+s+" past "+what, func() bool {
+				rec, _, err := reg.Get(ctx, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rec.ConfirmedLSN > past
+			})
+		}
+		time.Sleep(time.Second)
+		last := map[string]pglogrepl.LSN{}
+		records := 0
+		for i := range 40 {
+			for _, s := range names {
+				rec, _, err := reg.Get(ctx, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 && rec.ConfirmedLSN != last[s] {
+					records++
+				}
+				last[s] = rec.ConfirmedLSN
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if records > 2*len(names) {
+			t.Fatalf("%d idle relays recorded a new position %d times in 2 s after %s (now %v): each record is WAL "+
+				"the next keepalive carries, and so on for ever", len(names), records, what, last)
+		}
+	}
+	settled("the row", before)
+	if !later {
+		return
+	}
+	next := newSlots(t, db, conn, replURL, 1)[0]
+	created, _, err := reg.Get(ctx, next)
+	if err != nil || created.CreatedLSN == 0 {
+		t.Fatalf("record of slot %s: %+v, %v", next, created, err)
+	}
+	settled("a slot created later", created.CreatedLSN-1)
+	// walbox recover replaces a lost slot's record with the new slot's consistent point.
+	lsn := e.currentLSN()
+	created.Origin, created.CreatedLSN, created.ConfirmedLSN = registry.OriginRecovered, lsn, lsn
+	if err := reg.Reset(ctx, created); err != nil {
+		t.Fatal(err)
+	}
+	settled("a slot recreated", lsn-1)
 }
 
 // An idle relay records an xmin horizon past the rows it relayed, though other WAL follows them.
