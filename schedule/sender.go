@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/pgconnect"
@@ -95,7 +96,8 @@ type Sender struct {
 	Sent, Cancelled atomic.Int64
 
 	conn      *pgx.Conn
-	db        string // the database, as parked copies name it (wire.ParkedBy)
+	spare     [pipeline - 1]*pgx.Conn // the connections of the batches sent beside conn's
+	db        string                  // the database, as parked copies name it (wire.ParkedBy)
 	pub       wire.Publisher
 	lastCount time.Time
 	lastPrune time.Time
@@ -171,7 +173,7 @@ func (s *Sender) sleep(ctx context.Context, d time.Duration) bool {
 	return true
 }
 
-// turn sends one batch of due messages, and returns how long to wait before the next turn.
+// turn sends the due messages, and returns how long to wait before the next turn.
 func (s *Sender) turn(ctx context.Context) (time.Duration, error) {
 	if err := s.open(ctx); err != nil {
 		return 0, err
@@ -235,12 +237,14 @@ func (s *Sender) release() {
 		_ = s.pub.Close()
 		s.pub = nil
 	}
-	if s.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.conn.Close(ctx)
-		cancel()
-		s.conn = nil
+	for _, c := range append([]*pgx.Conn{s.conn}, s.spare[:]...) {
+		if c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Close(ctx)
+			cancel()
+		}
 	}
+	s.conn, s.spare = nil, [pipeline - 1]*pgx.Conn{}
 }
 
 // housekeep counts the schedule every few seconds, and prunes old done rows every hour. Failures
@@ -267,95 +271,259 @@ func (s *Sender) housekeep(ctx context.Context) {
 	}
 }
 
-// sendDue sends one batch in one transaction. It locks the due rows and drops the cancelled ones.
-// It publishes the rest in order and awaits every verdict. Then it deletes the cancelled and the
-// confirmed ones, and notes the sent ones. A refused message stays for the retry, alone: those
-// confirmed beside it are not sent again. It returns how many rows it locked, and whether an open
-// cancel held any back.
+// pipeline is how many connections the sender sends over. Batch k runs on connection k mod pipeline.
+// The next batch is read and published while the confirms of the one before come back. A batch's
+// delete and commit overlap the batches after it.
+const pipeline = 3
+
+// flight is a batch on its way: read and locked in its transaction, published, awaiting confirms.
+type flight struct {
+	tx      pgx.Tx // nil when nothing was published: an open cancel held every row
+	locked  int
+	held    bool
+	sent    *batchSent
+	cancels keys
+	err     error      // why publishing stopped early
+	done    chan error // the outcome of its commit, once committing
+}
+
+// sendDue sends due messages, a batch per transaction, until fewer than a full batch are due. Each
+// batch locks its due rows and drops the cancelled ones. It publishes the rest in order and awaits
+// every verdict. Then it deletes the cancelled and the confirmed ones, and notes the sent ones. A
+// refused message stays for the retry, alone: those confirmed beside it are not sent again.
+//
+// Batches overlap: the next is read and published before the confirms of the one before arrive. All
+// go through one session, so they leave in deliver_at order. A batch commits only after each of its
+// own confirms. It returns how many rows the last batch locked, and whether an open cancel held any.
 func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
-	tx, err := s.conn.Begin(ctx)
-	if err != nil {
-		return 0, false, fmt.Errorf("begin: %w", err)
+	// A stop ends the publishing. What was published is still confirmed, deleted and committed.
+	fin, finished := finishing(ctx, shutdownGrace)
+	defer finished()
+	committing := make(map[int]*flight) // commits under way, by connection
+	settle := func(i int) error {
+		f := committing[i]
+		if f == nil {
+			return nil
+		}
+		delete(committing, i)
+		return <-f.done
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	settleAll := func() error {
+		var errs error
+		for i := range pipeline {
+			errs = errors.Join(errs, settle(i))
+		}
+		return errs
+	}
+	cur, err := s.begin(ctx, 0, false)
+	if cur == nil {
+		return 0, false, err
+	}
+	locked, held := 0, false
+	for i := 0; ; i = (i + 1) % pipeline {
+		locked, held = cur.locked, held || cur.held
+		var next *flight
+		var nerr error
+		if cur.err == nil && !cur.held && cur.locked == s.cfg.Batch && s.alone == 0 && ctx.Err() == nil && s.cfg.Active() {
+			j := (i + 1) % pipeline
+			if nerr = settle(j); nerr == nil {
+				next, nerr = s.begin(ctx, j, true)
+			}
+			if next == nil && nerr == nil {
+				locked = 0 // nothing more is due
+			}
+		}
+		refused := s.awaitFlight(fin, cur, next)
+		if refused != nil && next != nil {
+			// The session may be gone, and tooLarge dials another: the next batch settles first.
+			nerr = errors.Join(nerr, s.commit(fin, next, s.awaitFlight(fin, next, nil)))
+			next = nil
+		}
+		if refused != nil && errors.As(refused, new(*wire.TooLargeError)) {
+			refused = s.tooLarge(fin, cur.sent, refused)
+		} else if refused == nil && s.alone > 0 {
+			s.alone--
+		}
+		if refused != nil {
+			return 0, false, errors.Join(s.commit(fin, cur, refused), nerr, settleAll())
+		}
+		cur.done = make(chan error, 1)
+		committing[i] = cur
+		go func(f *flight) { f.done <- s.commit(fin, f, nil) }(cur)
+		if next == nil {
+			if err := errors.Join(nerr, settleAll()); err != nil {
+				return 0, false, err
+			}
+			return locked, held, nil
+		}
+		cur = next
+	}
+}
+
+// connAt returns the sender's connection i, connecting it if need be.
+func (s *Sender) connAt(ctx context.Context, i int) (*pgx.Conn, error) {
+	if i == 0 {
+		return s.conn, nil
+	}
+	if s.spare[i-1] == nil {
+		c, err := pgconnect.Connect(ctx, s.cfg.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("connect to the database: %w", err)
+		}
+		s.spare[i-1] = c
+	}
+	return s.spare[i-1], nil
+}
+
+// pipelineLockWait bounds the wait of a batch read beside another batch for a table lock. That
+// other batch holds its locks until its confirms are in. A lock queued between the two waits for
+// it: a migration's, say. The read waits behind that lock, and the confirms would wait for the read.
+const pipelineLockWait = time.Second
+
+// begin reads and locks a batch of due messages in a transaction on connection i, and publishes it.
+// It returns nil when none is due. Beside another batch, it waits at most pipelineLockWait for a
+// table lock, and then returns nil too.
+func (s *Sender) begin(ctx context.Context, i int, beside bool) (*flight, error) {
+	conn, err := s.connAt(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	var opts pgx.TxOptions
+	if beside { // in the same round trip
+		opts.BeginQuery = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'", pipelineLockWait.Milliseconds())
+	}
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	f, err := s.lockAndPublish(ctx, tx, beside)
+	if f == nil || f.tx == nil {
+		_ = tx.Rollback(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if beside && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		s.cfg.Logger.Debug("scheduled delivery: the next batch waits for a table lock", "error", err)
+		return nil, nil
+	}
+	return f, err
+}
+
+// lockAndPublish is begin within the transaction tx. Beside another batch, the read skips that
+// batch's rows, locked.
+func (s *Sender) lockAndPublish(ctx context.Context, tx pgx.Tx, beside bool) (*flight, error) {
 	limit := s.cfg.Batch
 	if s.alone > 0 {
 		limit = 1
 	}
 	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, limit)
 	if err != nil {
-		return 0, false, fmt.Errorf("read the schedule: %w", err)
+		return nil, fmt.Errorf("read the schedule: %w", err)
 	}
 	ds, err := readDue(rows)
 	if err != nil || len(ds) == 0 {
-		return 0, false, err
+		return nil, err
 	}
-	locked := len(ds)
-	ds, held, err := s.unheld(ctx, tx, ds)
-	if err != nil || len(ds) == 0 {
-		return locked, held, err
+	f := &flight{locked: len(ds), sent: &batchSent{waiting: map[uint64]outgoing{}}}
+	ds, f.held, err = s.unheld(ctx, tx, ds)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) == 0 {
+		return f, nil
 	}
 	ids := make([]string, len(ds))
 	for i := range ds {
 		ids[i] = ds[i].msg.AMQPMessageID()
 	}
 	// Read after the lock, so a cancel committed before it is seen.
+	// The same query resets lock_timeout, if set, for the commit: it waits as long as it must.
+	reset := ""
+	if beside {
+		reset = ", pg_catalog.set_config('lock_timeout', (SELECT g.reset_val FROM pg_catalog.pg_settings g" +
+			" WHERE g.name OPERATOR(pg_catalog.=) 'lock_timeout'), true)"
+	}
 	var cancelled []string
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(message_id) FROM "+s.t.done+
-		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) '' AND state OPERATOR(pg_catalog.=) 'cancelled'", ids).Scan(&cancelled); err != nil {
-		return 0, false, fmt.Errorf("read cancels: %w", err)
+	dest := []any{&cancelled}
+	if beside {
+		dest = append(dest, new(string))
 	}
-	// A stop ends the publishing. What was published is still confirmed, deleted and committed.
-	fin, finished := finishing(ctx, shutdownGrace)
-	defer finished()
-	sent, cancels, err := s.publish(ctx, ds, cancelled)
-	if sent == nil {
-		return 0, false, err
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(message_id)"+reset+" FROM "+s.t.done+
+		" WHERE message_id OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[]) AND slot_name OPERATOR(pg_catalog.=) '' AND state OPERATOR(pg_catalog.=) 'cancelled'", ids).Scan(dest...); err != nil {
+		return nil, fmt.Errorf("read cancels: %w", err)
 	}
-	ctx = fin
-	// A message the broker refused stays; the confirmed ones go, so the retry sends only what failed.
-	// After a failed publish, the verdicts already due are taken, but not awaited long.
+	f.sent, f.cancels, f.err = s.publish(ctx, ds, cancelled)
+	if f.sent == nil {
+		return nil, f.err
+	}
+	f.tx = tx
+	return f, nil
+}
+
+// awaitFlight waits for the verdicts of f; those of next, published since, go to next. After a
+// failed publish, the verdicts already due are taken, but not awaited long. It returns the
+// publish's error and the first refusal.
+func (s *Sender) awaitFlight(ctx context.Context, f, next *flight) error {
 	wctx, waited := ctx, context.CancelFunc(func() {})
-	if err != nil {
+	if f.err != nil {
 		wctx, waited = context.WithTimeout(ctx, time.Second)
 	}
-	refused := s.await(wctx, sent)
+	var later *batchSent
+	if next != nil {
+		later = next.sent
+	}
+	refused := s.await(wctx, f.sent, later)
 	waited()
-	if err != nil {
-		refused = errors.Join(err, refused)
+	if f.err != nil {
+		return errors.Join(f.err, refused)
 	}
-	if refused != nil && errors.As(refused, new(*wire.TooLargeError)) {
-		refused = s.tooLarge(ctx, sent, refused)
-	} else if refused == nil && s.alone > 0 {
-		s.alone--
+	return refused
+}
+
+// commit deletes the cancelled and the confirmed messages of f, notes the sent ones, and commits.
+// A message the broker refused stays; the confirmed ones go, so the retry sends only what failed.
+// It returns refused, f's refusal, or why the commit failed. It may run beside the sender's other
+// work: it touches only f and its connection.
+func (s *Sender) commit(ctx context.Context, f *flight, refused error) error {
+	if f.tx == nil {
+		return refused
 	}
-	if refused != nil && len(sent.confirmed.ids) == 0 && len(cancels.ids) == 0 {
-		return 0, false, refused
+	tx := f.tx
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	sent := f.sent
+	if refused != nil && len(sent.confirmed.ids) == 0 && len(f.cancels.ids) == 0 {
+		return refused
 	}
 	killpoint.Hit("schedule.confirmed")
-	gone := keys{slots: append(cancels.slots, sent.confirmed.slots...), ids: append(cancels.ids, sent.confirmed.ids...)}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
+	gone := keys{slots: append(f.cancels.slots, sent.confirmed.slots...), ids: append(f.cancels.ids, sent.confirmed.ids...)}
+	// Both statements go in one round trip.
+	var b pgx.Batch
+	b.Queue("DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
 		"pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) WHERE s.slot_name OPERATOR(pg_catalog.=) k.slot_name "+
-		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", gone.slots, gone.ids); err != nil {
-		return 0, false, fmt.Errorf("delete sent messages: %w", err)
-	}
+		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", gone.slots, gone.ids)
 	// Each sent id is noted under its slot, and under '' too, where a cancel writes its tombstone. A
 	// cancel in an older snapshot (REPEATABLE READ) then conflicts with it: a serialization failure.
-	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
+	b.Queue("INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
 		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
 		" UNION ALL SELECT '', m.message_id, 'sent' FROM pg_catalog.unnest($2::pg_catalog.text[]) AS m(message_id)"+
-		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.confirmed.slots, sent.confirmed.ids); err != nil {
-		return 0, false, fmt.Errorf("note sent messages: %w", err)
+		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.confirmed.slots, sent.confirmed.ids)
+	br := tx.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("delete sent messages: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("note sent messages: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("delete sent messages: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, false, fmt.Errorf("commit sent messages: %w", err)
+		return fmt.Errorf("commit sent messages: %w", err)
 	}
 	s.Sent.Add(int64(len(sent.confirmed.ids)))
-	s.Cancelled.Add(int64(len(cancels.ids)))
-	if refused != nil {
-		return 0, false, refused
-	}
-	return locked, held, nil
+	s.Cancelled.Add(int64(len(f.cancels.ids)))
+	return refused
 }
 
 // cancelLockClass is the class of the advisory lock walbox_cancel holds on a message id until its
@@ -413,6 +581,7 @@ type batchSent struct {
 	confirmed keys
 	sent      int
 	last      outgoing // the last message published
+	refused   error    // the first refusal among its verdicts
 }
 
 // publish publishes the due messages not cancelled, in order. It returns them, and the rows it
@@ -462,50 +631,55 @@ func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (*ba
 	return b, cancels, nil
 }
 
-// await waits for a verdict on every message of b. It moves each confirmed one to b.confirmed. It
-// returns the first refusal, after the other verdicts, or why the wait ended early. The lateness
-// of a message is its delay when read plus the time to its confirm.
-func (s *Sender) await(ctx context.Context, b *batchSent) error {
+// await waits for a verdict on every message of b. It moves each confirmed one to b.confirmed.
+// Verdicts on later's messages, published after b's, go to later. It returns b's first refusal,
+// after its other verdicts, or why the wait ended early. The lateness of a message is its delay when
+// read plus the time to its confirm.
+func (s *Sender) await(ctx context.Context, b, later *batchSent) error {
 	timer := time.NewTimer(confirmTimeout)
 	defer timer.Stop()
-	var refused error
 	for len(b.waiting) > 0 {
 		select {
 		case c, ok := <-s.pub.Confirms():
 			if !ok {
-				return errors.Join(refused, errors.New("publisher: session closed"))
+				return errors.Join(b.refused, errors.New("publisher: session closed"))
 			}
+			to := b
 			o, known := b.waiting[c.Seq]
+			if !known && later != nil {
+				to = later
+				o, known = later.waiting[c.Seq]
+			}
 			if c.Err != nil {
 				err := fmt.Errorf("broker did not confirm scheduled message %d: %w", c.Seq, c.Err)
 				if !known {
-					return errors.Join(refused, err) // the session ended: no more verdicts come
+					return errors.Join(b.refused, err) // the session ended: no more verdicts come
 				}
-				delete(b.waiting, c.Seq)
-				if refused == nil {
-					refused = err
+				delete(to.waiting, c.Seq)
+				if to.refused == nil {
+					to.refused = err
 				}
 				continue
 			}
 			if !known {
 				continue
 			}
-			delete(b.waiting, c.Seq)
-			b.confirmed.add(o.slot, o.id)
+			delete(to.waiting, c.Seq)
+			to.confirmed.add(o.slot, o.id)
 			at := c.At
 			if at.IsZero() {
 				at = time.Now()
 			}
 			if s.cfg.Lateness != nil {
-				s.cfg.Lateness(o.late + at.Sub(b.start))
+				s.cfg.Lateness(o.late + at.Sub(to.start))
 			}
 		case <-timer.C:
-			return errors.Join(refused, fmt.Errorf("%d scheduled messages unconfirmed after %s", len(b.waiting), confirmTimeout))
+			return errors.Join(b.refused, fmt.Errorf("%d scheduled messages unconfirmed after %s", len(b.waiting), confirmTimeout))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return refused
+	return b.refused
 }
 
 // tooLarge handles a batch whose session the broker closed, refusing a message for its size (err).
@@ -531,7 +705,7 @@ func (s *Sender) tooLarge(ctx context.Context, b *batchSent, err error) error {
 		return fmt.Errorf("park scheduled %s, too large: %w", o.id, perr)
 	}
 	parked := &batchSent{start: b.start, waiting: map[uint64]outgoing{seq: o}}
-	if perr := s.await(ctx, parked); perr != nil {
+	if perr := s.await(ctx, parked, nil); perr != nil {
 		return fmt.Errorf("park scheduled %s, too large: %w", o.id, perr)
 	}
 	s.cfg.Logger.Warn("scheduled delivery: parked a message the broker refused for its size", "msg_id", o.id, "error", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,31 +17,6 @@ import (
 	"github.com/walbox/walbox/schedule"
 	"github.com/walbox/walbox/wire"
 )
-
-// held is a session that holds every confirm until released.
-type held struct {
-	confirms  chan wire.Confirm
-	published chan struct{} // closed at the first publish
-	release   chan struct{}
-	once      sync.Once
-	seq       uint64
-}
-
-func (p *held) Publish(_ context.Context, _ *wire.Message) (uint64, error) {
-	p.seq++
-	seq := p.seq
-	p.once.Do(func() { close(p.published) })
-	go func() {
-		<-p.release
-		p.confirms <- wire.Confirm{Seq: seq}
-	}()
-	return seq, nil
-}
-func (p *held) Park(ctx context.Context, pk *wire.Parked) (uint64, error) {
-	return p.Publish(ctx, &pk.Message)
-}
-func (p *held) Confirms() <-chan wire.Confirm { return p.confirms }
-func (p *held) Close() error                  { return nil }
 
 // A cancel of a message the sender is publishing waits for the sender's commit, then says false:
 // the message left. It neither says true for a message that left, nor deadlocks with the sender.
@@ -55,17 +31,10 @@ func TestCancelDuringSendWaitsAndSaysSent(t *testing.T) {
 	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
 		event_type, payload, headers, amqp_id, routing_key, exchange)
 		VALUES ('s', $1::text, pg_catalog.now(), $1::uuid, 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`, id.String())
-	pub := &held{confirms: make(chan wire.Confirm, 8), published: make(chan struct{}), release: make(chan struct{})}
-	s := schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s",
-		Dial: func(context.Context) (wire.Publisher, error) { return pub, nil }, Active: func() bool { return true }})
-	sctx, stop := context.WithCancel(ctx)
+	pub := newGated()
+	stop := run(gatedSender(db, pub, 0))
 	defer stop()
-	go s.Run(sctx) //nolint:errcheck // it returns nil when sctx ends
-	select {
-	case <-pub.published:
-	case <-time.After(time.Minute):
-		t.Fatal("the sender did not publish the due message")
-	}
+	pub.awaitPublished(t, 1, stop)
 	answer := make(chan error, 1)
 	var waiting bool
 	go func() {
@@ -76,7 +45,7 @@ func TestCancelDuringSendWaitsAndSaysSent(t *testing.T) {
 		t.Fatalf("the cancel answered %v (%v) while the message was being sent, before its confirm", waiting, err)
 	case <-time.After(2 * time.Second):
 	}
-	close(pub.release)
+	close(pub.open)
 	select {
 	case err := <-answer:
 		if err != nil || waiting {
@@ -198,11 +167,15 @@ func waitEmpty(t *testing.T, conn *pgx.Conn, within time.Duration, stop func()) 
 	}
 }
 
-// newSender returns a sender of slot s on db, over sessions of b.
-func newSender(db string, b *broker) *schedule.Sender {
-	return schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s", Active: func() bool { return true },
+// newSender returns a sender of slot s on db, in batches of batch, over sessions of b.
+func newSender(db string, b *broker, batch int) *schedule.Sender {
+	return schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s", Batch: batch, Active: func() bool { return true },
 		Dial: b.dialer()})
 }
+
+// batchSizes are the batch sizes the sender's fault tests run with: one batch, and several on their
+// way at once.
+var batchSizes = []int{schedule.DefaultBatch, 2}
 
 func newBroker() *broker {
 	return &broker{mu: &sync.Mutex{}, sent: map[string]int{}, parked: map[string]int{}}
@@ -211,41 +184,45 @@ func newBroker() *broker {
 // The broker refuses one due message of a batch every time (unroutable, say). Its retries send
 // that message alone: the messages confirmed beside it leave the schedule, and are not sent again.
 func TestARefusedMessageDoesNotSendItsBatchAgain(t *testing.T) {
-	pg, db, conn := scheduleDB(t)
-	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
-	insertDue(t, pg, db, ids, "")
-	b := newBroker()
-	b.refuse = ids[1]
-	stop := run(newSender(db, b))
-	deadline := time.Now().Add(time.Minute)
-	for {
-		b.mu.Lock()
-		n := b.sent[b.refuse]
-		b.mu.Unlock()
-		if n >= 4 {
-			break
-		}
-		if time.Now().After(deadline) {
+	for _, batch := range batchSizes {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			pg, db, conn := scheduleDB(t)
+			ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+			insertDue(t, pg, db, ids, "")
+			b := newBroker()
+			b.refuse = ids[1]
+			stop := run(newSender(db, b, batch))
+			deadline := time.Now().Add(time.Minute)
+			for {
+				b.mu.Lock()
+				n := b.sent[b.refuse]
+				b.mu.Unlock()
+				if n >= 4 {
+					break
+				}
+				if time.Now().After(deadline) {
+					stop()
+					t.Fatalf("the refused message was published %d times in a minute, want retries", n)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			stop()
-			t.Fatalf("the refused message was published %d times in a minute, want retries", n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stop()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, id := range []string{ids[0], ids[2]} {
-		if b.sent[id] != 1 {
-			t.Errorf("message %s, confirmed, was published %d times while %s was refused %d times; want once",
-				id, b.sent[id], b.refuse, b.sent[b.refuse])
-		}
-	}
-	var left []string
-	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.array_agg(message_id) FROM walbox_schedule").Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 1 || left[0] != b.refuse {
-		t.Errorf("the schedule holds %v, want only the refused %s", left, b.refuse)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, id := range []string{ids[0], ids[2]} {
+				if b.sent[id] != 1 {
+					t.Errorf("message %s, confirmed, was published %d times while %s was refused %d times; want once",
+						id, b.sent[id], b.refuse, b.sent[b.refuse])
+				}
+			}
+			var left []string
+			if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.array_agg(message_id) FROM walbox_schedule").Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if len(left) != 1 || left[0] != b.refuse {
+				t.Errorf("the schedule holds %v, want only the refused %s", left, b.refuse)
+			}
+		})
 	}
 }
 
@@ -259,7 +236,7 @@ func TestAnOldTombstoneStillStopsItsWaitingRecord(t *testing.T) {
 	pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state, done_at)
 		VALUES ($1, '', 'cancelled', pg_catalog.now() - interval '8 days')`, id)
 	b := newBroker()
-	stop := run(newSender(db, b))
+	stop := run(newSender(db, b, 0))
 	waitEmpty(t, conn, time.Minute, stop)
 	stop()
 	b.mu.Lock()
@@ -275,20 +252,10 @@ func TestAnOldTombstoneStillStopsItsWaitingRecord(t *testing.T) {
 func TestAStopFinishesTheBatchBeingSent(t *testing.T) {
 	pg, db, conn := scheduleDB(t)
 	insertDue(t, pg, db, []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}, "")
-	pub := &held{confirms: make(chan wire.Confirm, 8), published: make(chan struct{}), release: make(chan struct{})}
-	stop := run(schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s",
-		Dial: func(context.Context) (wire.Publisher, error) { return pub, nil }, Active: func() bool { return true }}))
-	select {
-	case <-pub.published:
-	case <-time.After(time.Minute):
-		t.Fatal("the sender did not publish the due messages")
-	}
-	time.Sleep(200 * time.Millisecond) // the rest of the batch
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		close(pub.release) // the confirms arrive after the stop
-	}()
-	stop()
+	pub := newGated()
+	stop := run(gatedSender(db, pub, 0))
+	pub.awaitPublished(t, 3, stop)
+	pub.stopThenOpen(stop) // the confirms arrive after the stop
 	var waiting, sent int
 	if err := conn.QueryRow(context.Background(), "SELECT (SELECT pg_catalog.count(*) FROM walbox_schedule), "+
 		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's')").Scan(&waiting, &sent); err != nil {
@@ -303,23 +270,217 @@ func TestAStopFinishesTheBatchBeingSent(t *testing.T) {
 // its payload, as the relay parks such a row, and the messages due after it leave. Before, it was
 // sent again every turn, and nothing due after it ever left.
 func TestAMessageTooLargeForTheBrokerIsParked(t *testing.T) {
-	pg, db, conn := scheduleDB(t)
-	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
-	big := ids[1]
-	insertDue(t, pg, db, ids, big)
-	b := newBroker()
-	b.max = 50
-	stop := run(newSender(db, b))
-	waitEmpty(t, conn, 30*time.Second, stop)
-	stop()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.parked[big] != 1 || b.sent[big] != 0 {
-		t.Errorf("the large message was parked %d times and sent %d times, want parked once", b.parked[big], b.sent[big])
+	for _, batch := range batchSizes {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			pg, db, conn := scheduleDB(t)
+			ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
+			big := ids[1]
+			insertDue(t, pg, db, ids, big)
+			b := newBroker()
+			b.max = 50
+			stop := run(newSender(db, b, batch))
+			waitEmpty(t, conn, 30*time.Second, stop)
+			stop()
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.parked[big] != 1 || b.sent[big] != 0 {
+				t.Errorf("the large message was parked %d times and sent %d times, want parked once", b.parked[big], b.sent[big])
+			}
+			for _, id := range []string{ids[0], ids[2], ids[3]} {
+				if b.sent[id] != 1 {
+					t.Errorf("message %s was sent %d times, want once", id, b.sent[id])
+				}
+			}
+		})
 	}
-	for _, id := range []string{ids[0], ids[2], ids[3]} {
-		if b.sent[id] != 1 {
-			t.Errorf("message %s was sent %d times, want once", id, b.sent[id])
+}
+
+// gated is a session that notes what it publishes, in order. It holds every confirm until open is
+// closed; they then come in any order.
+type gated struct {
+	mu       sync.Mutex
+	ids      []string
+	seq      uint64
+	confirms chan wire.Confirm
+	open     chan struct{}
+	// Unless nil, the publish of message pauseAt waits for resume, after closing paused.
+	paused, resume chan struct{}
+	pauseAt        uint64
+}
+
+func newGated() *gated { return &gated{confirms: make(chan wire.Confirm), open: make(chan struct{})} }
+
+func (p *gated) Publish(_ context.Context, m *wire.Message) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	seq := p.seq
+	p.ids = append(p.ids, m.AMQPMessageID())
+	if p.resume != nil && seq == p.pauseAt {
+		close(p.paused)
+		<-p.resume
+	}
+	go func() {
+		<-p.open
+		p.confirms <- wire.Confirm{Seq: seq}
+	}()
+	return seq, nil
+}
+func (p *gated) Park(ctx context.Context, pk *wire.Parked) (uint64, error) {
+	return p.Publish(ctx, &pk.Message)
+}
+func (p *gated) Confirms() <-chan wire.Confirm { return p.confirms }
+func (p *gated) Close() error                  { return nil }
+
+// published returns the ids published so far, in order.
+func (p *gated) published() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.ids...)
+}
+
+// awaitPublished waits until p published n messages, and fails the test after a minute.
+func (p *gated) awaitPublished(t *testing.T, n int, stop func()) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(p.published()) < n {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("%d messages published, no confirm given, within a minute; want %d", len(p.published()), n)
 		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopThenOpen stops the sender with stop, and gives the confirms while it stops.
+func (p *gated) stopThenOpen(stop func()) {
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		close(p.open)
+	}()
+	stop()
+}
+
+// dueIDs records n new ids in slot s, due in that order (insertDue), and returns them.
+func dueIDs(t *testing.T, pg *testenv.Postgres, db string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
+	insertDue(t, pg, db, ids, "")
+	return ids
+}
+
+// gatedSender returns a sender of slot s on db, in batches of batch, over the session p.
+func gatedSender(db string, p *gated, batch int) *schedule.Sender {
+	return schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s", Batch: batch,
+		Dial: func(context.Context) (wire.Publisher, error) { return p, nil }, Active: func() bool { return true }})
+}
+
+// Many due at once leave at the relay's rate (issue 38): the next batch is read and published while
+// the confirms of the one before are on their way. Each batch leaves the schedule once its own
+// confirms came. The messages leave in deliver_at order across batches, each once.
+func TestTheNextBatchLeavesBeforeTheConfirmsOfTheOneBefore(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ids := dueIDs(t, pg, db, 7)
+	p := newGated()
+	stop := run(gatedSender(db, p, 2))
+	p.awaitPublished(t, 4, stop) // two batches, and no confirm yet
+	var waiting int
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != len(ids) {
+		t.Errorf("%d of %d messages wait before any confirm; a message left the schedule unconfirmed", waiting, len(ids))
+	}
+	close(p.open)
+	waitEmpty(t, conn, time.Minute, stop)
+	stop()
+	if got := p.published(); !slices.Equal(got, ids) {
+		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
+	}
+	var sent int
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's'").Scan(&sent); err != nil {
+		t.Fatal(err)
+	}
+	if sent != len(ids) {
+		t.Errorf("%d messages noted sent, want %d", sent, len(ids))
+	}
+}
+
+// A stop while two batches await their confirms lets both finish: each leaves the schedule once
+// confirmed, and no further batch starts. So the next relay sends none of them again, and loses
+// none.
+func TestAStopFinishesEveryBatchOnItsWay(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ids := dueIDs(t, pg, db, 5)
+	p := newGated()
+	stop := run(gatedSender(db, p, 2))
+	p.awaitPublished(t, 4, stop)
+	p.stopThenOpen(stop) // the confirms arrive after the stop
+	if got := p.published(); !slices.Equal(got, ids[:4]) {
+		t.Errorf("published %v, want the two batches on their way %v", got, ids[:4])
+	}
+	var left []string
+	var sent int
+	if err := conn.QueryRow(context.Background(), "SELECT (SELECT pg_catalog.array_agg(message_id) FROM walbox_schedule), "+
+		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's')").Scan(&left, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, ids[4:]) || sent != 4 {
+		t.Errorf("after the stop %v wait and %d are noted sent; want %v and 4", left, sent, ids[4:])
+	}
+}
+
+// A lock on the schedule can queue between two batches: a migration's, say. It waits for the first
+// batch, which awaits its confirms. The next batch's read waits behind it. That read waits at most
+// a second; then the first batch's confirms are taken and it commits. Before, the three waited on
+// one another for ever.
+func TestALockQueuedBetweenTwoBatchesDoesNotStallThem(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ids := dueIDs(t, pg, db, 4)
+	p := newGated()
+	close(p.open)
+	p.paused, p.resume, p.pauseAt = make(chan struct{}), make(chan struct{}), 2
+	stop := run(gatedSender(db, p, 2))
+	defer stop()
+	select {
+	case <-p.paused: // the first batch holds its rows
+	case <-time.After(time.Minute):
+		t.Fatal("the sender did not publish the due messages")
+	}
+	locked, other := make(chan error, 1), pg.Conn(t, db)
+	go func() {
+		locked <- pgx.BeginFunc(context.Background(), other, func(tx pgx.Tx) error {
+			_, err := tx.Exec(context.Background(), "LOCK TABLE walbox_schedule IN ACCESS EXCLUSIVE MODE")
+			return err
+		})
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var waiting bool
+		if err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE NOT granted"+
+			" AND relation OPERATOR(pg_catalog.=) 'walbox_schedule'::pg_catalog.regclass)").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock did not queue behind the first batch")
+		}
+	}
+	close(p.resume)
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the lock, the first batch and the next batch's read wait on one another")
+	}
+	waitEmpty(t, conn, time.Minute, stop)
+	if got := p.published(); !slices.Equal(got, ids) {
+		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
 	}
 }
