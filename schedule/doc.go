@@ -8,7 +8,8 @@
 // message as a confirmed one. The slot moves past a scheduled row only after its record committed.
 //
 // A Sender publishes the due messages of the relay's slot, in deliver_at order, with confirms. It
-// deletes them from the schedule only after the broker's confirms. It runs only while its relay
+// deletes them from the schedule only after the broker's confirms. It publishes the next batch while
+// the confirms of the one before come back. Each batch commits after its own. It runs only while its relay
 // holds the slot. Rows it sends are locked (FOR UPDATE SKIP LOCKED), so two senders never send one
 // message at once. Due means due by the database's clock.
 //
