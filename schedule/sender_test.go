@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -482,5 +484,56 @@ func TestALockQueuedBetweenTwoBatchesDoesNotStallThem(t *testing.T) {
 	waitEmpty(t, conn, time.Minute, stop)
 	if got := p.published(); !slices.Equal(got, ids) {
 		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
+	}
+}
+
+// warnings is a slog handler that keeps the messages of the warnings logged.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+// A relay role limited to one connection (CONNECTION LIMIT) cannot open the next batch's. The
+// batches then go one at a time, as over a single connection, with one warning: no turn fails.
+func TestARoleOfOneConnectionSendsOneBatchAtATime(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ids := dueIDs(t, pg, db, 5)
+	role := "sender_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	pg.Exec(t, db, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 1")
+	t.Cleanup(func() { pg.Exec(t, db, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	pg.Exec(t, db, "GRANT SELECT, INSERT, UPDATE, DELETE ON public.walbox_schedule, public.walbox_schedule_done TO "+role+
+		"; GRANT SELECT ON public.walbox_slots TO "+role)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	w := &warnings{}
+	b := newBroker()
+	stop := run(schedule.NewSender(schedule.SenderConfig{DatabaseURL: u.String(), Schema: "public", Slot: "s", Batch: 2,
+		Active: func() bool { return true }, Dial: b.dialer(), Logger: slog.New(w)}))
+	waitEmpty(t, conn, time.Minute, stop)
+	stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		if b.sent[id] != 1 {
+			t.Errorf("message %s was sent %d times, want once", id, b.sent[id])
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.msgs) != 1 || !strings.Contains(w.msgs[0], "one batch at a time") {
+		t.Errorf("warnings %q; want one, that the batches go one at a time", w.msgs)
 	}
 }
