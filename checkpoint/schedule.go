@@ -12,6 +12,8 @@ type Mark struct {
 	Watermark pglogrepl.LSN
 	// Moved is where outbox transactions, not keepalives, last moved the watermark.
 	Moved pglogrepl.LSN
+	// Xid is the newest id among the session's outbox transactions, by PostgreSQL's circular order; 0 if none.
+	Xid uint32
 	// Passed counts the session's messages below the watermark (Ledger.Passed).
 	// Every message is at or below Moved.
 	Passed uint64

@@ -89,9 +89,9 @@ type positions interface {
 	record(ctx context.Context, lsn pglogrepl.LSN) error
 	// lastRecorded returns the position last recorded.
 	lastRecorded() pglogrepl.LSN
-	// owes reports whether an idle step from rec to w must be recorded all the same.
-	// Outbox transactions last moved the watermark to moved. See watch.owes.
-	owes(rec, w, moved pglogrepl.LSN) bool
+	// owes reports whether an idle step from rec to w, to mark m, must be recorded all the same.
+	// See watch.owes.
+	owes(rec, w pglogrepl.LSN, m checkpoint.Mark) bool
 	// replayedCap returns a recorded position lsn capped at what the slot may pass once recorded.
 	// On a standby (--replication-url), those are the positions whose record the standby replayed.
 	replayedCap(ctx context.Context, lsn pglogrepl.LSN) (pglogrepl.LSN, error)
@@ -293,7 +293,7 @@ func (r *reporter) report() error {
 	if err != nil {
 		return err
 	}
-	if rec := r.pos.lastRecorded(); checkpoint.IdleStep(rec, w, m.Moved) && !r.pos.owes(rec, w, m.Moved) {
+	if rec := r.pos.lastRecorded(); checkpoint.IdleStep(rec, w, m.Moved) && !r.pos.owes(rec, w, m) {
 		w = rec
 	}
 	if err := r.pos.record(ctx, w); err != nil {

@@ -52,7 +52,7 @@ func (f *fakePositions) replayedCap(_ context.Context, lsn pglogrepl.LSN) (pglog
 	return lsn, nil
 }
 
-func (f *fakePositions) owes(_, _, _ pglogrepl.LSN) bool { return false }
+func (f *fakePositions) owes(_, _ pglogrepl.LSN, _ checkpoint.Mark) bool { return false }
 
 func (f *fakePositions) lastRecorded() pglogrepl.LSN {
 	f.mu.Lock()

@@ -35,6 +35,8 @@ type stream struct {
 	// The position and its reports (reporter.go).
 	start   pglogrepl.LSN   // the slot's position when the session started
 	moved   pglogrepl.LSN   // the watermark as outbox transactions, not keepalives, last moved it
+	txid    uint32          // the id of the transaction being decoded
+	xid     uint32          // the newest id among the session's outbox transactions (checkpoint.Mark.Xid)
 	offered checkpoint.Mark // the mark last offered to the reporter
 	rep     *reporter
 	heard   *heardClock   // when the connection last read bytes from the server
@@ -294,7 +296,7 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 		s.led.Begin()
 		s.stats.begin(ev.CommitTime)
 		s.commit = ev.CommitTime
-		s.final, s.index = ev.FinalLSN, 0
+		s.final, s.index, s.txid = ev.FinalLSN, 0, ev.Xid
 		killpoint.Hit("begin")
 	case decoder.KindRow:
 		index := s.index
@@ -334,6 +336,9 @@ func (s *stream) handleWAL(xld pglogrepl.XLogData) error {
 	case decoder.KindCommit:
 		s.led.Commit(ev.EndLSN)
 		s.moved = s.led.Watermark()
+		if s.xid == 0 || int32(s.txid-s.xid) > 0 {
+			s.xid = s.txid
+		}
 		s.stats.received(ev.EndLSN)
 		s.offer()
 	}
@@ -559,7 +564,7 @@ func (s *stream) settle(at time.Time) {
 
 // offer hands the watermark to the reporter, if it moved.
 func (s *stream) offer() {
-	if m := (checkpoint.Mark{Watermark: s.led.Watermark(), Moved: s.moved, Passed: s.led.Passed()}); m != s.offered {
+	if m := (checkpoint.Mark{Watermark: s.led.Watermark(), Moved: s.moved, Xid: s.xid, Passed: s.led.Passed()}); m != s.offered {
 		s.offered = m
 		s.rep.offer(m)
 	}

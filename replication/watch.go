@@ -426,40 +426,48 @@ func (w *watch) readCreated(ctx context.Context) error {
 }
 
 // owes reports whether an idle step from rec to to must be recorded all the same.
-// Outbox transactions last moved the watermark to moved.
+// Outbox transactions last moved the watermark to m.Moved.
 // It is owed when the step passes a point that something waits for the record to pass:
-//   - the first check after moved, whose xmin horizon lets walbox prune delete their rows (owesHorizon);
+//   - the first check whose xmin horizon passes those transactions, so walbox prune may delete their rows (owesHorizon);
 //   - the newest consistent point of a slot in the registry: a reshard's cut, which the old set must pass.
 //
 // Each is owed once. Other work's WAL alone makes no step owed: only 64 KiB of it is recorded (checkpoint.IdleStep).
 // Other relays' records are such WAL. Were they owed, each relay's record would make the others record, for ever.
-func (w *watch) owes(rec, to, moved pglogrepl.LSN) bool {
-	return w.owesHorizon(rec, to, moved) || (rec < w.created && w.created <= to)
+func (w *watch) owes(rec, to pglogrepl.LSN, m checkpoint.Mark) bool {
+	return w.owesHorizon(rec, to, m) || (rec < w.created && w.created <= to)
 }
 
-// owesHorizon reports whether an idle step from rec to w must be recorded all the same.
-// Outbox transactions last moved the watermark to moved.
-// The record at rec may carry the horizon of a check older than moved.
-// That happens when other WAL follows the transactions before the check that lets the slot pass them.
-// Their rows then look unconfirmed to walbox prune until a record passes a check made after them.
-// So one idle step that passes the first check at or after moved is recorded.
+// owesHorizon reports whether an idle step from rec to to must be recorded all the same.
+// Outbox transactions last moved the watermark to m.Moved; m.Xid is the newest of their ids.
+// The record at rec may carry the horizon of a check made before they ended.
+// Other WAL may follow them before the check that lets the slot pass them.
+// Or another transaction, open meanwhile, held the horizon back.
+// Their rows then look unconfirmed to walbox prune until a record passes a check whose horizon passes m.Xid.
+// So one idle step that passes the first such check at or after m.Moved is recorded.
 // Later steps pass only WAL that follows that check: the relay's own records among it.
 // Recording those would write for ever on an idle database.
-func (w *watch) owesHorizon(rec, to, moved pglogrepl.LSN) bool {
-	if moved == 0 || moved <= w.settled {
+func (w *watch) owesHorizon(rec, to pglogrepl.LSN, m checkpoint.Mark) bool {
+	if m.Moved == 0 || m.Moved <= w.settled {
 		return false
 	}
 	for _, c := range w.checks {
-		if c.wal < moved {
+		if c.wal < m.Moved || !c.passes(m.Xid) {
 			continue
 		}
 		if rec >= c.wal {
-			w.settled = moved
+			w.settled = m.Moved
 			return false
 		}
 		return c.wal <= to
 	}
 	return false
+}
+
+// passes reports whether the check's xmin horizon is past transaction id xid, or xid is 0.
+// A horizon past it is past every row that transaction's top level inserted.
+// The circular comparison is PostgreSQL's: live ids lie within 2^31 of each other.
+func (c walCheck) passes(xid uint32) bool {
+	return xid == 0 || int32(xid-uint32(c.xmin)) < 0
 }
 
 // xminAt returns the xmin horizon of the latest check that read a WAL position at or before lsn.

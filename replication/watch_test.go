@@ -279,6 +279,49 @@ func TestIdleRelayRecordsTheHorizonPastItsRows(t *testing.T) {
 	})
 }
 
+// An idle relay records an xmin horizon past the rows it relayed, though another transaction was open meanwhile.
+// That transaction holds back the horizon of every check made before it ends.
+// Once it ends, the relay must record once more, past a check whose horizon passes the rows.
+// Its own server: another test's open transaction would hold the horizon back for ever.
+func TestIdleRelayRecordsTheHorizonPastItsRowsOnceAnOpenTransactionEnds(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e := setup(t, pg, newFakeBroker(true))
+	ctx := context.Background()
+	e.start(func(c *replication.Config) { c.StatusInterval = 200 * time.Millisecond })
+	_, before := e.insertTx(1, "first")
+	waitFor(t, 10*time.Second, "slot past the first row", func() bool { return e.slotLSN() > before })
+	open, err := pg.Conn(t, e.db).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	_, before = e.insertTx(3, "rows")
+	var rows uint64
+	if err := e.conn.QueryRow(ctx, "SELECT max(xmin::text::bigint) FROM outbox WHERE event_type = 'rows'").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(e.conn, "public")
+	waitFor(t, 10*time.Second, "the record past the rows", func() bool {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.ConfirmedLSN > before
+	})
+	if err := open.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func() bool {
+		rec, _, err := reg.Get(ctx, e.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.ConfirmedXmin > rows
+	})
+}
+
 // An idle relay records a position past the consistent point of a slot created later, as a reshard creates a set.
 // walbox reshard waits for each old slot's record to pass the new set's consistent point, the cut.
 // Creating a slot writes little WAL, and an idle relay records only keepalive steps of 64 KiB or more.
