@@ -101,8 +101,8 @@ type Sender struct {
 	pub       wire.Publisher
 	lastCount time.Time
 	lastPrune time.Time
-	// spareWarned is when the sender last warned that it could not connect for the next batch.
-	spareWarned time.Time
+	// spareFailed is when the sender last failed to connect for the next batch.
+	spareFailed time.Time
 	// alone counts the turns left that send one message each. The broker refused one of a batch
 	// for its size: they find which. Sent alone, it is parked without its payload.
 	alone int
@@ -377,8 +377,9 @@ func (s *Sender) connAt(ctx context.Context, i int) (*pgx.Conn, error) {
 	return s.spare[i-1], nil
 }
 
-// spareWarnEvery bounds how often the sender warns that it cannot open a connection for the next batch.
-const spareWarnEvery = time.Minute
+// spareRetry is how long the batches go one at a time once a connection for the next one failed.
+// The sender neither tries nor warns again meanwhile.
+const spareRetry = time.Minute
 
 // pipelineLockWait bounds the wait of a batch read beside another batch for a table lock. That
 // other batch holds its locks until its confirms are in. A lock queued between the two waits for
@@ -389,13 +390,14 @@ const pipelineLockWait = time.Second
 // It returns nil when none is due. Beside another batch, it waits at most pipelineLockWait for a
 // table lock, and then returns nil too. So it does when it cannot connect.
 func (s *Sender) begin(ctx context.Context, i int, beside bool) (*flight, error) {
+	if beside && i > 0 && s.spare[i-1] == nil && !s.spareFailed.IsZero() && time.Since(s.spareFailed) < spareRetry {
+		return nil, nil // each try would cost the server a refused connection
+	}
 	conn, err := s.connAt(ctx, i)
 	if err != nil && beside && ctx.Err() == nil {
 		// Out of connections, say: the batches go one at a time, as over a single connection.
-		if time.Since(s.spareWarned) >= spareWarnEvery {
-			s.spareWarned = time.Now()
-			s.cfg.Logger.Warn("scheduled delivery: sending one batch at a time", "error", err)
-		}
+		s.spareFailed = time.Now()
+		s.cfg.Logger.Warn("scheduled delivery: sending one batch at a time", "error", err, "retry_in", spareRetry)
 		return nil, nil
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -505,9 +506,11 @@ func (w *warnings) WithGroup(string) slog.Handler      { return w }
 
 // A relay role limited to one connection (CONNECTION LIMIT) cannot open the next batch's. The
 // batches then go one at a time, as over a single connection, with one warning: no turn fails.
+// The sender does not try again for each batch: each try costs the server a refused connection,
+// and its log a line.
 func TestARoleOfOneConnectionSendsOneBatchAtATime(t *testing.T) {
 	pg, db, conn := scheduleDB(t)
-	ids := dueIDs(t, pg, db, 5)
+	ids := dueIDs(t, pg, db, 20)
 	role := "sender_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	pg.Exec(t, db, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 1")
 	t.Cleanup(func() { pg.Exec(t, db, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
@@ -535,5 +538,15 @@ func TestARoleOfOneConnectionSendsOneBatchAtATime(t *testing.T) {
 	defer w.mu.Unlock()
 	if len(w.msgs) != 1 || !strings.Contains(w.msgs[0], "one batch at a time") {
 		t.Errorf("warnings %q; want one, that the batches go one at a time", w.msgs)
+	}
+	if pg.LogFile() == "" {
+		return // an external server: its log is not at hand
+	}
+	log, err := os.ReadFile(pg.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), `too many connections for role "`+role+`"`); n != 1 {
+		t.Errorf("the server refused %d connections of the sender for %d batches; want 1", n, len(ids)/2)
 	}
 }
