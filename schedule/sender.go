@@ -336,13 +336,17 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 			}
 		}
 		refused := s.awaitFlight(fin, cur, next)
+		later := 0 // published after cur: a session's close for size may be any of theirs too
+		if next != nil {
+			later = next.sent.sent
+		}
 		if refused != nil && next != nil {
 			// The session may be gone, and tooLarge dials another: the next batch settles first.
 			nerr = errors.Join(nerr, s.commit(fin, next, s.awaitFlight(fin, next, nil)))
 			next = nil
 		}
 		if refused != nil && errors.As(refused, new(*wire.TooLargeError)) {
-			refused = s.tooLarge(fin, cur.sent, refused)
+			refused = s.tooLarge(fin, cur.sent, later, refused)
 		} else if refused == nil && s.alone > 0 {
 			s.alone--
 		}
@@ -698,12 +702,13 @@ func (s *Sender) await(ctx context.Context, b, later *batchSent) error {
 }
 
 // tooLarge handles a batch whose session the broker closed, refusing a message for its size (err).
-// A message sent alone is that message: it is parked without its payload, as the relay parks such
-// a row. Otherwise the next turns send the batch's messages one by one to find it. It returns err,
-// or nil once the message is parked and counts as confirmed.
-func (s *Sender) tooLarge(ctx context.Context, b *batchSent, err error) error {
-	if b.sent != 1 || len(b.confirmed.ids) > 0 {
-		s.alone = b.sent
+// Later messages were published after b's in that session. A message sent alone is that message:
+// it is parked without its payload, as the relay parks such a row. Otherwise the next turns send
+// the messages one by one to find it. It returns err, or nil once the message is parked and counts
+// as confirmed.
+func (s *Sender) tooLarge(ctx context.Context, b *batchSent, later int, err error) error {
+	if b.sent != 1 || len(b.confirmed.ids) > 0 || later > 0 {
+		s.alone = b.sent + later
 		return err
 	}
 	_ = s.pub.Close() // the broker closed it
