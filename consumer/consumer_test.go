@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -467,5 +468,41 @@ func TestProcessedTableMigrationIsIdempotentAndNameable(t *testing.T) {
 		if _, err := conn.Exec(ctx, "INSERT INTO "+tbl+" (message_id, consumer) VALUES ('m1', 'c')"); err != nil {
 			t.Errorf("insert into %s: %v", tbl, err)
 		}
+	}
+}
+
+// A handler that ends its transaction leaves the connection with the consumer until it is done.
+// A pool's own transaction handed it back at once; the consumer then read the state of a
+// connection another goroutine could hold (a data race).
+func TestHandlerThatEndsItsTransactionKeepsItsConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	var handedBack atomic.Int32
+	c, err := consumer.New(e.pool, e.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if d.Attempt > 2 {
+			return nil
+		}
+		end := tx.Rollback
+		if d.Attempt == 2 {
+			end = tx.Commit
+		}
+		if err := end(ctx); err != nil {
+			return err
+		}
+		if testenv.IdleInPool(ctx, e.pool, tx.Conn()) {
+			handedBack.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	e.waitConsuming(t)
+	e.publish(t, "m1", "order.created")
+	eventually(t, 10*time.Second, "message handled", func() bool {
+		return e.count(t, "SELECT count(*) FROM processed_messages WHERE message_id = 'm1'") == 1
+	})
+	if n := handedBack.Load(); n != 0 {
+		t.Errorf("the pool had the handler's connection idle %d times after the handler ended its transaction", n)
 	}
 }

@@ -63,10 +63,11 @@ func ackCanary(d *amqp.Delivery) error {
 // handler ran is unknown, and the message is delivered again. The processed row keeps it from
 // being handled twice.
 func (c *Consumer) process(ctx context.Context, d Delivery) (handled bool, handlerErr, err error) {
-	tx, err := c.pool.Begin(ctx)
+	tx, release, err := handling.Begin(ctx, c.pool)
 	if err != nil {
 		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
+	defer release()
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	tag, err := tx.Exec(ctx, c.insertProcessed, d.MessageID, c.cfg.ConsumerName)
 	if err != nil {

@@ -208,10 +208,11 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 // The result handled says that h ran and its transaction committed.
 func (c *Consumer) process(ctx context.Context, offset int64, d consumer.Delivery,
 	h func(context.Context, pgx.Tx, consumer.Delivery) error) (handled bool, handlerErr, err error) {
-	tx, err := c.pool.Begin(ctx)
+	tx, release, err := handling.Begin(ctx, c.pool)
 	if err != nil {
 		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
+	defer release()
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var stored int64
 	err = tx.QueryRow(ctx, "INSERT INTO "+c.table+" AS o (consumer, stream, next_offset) VALUES ($1, $2, $3)"+

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,15 +218,22 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 	rollbackStatement, commitStatement := se.ids[4], se.ids[5]
 	cfg := se.config()
 	retried := messageErrors(&cfg)
+	var handedBack atomic.Int32
 	h := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 		if err := recordEffect(ctx, tx, d); err != nil {
 			return err
 		}
 		switch {
-		case d.MessageID == spoilt && d.Attempt == 1:
-			return tx.Rollback(ctx) // ends it
-		case d.MessageID == selfCommit && d.Attempt == 1:
-			return tx.Commit(ctx) // ends it, the message handled
+		case d.MessageID == spoilt && d.Attempt == 1, d.MessageID == selfCommit && d.Attempt == 1:
+			end := tx.Rollback // ends it
+			if d.MessageID == selfCommit {
+				end = tx.Commit // ends it, the message handled
+			}
+			err := end(ctx)
+			if testenv.IdleInPool(ctx, se.pool, tx.Conn()) {
+				handedBack.Add(1) // another goroutine could take it while the consumer reads its state
+			}
+			return err
 		case d.MessageID == spoilt && d.Attempt == 2, d.MessageID == alwaysFailed:
 			_, _ = tx.Exec(ctx, "SELECT 1/0") // leaves it failed
 		case d.MessageID == rollbackStatement && d.Attempt == 1:
@@ -238,6 +246,9 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 		return nil
 	}
 	se.runUntil(t, cfg, h, 6)
+	if n := handedBack.Load(); n != 0 {
+		t.Errorf("the pool had the handler's connection idle %d times after the handler ended its transaction", n)
+	}
 	for _, want := range []struct {
 		id             string
 		attempt, count int

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Call runs the handler h, turning a panic into an error.
@@ -25,6 +26,21 @@ func Call[D any](ctx context.Context, h func(context.Context, pgx.Tx, D) error, 
 		}
 	}()
 	return h(ctx, tx, d)
+}
+
+// Begin begins a transaction on a connection of pool that stays with the caller until release.
+// A pool's own transaction hands its connection back when the handler ends it. Commit would then
+// read the state of a connection another goroutine may use. Release after the deferred rollback.
+func Begin(ctx context.Context, pool *pgxpool.Pool) (tx pgx.Tx, release func(), err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tx, err = conn.Begin(ctx); err != nil {
+		conn.Release()
+		return nil, nil, err
+	}
+	return tx, conn.Release, nil
 }
 
 // Commit commits tx once the handler returned nil. A handler that left tx failed, or ended it
