@@ -23,7 +23,7 @@ func TestDueMessagesAreReadInOrderWithoutASort(t *testing.T) {
 		FROM (SELECT pg_catalog.gen_random_uuid() AS u FROM pg_catalog.generate_series(1, 20000)) g`)
 	pg.Exec(t, db, "ANALYZE walbox_schedule")
 	var plan string
-	if err := conn.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+tablesIn("public").dueSQL(), "s", DefaultBatch).Scan(&plan); err != nil {
+	if err := conn.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+tablesIn("public").dueSQL(), "s", DefaultBatch, cancelLockClass).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(plan, "Sort") {

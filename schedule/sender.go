@@ -434,7 +434,7 @@ func (s *Sender) lockAndPublish(ctx context.Context, tx pgx.Tx, beside bool) (*f
 	if s.alone > 0 {
 		limit = 1
 	}
-	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, limit)
+	rows, err := tx.Query(ctx, s.t.dueSQL(), s.cfg.Slot, limit, cancelLockClass)
 	if err != nil {
 		return nil, fmt.Errorf("read the schedule: %w", err)
 	}
@@ -443,10 +443,7 @@ func (s *Sender) lockAndPublish(ctx context.Context, tx pgx.Tx, beside bool) (*f
 		return nil, err
 	}
 	f := &flight{locked: len(ds), sent: &batchSent{waiting: map[uint64]outgoing{}}}
-	ds, f.held, err = s.unheld(ctx, tx, ds)
-	if err != nil {
-		return nil, err
-	}
+	ds, f.held = unheld(ds)
 	if len(ds) == 0 {
 		return f, nil
 	}
@@ -549,35 +546,25 @@ func (s *Sender) commit(ctx context.Context, f *flight, refused error) error {
 // transaction ends (migration 016_cancel_lock.sql).
 const cancelLockClass = 2002873442
 
-// unheld returns the rows of ds whose cancel lock is free, and whether a cancel holds any. A cancel
-// still open may commit: its rows wait for a later turn. The sender takes each free lock and drops
-// it at once, so a batch fills no lock table. A later cancel waits on the row's lock instead. It
-// then finds the message sent.
-func (s *Sender) unheld(ctx context.Context, tx pgx.Tx, ds []due) ([]due, bool, error) {
-	ids := make([]string, len(ds))
+// unheld returns the rows of ds whose cancel lock was free, and whether a cancel held any. A cancel
+// still open may commit: its rows wait for a later turn.
+func unheld(ds []due) ([]due, bool) {
+	n := 0
 	for i := range ds {
-		ids[i] = ds[i].msg.AMQPMessageID()
+		if !ds[i].held {
+			n++
+		}
 	}
-	var held []int64
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.array_agg(k.i) FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[])) WITH ORDINALITY AS k(id, i)"+
-		" WHERE NOT (CASE WHEN pg_catalog.pg_try_advisory_lock($2::pg_catalog.int4, pg_catalog.hashtext(k.id))"+
-		" THEN pg_catalog.pg_advisory_unlock($2::pg_catalog.int4, pg_catalog.hashtext(k.id)) ELSE false END)", ids, cancelLockClass).Scan(&held); err != nil {
-		return nil, false, fmt.Errorf("lock against cancels: %w", err)
+	if n == len(ds) {
+		return ds, false
 	}
-	if len(held) == 0 {
-		return ds, false, nil
-	}
-	skip := make(map[int64]bool, len(held))
-	for _, i := range held {
-		skip[i-1] = true
-	}
-	out := make([]due, 0, len(ds)-len(held))
+	out := make([]due, 0, n)
 	for i := range ds {
-		if !skip[int64(i)] {
+		if !ds[i].held {
 			out = append(out, ds[i])
 		}
 	}
-	return out, true, nil
+	return out, true
 }
 
 // keys are schedule rows by slot and message id, side by side.

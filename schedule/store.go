@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -163,17 +164,33 @@ type due struct {
 	slot     string
 	msg      wire.Message
 	lateness time.Duration // by the database's clock, when it was read
+	held     bool          // an open cancel holds its lock: it waits for a later turn
 }
 
 // dueSQL locks up to $2 due messages of the slot $1, oldest due first. Rows of a slot walbox no
 // longer records (retired by walbox reshard --retire) are any relay's to send. Due means by now(),
 // the transaction's start: never later than the clock. The index on deliver_at serves it.
+//
+// Each row also says whether a cancel holds its lock, of class $3. The outer query tries that lock
+// only on rows already locked. It takes each free lock and drops it at once, so a batch fills no
+// lock table. A later cancel waits on the row's lock instead, and then finds the message sent.
 func (t tables) dueSQL() string {
-	return "SELECT slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at FROM " + t.schedule + " s" +
+	return "SELECT d.slot_name, " + dueColumns("d.") + ", d.late, NOT (CASE WHEN pg_catalog.pg_try_advisory_lock($3::pg_catalog.int4, pg_catalog.hashtext(d.message_id))" +
+		" THEN pg_catalog.pg_advisory_unlock($3::pg_catalog.int4, pg_catalog.hashtext(d.message_id)) ELSE false END) FROM (" +
+		"SELECT slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at AS late FROM " + t.schedule + " s" +
 		" WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.now()" +
 		" AND (s.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR NOT EXISTS (SELECT 1 FROM " + t.slots +
 		" r WHERE r.slot_name OPERATOR(pg_catalog.=) s.slot_name))" +
-		" ORDER BY s.deliver_at, s.message_id LIMIT $2 FOR UPDATE OF s SKIP LOCKED"
+		" ORDER BY s.deliver_at, s.message_id LIMIT $2 FOR UPDATE OF s SKIP LOCKED) d"
+}
+
+// dueColumns is columns, each qualified by prefix.
+func dueColumns(prefix string) string {
+	cs := strings.Split(columns, ", ")
+	for i := range cs {
+		cs[i] = prefix + cs[i]
+	}
+	return strings.Join(cs, ", ")
 }
 
 // readDue reads the rows of dueSQL.
@@ -187,7 +204,7 @@ func readDue(rows pgx.Rows) ([]due, error) {
 		var late pgtype.Interval
 		m := &d.msg
 		if err := rows.Scan(&d.slot, &id, &m.DeliverAt, &m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
-			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &commit, &late); err != nil {
+			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &commit, &late, &d.held); err != nil {
 			return nil, fmt.Errorf("read the schedule: %w", err)
 		}
 		h, err := decodeHeaders(headers)
