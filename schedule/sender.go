@@ -392,7 +392,7 @@ const pipelineLockWait = time.Second
 
 // begin reads and locks a batch of due messages in a transaction on connection i, and publishes it.
 // It returns nil when none is due. Beside another batch, it waits at most pipelineLockWait for a
-// table lock, and then returns nil too. So it does when it cannot connect.
+// table lock, and then returns nil too. So it does when it cannot connect, or its connection failed.
 func (s *Sender) begin(ctx context.Context, i int, beside bool) (*flight, error) {
 	if beside && i > 0 && s.spare[i-1] == nil && !s.spareFailed.IsZero() && time.Since(s.spareFailed) < spareRetry {
 		return nil, nil // each try would cost the server a refused connection
@@ -412,6 +412,14 @@ func (s *Sender) begin(ctx context.Context, i int, beside bool) (*flight, error)
 		opts.BeginQuery = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'", pipelineLockWait.Milliseconds())
 	}
 	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil && beside && i > 0 && ctx.Err() == nil {
+		// A spare connection idle since the last burst may be gone: idle_session_timeout, say. This
+		// batch goes alone; the next one connects again.
+		s.cfg.Logger.Debug("scheduled delivery: a connection for the next batch failed", "error", err)
+		_ = conn.Close(ctx)
+		s.spare[i-1] = nil
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}

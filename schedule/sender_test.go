@@ -567,3 +567,60 @@ func TestARoleOfOneConnectionSendsOneBatchAtATime(t *testing.T) {
 		t.Errorf("the server refused %d connections of the sender for %d batches; want 1", n, len(ids)/2)
 	}
 }
+
+// A connection for the next batch can end while it idles between bursts: idle_session_timeout, say.
+// The next burst's batch then goes alone, and the one after it connects again. The turn does not
+// fail: no warning, and the broker session stays.
+func TestASpareConnectionEndedBetweenBurstsFailsNoTurn(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", "sender")
+	u.RawQuery = q.Encode()
+	b := newBroker()
+	dial, dials := b.dialer(), 0
+	w := &warnings{}
+	stop := run(schedule.NewSender(schedule.SenderConfig{DatabaseURL: u.String(), Schema: "public", Slot: "s", Batch: 2,
+		Active: func() bool { return true }, Logger: slog.New(w), Dial: func(ctx context.Context) (wire.Publisher, error) {
+			dials++
+			return dial(ctx)
+		}}))
+	defer stop()
+	var ids []string
+	for range 2 {
+		ids = append(ids, dueIDs(t, pg, db, 6)...)
+		waitEmpty(t, conn, time.Minute, stop)
+		// Every connection of the sender but its first ends, as idle_session_timeout ends them.
+		var ended []int32
+		if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.array_agg(pid) FROM pg_catalog.pg_stat_activity"+
+			" WHERE application_name = 'sender' AND backend_start > (SELECT pg_catalog.min(backend_start)"+
+			" FROM pg_catalog.pg_stat_activity WHERE application_name = 'sender') AND pg_catalog.pg_terminate_backend(pid)").Scan(&ended); err != nil {
+			t.Fatal(err)
+		}
+		if len(ended) == 0 {
+			t.Fatal("the sender opened no connection for a next batch")
+		}
+		for gone := false; !gone; time.Sleep(20 * time.Millisecond) {
+			if err := conn.QueryRow(context.Background(), "SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity"+
+				" WHERE pid = ANY($1))", ended).Scan(&gone); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.msgs) != 0 || dials != 1 {
+		t.Errorf("warnings %q, and %d broker sessions; want none, and one", w.msgs, dials)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		if b.sent[id] != 1 {
+			t.Errorf("message %s was sent %d times, want once", id, b.sent[id])
+		}
+	}
+}
