@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -222,6 +223,8 @@ func readDue(rows pgx.Rows) ([]due, error) {
 		d.lateness = time.Duration(late.Microseconds)*time.Microsecond + time.Duration(late.Days)*24*time.Hour
 		out = append(out, d)
 	}
+	// A subquery's order is kept in practice, not promised; an outer sort in SQL would cost a plan node.
+	slices.SortStableFunc(out, func(a, b due) int { return a.msg.DeliverAt.Compare(b.msg.DeliverAt) })
 	return out, rows.Err()
 }
 
