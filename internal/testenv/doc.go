@@ -20,6 +20,11 @@
 // started again on the same port and data directory. WALBOX_TEST_TIMEOUT_SCALE
 // (a factor, e.g. 3) stretches these bounds on overloaded machines.
 //
+// Ports come from the 10000 just below the kernel's ephemeral range. No
+// outgoing connection takes one while its server is down. Each test binary
+// locks the ports it picked (a file per port under /tmp/walbox-test-ports),
+// so test binaries running side by side never pick the same one.
+//
 // # Versions
 //
 // By default servers are the machine's own PostgreSQL 15 and RabbitMQ 3.10

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -116,17 +115,6 @@ func requireBinary(tb TB, path, urlEnv string) {
 		}
 		tb.Skipf("testenv: %s not found; install it (.ci/install-deps.sh) or set %s", path, urlEnv)
 	}
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-// Callers retry with a new port when the server then fails to bind.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // FreeAddr returns a host:port on 127.0.0.1 that was free a moment ago, for a server under test.

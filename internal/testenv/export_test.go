@@ -7,6 +7,7 @@ var (
 	ParseListFile    = parseListFile
 	ParseSourcesFile = parseSourcesFile
 	OSRelease        = osRelease
+	PortLockDir      = portLockDir
 )
 
 // ChrootRoot finds or builds the chroot of a release of suite with packages.

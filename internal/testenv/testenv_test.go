@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,6 +213,41 @@ func TestUniqueName(t *testing.T) {
 			t.Fatalf("UniqueName repeated %q", name)
 		}
 		seen[name] = true
+	}
+}
+
+// A server's port comes from below the ephemeral range: no outgoing connection takes it while
+// the server is down (a node between stop_app and start_app). It stays locked, so no other test
+// binary picks it, and this one hands it out once.
+func TestFreePortsAreReservedBelowTheEphemeralRange(t *testing.T) {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low, err := strconv.Atoi(strings.Fields(string(data))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 20 {
+		addr := testenv.FreeAddr(t)
+		port := addr[strings.LastIndexByte(addr, ':')+1:]
+		if n, _ := strconv.Atoi(port); n >= low {
+			t.Errorf("port %s is in the ephemeral range (from %d)", port, low)
+		}
+		if seen[port] {
+			t.Errorf("port %s handed out twice", port)
+		}
+		seen[port] = true
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), testenv.PortLockDir, port), os.O_RDWR, 0)
+		if err != nil {
+			t.Errorf("port %s: no lock file: %v", port, err)
+			continue
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			t.Errorf("port %s is not locked against other test binaries", port)
+		}
+		_ = f.Close()
 	}
 }
 
