@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // StartStandby makes a hot standby of primary: pg_basebackup -R -C -S slot (which creates the
@@ -70,21 +71,49 @@ func (s *Postgres) baseBackup(primary *Postgres, slot string) error {
 	return nil
 }
 
-// Promote promotes a standby to primary (pg_promote) and waits until it is one.
+// Promote promotes a standby to primary (pg_promote) and waits until it is one. A standby may
+// be in a crash restart (a test killed its WAL receiver): a failed connection or query is tried
+// again until the deadline. A standby a lost call already promoted is left as it is.
 func (p *Postgres) Promote(tb TB) {
 	tb.Helper()
 	p.mustOwn(tb, "Promote")
 	ctx, cancel := context.WithTimeout(context.Background(), scaled(pgStartTimeout)+sqlTimeout)
 	defer cancel()
+	for {
+		err := p.promote(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("testenv: promote: %v%s", err, logTail(p.logFile()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// promote makes one attempt of Promote.
+func (p *Postgres) promote(ctx context.Context) error {
 	conn, err := connect(ctx, p.url)
 	if err != nil {
-		tb.Fatalf("testenv: promote: %v", err)
+		return err
 	}
 	defer conn.Close(context.Background())
-	var done bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(scaled(pgStartTimeout).Seconds())).Scan(&done); err != nil || !done {
-		tb.Fatalf("testenv: promote: not promoted (%v)%s", err, logTail(p.logFile()))
+	var standby bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery()").Scan(&standby); err != nil {
+		return fmt.Errorf("pg_is_in_recovery: %w", err)
 	}
+	if !standby {
+		return nil
+	}
+	var done bool
+	wait := int(scaled(pgStartTimeout).Seconds())
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_promote(true, $1)", wait).Scan(&done); err != nil {
+		return fmt.Errorf("pg_promote: %w", err)
+	}
+	if !done {
+		return errors.New("pg_promote: not promoted")
+	}
+	return nil
 }
 
 // PauseReceiver stops the standby's WAL receiver process (SIGSTOP) and returns its pid. What the

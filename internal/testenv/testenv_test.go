@@ -124,6 +124,23 @@ func TestPostgresStopStartKeepsData(t *testing.T) {
 	assertGone(t, pids)
 }
 
+// A standby whose WAL receiver was killed goes through a crash restart: for a moment it refuses
+// or resets connections. Promote, called right then, waits it out and promotes it.
+func TestPromoteWaitsOutACrashRestart(t *testing.T) {
+	t.Parallel()
+	primary := testenv.StartPostgres(t)
+	testenv.RequireOwn(t, primary)
+	standby := testenv.StartStandby(t, primary, "promoted")
+	receiver := standby.PauseReceiver(t)
+	if err := syscall.Kill(receiver, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	standby.Promote(t)
+	if got := queryInt(t, standby.URL(), "SELECT pg_catalog.pg_is_in_recovery()::int"); got != 0 {
+		t.Fatal("the standby is still in recovery after Promote")
+	}
+}
+
 func TestNewDatabaseIsolationAndCleanup(t *testing.T) {
 	t.Parallel()
 	p := testenv.SharedPostgres(t)
