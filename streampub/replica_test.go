@@ -24,7 +24,7 @@ func TestAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
 	pos, msgs := rows(0x7000000, 200)
 	s := dial(t, cfg)
 	publishAll(t, s, pos[:100], msgs[:100])
-	time.Sleep(2 * time.Second) // every replica has them
+	c.WaitStreamReplicated(t, cfg.Stream) // every replica has them
 	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
 	publishAll(t, s, pos[100:], msgs[100:])
 	_ = s.Close()
@@ -60,7 +60,7 @@ func TestHeldIsNotTakenFromALaggingReplica(t *testing.T) {
 	pos, msgs := rows(0x7000000, 200)
 	s := dial(t, cfg)
 	publishAll(t, s, pos[:100], msgs[:100])
-	time.Sleep(2 * time.Second) // every replica has them
+	c.WaitStreamReplicated(t, cfg.Stream) // every replica has them
 	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
 	publishAll(t, s, pos[100:], msgs[100:])
 	_ = s.Close()
@@ -107,7 +107,7 @@ func TestLegacyAnchorIsNotTakenFromALaggingReplica(t *testing.T) {
 		legacy[i] = legacyRow{int64(i + 1), strconv.FormatUint(system, 10), pos[i], msgs[i]}
 	}
 	publishLegacy(t, c.Node(0).StreamURL(), cfg.Stream, cfg.Slot, legacy[:100])
-	time.Sleep(2 * time.Second) // every replica has them
+	c.WaitStreamReplicated(t, cfg.Stream) // every replica has them
 	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
 	publishLegacy(t, c.Node(0).StreamURL(), cfg.Stream, cfg.Slot, legacy[100:])
 
@@ -160,9 +160,11 @@ func TestNoAnchorIsNotTakenFromALaggingReplicaOfATrimmedStream(t *testing.T) {
 				t.Fatal("filler not confirmed")
 			}
 		}
+		// A replica that joins once retention removed offset 0 never joins: wait for it.
+		c.WaitStreamReplicated(t, cfg.Stream)
 	}
 	_ = filler.Close()
-	time.Sleep(6 * time.Second) // every replica has them, and retention removed the first
+	trimmed(t, c, cfg.Stream) // every replica has them, and retention removed the first
 	t.Cleanup(c.HoldBackReplica(t, cfg.Stream))
 	pos, msgs := rows(0x7000000, 100)
 	s := dial(t, cfg)
@@ -186,5 +188,23 @@ func TestNoAnchorIsNotTakenFromALaggingReplicaOfATrimmedStream(t *testing.T) {
 	}
 	if found == 0 {
 		t.Error("no session found the anchor: the replica that keeps up was never read")
+	}
+}
+
+// trimmed waits until every replica of stream name has all its messages, and retention removed
+// the first from each.
+func trimmed(t *testing.T, c *testenv.Cluster, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(200 * time.Millisecond) {
+		members, done := c.WaitStreamReplicated(t, name), true
+		for _, m := range members {
+			done = done && m.First > 0
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention removed no offset of %s on some node after %v: %+v", name, waitFor, members)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -234,4 +235,64 @@ func (c *Cluster) HoldBackReplica(tb TB, name string) (resume func()) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return func() { leader.Ctl(tb, "eval", feeders("resume")) }
+}
+
+// StreamMember is one member of a stream, as the cluster reports it: its node, its role (writer
+// or replica), and the first and last offsets of its log.
+type StreamMember struct {
+	Node, Role  string
+	First, Last int64
+}
+
+var streamMemberRE = regexp.MustCompile(`\{role,(\w+)\},\s*\{node,'([^']+)'\},\s*\{offset,(-?\d+)\},` +
+	`\s*\{committed_offset,-?\d+\},\s*\{first_offset,(-?\d+)\}`)
+
+// streamStatus returns the members of stream name that report their log.
+func (c *Cluster) streamStatus(name string) ([]StreamMember, string, error) {
+	out, err := c.nodes[0].ctl("eval", fmt.Sprintf(`rabbit_stream_queue:status(<<"/">>, <<"%s">>).`, name))
+	if err != nil {
+		return nil, out, err
+	}
+	return parseStreamStatus(out), out, nil
+}
+
+// parseStreamStatus reads the members of rabbit_stream_queue:status's answer.
+func parseStreamStatus(out string) []StreamMember {
+	var members []StreamMember
+	for _, m := range streamMemberRE.FindAllStringSubmatch(out, -1) {
+		last, _ := strconv.ParseInt(m[3], 10, 64)
+		first, _ := strconv.ParseInt(m[4], 10, 64)
+		members = append(members, StreamMember{Node: m[2], Role: m[1], First: first, Last: last})
+	}
+	return members
+}
+
+// WaitStreamReplicated waits until every node has stream name's log up to the writer's last
+// offset, and returns the members. A replica that has not joined yet, or lags, is waited for.
+func (c *Cluster) WaitStreamReplicated(tb TB, name string) []StreamMember {
+	tb.Helper()
+	deadline := time.Now().Add(scaled(rabbitStartTimeout))
+	for {
+		members, out, err := c.streamStatus(name)
+		if err == nil && replicated(members, len(c.nodes)) {
+			return members
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testenv: stream %s not on every node after %v: %v\n%s", name, scaled(rabbitStartTimeout), err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// replicated reports whether n members report a log and all end at the writer's last offset.
+func replicated(members []StreamMember, n int) bool {
+	if len(members) != n {
+		return false
+	}
+	for _, m := range members {
+		if m.Last != members[0].Last {
+			return false
+		}
+	}
+	return true
 }
