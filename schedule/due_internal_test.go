@@ -4,9 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/wire"
 )
 
 // Many messages due at one instant are read a batch at a time, in order, without sorting them all.
@@ -15,13 +19,7 @@ func TestDueMessagesAreReadInOrderWithoutASort(t *testing.T) {
 	if testenv.Short() {
 		t.Skip("integration test: needs PostgreSQL")
 	}
-	pg := testenv.SharedPostgres(t)
-	db, conn := pg.MigratedDatabase(t, migrations.Config{})
-	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
-		event_type, payload, headers, amqp_id, routing_key, exchange)
-		SELECT 's', u::text, pg_catalog.now(), u, 'order', '1', 'order.reminder', '{}', '{}', '', '', ''
-		FROM (SELECT pg_catalog.gen_random_uuid() AS u FROM pg_catalog.generate_series(1, 20000)) g`)
-	pg.Exec(t, db, "ANALYZE walbox_schedule")
+	_, conn := dueAtOnce(t, 20000)
 	var plan string
 	if err := conn.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+tablesIn("public").dueSQL(), "s", DefaultBatch, cancelLockClass).Scan(&plan); err != nil {
 		t.Fatal(err)
@@ -56,5 +54,66 @@ func TestDueMessagesOfABatchAreInDeliverAtOrder(t *testing.T) {
 			t.Errorf("message %d of the batch is due at %v, before message %d at %v: want deliver_at order",
 				i, ds[i].msg.DeliverAt, i-1, ds[i-1].msg.DeliverAt)
 		}
+	}
+}
+
+// dueAtOnce returns a migrated database whose slot s has n messages due at one instant, and a
+// connection to it.
+func dueAtOnce(tb testing.TB, n int) (string, *pgx.Conn) {
+	pg := testenv.SharedPostgres(tb)
+	db, conn := pg.MigratedDatabase(tb, migrations.Config{})
+	pg.Exec(tb, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+		event_type, payload, headers, amqp_id, routing_key, exchange)
+		SELECT 's', u::text, pg_catalog.now(), u, 'order', '1', 'order.reminder', '{}', '{}', '', '', ''
+		FROM (SELECT pg_catalog.gen_random_uuid() AS u FROM pg_catalog.generate_series(1, $1::int)) g`, n)
+	pg.Exec(tb, db, "VACUUM ANALYZE walbox_schedule")
+	return db, conn
+}
+
+// confirming is a session that confirms each message as it is published. Its confirms wait until
+// read, so a batch never blocks its own publish.
+type confirming struct {
+	seq      uint64
+	confirms chan wire.Confirm
+}
+
+func (p *confirming) Publish(context.Context, *wire.Message) (uint64, error) {
+	p.seq++
+	p.confirms <- wire.Confirm{Seq: p.seq}
+	return p.seq, nil
+}
+func (p *confirming) Park(ctx context.Context, pk *wire.Parked) (uint64, error) {
+	return p.Publish(ctx, &pk.Message)
+}
+func (p *confirming) Confirms() <-chan wire.Confirm { return p.confirms }
+func (p *confirming) Close() error                  { return nil }
+
+// The sender without a broker's cost: b.N messages due at once, sent to a session that confirms
+// at once. It measures the database's part of a burst (docs/bench/schedule.md). Run it with
+// -benchtime 20000x.
+func BenchmarkSenderBurst(b *testing.B) {
+	if testenv.Short() {
+		b.Skip("integration benchmark: needs PostgreSQL")
+	}
+	db, conn := dueAtOnce(b, b.N)
+	s := NewSender(SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s", Active: func() bool { return true },
+		Dial: func(context.Context) (wire.Publisher, error) {
+			return &confirming{confirms: make(chan wire.Confirm, pipeline*DefaultBatch)}, nil
+		}})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.ResetTimer()
+	start := time.Now()
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	for s.Sent.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
+	stop()
+	<-done
+	var left int
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&left); err != nil || left != 0 {
+		b.Fatalf("%d messages left in the schedule (%v)", left, err)
 	}
 }
