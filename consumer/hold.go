@@ -100,10 +100,11 @@ func (w *worker) fence(ctx context.Context, tx pgx.Tx, aggregateID string) (held
 // joins the hold. A message recorded as processed is a duplicate and skipped. The results are
 // as Consumer.process's.
 func (w *worker) process(ctx context.Context, d Delivery, m heldMessage) (handled bool, handlerErr, err error) {
-	tx, err := w.c.pool.Begin(ctx)
+	tx, release, err := handling.Begin(ctx, w.c.pool)
 	if err != nil {
 		return false, nil, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
+	defer release()
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	held, err := w.fence(ctx, tx, m.aggregateID)
 	if err != nil {
@@ -200,10 +201,11 @@ func (w *worker) drain(ctx context.Context) error {
 // drainOne handles the first held message of aggregateID, or discards it if Skip said so. The
 // result done says the hold is gone or waits again.
 func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, err error) {
-	tx, err := w.c.pool.Begin(ctx)
+	tx, release, err := handling.Begin(ctx, w.c.pool)
 	if err != nil {
 		return false, handling.ClassifyDB(fmt.Errorf("begin: %w", err))
 	}
+	defer release()        // a no-op after the release below
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if _, err := w.fence(ctx, tx, aggregateID); err != nil {
 		return false, err
@@ -235,7 +237,9 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 		w.c.cfg.Metrics.Handled(w.c.cfg.ConsumerName, d)
 		return h.ended, nil
 	}
+	// The connection goes back first: failed takes one, and the pool may have no other.
 	_ = tx.Rollback(ctx)
+	release()
 	return true, w.failed(ctx, aggregateID, h.m.id, h.attempts+1, handlerErr)
 }
 

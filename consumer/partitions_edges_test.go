@@ -7,8 +7,12 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walbox/walbox/consumer"
 	"github.com/walbox/walbox/internal/testenv"
@@ -208,4 +212,49 @@ func TestPartitionsOfAProcessCutOffFromTheBrokerMove(t *testing.T) {
 	e.publishAggregates(t, aggs, 1, 5)
 	e.waitHandled(t, 20*5, time.Minute)
 	e.checkHandled(t, aggs, 5, nil)
+}
+
+// A partitioned consumer's handler that ends its transaction leaves the connection with the
+// consumer too: when it handles a delivery, and a held message. The pool has one connection.
+// So a failed held message must give it back before its failure is recorded.
+func TestPartitionHandlerThatEndsItsTransactionKeepsItsConnection(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(1)
+	cfg.MaxAttempts = 3
+	pcfg, err := pgxpool.ParseConfig(e.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var handedBack atomic.Int32
+	c, err := consumer.New(pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if d.Attempt > 2 {
+			return recordEffect(ctx, tx, d)
+		}
+		// Attempt 1 is the delivery's, attempt 2 the held message's.
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		if testenv.IdleInPool(ctx, pool, tx.Conn()) {
+			handedBack.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	e.waitLeases(t, cfg, 1, 1)
+	e.publishAggregates(t, aggregates(1), 1, 1)
+	eventually(t, time.Minute, "the held message handled on its third attempt", func() bool {
+		return e.count(t, "SELECT count(*) FROM effects WHERE message_id = 'agg0-1' AND attempt = 3") == 1
+	})
+	if n := handedBack.Load(); n != 0 {
+		t.Errorf("the pool had the handler's connection idle %d times after the handler ended its transaction", n)
+	}
 }
