@@ -31,7 +31,7 @@
 //     DeadLetterQueue.
 //   - A handler that ends tx itself, or leaves it failed, fails that attempt too. That holds
 //     for tx.Commit, tx.Rollback and its own COMMIT or ROLLBACK statement. A retry after its
-//     own commit is a duplicate.
+//     own commit is a duplicate. A held message its handler committed leaves the hold, handled.
 //   - No message id: the message goes to DeadLetterQueue unhandled.
 //   - Dead letters keep the body and properties. Header x-walbox-error carries the reason.
 //     Headers x-walbox-routing-key and x-walbox-exchange say where the message was first

@@ -240,7 +240,7 @@ func (w *worker) drainOne(ctx context.Context, aggregateID string) (done bool, e
 	// The connection goes back first: failed takes one, and the pool may have no other.
 	_ = tx.Rollback(ctx)
 	release()
-	return true, w.failed(ctx, aggregateID, h.m.id, h.attempts+1, handlerErr)
+	return true, w.failed(ctx, aggregateID, h.m, h.attempts+1, handlerErr)
 }
 
 // headOfHold is a hold's first message, taken off the hold in the transaction that handles it.
@@ -301,9 +301,10 @@ func (w *worker) head(ctx context.Context, tx pgx.Tx, aggregateID string) (heldM
 	return m, err
 }
 
-// failed records a failed attempt of a hold's first message. Another follows after the retry
-// delay; after MaxAttempts, none until Release.
-func (w *worker) failed(ctx context.Context, aggregateID, id string, attempt int, handlerErr error) error {
+// failed records a failed attempt of m, a hold's first message. Another follows after the retry
+// delay; after MaxAttempts, none until Release. A handler that committed its transaction itself
+// took m off the hold. Then m is handled, and the next message keeps its attempts.
+func (w *worker) failed(ctx context.Context, aggregateID string, m heldMessage, attempt int, handlerErr error) error {
 	tx, err := w.c.pool.Begin(ctx)
 	if err != nil {
 		return handling.ClassifyDB(fmt.Errorf("begin: %w", err))
@@ -313,14 +314,17 @@ func (w *worker) failed(ctx context.Context, aggregateID, id string, attempt int
 		return err
 	}
 	failed := attempt >= w.c.cfg.MaxAttempts
-	_, err = tx.Exec(ctx, w.c.psql.failHead, w.c.cfg.ConsumerName, aggregateID, attempt, failed,
-		handling.ErrorHeader(handlerErr), w.c.cfg.retryDelay(attempt))
+	tag, err := tx.Exec(ctx, w.c.psql.failHead, w.c.cfg.ConsumerName, aggregateID, attempt, failed,
+		handling.ErrorHeader(handlerErr), w.c.cfg.retryDelay(attempt), m.seq)
 	if err != nil {
 		return handling.ClassifyDB(fmt.Errorf("update hold: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // m left the hold in the handler's own commit, or the hold ended with it
 	}
 	if err := commit(ctx, tx); err != nil {
 		return err
 	}
-	w.c.report(&MessageError{MessageID: id, Attempt: attempt, Retry: !failed, Held: failed, Err: handlerErr})
+	w.c.report(&MessageError{MessageID: m.id, Attempt: attempt, Retry: !failed, Held: failed, Err: handlerErr})
 	return nil
 }

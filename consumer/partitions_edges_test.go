@@ -258,3 +258,50 @@ func TestPartitionHandlerThatEndsItsTransactionKeepsItsConnection(t *testing.T) 
 		t.Errorf("the pool had the handler's connection idle %d times after the handler ended its transaction", n)
 	}
 }
+
+// A held message whose handler commits its transaction itself is handled: it left the hold.
+// Its failure is not charged to the message behind it, which would then fail unhandled.
+func TestHeldMessageThatItsHandlerCommitsLeavesTheNextOneItsAttempts(t *testing.T) {
+	e := newPartEnv(t, nil)
+	cfg := e.partConfig(1)
+	cfg.MaxAttempts = 1
+	var released atomic.Bool
+	c, err := consumer.New(e.pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		if err := recordEffect(ctx, tx, d); err != nil {
+			return err
+		}
+		if d.MessageID != msgID("agg0", 1) {
+			return nil
+		}
+		if !released.Load() {
+			return errors.New("fails until released")
+		}
+		return tx.Commit(ctx) // ends it, the message handled
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	e.waitLeases(t, cfg, 1, 1)
+	aggs := aggregates(1)
+	e.publishAggregates(t, aggs, 1, 1)
+	e.waitFailed(t, "agg0")
+	e.publishAggregates(t, aggs, 2, 2)
+	eventually(t, time.Minute, "agg0-2 held", func() bool {
+		return e.count(t, "SELECT count(*) FROM walbox_held_messages WHERE message_id = 'agg0-2'") == 1
+	})
+	released.Store(true)
+	if err := c.Release(context.Background(), "agg0"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "agg0-2 handled, or its hold failed", func() bool {
+		return e.count(t, "SELECT count(*) FROM effects WHERE message_id = 'agg0-2'") == 1 ||
+			e.count(t, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = 'agg0' AND failed") == 1
+	})
+	if n := e.count(t, "SELECT count(*) FROM walbox_consumer_holds WHERE aggregate_id = 'agg0' AND failed"); n != 0 {
+		t.Error("agg0's hold failed for good after its first message was handled; agg0-2 never ran")
+	}
+	if n := e.count(t, "SELECT count(*) FROM effects WHERE message_id = 'agg0-1' AND attempt = 1"); n != 1 {
+		t.Errorf("agg0-1 has %d committed effects, want 1", n)
+	}
+}

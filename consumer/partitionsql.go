@@ -77,7 +77,7 @@ func newPartitionSQL(schema string) partitionSQL {
 		handledHead: r.Replace(`UPDATE HOLDS SET attempts = 0, skip_message = NULL
 			WHERE consumer = $1 AND aggregate_id = $2`),
 		failHead: r.Replace(`UPDATE HOLDS SET attempts = $3, failed = $4, error = $5, retry_at = NOW + $6::pg_catalog.interval
-			WHERE consumer = $1 AND aggregate_id = $2`),
+			WHERE consumer = $1 AND aggregate_id = $2 AND EXISTS (SELECT 1 FROM HELD m WHERE m.consumer = $1 AND m.seq = $7)`),
 		releaseFunc: r.Replace(`SELECT RELEASE($1, $2, $3)`),
 		heldCount:   r.Replace(`SELECT pg_catalog.count(*) FROM HELD WHERE consumer = $1`),
 	}
