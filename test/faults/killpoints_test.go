@@ -222,6 +222,13 @@ func pruneKilledAtEveryPoint(t *testing.T) {
 	if err := w.conn.QueryRow(t.Context(), "SELECT pg_catalog.now()").Scan(&cut); err != nil {
 		t.Fatal(err)
 	}
+	// A transaction begun before the cut has rows created before it; they show once it commits.
+	waitFor(t, time.Minute, "the transactions begun before the cut to end", func() bool {
+		var open bool
+		err := w.conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database()
+			AND backend_type = 'client backend' AND xact_start <= $1 AND pid <> pg_catalog.pg_backend_pid())`, cut).Scan(&open)
+		return err == nil && !open
+	})
 	old := func() (n int) {
 		if err := w.conn.QueryRow(t.Context(), "SELECT count(*) FROM public.outbox WHERE created_at <= $1", cut).Scan(&n); err != nil {
 			t.Fatal(err)
