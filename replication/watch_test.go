@@ -3,8 +3,6 @@ package replication_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -137,19 +135,7 @@ func TestIdleRelayDoesNotWriteForEver(t *testing.T) {
 		testenv.RequireOwn(t, primary)
 		standby := testenv.StartStandby(t, primary, "standby1", testenv.WithSetting("hot_standby_feedback", "on"))
 		db, conn := primary.MigratedDatabase(t, migrations.Config{})
-		u, err := url.Parse(db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Host = fmt.Sprintf("%s:%d", u.Hostname(), standby.Port())
-		replURL := u.String()
-		waitFor(t, time.Minute, "the database on the standby", func() bool {
-			c, err := pgx.Connect(context.Background(), replURL)
-			if err == nil {
-				_ = c.Close(context.Background())
-			}
-			return err == nil
-		})
+		replURL := testenv.OnStandby(t, db, standby)
 		idleRelaysDoNotWriteForEver(t, db, conn, replURL, newSlots(t, db, conn, replURL, 2), true)
 	})
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/walbox/walbox/canary"
@@ -505,19 +504,7 @@ func TestCanaryWithTheSlotOnAStandby(t *testing.T) {
 	testenv.RequireOwn(t, primary)
 	standby := testenv.StartStandby(t, primary, "physical", testenv.WithSetting("hot_standby_feedback", "on"))
 	db, conn := primary.MigratedDatabase(t, migrations.Config{})
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = fmt.Sprintf("%s:%d", u.Hostname(), standby.Port())
-	replURL := u.String()
-	eventually(t, "the database on the standby", func() bool {
-		c, err := pgx.Connect(t.Context(), replURL)
-		if err == nil {
-			_ = c.Close(t.Context())
-		}
-		return err == nil
-	})
+	replURL := testenv.OnStandby(t, db, standby)
 	done := make(chan error, 1)
 	go func() {
 		_, err := slots.EnsureSlot(context.Background(), db, cfg.Relay.Slot, "walbox", []wire.Table{wire.DefaultTable},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -152,4 +153,26 @@ func dropSlots(ctx context.Context, conn *pgx.Conn, name string) error {
 func isObjectInUse(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}
+
+// OnStandby returns dbURL with standby's port, once the database can be reached there: replayed.
+func OnStandby(tb TB, dbURL string, standby *Postgres) string {
+	tb.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		tb.Fatalf("testenv: standby url: %v", err)
+	}
+	u.Host = fmt.Sprintf("%s:%d", u.Hostname(), standby.Port())
+	deadline := time.Now().Add(scaled(time.Minute))
+	for {
+		c, err := pgx.Connect(context.Background(), u.String())
+		if err == nil {
+			_ = c.Close(context.Background())
+			return u.String()
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("testenv: the database on the standby: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
