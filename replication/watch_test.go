@@ -173,13 +173,7 @@ func idleRelaysDoNotWriteForEver(t *testing.T, db string, conn *pgx.Conn, replUR
 	settled := func(what string, past pglogrepl.LSN) {
 		t.Helper()
 		for _, s := range names {
-			waitFor(t, 30*time.Second, "the record of "+s+" past "+what, func() bool {
-				rec, _, err := reg.Get(ctx, s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return rec.ConfirmedLSN > past
-			})
+			waitRecord(t, reg, s, 30*time.Second, "the record of "+s+" past "+what, func(rec registry.Record) bool { return rec.ConfirmedLSN > past })
 		}
 		time.Sleep(time.Second)
 		last := map[string]pglogrepl.LSN{}
@@ -256,13 +250,7 @@ func TestIdleRelayRecordsTheHorizonPastItsRows(t *testing.T) {
 	})
 	e.broker.ack(12)
 	reg := registry.New(e.conn, "public")
-	waitFor(t, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func() bool {
-		rec, _, err := reg.Get(ctx, e.slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec.ConfirmedXmin > rows
-	})
+	waitRecord(t, reg, e.slot, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func(rec registry.Record) bool { return rec.ConfirmedXmin > rows })
 }
 
 // An idle relay records an xmin horizon past the rows it relayed, though another transaction was open meanwhile.
@@ -289,23 +277,11 @@ func TestIdleRelayRecordsTheHorizonPastItsRowsOnceAnOpenTransactionEnds(t *testi
 		t.Fatal(err)
 	}
 	reg := registry.New(e.conn, "public")
-	waitFor(t, 10*time.Second, "the record past the rows", func() bool {
-		rec, _, err := reg.Get(ctx, e.slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec.ConfirmedLSN > before
-	})
+	waitRecord(t, reg, e.slot, 10*time.Second, "the record past the rows", func(rec registry.Record) bool { return rec.ConfirmedLSN > before })
 	if err := open.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func() bool {
-		rec, _, err := reg.Get(ctx, e.slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec.ConfirmedXmin > rows
-	})
+	waitRecord(t, reg, e.slot, 30*time.Second, "the recorded xmin horizon past the rows' transaction", func(rec registry.Record) bool { return rec.ConfirmedXmin > rows })
 }
 
 // An idle relay records a position past the consistent point of a slot created later, as a reshard creates a set.
@@ -344,11 +320,19 @@ func idleRelayRecordsPastASlotCreatedLater(t *testing.T, before string) {
 	if err != nil || created.CreatedLSN == 0 {
 		t.Fatalf("record of slot %s: %+v, %v", next, created, err)
 	}
-	waitFor(t, 30*time.Second, "the record and the slot past the new slot's consistent point", func() bool {
-		rec, _, err := reg.Get(ctx, e.slot)
+	waitRecord(t, reg, e.slot, 30*time.Second, "the record and the slot past the new slot's consistent point", func(rec registry.Record) bool {
+		return rec.ConfirmedLSN >= created.CreatedLSN && e.slotLSN() >= created.CreatedLSN
+	})
+}
+
+// waitRecord waits up to d for the registry's record of slot to satisfy cond.
+func waitRecord(t *testing.T, reg *registry.Store, slot string, d time.Duration, what string, cond func(registry.Record) bool) {
+	t.Helper()
+	waitFor(t, d, what, func() bool {
+		rec, _, err := reg.Get(context.Background(), slot)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return rec.ConfirmedLSN >= created.CreatedLSN && e.slotLSN() >= created.CreatedLSN
+		return cond(rec)
 	})
 }
