@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,50 +31,10 @@ func TestScheduleIndexMigrationBesideASendingRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	sender, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sender.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := sender.Exec(ctx, "SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED"); err != nil {
-		t.Fatal(err)
-	}
-
-	migrated, ended := make(chan error, 1), make(chan struct{})
-	migrator := pg.Conn(t, db)
-	go func() {
-		defer close(ended)
-		_, err := migrations.ApplyRegistry(ctx, migrator, "public")
-		migrated <- err
-	}()
-	defer func() { cancel(); <-ended }() // before the connection closes
-	// The migration waits for the sender's transaction, which has not deleted its row yet.
-	check := pg.Conn(t, db)
-	for {
-		var waiting bool
-		if err := check.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-			WHERE NOT l.granted AND l.relation OPERATOR(pg_catalog.=) 'public.walbox_schedule'::pg_catalog.regclass)`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		select {
-		case err := <-migrated:
-			t.Fatalf("the migration ended (%v) while a sender held a due row", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 	// The broker confirmed: the sender deletes its row and commits.
-	if _, err := sender.Exec(ctx, "DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1'"); err != nil {
-		t.Fatalf("the sender's delete of a confirmed message beside migration 017: %v", err)
-	}
-	if err := sender.Commit(ctx); err != nil {
-		t.Fatalf("the sender's commit beside migration 017: %v", err)
-	}
-	if err := <-migrated; err != nil {
-		t.Fatalf("migration 017 beside a sending relay: %v", err)
-	}
+	migrateBesideASender(ctx, t, pg, db, conn, "public.walbox_schedule", 17,
+		"SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED",
+		"DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1'")
 	rows, err := conn.Query(ctx, "SELECT indexname::pg_catalog.text FROM pg_catalog.pg_indexes WHERE tablename = 'walbox_schedule' ORDER BY 1")
 	if err != nil {
 		t.Fatal(err)
@@ -87,5 +48,92 @@ func TestScheduleIndexMigrationBesideASendingRelay(t *testing.T) {
 		if n == "walbox_schedule_deliver_at" {
 			t.Errorf("walbox_schedule_deliver_at is still there: %v", indexes)
 		}
+	}
+}
+
+// Migration 018 meets a relay, of the version before, sending due messages. Its transaction read
+// the tombstones (ACCESS SHARE on walbox_schedule_done), awaits the broker, then notes the sent
+// messages there. The migration waits for it, and neither fails.
+func TestScheduleDoneMigrationBesideASendingRelay(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	// The done table as migration 017 left it.
+	pg.Exec(t, db, `DROP INDEX public.walbox_schedule_done_at_brin;
+		ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by;
+		CREATE INDEX walbox_schedule_done_at ON public.walbox_schedule_done (done_at);
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 18;
+		INSERT INTO public.walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+			event_type, payload, headers, amqp_id, routing_key, exchange)
+		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	// The broker confirmed: the sender deletes its row, notes it as that version did, and commits.
+	migrateBesideASender(ctx, t, pg, db, conn, "public.walbox_schedule_done", 18,
+		`SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED;
+		SELECT message_id FROM public.walbox_schedule_done WHERE message_id = 'm1' AND state = 'cancelled'`,
+		`DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1';
+		INSERT INTO public.walbox_schedule_done (slot_name, message_id, state) VALUES ('s', 'm1', 'sent'), ('', 'm1', 'sent')`)
+	var indexes []string
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.array_agg(indexname::pg_catalog.text ORDER BY 1) FROM pg_catalog.pg_indexes"+
+		" WHERE tablename = 'walbox_schedule_done'").Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(indexes)
+	want := []string{"walbox_schedule_done_at_brin", "walbox_schedule_done_pkey"}
+	if !slices.Equal(indexes, want) {
+		t.Errorf("indexes of walbox_schedule_done %v, want %v", indexes, want)
+	}
+}
+
+// migrateBesideASender runs a sender's transaction: read, then, once migration version waits for it
+// on table, finish and commit. The migration must then succeed.
+func migrateBesideASender(ctx context.Context, t *testing.T, pg *testenv.Postgres, db string, conn *pgx.Conn, table string, version int, read, finish string) {
+	t.Helper()
+	sender, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := sender.Exec(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	migrated, ended := make(chan error, 1), make(chan struct{})
+	migrator := pg.Conn(t, db)
+	go func() {
+		defer close(ended)
+		_, err := migrations.ApplyRegistry(ctx, migrator, "public")
+		migrated <- err
+	}()
+	defer func() { cancel(); <-ended }() // before the connection closes
+	// The migration waits for the sender's transaction, which has not finished yet.
+	check := pg.Conn(t, db)
+	for {
+		var waiting bool
+		if err := check.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+			WHERE NOT l.granted AND l.relation OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)`, table).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("the migration ended (%v) while a sender held a due row", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := sender.Exec(ctx, finish); err != nil {
+		t.Fatalf("the sender's statements beside migration %03d: %v", version, err)
+	}
+	if err := sender.Commit(ctx); err != nil {
+		t.Fatalf("the sender's commit beside migration %03d: %v", version, err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("migration %03d beside a sending relay: %v", version, err)
 	}
 }

@@ -13,9 +13,9 @@
 // holds the slot. Rows it sends are locked (FOR UPDATE SKIP LOCKED), so two senders never send one
 // message at once. Due means due by the database's clock.
 //
-// walbox_schedule_done notes each sent id under its slot and under the empty slot name. Cancels
-// write their tombstones there too, in state cancelled. So a cancel that cannot see a sending
-// conflicts with it.
+// walbox_schedule_done notes each sent id once, under the empty slot name; sent_by names its slots.
+// Cancels write their tombstones there too, in state cancelled. So a cancel that cannot see a
+// sending conflicts with it. A batch deletes its rows by their place (ctid), locked since its read.
 //
 // The tables are walbox_schedule and walbox_schedule_done, beside walbox_slots in the registry's
 // schema (migrations). docs/outbox.md#scheduled-delivery states the guarantees.

@@ -2,10 +2,12 @@ package schedule
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walbox/walbox/internal/testenv"
@@ -36,7 +38,7 @@ func TestDueMessagesOfABatchAreInDeliverAtOrder(t *testing.T) {
 	}
 	pg := testenv.SharedPostgres(t)
 	_, conn := pg.MigratedDatabase(t, migrations.Config{})
-	rows, err := conn.Query(context.Background(), "SELECT '', g::text, pg_catalog.now() OPERATOR(pg_catalog.+) g * interval '1 second',"+
+	rows, err := conn.Query(context.Background(), "SELECT '', '(0,1)'::tid, g::text, pg_catalog.now() OPERATOR(pg_catalog.+) g * interval '1 second',"+
 		" pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}'::jsonb, '{}', NULL::timestamptz, '', '', '',"+
 		" NULL::timestamptz, interval '0', false FROM pg_catalog.generate_series(5, 1, -1) g")
 	if err != nil {
@@ -115,5 +117,103 @@ func BenchmarkSenderBurst(b *testing.B) {
 	var left int
 	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&left); err != nil || left != 0 {
 		b.Fatalf("%d messages left in the schedule (%v)", left, err)
+	}
+}
+
+// A sent message is noted in one row, under the empty slot name, naming each slot whose record was
+// sent. Two slots' records of one id in one batch, and an id another slot sent before, add to it.
+// A replay of a slot's sent message is not recorded again; another slot's record of it is.
+func TestASentMessageIsNotedOnceNamingItsSlots(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	x, y, z, old, fresh := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	// "retired" is no relay's slot: its rows are any relay's to send.
+	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+		event_type, payload, headers, amqp_id, routing_key, exchange)
+		SELECT k.slot, k.id, pg_catalog.now(), k.id::uuid, 'order', '1', 'order.reminder', '{}', '{}', '', '', ''
+		FROM (VALUES ('s', $1), ('retired', $1), ('s', $2), ('s', $3)) AS k(slot, id)`, x, y, z)
+	pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state, sent_by) VALUES ($1, '', 'sent', '{other}')`, z)
+	pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state) VALUES ($1, 's', 'sent'), ($1, '', 'sent')`, old)
+
+	s := NewSender(SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s", Active: func() bool { return true },
+		Dial: func(context.Context) (wire.Publisher, error) {
+			return &confirming{confirms: make(chan wire.Confirm, DefaultBatch)}, nil
+		}})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	for deadline := time.Now().Add(time.Minute); s.Sent.Load() < 4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			stop()
+			<-done
+			t.Fatalf("sent %d of 4 due messages within a minute", s.Sent.Load())
+		}
+	}
+	stop()
+	<-done
+
+	want := map[string]string{x: "{retired,s}", y: "{s}", z: "{other,s}", old: ""}
+	rows, err := conn.Query(context.Background(), `SELECT message_id, slot_name, state,
+		COALESCE((SELECT pg_catalog.array_agg(b ORDER BY b)::text FROM pg_catalog.unnest(sent_by) b), '')
+		FROM walbox_schedule_done ORDER BY message_id, slot_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	n := 0
+	for rows.Next() {
+		var id, slot, state, by string
+		if err := rows.Scan(&id, &slot, &state, &by); err != nil {
+			t.Fatal(err)
+		}
+		if id == old {
+			continue // written as before migration 018: a row under its slot, and one under ''
+		}
+		n++
+		if slot != "" || state != "sent" {
+			t.Errorf("message %s noted under slot %q as %s; want one row under '' as sent", id, slot, state)
+		}
+		got[id] = by
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("%d done rows for 3 sent messages; want one each", n)
+	}
+	for _, id := range []string{x, y, z} {
+		if got[id] != want[id] {
+			t.Errorf("message %s sent by %q; want %q", id, got[id], want[id])
+		}
+	}
+
+	// Replays: slot s records again what it sent, and one message it never saw.
+	record := func(slot string, ids ...string) {
+		t.Helper()
+		var b batch
+		for _, id := range ids {
+			if err := b.add(&wire.Message{ID: uuid.MustParse(id), DeliverAt: time.Now().Add(time.Hour), AggregateType: "order",
+				AggregateID: "1", EventType: "order.reminder", Payload: []byte("{}")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(context.Background(), tablesIn("public").recordSQL(), b.args(slot)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("s", x, y, z, old, fresh)
+	record("third", x)
+	var recorded []string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.array_agg(slot_name || ':' || message_id ORDER BY slot_name, message_id) FROM walbox_schedule").
+		Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	wantRecorded := []string{"s:" + fresh, "third:" + x}
+	slices.Sort(wantRecorded)
+	if !slices.Equal(recorded, wantRecorded) {
+		t.Errorf("recorded %v after the replays; want %v: only what slot s never sent, and slot third's record", recorded, wantRecorded)
 	}
 }

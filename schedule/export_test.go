@@ -8,3 +8,6 @@ func SetStandbyWait(d time.Duration) (undo func()) {
 	standbyWait = d
 	return func() { standbyWait = old }
 }
+
+// PipelineLockWait is how long a batch read beside another waits for a table lock.
+const PipelineLockWait = pipelineLockWait

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/walbox/walbox/inspect"
 	"github.com/walbox/walbox/internal/killpoint"
 	"github.com/walbox/walbox/internal/pgconnect"
@@ -390,6 +392,9 @@ const spareRetry = time.Minute
 // it: a migration's, say. The read waits behind that lock, and the confirms would wait for the read.
 const pipelineLockWait = time.Second
 
+// keptLockTimeout keeps lock_timeout, as it was before pipelineLockWait, until the transaction ends.
+const keptLockTimeout = "walbox.lock_timeout"
+
 // begin reads and locks a batch of due messages in a transaction on connection i, and publishes it.
 // It returns nil when none is due. Beside another batch, it waits at most pipelineLockWait for a
 // table lock, and then returns nil too. So it does when it cannot connect, or its connection failed.
@@ -408,8 +413,9 @@ func (s *Sender) begin(ctx context.Context, i int, beside bool) (*flight, error)
 		return nil, err
 	}
 	var opts pgx.TxOptions
-	if beside { // in the same round trip
-		opts.BeginQuery = fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = '%dms'", pipelineLockWait.Milliseconds())
+	if beside { // in the same round trip; the setting it replaces is kept, for the commit
+		opts.BeginQuery = fmt.Sprintf("BEGIN; SELECT pg_catalog.set_config('"+keptLockTimeout+"', pg_catalog.current_setting('lock_timeout'), true),"+
+			" pg_catalog.set_config('lock_timeout', '%dms', true)", pipelineLockWait.Milliseconds())
 	}
 	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil && beside && i > 0 && ctx.Err() == nil {
@@ -463,8 +469,7 @@ func (s *Sender) lockAndPublish(ctx context.Context, tx pgx.Tx, beside bool) (*f
 	// The same query resets lock_timeout, if set, for the commit: it waits as long as it must.
 	reset := ""
 	if beside {
-		reset = ", pg_catalog.set_config('lock_timeout', (SELECT g.reset_val FROM pg_catalog.pg_settings g" +
-			" WHERE g.name OPERATOR(pg_catalog.=) 'lock_timeout'), true)"
+		reset = ", pg_catalog.set_config('lock_timeout', pg_catalog.current_setting('" + keptLockTimeout + "'), true)"
 	}
 	var cancelled []string
 	dest := []any{&cancelled}
@@ -518,18 +523,19 @@ func (s *Sender) commit(ctx context.Context, f *flight, refused error) error {
 		return refused
 	}
 	killpoint.Hit("schedule.confirmed")
-	gone := keys{slots: append(f.cancels.slots, sent.confirmed.slots...), ids: append(f.cancels.ids, sent.confirmed.ids...)}
+	// The rows are this transaction's, locked since the read: each is where it was read.
+	gone := slices.Concat(f.cancels.rows, sent.confirmed.rows)
 	// Both statements go in one round trip.
 	var b pgx.Batch
-	b.Queue("DELETE FROM "+s.t.schedule+" s USING ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "+
-		"pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) WHERE s.slot_name OPERATOR(pg_catalog.=) k.slot_name "+
-		"AND s.message_id OPERATOR(pg_catalog.=) k.message_id", gone.slots, gone.ids)
-	// Each sent id is noted under its slot, and under '' too, where a cancel writes its tombstone. A
-	// cancel in an older snapshot (REPEATABLE READ) then conflicts with it: a serialization failure.
-	b.Queue("INSERT INTO "+s.t.done+" (slot_name, message_id, state) SELECT k.slot_name, k.message_id, 'sent'"+
-		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)"+
-		" UNION ALL SELECT '', m.message_id, 'sent' FROM pg_catalog.unnest($2::pg_catalog.text[]) AS m(message_id)"+
-		" ON CONFLICT (message_id, slot_name) DO NOTHING", sent.confirmed.slots, sent.confirmed.ids)
+	b.Queue("DELETE FROM "+s.t.schedule+" WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])", gone)
+	// Each sent id is noted once, under '', where a cancel writes its tombstone. A cancel in an older
+	// snapshot (REPEATABLE READ) then conflicts with it: a serialization failure. Its sent_by names the
+	// slots whose record was sent: a replay of one of them is not recorded again.
+	b.Queue("INSERT INTO "+s.t.done+" AS d (slot_name, message_id, state, sent_by) SELECT '', k.message_id, 'sent', pg_catalog.array_agg(k.slot_name)"+
+		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) GROUP BY k.message_id"+
+		" ON CONFLICT (message_id, slot_name) DO UPDATE SET sent_by = pg_catalog.array_cat(d.sent_by, excluded.sent_by)"+
+		" WHERE d.state OPERATOR(pg_catalog.=) 'sent' AND NOT COALESCE(d.sent_by, '{}') OPERATOR(pg_catalog.@>) excluded.sent_by",
+		sent.confirmed.slots, sent.confirmed.ids)
 	br := tx.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
@@ -575,14 +581,20 @@ func unheld(ds []due) ([]due, bool) {
 	return out, true
 }
 
-// keys are schedule rows by slot and message id, side by side.
-type keys struct{ slots, ids []string }
+// keys are schedule rows by slot, message id and place, side by side.
+type keys struct {
+	slots, ids []string
+	rows       []pgtype.TID
+}
 
-func (k *keys) add(slot, id string) { k.slots, k.ids = append(k.slots, slot), append(k.ids, id) }
+func (k *keys) add(slot, id string, row pgtype.TID) {
+	k.slots, k.ids, k.rows = append(k.slots, slot), append(k.ids, id), append(k.rows, row)
+}
 
 // outgoing is a due message published and not confirmed yet.
 type outgoing struct {
 	slot, id string
+	row      pgtype.TID
 	late     time.Duration // its delay when read
 	msg      *wire.Message
 }
@@ -610,7 +622,7 @@ func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (*ba
 	for i := range ds {
 		m := &ds[i].msg
 		if skip[m.AMQPMessageID()] {
-			cancels.add(ds[i].slot, m.AMQPMessageID())
+			cancels.add(ds[i].slot, m.AMQPMessageID(), ds[i].row)
 			continue
 		}
 		if err := s.dial(ctx); err != nil {
@@ -629,11 +641,11 @@ func (s *Sender) publish(ctx context.Context, ds []due, cancelled []string) (*ba
 		if err != nil {
 			if errors.As(err, new(*wire.TooLargeError)) { // written, then refused
 				b.sent++
-				b.last = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), late: ds[i].lateness, msg: m}
+				b.last = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), row: ds[i].row, late: ds[i].lateness, msg: m}
 			}
 			return b, cancels, fmt.Errorf("publish scheduled %s: %w", m.AMQPMessageID(), err)
 		}
-		b.waiting[seq] = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), late: ds[i].lateness, msg: m}
+		b.waiting[seq] = outgoing{slot: ds[i].slot, id: m.AMQPMessageID(), row: ds[i].row, late: ds[i].lateness, msg: m}
 		b.sent++
 		b.last = b.waiting[seq]
 	}
@@ -679,7 +691,7 @@ func (s *Sender) await(ctx context.Context, b, later *batchSent) error {
 				continue
 			}
 			delete(to.waiting, c.Seq)
-			to.confirmed.add(o.slot, o.id)
+			to.confirmed.add(o.slot, o.id, o.row)
 			at := c.At
 			if at.IsZero() {
 				at = time.Now()

@@ -271,7 +271,7 @@ func TestAStopFinishesTheBatchBeingSent(t *testing.T) {
 	pub.stopThenOpen(stop) // the confirms arrive after the stop
 	var waiting, sent int
 	if err := conn.QueryRow(context.Background(), "SELECT (SELECT pg_catalog.count(*) FROM walbox_schedule), "+
-		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's')").Scan(&waiting, &sent); err != nil {
+		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE 's' = ANY (sent_by))").Scan(&waiting, &sent); err != nil {
 		t.Fatal(err)
 	}
 	if waiting != 0 || sent != 3 {
@@ -421,7 +421,7 @@ func TestTheNextBatchLeavesBeforeTheConfirmsOfTheOneBefore(t *testing.T) {
 		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
 	}
 	var sent int
-	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's'").Scan(&sent); err != nil {
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE 's' = ANY (sent_by)").Scan(&sent); err != nil {
 		t.Fatal(err)
 	}
 	if sent != len(ids) {
@@ -445,7 +445,7 @@ func TestAStopFinishesEveryBatchOnItsWay(t *testing.T) {
 	var left []string
 	var sent int
 	if err := conn.QueryRow(context.Background(), "SELECT (SELECT pg_catalog.array_agg(message_id) FROM walbox_schedule), "+
-		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE slot_name = 's')").Scan(&left, &sent); err != nil {
+		"(SELECT pg_catalog.count(*) FROM walbox_schedule_done WHERE 's' = ANY (sent_by))").Scan(&left, &sent); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(left, ids[4:]) || sent != 4 {
@@ -459,17 +459,8 @@ func TestAStopFinishesEveryBatchOnItsWay(t *testing.T) {
 // one another for ever.
 func TestALockQueuedBetweenTwoBatchesDoesNotStallThem(t *testing.T) {
 	pg, db, conn := scheduleDB(t)
-	ids := dueIDs(t, pg, db, 4)
-	p := newGated()
-	close(p.open)
-	p.paused, p.resume, p.pauseAt = make(chan struct{}), make(chan struct{}), 2
-	stop := run(gatedSender(db, p, 2))
+	ids, p, stop := pausedSender(t, pg, db, 4, 2)
 	defer stop()
-	select {
-	case <-p.paused: // the first batch holds its rows
-	case <-time.After(time.Minute):
-		t.Fatal("the sender did not publish the due messages")
-	}
 	locked, other := make(chan error, 1), pg.Conn(t, db)
 	go func() {
 		locked <- pgx.BeginFunc(context.Background(), other, func(tx pgx.Tx) error {
@@ -503,6 +494,62 @@ func TestALockQueuedBetweenTwoBatchesDoesNotStallThem(t *testing.T) {
 	if got := p.published(); !slices.Equal(got, ids) {
 		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
 	}
+}
+
+// A batch read beside another waits at most a second for a table lock. Its commit waits as long as
+// it must: a lock held longer then fails no confirmed batch, and none is sent again.
+func TestABatchReadBesideAnotherCommitsPastTheLockWait(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ids, p, stop := pausedSender(t, pg, db, 6, 1)
+	defer stop()
+	tx, err := pg.Conn(t, db).Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(context.Background(), "LOCK TABLE walbox_schedule_done IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	close(p.resume)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var waiting int
+		if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE NOT granted"+
+			" AND relation OPERATOR(pg_catalog.=) 'walbox_schedule_done'::pg_catalog.regclass").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= 2 { // the first batch's commit, and the commit of one read beside it
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("two batches' commits did not wait for the lock")
+		}
+	}
+	time.Sleep(3 * schedule.PipelineLockWait) // past the wait of a read beside another batch
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitEmpty(t, conn, time.Minute, stop)
+	if got := p.published(); !slices.Equal(got, ids) {
+		t.Errorf("published %v, want each once in deliver_at order %v", got, ids)
+	}
+}
+
+// pausedSender records n due messages and runs a sender of batches of 2 over a gated session that
+// confirms at once. It returns once the publish of message pauseAt waits for p.resume.
+func pausedSender(t *testing.T, pg *testenv.Postgres, db string, n int, pauseAt uint64) ([]string, *gated, func()) {
+	t.Helper()
+	ids := dueIDs(t, pg, db, n)
+	p := newGated()
+	close(p.open)
+	p.paused, p.resume, p.pauseAt = make(chan struct{}), make(chan struct{}), pauseAt
+	stop := run(gatedSender(db, p, 2))
+	select {
+	case <-p.paused: // the first batch holds its rows
+	case <-time.After(time.Minute):
+		stop()
+		t.Fatal("the sender did not publish the due messages")
+	}
+	return ids, p, stop
 }
 
 // warnings is a slog handler that keeps the messages of the warnings logged.

@@ -68,7 +68,9 @@ func tablesIn(schema string) tables {
 const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, amqp_id, routing_key, exchange, commit_time"
 
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
-// those with a done row: a cancel recorded first, or a replay of a message this slot sent.
+// those with a done row: a cancel recorded first, or a replay of a message this slot sent. A sent
+// message is noted under the empty slot name, sent_by naming the slot; before migration 018, under
+// the slot.
 func (t tables) recordSQL() string {
 	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
@@ -81,7 +83,8 @@ func (t tables) recordSQL() string {
 	return "INSERT INTO " + t.schedule + " (slot_name, " + columns + ") SELECT $1::pg_catalog.text, " + columns +
 		" FROM ROWS FROM (" + from + ") AS m(" + columns + ")" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + t.done + " d WHERE d.message_id OPERATOR(pg_catalog.=) m.message_id" +
-		" AND (d.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR (d.slot_name OPERATOR(pg_catalog.=) '' AND d.state OPERATOR(pg_catalog.=) 'cancelled')))" +
+		" AND (d.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR (d.slot_name OPERATOR(pg_catalog.=) ''" +
+		" AND (d.state OPERATOR(pg_catalog.=) 'cancelled' OR $1::pg_catalog.text OPERATOR(pg_catalog.=) ANY (d.sent_by)))))" +
 		" ON CONFLICT (slot_name, message_id) DO NOTHING"
 }
 
@@ -163,12 +166,13 @@ func numbers(v any) any {
 // due is a message of the schedule that is due, as the sender read it.
 type due struct {
 	slot     string
+	row      pgtype.TID // its row: locked, so it stays there until the transaction ends
 	msg      wire.Message
 	lateness time.Duration // by the database's clock, when it was read
 	held     bool          // an open cancel holds its lock: it waits for a later turn
 }
 
-// dueSQL locks up to $2 due messages of the slot $1, oldest due first. Rows of a slot walbox no
+// dueSQL locks up to $2 due messages of the slot $1, oldest due first, with each row's ctid. Rows of a slot walbox no
 // longer records (retired by walbox reshard --retire) are any relay's to send. Due means by now(),
 // the transaction's start: never later than the clock. The index on deliver_at serves it.
 //
@@ -176,9 +180,9 @@ type due struct {
 // only on rows already locked. It takes each free lock and drops it at once, so a batch fills no
 // lock table. A later cancel waits on the row's lock instead, and then finds the message sent.
 func (t tables) dueSQL() string {
-	return "SELECT d.slot_name, " + dueColumns("d.") + ", d.late, NOT (CASE WHEN pg_catalog.pg_try_advisory_lock($3::pg_catalog.int4, pg_catalog.hashtext(d.message_id))" +
+	return "SELECT d.slot_name, d.ctid, " + dueColumns("d.") + ", d.late, NOT (CASE WHEN pg_catalog.pg_try_advisory_lock($3::pg_catalog.int4, pg_catalog.hashtext(d.message_id))" +
 		" THEN pg_catalog.pg_advisory_unlock($3::pg_catalog.int4, pg_catalog.hashtext(d.message_id)) ELSE false END) FROM (" +
-		"SELECT slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at AS late FROM " + t.schedule + " s" +
+		"SELECT s.ctid, slot_name, " + columns + ", pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) deliver_at AS late FROM " + t.schedule + " s" +
 		" WHERE s.deliver_at OPERATOR(pg_catalog.<=) pg_catalog.now()" +
 		" AND (s.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR NOT EXISTS (SELECT 1 FROM " + t.slots +
 		" r WHERE r.slot_name OPERATOR(pg_catalog.=) s.slot_name))" +
@@ -204,7 +208,7 @@ func readDue(rows pgx.Rows) ([]due, error) {
 		var created, commit pgtype.Timestamptz
 		var late pgtype.Interval
 		m := &d.msg
-		if err := rows.Scan(&d.slot, &id, &m.DeliverAt, &m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
+		if err := rows.Scan(&d.slot, &d.row, &id, &m.DeliverAt, &m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.Payload,
 			&headers, &created, &m.MessageID, &m.RoutingKey, &m.Exchange, &commit, &late, &d.held); err != nil {
 			return nil, fmt.Errorf("read the schedule: %w", err)
 		}
