@@ -216,7 +216,28 @@ func (s *Sender) open(ctx context.Context) error {
 			_ = c.Close(ctx)
 			return err
 		}
+		if err := s.migrated(ctx, c); err != nil {
+			_ = c.Close(ctx)
+			return err
+		}
 		s.conn = c
+	}
+	return nil
+}
+
+// errNotMigrated is why a sender sends nothing on a schema before migration 018.
+var errNotMigrated = errors.New("walbox_schedule_done has no column sent_by: run walbox migrate")
+
+// migrated refuses a schema without walbox_schedule_done.sent_by (migration 018). A batch notes its
+// sent messages there only after the broker's confirms. Without the column, each retry would send it again.
+func (s *Sender) migrated(ctx context.Context, c *pgx.Conn) error {
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"+
+		" AND a.attname OPERATOR(pg_catalog.=) 'sent_by' AND NOT a.attisdropped)", s.t.done).Scan(&ok); err != nil {
+		return fmt.Errorf("read the columns of %s: %w", s.t.done, err)
+	}
+	if !ok {
+		return errNotMigrated
 	}
 	return nil
 }

@@ -671,3 +671,40 @@ func TestASpareConnectionEndedBetweenBurstsFailsNoTurn(t *testing.T) {
 		}
 	}
 }
+
+// A relay of this version started before walbox migrate applied migration 018. Its notes of sent
+// messages cannot be written. It sends nothing, and warns, rather than send each due batch again
+// at every retry.
+func TestASenderAheadOfItsMigrationSendsNothing(t *testing.T) {
+	pg, db, _ := scheduleDB(t)
+	// walbox_schedule_done as migration 017 left it.
+	pg.Exec(t, db, `DROP INDEX public.walbox_schedule_done_at_brin;
+		ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by;
+		CREATE INDEX walbox_schedule_done_at ON public.walbox_schedule_done (done_at)`)
+	ids := dueIDs(t, pg, db, 1)
+	w := &warnings{}
+	b := newBroker()
+	stop := run(schedule.NewSender(schedule.SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s",
+		Active: func() bool { return true }, Dial: b.dialer(), Logger: slog.New(w)}))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		w.mu.Lock()
+		n := len(w.msgs)
+		w.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatal("no warning within a minute")
+		}
+	}
+	stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sent[ids[0]] != 0 {
+		t.Errorf("message %s was sent %d times before its note could be written; want none", ids[0], b.sent[ids[0]])
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Logf("warnings: %q", w.msgs)
+}
