@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -215,5 +216,31 @@ func TestASentMessageIsNotedOnceNamingItsSlots(t *testing.T) {
 	slices.Sort(wantRecorded)
 	if !slices.Equal(recorded, wantRecorded) {
 		t.Errorf("recorded %v after the replays; want %v: only what slot s never sent, and slot third's record", recorded, wantRecorded)
+	}
+}
+
+// Two relays whose slots hold the same ids note them at once. Each notes its ids in one order, by
+// id, whatever its batch. In the order of a hash table, which differs between batches, each could
+// hold a row the other waits for: a deadlock, and both batches sent again.
+func TestSentMessagesAreNotedInTheOrderOfTheirIDs(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	_, conn := pg.MigratedDatabase(t, migrations.Config{})
+	var slots, ids []string
+	for i := range 40 {
+		slots, ids = append(slots, "s"), append(ids, fmt.Sprintf("m%02d", i))
+	}
+	if _, err := conn.Exec(context.Background(), tablesIn("public").noteSQL(), slots, ids); err != nil {
+		t.Fatal(err)
+	}
+	var noted []string
+	// A row's place tells when the statement wrote it: the table was empty.
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.array_agg(message_id ORDER BY ctid) FROM walbox_schedule_done").Scan(&noted); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(noted, ids) {
+		t.Errorf("noted the sent ids in the order %v; want the order of the ids", noted)
 	}
 }

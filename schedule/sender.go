@@ -549,14 +549,7 @@ func (s *Sender) commit(ctx context.Context, f *flight, refused error) error {
 	// Both statements go in one round trip.
 	var b pgx.Batch
 	b.Queue("DELETE FROM "+s.t.schedule+" WHERE ctid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.tid[])", gone)
-	// Each sent id is noted once, under '', where a cancel writes its tombstone. A cancel in an older
-	// snapshot (REPEATABLE READ) then conflicts with it: a serialization failure. Its sent_by names the
-	// slots whose record was sent: a replay of one of them is not recorded again.
-	b.Queue("INSERT INTO "+s.t.done+" AS d (slot_name, message_id, state, sent_by) SELECT '', k.message_id, 'sent', pg_catalog.array_agg(k.slot_name)"+
-		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id) GROUP BY k.message_id"+
-		" ON CONFLICT (message_id, slot_name) DO UPDATE SET sent_by = pg_catalog.array_cat(d.sent_by, excluded.sent_by)"+
-		" WHERE d.state OPERATOR(pg_catalog.=) 'sent' AND NOT COALESCE(d.sent_by, '{}') OPERATOR(pg_catalog.@>) excluded.sent_by",
-		sent.confirmed.slots, sent.confirmed.ids)
+	b.Queue(s.t.noteSQL(), sent.confirmed.slots, sent.confirmed.ids)
 	br := tx.SendBatch(ctx, &b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
