@@ -244,3 +244,26 @@ func TestSentMessagesAreNotedInTheOrderOfTheirIDs(t *testing.T) {
 		t.Errorf("noted the sent ids in the order %v; want the order of the ids", noted)
 	}
 }
+
+// A slot sends an id another slot sent days ago. The note is kept a week from this sending too: a
+// replay of this slot's record within that week is not recorded, nor sent, again.
+func TestASecondSlotsSendingIsKeptAWeek(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state, sent_by, done_at)
+		VALUES ('m', '', 'sent', '{other}', pg_catalog.now() - interval '6 days')`)
+	if _, err := conn.Exec(context.Background(), tablesIn("public").noteSQL(), []string{"s"}, []string{"m"}); err != nil {
+		t.Fatal(err)
+	}
+	var kept bool
+	if err := conn.QueryRow(context.Background(), "SELECT done_at > pg_catalog.now() - interval '1 hour' FROM walbox_schedule_done WHERE message_id = 'm'").
+		Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if !kept {
+		t.Error("slot s sent m now, yet its note goes at the prune in a day: want a week")
+	}
+}

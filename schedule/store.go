@@ -166,13 +166,13 @@ func numbers(v any) any {
 // noteSQL notes the sent messages: the slot $1[i] sent the id $2[i]. Each id is noted once, under
 // the empty slot name, where a cancel writes its tombstone. A cancel in an older snapshot (REPEATABLE
 // READ) then conflicts with it: a serialization failure. Its sent_by names the slots whose record was
-// sent: a replay of one of them is not recorded again. The ids go in order, so two relays that send
-// one id at once never deadlock.
+// sent: a replay of one of them is not recorded again. Its done_at is the last sending: the prune keeps
+// it a week from then. The ids go in order, so two relays that send one id at once never deadlock.
 func (t tables) noteSQL() string {
 	return "INSERT INTO " + t.done + " AS d (slot_name, message_id, state, sent_by) SELECT '', k.message_id, 'sent', pg_catalog.array_agg(k.slot_name)" +
 		" FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) AS k(slot_name, message_id)" +
 		" GROUP BY k.message_id ORDER BY k.message_id" +
-		" ON CONFLICT (message_id, slot_name) DO UPDATE SET sent_by = pg_catalog.array_cat(d.sent_by, excluded.sent_by)" +
+		" ON CONFLICT (message_id, slot_name) DO UPDATE SET sent_by = pg_catalog.array_cat(d.sent_by, excluded.sent_by), done_at = excluded.done_at" +
 		" WHERE d.state OPERATOR(pg_catalog.=) 'sent' AND NOT COALESCE(d.sent_by, '{}') OPERATOR(pg_catalog.@>) excluded.sent_by"
 }
 
