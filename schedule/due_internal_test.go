@@ -267,3 +267,60 @@ func TestASecondSlotsSendingIsKeptAWeek(t *testing.T) {
 		t.Error("slot s sent m now, yet its note goes at the prune in a day: want a week")
 	}
 }
+
+// The hourly prune reads the done rows it deletes, not the whole table. After weeks of prunes, new
+// notes fill the space old ones left: rows of every age share the table's pages. The prune finds
+// its rows through an index on done_at all the same.
+func TestThePruneReadsOnlyTheRowsItDeletes(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	prune := tablesIn("public").pruneSQL()
+	ctx := t.Context()
+	day := 24 * time.Hour
+	// 16 days of notes, a day at a time, each day's prune after them, then a vacuum, as autovacuum would.
+	for d := range 16 {
+		pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state, sent_by, done_at)
+			SELECT pg_catalog.gen_random_uuid()::text, '', 'sent', '{s}', pg_catalog.now() - pg_catalog.make_interval(days => $1::int) + g * interval '1 ms'
+			FROM pg_catalog.generate_series(1, 20000) g`, 16-d)
+		// The prune of that day: of the notes a week older than it.
+		if _, err := conn.Exec(ctx, prune, (DoneRetention + time.Duration(16-d)*day).Seconds()); err != nil {
+			t.Fatal(err)
+		}
+		pg.Exec(t, db, "VACUUM ANALYZE walbox_schedule_done")
+	}
+	// Today's prune deletes a day of notes, an eighth of the table.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the prune is only measured
+	var plan []map[string]any
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+prune, DoneRetention.Seconds()).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var pages float64
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.pg_relation_size('walbox_schedule_done') / 8192").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	read := doneBlocks(plan[0]["Plan"].(map[string]any))
+	t.Logf("the prune read %v blocks of walbox_schedule_done, of %v", read, pages)
+	if read > pages/3 {
+		t.Errorf("the prune read %v blocks of walbox_schedule_done's %v to delete an eighth of its rows", read, pages)
+	}
+}
+
+// doneBlocks sums the blocks the scans of walbox_schedule_done in plan read, from cache or not.
+func doneBlocks(plan map[string]any) float64 {
+	n := 0.0
+	if plan["Relation Name"] == "walbox_schedule_done" && plan["Node Type"] != "ModifyTable" {
+		n += plan["Shared Hit Blocks"].(float64) + plan["Shared Read Blocks"].(float64)
+	}
+	subs, _ := plan["Plans"].([]any)
+	for _, p := range subs {
+		n += doneBlocks(p.(map[string]any))
+	}
+	return n
+}

@@ -288,9 +288,7 @@ func (s *Sender) housekeep(ctx context.Context) {
 	if now.Sub(s.lastPrune) >= time.Hour {
 		s.lastPrune = now
 		// A tombstone stays while a record of its id waits: one written by a record that raced the cancel.
-		if _, err := s.conn.Exec(ctx, "DELETE FROM "+s.t.done+" d WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "+
-			"pg_catalog.make_interval(secs => $1::pg_catalog.float8)) AND NOT EXISTS (SELECT 1 FROM "+s.t.schedule+
-			" s WHERE s.message_id OPERATOR(pg_catalog.=) d.message_id)", DoneRetention.Seconds()); err != nil {
+		if _, err := s.conn.Exec(ctx, s.t.pruneSQL(), DoneRetention.Seconds()); err != nil {
 			s.cfg.Logger.Warn("scheduled delivery: prune "+s.t.done, "error", err)
 		}
 	}

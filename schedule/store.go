@@ -176,6 +176,13 @@ func (t tables) noteSQL() string {
 		" WHERE d.state OPERATOR(pg_catalog.=) 'sent' AND NOT COALESCE(d.sent_by, '{}') OPERATOR(pg_catalog.@>) excluded.sent_by"
 }
 
+// pruneSQL deletes the done rows older than $1 seconds. The index on done_at finds them.
+func (t tables) pruneSQL() string {
+	return "DELETE FROM " + t.done + " d WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) " +
+		"pg_catalog.make_interval(secs => $1::pg_catalog.float8)) AND NOT EXISTS (SELECT 1 FROM " + t.schedule +
+		" s WHERE s.message_id OPERATOR(pg_catalog.=) d.message_id)"
+}
+
 // due is a message of the schedule that is due, as the sender read it.
 type due struct {
 	slot     string

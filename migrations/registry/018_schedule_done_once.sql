@@ -1,8 +1,9 @@
 -- The sender notes a sent message in one row, not two: under the empty slot name, where a cancel
 -- writes its tombstone. sent_by lists the slots whose record of the id was sent. Rows written
 -- before this one, one under each slot, still count.
--- done_at is only read by the weekly prune. Rows arrive in done_at order, so a BRIN index serves it,
--- and costs the sender next to nothing. The old index goes first: its lock is the strongest.
-DROP INDEX IF EXISTS {{.Schema}}.walbox_schedule_done_at;
+-- The hourly prune keeps the btree on done_at. A BRIN index does not serve it: new rows fill the
+-- pages old ones left, so each range soon spans a week, and the prune read every page. The ALTER
+-- goes first: its lock is the strongest. A first version of this migration built that BRIN index.
 ALTER TABLE {{.Schema}}.walbox_schedule_done ADD COLUMN IF NOT EXISTS sent_by text[];
-CREATE INDEX IF NOT EXISTS walbox_schedule_done_at_brin ON {{.Schema}}.walbox_schedule_done USING brin (done_at);
+DROP INDEX IF EXISTS {{.Schema}}.walbox_schedule_done_at_brin;
+CREATE INDEX IF NOT EXISTS walbox_schedule_done_at ON {{.Schema}}.walbox_schedule_done (done_at);
