@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -188,7 +189,7 @@ func (w *world) retainedWAL() int64 {
 // The rate of many messages due at once, against the relay's own rate (issue 38: "at the relay's
 // full rate"). It writes n rows without deliver_at while the relay is down, then n rows all due at
 // one instant. Each rate is from its first arrival to its last. It logs both and their ratio. It
-// runs only when soaking; WALBOX_SCHEDULE_BURST sizes it.
+// logs the CPU a message of each phase too, by process: PostgreSQL, walbox, RabbitMQ and the rest. It runs only when soaking; WALBOX_SCHEDULE_BURST sizes it.
 func TestScheduleBurstRate(t *testing.T) {
 	heavy(t)
 	if !soaking() {
@@ -204,17 +205,29 @@ func TestScheduleBurstRate(t *testing.T) {
 	r.Kill()
 
 	plain := w.writeBurst(n, "NULL")
+	cpu := cpuOfTest(t)
 	r = w.startRelay()
 	plainRate := burstRate(t, arrivals, plain)
+	plainCPU := cpuOfTest(t).less(cpu)
 
 	var due time.Time
 	if err := w.conn.QueryRow(context.Background(), "SELECT pg_catalog.clock_timestamp() + interval '30 seconds'").Scan(&due); err != nil {
 		t.Fatal(err)
 	}
 	sched := w.writeBurst(n, "$2::timestamptz", due)
+	time.Sleep(time.Until(due.Add(-time.Second))) // the recording is done; what follows is the sending
+	cpu = cpuOfTest(t)
 	schedRate := burstRate(t, arrivals, sched)
+	schedCPU := cpuOfTest(t).less(cpu)
 	t.Logf("| rows | relay, msg/s | due at once, msg/s | ratio |")
 	t.Logf("| %d | %.0f | %.0f | %.2f |", n, plainRate, schedRate, schedRate/plainRate)
+	t.Logf("| process | CPU µs a message: relay | due at once |")
+	for _, c := range slices.Sorted(maps.Keys(schedCPU)) {
+		if plainCPU[c] > 0 || schedCPU[c] > 0 {
+			t.Logf("| %s | %.1f | %.1f |", c, plainCPU.perMessage(c, n), schedCPU.perMessage(c, n))
+		}
+	}
+	t.Logf("| all | %.1f | %.1f |", plainCPU.perMessage("", n), schedCPU.perMessage("", n))
 	r.Stop(time.Minute)
 }
 
@@ -270,4 +283,38 @@ func burstRate(t *testing.T, arrivals func() map[string]arrival, ids []string) f
 		}
 	}
 	return float64(len(ids)) / last.Sub(first).Seconds()
+}
+
+// cpuOfTest returns the CPU time used so far by the test and every process it started, by command:
+// its servers, walbox, and the test with its consumer.
+func cpuOfTest(t *testing.T) commandCPU {
+	t.Helper()
+	cpu, err := testenv.TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu
+}
+
+// commandCPU is CPU time by command.
+type commandCPU map[string]time.Duration
+
+// less returns c minus an earlier reading.
+func (c commandCPU) less(before commandCPU) commandCPU {
+	out := commandCPU{}
+	for k, d := range c {
+		out[k] = d - before[k]
+	}
+	return out
+}
+
+// perMessage returns the microseconds a message of command's CPU over n messages; "" sums all.
+func (c commandCPU) perMessage(command string, n int) float64 {
+	var d time.Duration
+	for k, v := range c {
+		if command == "" || k == command {
+			d += v
+		}
+	}
+	return float64(d.Microseconds()) / float64(n)
 }

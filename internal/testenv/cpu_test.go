@@ -1,0 +1,63 @@
+package testenv_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/testenv"
+)
+
+// TreeCPU counts a grandchild still running, and then, once it was waited for, through its parent.
+func TestTreeCPUCountsDescendants(t *testing.T) {
+	before := total(t)
+	// A subshell burns CPU, says so, and waits: a grandchild of the test, not waited for yet.
+	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; echo burnt; sleep 30) & wait`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "burnt\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	running := total(t)
+	grand := running - before
+	if grand < 100*time.Millisecond {
+		t.Fatalf("the tree used %v while a grandchild burnt CPU; want its CPU counted", grand)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+
+	// A child that burnt CPU and was waited for counts through this process's cutime.
+	start := total(t)
+	child := exec.Command("sh", "-c", `i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done`)
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	after := total(t)
+	used := child.ProcessState.UserTime() + child.ProcessState.SystemTime()
+	t.Logf("grandchild running: %v; child waited for: %v, by its own count %v", grand, after-start, used)
+	if after-start < used-20*time.Millisecond { // ticks of 10 ms, rounded down twice at most
+		t.Errorf("the tree grew by %v over a child that used %v; want the child counted", after-start, used)
+	}
+}
+
+// total is the CPU time of this process and its descendants, every command's.
+func total(t *testing.T) time.Duration {
+	t.Helper()
+	cpu, err := testenv.TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum time.Duration
+	for _, d := range cpu {
+		sum += d
+	}
+	return sum
+}
