@@ -798,7 +798,7 @@ func TestTooSmallServerTimeoutIsRaised(t *testing.T) {
 	}
 	e.start(func(c *replication.Config) { c.ServerTimeout = 3 * c.StatusInterval })
 	_, before := e.insertTx(1, "first")
-	waitFor(t, 10*time.Second, "first row confirmed", func() bool { return e.slotLSN() > before })
+	waitFor(t, time.Minute, "first row confirmed", func() bool { return e.slotLSN() > before })
 	if _, err := e.conn.Exec(ctx, "INSERT INTO bulk SELECT n, repeat('x', 100) FROM generate_series(1, 400000) n"); err != nil {
 		t.Fatal(err)
 	}
