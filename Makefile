@@ -45,9 +45,28 @@ tidy: ## go mod tidy, of every module: walbox, test, examples, otel and the char
 $(STATICCHECK):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# The modules' tests run side by side: much of their time is spent waiting on servers.
+# test/faults, the longest package, runs as two processes: the top-level tests FAULTS_HALF
+# matches, and the others. Each process starts servers of its own. Each job's output is
+# printed when it ends.
+FAULTS      := github.com/walbox/walbox/test/faults
+FAULTS_HALF ?= ^Test([A-Q]|Rec)
+
 test: check chart ## the full suite: the checks, the chart's tests, and every test of every module (integration tests start their own PostgreSQL and RabbitMQ) with the race detector
-	@rc=0; for m in $(MODULES); do echo "go test in $$m"; \
-	  (cd $$m && $(GO) test -race -count=1 -timeout 50m $(PKGS)) || rc=1; done; exit $$rc
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; n=0; \
+	  job() { n=$$((n+1)); m=$$1; echo "go test in $$m: $$2"; shift 2; \
+	    (cd $$m && $(GO) test -race -count=1 -timeout 50m "$$@" > "$$dir/$$n" 2>&1; \
+	      echo $$? > "$$dir/$$n.rc"; cat "$$dir/$$n") & }; \
+	  for m in $(MODULES); do \
+	    pkgs=$$(cd $$m && $(GO) list $(PKGS)) || { wait; exit 1; }; \
+	    rest=$$(echo "$$pkgs" | grep -vx '$(FAULTS)'); \
+	    if [ "$$rest" != "$$pkgs" ]; then \
+	      job $$m "test/faults, the tests $(FAULTS_HALF) matches" -run '$(FAULTS_HALF)' $(FAULTS); \
+	      job $$m "test/faults, the others" -skip '$(FAULTS_HALF)' $(FAULTS); \
+	    fi; \
+	    if [ -n "$$rest" ]; then job $$m "$(PKGS)" $$rest; fi; \
+	  done; wait; \
+	  rc=0; for i in $$(seq $$n); do [ "$$(cat "$$dir/$$i.rc")" = 0 ] || rc=1; done; exit $$rc
 
 chart: $(STATICCHECK) ## the Helm chart's tests (deploy/helm, a module of its own): vet, staticcheck, helm lint, render, strict decode; the first run builds Helm into the user cache
 	cd deploy/helm && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout 20m ./...
