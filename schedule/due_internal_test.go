@@ -34,11 +34,7 @@ func TestDueMessagesAreReadInOrderWithoutASort(t *testing.T) {
 
 // The messages of a batch go out in deliver_at order whatever order the rows arrive in.
 func TestDueMessagesOfABatchAreInDeliverAtOrder(t *testing.T) {
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	_, conn := pg.MigratedDatabase(t, migrations.Config{})
+	_, _, conn := migratedDB(t)
 	rows, err := conn.Query(context.Background(), "SELECT '', '(0,1)'::tid, g::text, pg_catalog.now() OPERATOR(pg_catalog.+) g * interval '1 second',"+
 		" pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}'::jsonb, '{}', NULL::timestamptz, '', '', '',"+
 		" NULL::timestamptz, interval '0', false FROM pg_catalog.generate_series(5, 1, -1) g")
@@ -125,11 +121,7 @@ func BenchmarkSenderBurst(b *testing.B) {
 // sent. Two slots' records of one id in one batch, and an id another slot sent before, add to it.
 // A replay of a slot's sent message is not recorded again; another slot's record of it is.
 func TestASentMessageIsNotedOnceNamingItsSlots(t *testing.T) {
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	pg, db, conn := migratedDB(t)
 	x, y, z, old, fresh := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
 	// "retired" is no relay's slot: its rows are any relay's to send.
 	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
@@ -223,11 +215,7 @@ func TestASentMessageIsNotedOnceNamingItsSlots(t *testing.T) {
 // id, whatever its batch. In the order of a hash table, which differs between batches, each could
 // hold a row the other waits for: a deadlock, and both batches sent again.
 func TestSentMessagesAreNotedInTheOrderOfTheirIDs(t *testing.T) {
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	_, conn := pg.MigratedDatabase(t, migrations.Config{})
+	_, _, conn := migratedDB(t)
 	var slots, ids []string
 	for i := range 40 {
 		slots, ids = append(slots, "s"), append(ids, fmt.Sprintf("m%02d", i))
@@ -248,11 +236,7 @@ func TestSentMessagesAreNotedInTheOrderOfTheirIDs(t *testing.T) {
 // A slot sends an id another slot sent days ago. The note is kept a week from this sending too: a
 // replay of this slot's record within that week is not recorded, nor sent, again.
 func TestASecondSlotsSendingIsKeptAWeek(t *testing.T) {
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	pg, db, conn := migratedDB(t)
 	pg.Exec(t, db, `INSERT INTO walbox_schedule_done (message_id, slot_name, state, sent_by, done_at)
 		VALUES ('m', '', 'sent', '{other}', pg_catalog.now() - interval '6 days')`)
 	if _, err := conn.Exec(context.Background(), tablesIn("public").noteSQL(), []string{"s"}, []string{"m"}); err != nil {
@@ -272,11 +256,7 @@ func TestASecondSlotsSendingIsKeptAWeek(t *testing.T) {
 // notes fill the space old ones left: rows of every age share the table's pages. The prune finds
 // its rows through an index on done_at all the same.
 func TestThePruneReadsOnlyTheRowsItDeletes(t *testing.T) {
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	pg, db, conn := migratedDB(t)
 	prune := tablesIn("public").pruneSQL()
 	ctx := t.Context()
 	day := 24 * time.Hour
@@ -323,4 +303,16 @@ func doneBlocks(plan map[string]any) float64 {
 		n += doneBlocks(p.(map[string]any))
 	}
 	return n
+}
+
+// migratedDB returns the shared PostgreSQL, a migrated database on it, and a connection to that
+// database. It skips the test in -short mode.
+func migratedDB(t *testing.T) (*testenv.Postgres, string, *pgx.Conn) {
+	t.Helper()
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	return pg, db, conn
 }

@@ -11,3 +11,6 @@ func SetStandbyWait(d time.Duration) (undo func()) {
 
 // PipelineLockWait is how long a batch read beside another waits for a table lock.
 const PipelineLockWait = pipelineLockWait
+
+// MigratedDB is migratedDB, for the tests outside the package.
+var MigratedDB = migratedDB

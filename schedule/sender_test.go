@@ -125,16 +125,8 @@ func (p *broker) Park(_ context.Context, pk *wire.Parked) (uint64, error) {
 func (p *broker) Confirms() <-chan wire.Confirm { return p.confirms }
 func (p *broker) Close() error                  { return nil }
 
-// scheduleDB returns a migrated database, and a connection to it.
-func scheduleDB(t *testing.T) (*testenv.Postgres, string, *pgx.Conn) {
-	t.Helper()
-	if testenv.Short() {
-		t.Skip("integration test: needs PostgreSQL")
-	}
-	pg := testenv.SharedPostgres(t)
-	db, conn := pg.MigratedDatabase(t, migrations.Config{})
-	return pg, db, conn
-}
+// scheduleDB returns the shared PostgreSQL, a migrated database, and a connection to it.
+var scheduleDB = schedule.MigratedDB
 
 // insertDue records each of ids in slot s, due n seconds ago for the nth from the end: in order.
 // The payload of the id big is large.

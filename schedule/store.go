@@ -192,9 +192,10 @@ type due struct {
 	held     bool          // an open cancel holds its lock: it waits for a later turn
 }
 
-// dueSQL locks up to $2 due messages of the slot $1, oldest due first, with each row's ctid. Rows of a slot walbox no
-// longer records (retired by walbox reshard --retire) are any relay's to send. Due means by now(),
-// the transaction's start: never later than the clock. The index on deliver_at serves it.
+// dueSQL locks up to $2 due messages of the slot $1, oldest due first, with each row's ctid. Rows
+// of a slot walbox no longer records (retired by walbox reshard --retire) are any relay's to send.
+// Due means by now(), the transaction's start: never later than the clock. The index on deliver_at
+// serves it.
 //
 // Each row also says whether a cancel holds its lock, of class $3. The outer query tries that lock
 // only on rows already locked. It takes each free lock and drops it at once, so a batch fills no
