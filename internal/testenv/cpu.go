@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,8 @@ const clockTick = 10 * time.Millisecond
 // PostgreSQL and RabbitMQ servers a test started, and the programs it runs. Children already
 // waited for count too, under their parent's command. A bench divides it by the messages moved.
 // RabbitMQ's schedulers spin while they wait for work, so its figure grows with the wall time too.
+// A PostgreSQL process counts under its role, from its title: "postgres: backend" for a client's,
+// "postgres: walsender", "postgres: autovacuum", and "postgres" for the rest.
 func TreeCPU(pid int) (map[string]time.Duration, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -33,6 +36,9 @@ func TreeCPU(pid int) (map[string]time.Duration, error) {
 			continue // gone meanwhile
 		}
 		children[ppid] = append(children[ppid], p)
+		if command == "postgres" {
+			command = postgresRole(p)
+		}
 		ticks[p], commands[p] = t, command
 	}
 	if _, ok := ticks[pid]; !ok {
@@ -45,6 +51,33 @@ func TreeCPU(pid int) (map[string]time.Duration, error) {
 		cpu[commands[p]] += time.Duration(ticks[p]) * clockTick
 	}
 	return cpu, nil
+}
+
+// postgresRole names a PostgreSQL process by its title, as TreeCPU counts it.
+func postgresRole(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	title, ok := bytes.CutPrefix(b, []byte("postgres: "))
+	switch {
+	case err != nil || !ok: // the postmaster keeps its command line
+		return "postgres"
+	case bytes.HasPrefix(title, []byte("walsender ")):
+		return "postgres: walsender"
+	case bytes.HasPrefix(title, []byte("autovacuum ")):
+		return "postgres: autovacuum"
+	case postgresAuxiliary(string(title)):
+		return "postgres"
+	}
+	return "postgres: backend" // "user database host state"
+}
+
+// postgresAuxiliary says whether a title is a server process's, not a client's.
+func postgresAuxiliary(title string) bool {
+	for _, p := range []string{"checkpointer", "background writer", "walwriter", "logical replication", "archiver", "startup", "walreceiver", "stats collector", "io worker", "walsummarizer", "slotsync"} {
+		if strings.HasPrefix(title, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // procStat reads the command and the parent of pid, and its CPU time in ticks: its own, and that

@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"context"
 	"bufio"
 	"os"
 	"os/exec"
@@ -60,4 +61,29 @@ func total(t *testing.T) time.Duration {
 		sum += d
 	}
 	return sum
+}
+
+// A PostgreSQL backend's CPU counts under its role, apart from the server's own processes.
+func TestTreeCPUNamesAPostgresBackend(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	if pg.External() {
+		t.Skip("the server is not this test's child")
+	}
+	conn := pg.Conn(t, pg.NewDatabase(t)) // a backend that ended would count under the postmaster
+	before, err := testenv.TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), "SELECT pg_catalog.count(*) FROM pg_catalog.generate_series(1, 3000000)"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := testenv.TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := after["postgres: backend"] - before["postgres: backend"]
+	t.Logf("CPU by command: %v", after)
+	if used < 100*time.Millisecond {
+		t.Errorf("postgres: backend used %v over a query that counted 3,000,000 rows; want its CPU there", used)
+	}
 }
