@@ -1,10 +1,13 @@
 package testenv_test
 
 import (
-	"context"
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,17 +18,9 @@ import (
 func TestTreeCPUCountsDescendants(t *testing.T) {
 	before := total(t)
 	// A subshell burns CPU, says so, and waits: a grandchild of the test, not waited for yet.
-	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; echo burnt; sleep 30) & wait`)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "burnt\n" {
-		t.Fatalf("read %q, %v", line, err)
+	cmd, line := startShell(t, `(i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; echo burnt; sleep 30) & wait`)
+	if line != "burnt" {
+		t.Fatalf("read %q, want burnt", line)
 	}
 	running := total(t)
 	grand := running - before
@@ -86,4 +81,37 @@ func TestTreeCPUNamesAPostgresBackend(t *testing.T) {
 	if used < 100*time.Millisecond {
 		t.Errorf("postgres: backend used %v over a query that counted 3,000,000 rows; want its CPU there", used)
 	}
+}
+
+// PinTree binds a process's descendants too.
+func TestPinTreeBindsDescendants(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	cmd, grandchild := startShell(t, `sleep 30 & echo $!; wait`)
+	defer exec.Command("kill", grandchild).Run() //nolint:errcheck // gone already, at best
+	if err := testenv.PinTree(cmd.Process.Pid, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []string{strconv.Itoa(cmd.Process.Pid), grandchild} {
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(status), "Cpus_allowed_list:\t1\n") {
+			t.Errorf("process %s after PinTree to CPU 1:\n%s", pid, status)
+		}
+	}
+}
+
+// startShell starts sh running script and returns it with the first line it wrote. The test's end
+// kills it.
+func startShell(t *testing.T, script string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	line, err := bufio.NewReader(startPiped(t, cmd)).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, strings.TrimSpace(line)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -364,15 +365,7 @@ func TestCrashLeavesNothing(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "WALBOX_TESTENV_CRASH_CHILD=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pids, dirs := readChildServers(t, out)
+	pids, dirs := readChildServers(t, startPiped(t, cmd))
 	for _, pid := range append([]int(nil), pids...) {
 		pids = append(pids, testenv.Descendants(pid)...)
 	}
@@ -632,4 +625,18 @@ func TestNewerReleases(t *testing.T) {
 			t.Fatalf("consumed %q, want hello", got)
 		}
 	})
+}
+
+// startPiped starts cmd and returns its standard output. The test's end kills it.
+func startPiped(t *testing.T, cmd *exec.Cmd) io.Reader {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return out
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -190,6 +192,8 @@ func (w *world) retainedWAL() int64 {
 // full rate"). It writes n rows without deliver_at while the relay is down, then n rows all due at
 // one instant. Each rate is from its first arrival to its last. It logs both and their ratio. It
 // logs the CPU a message of each phase too, by process: PostgreSQL, walbox, RabbitMQ and the rest. It runs only when soaking; WALBOX_SCHEDULE_BURST sizes it.
+// With WALBOX_SCHEDULE_BURST_PIN=1, PostgreSQL runs on CPU 0 and the rest on CPU 1, as on machines
+// of their own: a due message's extra database work then no longer takes the relay's CPU.
 func TestScheduleBurstRate(t *testing.T) {
 	heavy(t)
 	if !soaking() {
@@ -199,6 +203,9 @@ func TestScheduleBurstRate(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	testenv.RequireOwn(t, pg)
 	w := newWorld(t, pg, testenv.SharedRabbit(t))
+	if pin, _ := strconv.ParseBool(os.Getenv("WALBOX_SCHEDULE_BURST_PIN")); pin {
+		pinDatabase(t, pg)
+	}
 	arrivals := w.consumeArrivals()
 	r := w.startRelay()
 	r.waitState("streaming", time.Minute)
@@ -229,6 +236,22 @@ func TestScheduleBurstRate(t *testing.T) {
 	}
 	t.Logf("| all | %.1f | %.1f |", plainCPU.perMessage("", n), schedCPU.perMessage("", n))
 	r.Stop(time.Minute)
+}
+
+// pinDatabase binds PostgreSQL to CPU 0, and this test with every other process it started, or
+// starts later, to CPU 1.
+func pinDatabase(t *testing.T, pg *testenv.Postgres) {
+	t.Helper()
+	if runtime.NumCPU() < 2 {
+		t.Fatalf("WALBOX_SCHEDULE_BURST_PIN needs two CPUs; this machine has %d", runtime.NumCPU())
+	}
+	if err := testenv.PinTree(os.Getpid(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.PinTree(pg.PID(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("PostgreSQL runs on CPU 0; RabbitMQ, walbox and this test on CPU 1")
 }
 
 // writeBurst writes n rows in transactions of 5,000, deliver_at set by the SQL expression at, and
