@@ -193,7 +193,7 @@ func TestASentMessageIsNotedOnceNamingItsSlots(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := conn.Exec(context.Background(), tablesIn("public").recordSQL(), b.args(slot)...); err != nil {
+		if _, err := conn.Exec(context.Background(), tablesIn("public").recordSQL(true), b.args(slot)...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/wire"
 )
 
@@ -60,12 +62,13 @@ type Recorder struct {
 // schema, over conn. The Recorder owns pub and conn: Close closes both. The function recorded,
 // unless nil, learns the earliest deliver_at of each batch recorded (the Sender's Nudge).
 func NewRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time)) *Recorder {
-	return newRecorder(pub, conn, schema, slot, window, recorded, false)
+	return newRecorder(pub, conn, schema, slot, window, recorded, false, true)
 }
 
-func newRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time), standbys bool) *Recorder {
+// newRecorder returns the Recorder. Without sentBy, it records as before migration 018.
+func newRecorder(pub Numbered, conn *pgx.Conn, schema, slot string, window int, recorded func(time.Time), standbys, sentBy bool) *Recorder {
 	t := tablesIn(schema)
-	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: t.recordSQL(), into: t.schedule, kick: make(chan struct{}, 1),
+	r := &Recorder{pub: pub, conn: conn, slot: slot, sql: t.recordSQL(sentBy), into: t.schedule, kick: make(chan struct{}, 1),
 		confirms: make(chan wire.Confirm, window+64), stop: make(chan struct{}), recorded: recorded, standbys: standbys}
 	r.wg.Add(2)
 	go r.forward()
@@ -243,8 +246,8 @@ const durableSQL = "SELECT pg_catalog.set_config('synchronous_commit', 'on', fal
 
 // Wrap makes p a Recorder for slot, over a new connection to databaseURL. It does so if p lets its
 // caller number the messages (Numbered). Otherwise, as for a stream, it returns p. It closes p if
-// the connection fails.
-func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot string, window int, recorded func(time.Time)) (wire.Publisher, error) {
+// the connection fails. log, unless nil, learns that the schema lacks migration 018.
+func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot string, window int, recorded func(time.Time), log *slog.Logger) (wire.Publisher, error) {
 	n, ok := p.(Numbered)
 	if !ok {
 		return p, nil
@@ -261,5 +264,32 @@ func Wrap(ctx context.Context, p wire.Publisher, databaseURL, schema, slot strin
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("make the schedule's commits durable: %w", err)
 	}
-	return newRecorder(n, conn, schema, slot, window, recorded, serverMajor(conn) >= 17), nil
+	sentBy, err := hasSentBy(ctx, conn, schema)
+	if err != nil {
+		_ = p.Close()
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	if !sentBy && log != nil {
+		log.Warn("scheduled delivery: messages due later are recorded, none sent until walbox migrate runs",
+			"error", errNotMigrated, "slot", slot)
+	}
+	return newRecorder(n, conn, schema, slot, window, recorded, serverMajor(conn) >= 17, sentBy), nil
+}
+
+// sentBySQL reads whether walbox_schedule_done has sent_by (migration 018): true, false, or NULL
+// without the table. It looks the table up by name. A missing table or right to the schema is no error.
+const sentBySQL = "SELECT pg_catalog.bool_or(a.attname OPERATOR(pg_catalog.=) 'sent_by' AND NOT a.attisdropped)" +
+	" FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) a.attrelid" +
+	" JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace" +
+	" WHERE n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.name AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.name"
+
+// hasSentBy reports whether the schedule in schema is past migration 018. Before it, the relay still
+// records, for the sender to send once walbox migrate ran. Without the table, the first record fails.
+func hasSentBy(ctx context.Context, conn *pgx.Conn, schema string) (bool, error) {
+	var ok *bool
+	if err := conn.QueryRow(ctx, sentBySQL, schema, migrations.ScheduleDoneTable).Scan(&ok); err != nil {
+		return false, fmt.Errorf("read the columns of %s: %w", tablesIn(schema).done, err)
+	}
+	return ok == nil || *ok, nil
 }

@@ -28,7 +28,7 @@ func TestAConfirmedRecordSurvivesAFailover(t *testing.T) {
 	caughtUp(t, conn, standby)
 
 	ctx := context.Background()
-	rec, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil)
+	rec, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestARecordWaitsForTheSynchronizedStandby(t *testing.T) {
 func recordOne(t *testing.T, db string) wire.Confirm {
 	t.Helper()
 	ctx := context.Background()
-	p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil)
+	p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

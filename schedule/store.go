@@ -70,8 +70,8 @@ const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
 // those with a done row: a cancel recorded first, or a replay of a message this slot sent. A sent
 // message is noted under the empty slot name, sent_by naming the slot; before migration 018, under
-// the slot.
-func (t tables) recordSQL() string {
+// the slot. Without sentBy, for a schema before 018, the statement reads only the notes of before.
+func (t tables) recordSQL(sentBy bool) string {
 	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
 	for i, typ := range arrays {
@@ -80,11 +80,15 @@ func (t tables) recordSQL() string {
 		}
 		from += fmt.Sprintf("pg_catalog.unnest($%d::pg_catalog.%s[])", i+2, typ)
 	}
+	sent := ""
+	if sentBy {
+		sent = " OR $1::pg_catalog.text OPERATOR(pg_catalog.=) ANY (d.sent_by)"
+	}
 	return "INSERT INTO " + t.schedule + " (slot_name, " + columns + ") SELECT $1::pg_catalog.text, " + columns +
 		" FROM ROWS FROM (" + from + ") AS m(" + columns + ")" +
 		" WHERE NOT EXISTS (SELECT 1 FROM " + t.done + " d WHERE d.message_id OPERATOR(pg_catalog.=) m.message_id" +
 		" AND (d.slot_name OPERATOR(pg_catalog.=) $1::pg_catalog.text OR (d.slot_name OPERATOR(pg_catalog.=) ''" +
-		" AND (d.state OPERATOR(pg_catalog.=) 'cancelled' OR $1::pg_catalog.text OPERATOR(pg_catalog.=) ANY (d.sent_by)))))" +
+		" AND (d.state OPERATOR(pg_catalog.=) 'cancelled'" + sent + "))))" +
 		" ON CONFLICT (slot_name, message_id) DO NOTHING"
 }
 

@@ -50,7 +50,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return nil, err
 		}
-		return schedule.Wrap(ctx, s, cfg.DatabaseURL, cfg.Table.Schema, cfg.Slot, wire.DefaultWindow, nil)
+		return schedule.Wrap(ctx, s, cfg.DatabaseURL, cfg.Table.Schema, cfg.Slot, wire.DefaultWindow, nil, nil)
 	}
 	if target != nil {
 		logs.SetLogger(quietStreamClient{})

@@ -380,3 +380,14 @@ func TestScheduleCheckNamesTheGrant(t *testing.T) {
 		t.Errorf("schedule after migrate --relay-role %s: %s %q, want pass", role, c.Status, c.Message)
 	}
 }
+
+// A schema before migration 018 (walbox_schedule_done.sent_by): the relay records rows due later
+// but sends none. doctor warns, naming the column and walbox migrate.
+func TestScheduleCheckNamesAMissingMigration018(t *testing.T) {
+	e := setup(t)
+	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by")
+	c := find(t, doctor.Run(t.Context(), e.cfg), "schedule")
+	if c.Status != "warn" || c.Fix != "run walbox migrate" || !strings.Contains(c.Message, "sent_by (migration 018)") {
+		t.Errorf("schedule without sent_by: %s %q, fix %q; want a warning naming migration 018 and walbox migrate", c.Status, c.Message, c.Fix)
+	}
+}

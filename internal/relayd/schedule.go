@@ -27,6 +27,6 @@ func (d *Daemon) scheduling(rc replication.Config, dial replication.Dialer) repl
 		if err != nil {
 			return nil, err
 		}
-		return schedule.Wrap(ctx, p, rc.DatabaseURL, rc.Table.Schema, rc.Slot, rc.Window, d.sender.Nudge)
+		return schedule.Wrap(ctx, p, rc.DatabaseURL, rc.Table.Schema, rc.Slot, rc.Window, d.sender.Nudge, rc.Logger)
 	}
 }
