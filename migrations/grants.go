@@ -261,8 +261,16 @@ func restrictRelayRoles(ctx context.Context, tx pgx.Tx, schema string, relays []
 // of the table's owner runs with them. The outbox table's owner may have made a walbox_slots before
 // the first migrate. If a superuser ran that migrate, the record functions were the superuser's.
 // The relay's every confirm then ran the table owner's trigger as the superuser. The command walbox
-// run checks it at each session, for a registry migrated before migrate checked it.
+// run checks it at each session, for a registry migrated before migrate checked it. It checks the
+// schedule's tables as well (CheckScheduleOwners).
 func CheckDefiners(ctx context.Context, q querier, schema string) error {
+	if err := checkRecordDefiners(ctx, q, schema); err != nil {
+		return err
+	}
+	return CheckScheduleOwners(ctx, q, schema)
+}
+
+func checkRecordDefiners(ctx context.Context, q querier, schema string) error {
 	var table, owner string
 	var definers []string
 	err := q.QueryRow(ctx, `SELECT c.oid::pg_catalog.regclass::pg_catalog.text, o.rolname::pg_catalog.text,
@@ -288,4 +296,61 @@ func CheckDefiners(ctx context.Context, q querier, schema string) error {
 	return fmt.Errorf("%w: %s belongs to %s, but the record functions that write it run as %s: a trigger, rule or default of %s on it "+
 		"would run as %s at every confirm; run walbox migrate as %s, or, after checking its triggers, rules and defaults, as a superuser: "+
 		"ALTER TABLE %s OWNER TO %s", ErrRecordOwner, table, owner, d, owner, d, owner, table, pgx.Identifier{definers[0]}.Sanitize())
+}
+
+// CancelFunction cancels a scheduled message. It runs with its owner's rights and writes the
+// schedule's tables.
+const CancelFunction = "walbox_cancel"
+
+// CheckScheduleOwners refuses (ErrRecordOwner) a walbox_schedule or walbox_schedule_done in schema
+// that another role made first. The migrations keep a table that exists. Its owner's trigger, rule
+// or default then runs as whoever writes it. The function walbox_cancel writes both with its owner's
+// rights, often a superuser's. The relay role records and notes scheduled messages in them. So each
+// must belong to a superuser, or to a role that may act as walbox_slots' owner and walbox_cancel's.
+func CheckScheduleOwners(ctx context.Context, q querier, schema string) error {
+	rows, err := q.Query(ctx, `SELECT pg_catalog.quote_ident($1::pg_catalog.text) OPERATOR(pg_catalog.||) '.'
+				OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname::pg_catalog.text), o.rolname::pg_catalog.text,
+			COALESCE(s.rolname::pg_catalog.text, ''),
+			o.rolsuper OR s.oid IS NULL OR pg_catalog.pg_has_role(o.oid, s.oid, 'MEMBER'),
+			ARRAY(SELECT DISTINCT pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text
+				FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) c.relnamespace
+				  AND p.proname OPERATOR(pg_catalog.=) $3::pg_catalog.text AND p.prosecdef
+				  AND NOT o.rolsuper AND NOT pg_catalog.pg_has_role(o.oid, p.proowner, 'MEMBER')
+				ORDER BY 1)
+		FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY t(name, i)
+		JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text)
+			OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) t.name)::pg_catalog.oid
+		JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) c.relowner
+		LEFT JOIN pg_catalog.pg_class sc ON sc.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text)
+			OPERATOR(pg_catalog.||) '.walbox_slots')::pg_catalog.oid
+		LEFT JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) sc.relowner
+		ORDER BY t.i`, schema, []string{ScheduleTable, ScheduleDoneTable}, CancelFunction)
+	if err != nil {
+		return fmt.Errorf("read the owners of the schedule's tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, owner, slotsOwner string
+		var trusted bool
+		var definers []string
+		if err := rows.Scan(&table, &owner, &slotsOwner, &trusted, &definers); err != nil {
+			return fmt.Errorf("read the owners of the schedule's tables: %w", err)
+		}
+		if !trusted {
+			return fmt.Errorf("%w: %s belongs to %s, which is no superuser and may not act as %s, the owner of walbox_slots: "+
+				"a trigger, rule or default of %s on it would run as the relay role at every scheduled message, and as the owner of "+
+				"walbox_cancel at every cancel; as a superuser, after checking its rows, triggers, rules and defaults: ALTER TABLE %s OWNER TO %s",
+				ErrRecordOwner, table, owner, slotsOwner, owner, table, pgx.Identifier{slotsOwner}.Sanitize())
+		}
+		if len(definers) > 0 {
+			d := strings.Join(definers, ", ")
+			return fmt.Errorf("%w: %s belongs to %s, but walbox_cancel, which writes it, runs as %s: a trigger, rule or default of %s on it "+
+				"would run as %s at every cancel; run walbox migrate as %s, or, after checking its triggers, rules and defaults, as a superuser: "+
+				"ALTER TABLE %s OWNER TO %s", ErrRecordOwner, table, owner, d, owner, d, owner, table, pgx.Identifier{definers[0]}.Sanitize())
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the owners of the schedule's tables: %w", err)
+	}
+	return nil
 }

@@ -391,3 +391,19 @@ func TestScheduleCheckNamesAMissingMigration018(t *testing.T) {
 		t.Errorf("schedule without sent_by: %s %q, fix %q; want a warning naming migration 018 and walbox migrate", c.Status, c.Message, c.Fix)
 	}
 }
+
+// A role that may CREATE in the outbox schema is given walbox_schedule_done: its trigger would run
+// in walbox_cancel, as the function's owner, and in the relay. doctor fails, naming the table's owner.
+func TestScheduleCheckFailsATableOfAnotherOwner(t *testing.T) {
+	e := setup(t)
+	squatter := roleOf(t, e.roleURL(t, "LOGIN"))
+	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_schedule_done OWNER TO "+pgx.Identifier{squatter}.Sanitize())
+	c := find(t, doctor.Run(t.Context(), e.cfg), "schedule")
+	if c.Status != "fail" || !strings.Contains(c.Message, "public.walbox_schedule_done belongs to "+squatter) {
+		t.Errorf("schedule with walbox_schedule_done owned by %s: %s %q, want a failure naming its owner", squatter, c.Status, c.Message)
+	}
+	e.pg.Exec(t, e.db, "ALTER TABLE public.walbox_schedule_done OWNER TO CURRENT_USER")
+	if c := find(t, doctor.Run(t.Context(), e.cfg), "schedule"); c.Status != "pass" {
+		t.Errorf("schedule once the owner has walbox_schedule_done back: %s %q, want pass", c.Status, c.Message)
+	}
+}

@@ -9,9 +9,10 @@ import (
 	"github.com/walbox/walbox/wire"
 )
 
-// scheduleCheck judges scheduled delivery: the schedule's tables exist, and this role, the relay's,
-// may write them. A relay that may not fails its session at each message due later, for good.
-// Before migration 018 the relay records such messages but sends none.
+// scheduleCheck judges scheduled delivery: the schedule's tables exist, and their owners are
+// walbox's (migrations.CheckScheduleOwners). This role, the relay's, may write them. A relay that
+// may not fails its session at each message due later, for good. Before migration 018 the relay
+// records such messages but sends none.
 func (d doctor) scheduleCheck(ctx context.Context, conn *pgx.Conn) Check {
 	const name = "schedule"
 	schema := cmp.Or(d.table, wire.DefaultTable).Schema
@@ -31,6 +32,12 @@ func (d doctor) scheduleCheck(ctx context.Context, conn *pgx.Conn) Check {
 		return failCheck(name, "", "read the schedule's tables: %v", err)
 	case !exists:
 		return warnCheck(name, "run walbox migrate", "%s is missing: a row due later (deliver_at) stops the relay at each try", sched)
+	}
+	// A table another role made first runs that role's trigger in walbox_cancel and in the relay.
+	if err := migrations.CheckScheduleOwners(ctx, conn, schema); err != nil {
+		return failCheck(name, "", "%v", err)
+	}
+	switch {
 	case !writes:
 		return warnCheck(name, "as the owner: walbox migrate --relay-role "+shellWord(role),
 			"role %s may not read and write %s and %s: a row due later (deliver_at) stops the relay at each try", role, sched, done)
