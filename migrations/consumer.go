@@ -31,6 +31,6 @@ func ApplyConsumerTable(ctx context.Context, conn *pgx.Conn, table wire.Table) e
 	if err != nil {
 		return err
 	}
-	_, err = run(ctx, conn, table.Schema, "consumer:"+table.String(), ms, nil)
+	_, err = run(ctx, conn, table.Schema, "consumer:"+table.String(), ms, "", nil)
 	return err
 }

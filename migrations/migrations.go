@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	applied, err := run(ctx, conn, cfg.Table.Schema, "outbox:"+cfg.Table.String(), ms, nil)
+	applied, err := run(ctx, conn, cfg.Table.Schema, "outbox:"+cfg.Table.String(), ms, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func ApplyRegistryFor(ctx context.Context, conn *pgx.Conn, schema, relayRole str
 	// The grants are restricted in the transaction that creates the functions. Committed on their
 	// own, the functions would be PUBLIC's to execute until the next transaction. They would stay
 	// PUBLIC's for good if it failed.
-	return run(ctx, conn, schema, "registry:"+schema, ms, func(tx pgx.Tx) error {
+	return run(ctx, conn, schema, "registry:"+schema, ms, ScheduleTable, func(tx pgx.Tx) error {
 		return restrictRegistry(ctx, tx, schema, relayRole)
 	})
 }
@@ -152,7 +153,10 @@ func load(fsys fs.FS, dir string, vars map[string]string) ([]migration, error) {
 // run applies ms for target in one transaction, holding the advisory lock. It records them in
 // walbox_migrations in schema, the schema of what they create. The function finish, unless nil,
 // runs last in the same transaction.
-func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration, finish func(pgx.Tx) error) ([]string, error) {
+//
+// Unless lockFirst is "", it names a table in schema that other sessions hold row locks on for long.
+// When a pending migration names it, it is locked first (lockBefore).
+func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migration, lockFirst string, finish func(pgx.Tx) error) ([]string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin migration: %w", err)
@@ -168,15 +172,21 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 	if err != nil {
 		return nil, err
 	}
-	var applied []string
+	var pending []migration
 	for _, m := range ms {
 		done, err := l.done(ctx, target, m.Version)
 		if err != nil {
 			return nil, fmt.Errorf("check migration %s: %w", m.Name, err)
 		}
-		if done {
-			continue
+		if !done {
+			pending = append(pending, m)
 		}
+	}
+	if err := lockBefore(ctx, tx, schema, lockFirst, pending); err != nil {
+		return nil, err
+	}
+	var applied []string
+	for _, m := range pending {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return nil, fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
@@ -194,6 +204,40 @@ func run(ctx context.Context, conn *pgx.Conn, schema, target string, ms []migrat
 		return nil, fmt.Errorf("commit migrations: %w", err)
 	}
 	return applied, nil
+}
+
+// lockBefore takes ACCESS EXCLUSIVE on table in schema, if it exists, when one of ms names it.
+// Migrations in one transaction lock the table one after another. One took SHARE to create an
+// index, a later one waited for ACCESS EXCLUSIVE behind a sending relay's row locks. The relay's
+// delete then waited behind that SHARE: a deadlock, and its confirmed batch went again. Each
+// migration's own strongest lock first cannot help across migrations: the batch takes the strongest
+// at its start.
+func lockBefore(ctx context.Context, tx pgx.Tx, schema, table string, ms []migration) error {
+	if table == "" {
+		return nil
+	}
+	// The migrations name their tables as {{.Schema}}.name, the schema quoted. A longer name is
+	// another table: walbox_schedule_done is not walbox_schedule.
+	named := regexp.MustCompile(regexp.QuoteMeta(pgx.Identifier{schema}.Sanitize()+"."+table) + `\b`)
+	touches := false
+	for _, m := range ms {
+		touches = touches || named.MatchString(m.sql)
+	}
+	if !touches {
+		return nil
+	}
+	qualified := pgx.Identifier{schema, table}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL", qualified).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", qualified, err)
+	}
+	if !exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+qualified+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return fmt.Errorf("lock %s: %w", qualified, err)
+	}
+	return nil
 }
 
 // ledger is the table walbox_migrations of one schema.

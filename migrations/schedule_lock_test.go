@@ -24,17 +24,13 @@ func TestScheduleIndexMigrationBesideASendingRelay(t *testing.T) {
 	// The schedule as migration 016 left it.
 	pg.Exec(t, db, `DROP INDEX public.walbox_schedule_due_order;
 		CREATE INDEX walbox_schedule_deliver_at ON public.walbox_schedule (deliver_at);
-		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 17;
-		INSERT INTO public.walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
-			event_type, payload, headers, amqp_id, routing_key, exchange)
-		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`)
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 17`)
+	pg.Exec(t, db, dueRow("public"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
 	// The broker confirmed: the sender deletes its row and commits.
-	migrateBesideASender(ctx, t, pg, db, conn, "public.walbox_schedule", 17,
-		"SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED",
-		"DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1'")
+	migrateBesideADelete(ctx, t, pg, db, conn, "public", 17)
 	rows, err := conn.Query(ctx, "SELECT indexname::pg_catalog.text FROM pg_catalog.pg_indexes WHERE tablename = 'walbox_schedule' ORDER BY 1")
 	if err != nil {
 		t.Fatal(err)
@@ -62,10 +58,8 @@ func TestScheduleDoneMigrationBesideASendingRelay(t *testing.T) {
 	db, conn := pg.MigratedDatabase(t, migrations.Config{})
 	// The done table as migration 017 left it.
 	pg.Exec(t, db, `ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by;
-		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 18;
-		INSERT INTO public.walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
-			event_type, payload, headers, amqp_id, routing_key, exchange)
-		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`)
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 18`)
+	pg.Exec(t, db, dueRow("public"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
@@ -87,9 +81,88 @@ func TestScheduleDoneMigrationBesideASendingRelay(t *testing.T) {
 	}
 }
 
+// A schema as migration 013 left it, migrated to the latest beside a relay sending due messages.
+// The pending migrations ran in one transaction: 014 created an index (SHARE on walbox_schedule),
+// then 017 waited for ACCESS EXCLUSIVE behind the sender. The sender's delete then waited behind
+// 014's SHARE: a deadlock. The batch now takes ACCESS EXCLUSIVE before its first migration. In a
+// schema whose name needs quoting, it takes it on that schema's table.
+func TestMigrationsFrom013BesideASendingRelay(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	for _, schema := range []string{"public", "Reg istry"} {
+		t.Run(schema, func(t *testing.T) {
+			db, conn := pg.MigratedDatabase(t, migrations.Config{})
+			if schema != "public" {
+				pg.Exec(t, db, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+				if _, err := migrations.ApplyRegistry(t.Context(), conn, schema); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pg.Exec(t, db, "DROP INDEX "+pgx.Identifier{schema, "walbox_schedule_due_order"}.Sanitize())
+			pg.Exec(t, db, "DELETE FROM "+pgx.Identifier{schema, "walbox_migrations"}.Sanitize()+
+				" WHERE target = $1 AND version >= 14", "registry:"+schema)
+			pg.Exec(t, db, dueRow(schema))
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			migrateBesideADelete(ctx, t, pg, db, conn, schema, 17)
+		})
+	}
+}
+
+// walbox_migrations of a role the migrating one does not trust is ignored: every migration runs
+// again. Migration 009 created an index (SHARE), 013 then waited for ACCESS EXCLUSIVE behind the
+// sender: the same deadlock, on a schema already at the latest migration.
+func TestIgnoredLedgerMigratesBesideASendingRelay(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	var super bool
+	if err := conn.QueryRow(t.Context(), "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		t.Skipf("the test's role is no superuser (%v)", err)
+	}
+	other := pgx.Identifier{testenv.UniqueName("other")}.Sanitize()
+	pg.Exec(t, pg.URL(), "CREATE ROLE "+other)
+	t.Cleanup(func() {
+		pg.Exec(t, db, "DROP OWNED BY "+other)
+		pg.Exec(t, pg.URL(), "DROP ROLE "+other)
+	})
+	pg.Exec(t, db, "ALTER TABLE public.walbox_migrations OWNER TO "+other)
+	pg.Exec(t, db, dueRow("public"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	migrateBesideADelete(ctx, t, pg, db, conn, "public", 13)
+}
+
+// dueRow inserts a due message, m1 of slot s, in the schedule in schema.
+func dueRow(schema string) string {
+	return "INSERT INTO " + pgx.Identifier{schema, "walbox_schedule"}.Sanitize() + ` (slot_name, message_id, deliver_at, id,
+			aggregate_type, aggregate_id, event_type, payload, headers, amqp_id, routing_key, exchange)
+		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`
+}
+
+// migrateBesideADelete is migrateBesideASender in schema. The sender locks m1 (dueRow), then
+// deletes it: the broker confirmed.
+func migrateBesideADelete(ctx context.Context, t *testing.T, pg *testenv.Postgres, db string, conn *pgx.Conn, schema string, version int) {
+	t.Helper()
+	table := pgx.Identifier{schema, "walbox_schedule"}.Sanitize()
+	migrateBesideASenderIn(ctx, t, pg, db, conn, schema, table, version,
+		"SELECT message_id FROM "+table+" WHERE slot_name = 's' FOR UPDATE SKIP LOCKED",
+		"DELETE FROM "+table+" WHERE slot_name = 's' AND message_id = 'm1'")
+}
+
 // migrateBesideASender runs a sender's transaction: read, then, once migration version waits for it
 // on table, finish and commit. The migration must then succeed.
 func migrateBesideASender(ctx context.Context, t *testing.T, pg *testenv.Postgres, db string, conn *pgx.Conn, table string, version int, read, finish string) {
+	t.Helper()
+	migrateBesideASenderIn(ctx, t, pg, db, conn, "public", table, version, read, finish)
+}
+
+// migrateBesideASenderIn is migrateBesideASender with the registry in schema.
+func migrateBesideASenderIn(ctx context.Context, t *testing.T, pg *testenv.Postgres, db string, conn *pgx.Conn, schema, table string, version int, read, finish string) {
 	t.Helper()
 	sender, err := conn.Begin(ctx)
 	if err != nil {
@@ -104,7 +177,7 @@ func migrateBesideASender(ctx context.Context, t *testing.T, pg *testenv.Postgre
 	migrator := pg.Conn(t, db)
 	go func() {
 		defer close(ended)
-		_, err := migrations.ApplyRegistry(ctx, migrator, "public")
+		_, err := migrations.ApplyRegistry(ctx, migrator, schema)
 		migrated <- err
 	}()
 	defer func() { cancel(); <-ended }() // before the connection closes
