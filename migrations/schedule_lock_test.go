@@ -65,8 +65,7 @@ func TestScheduleDoneMigrationBesideASendingRelay(t *testing.T) {
 
 	// The broker confirmed: the sender deletes its row, notes it as that version did, and commits.
 	migrateBesideASender(ctx, t, pg, db, conn, "public.walbox_schedule_done", 18,
-		`SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED;
-		SELECT message_id FROM public.walbox_schedule_done WHERE message_id = 'm1' AND state = 'cancelled'`,
+		lockAndReadTombstone,
 		`DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1';
 		INSERT INTO public.walbox_schedule_done (slot_name, message_id, state) VALUES ('s', 'm1', 'sent'), ('', 'm1', 'sent')`)
 	var indexes []string
@@ -80,6 +79,39 @@ func TestScheduleDoneMigrationBesideASendingRelay(t *testing.T) {
 		t.Errorf("indexes of walbox_schedule_done %v, want %v", indexes, want)
 	}
 }
+
+// Migration 019 meets a relay, of the version before, sending due messages: it read the tombstones,
+// awaits the broker, then notes the sent messages. The migration waits for it, and neither fails.
+func TestTombstoneStampMigrationBesideASendingRelay(t *testing.T) {
+	if testenv.Short() {
+		t.Skip("integration test: needs PostgreSQL")
+	}
+	pg := testenv.SharedPostgres(t)
+	db, conn := pg.MigratedDatabase(t, migrations.Config{})
+	// The done table as migration 018 left it.
+	pg.Exec(t, db, `ALTER TABLE public.walbox_schedule_done DROP COLUMN lsn, DROP COLUMN next_xid;
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version = 19`)
+	pg.Exec(t, db, dueRow("public"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	migrateBesideASender(ctx, t, pg, db, conn, "public.walbox_schedule_done", 19,
+		lockAndReadTombstone,
+		`DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1';
+		INSERT INTO public.walbox_schedule_done (slot_name, message_id, state, sent_by) VALUES ('', 'm1', 'sent', '{s}')`)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute WHERE attrelid = 'public.walbox_schedule_done'::regclass"+
+		" AND attname IN ('lsn', 'next_xid') AND NOT attisdropped").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("walbox_schedule_done has %d of the columns lsn and next_xid after migration 019", n)
+	}
+}
+
+// lockAndReadTombstone is how a sender's transaction starts: it locks m1 (dueRow), then reads its
+// tombstone, which holds ACCESS SHARE on walbox_schedule_done.
+const lockAndReadTombstone = `SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED;
+	SELECT message_id FROM public.walbox_schedule_done WHERE message_id = 'm1' AND state = 'cancelled'`
 
 // A schema as migration 013 left it, migrated to the latest beside a relay sending due messages.
 // The pending migrations ran in one transaction: 014 created an index (SHARE on walbox_schedule),

@@ -287,6 +287,10 @@ func (s *Sender) housekeep(ctx context.Context) {
 	}
 	if now.Sub(s.lastPrune) >= time.Hour {
 		s.lastPrune = now
+		// The stamp goes first. The prune deletes a tombstone once each slot passed its stamp.
+		if _, err := s.conn.Exec(ctx, s.t.stampSQL(), DoneRetention.Seconds()); err != nil {
+			s.cfg.Logger.Warn("scheduled delivery: stamp the tombstones of "+s.t.done, "error", err)
+		}
 		// A tombstone stays while a record of its id waits: one written by a record that raced the cancel.
 		if _, err := s.conn.Exec(ctx, s.t.pruneSQL(), DoneRetention.Seconds()); err != nil {
 			s.cfg.Logger.Warn("scheduled delivery: prune "+s.t.done, "error", err)

@@ -109,14 +109,19 @@ func TestARecordWaitsForTheSynchronizedStandby(t *testing.T) {
 // recordOne records a message due in an hour for slot s over db, and returns its verdict.
 func recordOne(t *testing.T, db string) wire.Confirm {
 	t.Helper()
+	return recordAs(t, db, "s", &wire.Message{ID: uuid.New(), EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: time.Now().Add(time.Hour)})
+}
+
+// recordAs records m as slot's relay does, and returns its verdict.
+func recordAs(t *testing.T, db, slot string, m *wire.Message) wire.Confirm {
+	t.Helper()
 	ctx := context.Background()
-	p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", "s", 16, nil, nil)
+	p, err := schedule.Wrap(ctx, &instant{confirms: make(chan wire.Confirm, 16)}, db, "public", slot, 16, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	rec := p.(*schedule.Recorder)
-	m := &wire.Message{ID: uuid.New(), EventType: "order.reminder", Payload: []byte(`{}`), DeliverAt: time.Now().Add(time.Hour)}
 	if _, err := rec.Schedule(ctx, m); err != nil {
 		t.Fatal(err)
 	}

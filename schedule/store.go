@@ -180,11 +180,37 @@ func (t tables) noteSQL() string {
 		" WHERE d.state OPERATOR(pg_catalog.=) 'sent' AND NOT COALESCE(d.sent_by, '{}') OPERATOR(pg_catalog.@>) excluded.sent_by"
 }
 
-// pruneSQL deletes the done rows older than $1 seconds. The index on done_at finds them.
+// stampSQL stamps the tombstones older than $1 seconds that have none yet. The stamp is the WAL's
+// insert position and the next transaction id. A message committed before its cancel lies before
+// both: its commit record, and the ids of its transaction and subtransactions.
+func (t tables) stampSQL() string {
+	return "UPDATE " + t.done + " d SET lsn = pg_catalog.pg_current_wal_insert_lsn(), next_xid = pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())" +
+		" WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => $1::pg_catalog.float8))" +
+		" AND d.state OPERATOR(pg_catalog.=) 'cancelled' AND d.lsn IS NULL"
+}
+
+// pruneSQL deletes the done rows older than $1 seconds. The index on done_at finds them. A sent note
+// goes by age alone. A tombstone goes once stampSQL stamped it and each slot in walbox_slots passed
+// the stamp. Until then, a slot may still read the cancelled message, and record it. A slot passed:
+//   - when its record is of this server (a restore's is not);
+//   - when walbox recorded a position at or past the stamp's;
+//   - when the record's xmin horizon is at or past the stamp's transaction id. Else a recover, which
+//     republishes the rows after the horizon, would hand the message to the schedule again;
+//   - when the server's slot, if it holds one by that name, has its restart_lsn at or past the
+//     stamp. A crash takes the slot back to it, not to confirmed_flush_lsn.
+//
+// A slot on a standby (--replication-url), or lost, is judged by its record. A retired slot has none.
+// The slots are read once, not at each row.
 func (t tables) pruneSQL() string {
-	return "DELETE FROM " + t.done + " d WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) " +
+	return "WITH r AS MATERIALIZED (SELECT r.system_identifier OPERATOR(pg_catalog.=) (SELECT c.system_identifier::pg_catalog.text" +
+		" FROM pg_catalog.pg_control_system() c) AS ours, r.confirmed_lsn, r.confirmed_xmin, p.slot_name IS NOT NULL AS here, p.restart_lsn" +
+		" FROM " + t.slots + " r LEFT JOIN pg_catalog.pg_replication_slots p ON p.slot_name::pg_catalog.text OPERATOR(pg_catalog.=) r.slot_name)" +
+		" DELETE FROM " + t.done + " d WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) " +
 		"pg_catalog.make_interval(secs => $1::pg_catalog.float8)) AND NOT EXISTS (SELECT 1 FROM " + t.schedule +
-		" s WHERE s.message_id OPERATOR(pg_catalog.=) d.message_id)"
+		" s WHERE s.message_id OPERATOR(pg_catalog.=) d.message_id)" +
+		" AND (d.state OPERATOR(pg_catalog.=) 'sent' OR (d.lsn IS NOT NULL AND NOT EXISTS (SELECT 1 FROM r" +
+		" WHERE (r.ours AND r.confirmed_lsn OPERATOR(pg_catalog.>=) d.lsn AND r.confirmed_xmin OPERATOR(pg_catalog.>=) d.next_xid" +
+		" AND (NOT r.here OR r.restart_lsn OPERATOR(pg_catalog.>=) d.lsn)) IS NOT TRUE)))"
 }
 
 // due is a message of the schedule that is due, as the sender read it.
