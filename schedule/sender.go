@@ -351,7 +351,9 @@ func (s *Sender) sendDue(ctx context.Context) (int, bool, error) {
 		locked, held = cur.locked, held || cur.held
 		var next *flight
 		var nerr error
-		if cur.err == nil && !cur.held && cur.locked == s.cfg.Batch && s.alone == 0 && ctx.Err() == nil && s.cfg.Active() {
+		// A row an open cancel holds stays locked by cur, so the next batch passes it. A batch of
+		// held rows only locked nothing: the next would read them again.
+		if cur.err == nil && cur.tx != nil && cur.locked == s.cfg.Batch && s.alone == 0 && ctx.Err() == nil && s.cfg.Active() {
 			j := (i + 1) % pipeline
 			if nerr = settle(j); nerr == nil {
 				next, nerr = s.begin(ctx, j, true)

@@ -698,3 +698,73 @@ func TestASenderAheadOfItsMigrationSendsNothing(t *testing.T) {
 	defer w.mu.Unlock()
 	t.Logf("warnings: %q", w.msgs)
 }
+
+// A database whose default isolation is serializable gets each due message once. The sender's
+// batches on their way together conflicted there: each failed at its commit, after its confirms,
+// and was sent again.
+func TestADatabaseThatDefaultsToSerializableGetsEachMessageOnce(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	pg.Exec(t, db, `DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET default_transaction_isolation = serializable',
+		pg_catalog.current_database()); END $$`)
+	const n = 1000
+	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+		event_type, payload, headers, amqp_id, routing_key, exchange)
+		SELECT 's', u::text, pg_catalog.now() - pg_catalog.make_interval(secs => g.i), u, 'order', '1', 'order.reminder', '{}', '{}', '', '', ''
+		FROM (SELECT pg_catalog.gen_random_uuid() AS u, i FROM pg_catalog.generate_series(1, $1::int) i) g`, n)
+	b := newBroker()
+	stop := run(newSender(db, b, 5)) // its sessions hold 16 confirms: three batches must fit
+	waitEmpty(t, conn, 2*time.Minute, stop)
+	stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	again := 0
+	for _, c := range b.sent {
+		if c > 1 {
+			again++
+		}
+	}
+	if again > 0 || len(b.sent) != n {
+		t.Errorf("%d of %d messages were sent more than once, %d sent in all, with no fault", again, n, len(b.sent))
+	}
+}
+
+// A cancel still open on one due message holds back that message alone. The batches of the others
+// go on together, not one a poll. Its record may land after the cancel's delete looked.
+func TestAnOpenCancelHoldsBackItsMessageAlone(t *testing.T) {
+	pg, db, conn := scheduleDB(t)
+	ctx := context.Background()
+	held := dueIDs(t, pg, db, 1)[0]
+	pg.Exec(t, db, `INSERT INTO walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+		event_type, payload, headers, amqp_id, routing_key, exchange)
+		SELECT 's', u::text, pg_catalog.now(), u, 'order', '1', 'order.reminder', '{}', '{}', '', '', ''
+		FROM (SELECT pg_catalog.gen_random_uuid() AS u FROM pg_catalog.generate_series(1, 1000)) g`)
+	tx, err := pg.Conn(t, db).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the cancel never commits
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock(2002873442, pg_catalog.hashtext($1))", held); err != nil {
+		t.Fatal(err)
+	}
+	b := newBroker()
+	stop := run(newSender(db, b, 5)) // its sessions hold 16 confirms: three batches must fit
+	defer stop()
+	// One batch a poll (500 ms) would take 100 s; the batches on their way together take about a second.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM walbox_schedule").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 1,000 free due messages still wait after 20 s, behind one an open cancel holds", n-1)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sent[held] > 0 {
+		t.Errorf("the message an open cancel holds was sent")
+	}
+}

@@ -10,6 +10,10 @@
 // DATABASE settings, and over an options parameter in the connection string. And walbox's own
 // objects are named with their schema in every statement, so they do not depend on the path. See
 // docs/architecture.md for the packages that connect.
+//
+// Each connection also pins default_transaction_isolation to read committed. walbox's statements
+// are written for it. A database whose default is serializable failed the schedule's batches at
+// their commit, after the broker's confirms: each was sent again.
 package pgconnect
 
 import (
@@ -23,11 +27,16 @@ import (
 // SearchPath is the search_path of every connection walbox opens.
 const SearchPath = "pg_catalog, pg_temp"
 
+// Isolation is the default_transaction_isolation of every connection walbox opens. A transaction
+// that needs another level names it.
+const Isolation = "read committed"
+
 // DefaultConnectTimeout bounds a connection attempt whose URL sets no connect_timeout. Without a
 // bound, a server that accepts and never answers kept status, doctor or run waiting for ever.
 const DefaultConnectTimeout = 30 * time.Second
 
-// Pin sets the search_path of the connection cfg describes to SearchPath. It also bounds the
+// Pin sets the search_path of the connection cfg describes to SearchPath, and its default isolation
+// to Isolation. It also bounds the
 // connection attempt by DefaultConnectTimeout, unless the URL sets connect_timeout.
 func Pin(cfg *pgconn.Config) {
 	if cfg.ConnectTimeout == 0 {
@@ -37,6 +46,7 @@ func Pin(cfg *pgconn.Config) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["search_path"] = SearchPath
+	cfg.RuntimeParams["default_transaction_isolation"] = Isolation
 }
 
 // ParseConfig is pgx.ParseConfig with the search_path pinned. Its error is pgx's: it may quote

@@ -3,6 +3,7 @@ package pgconnect_test
 import (
 	"context"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/walbox/walbox/internal/pgconnect"
+	"github.com/walbox/walbox/internal/testenv"
 )
 
 func TestEveryConfigPinsTheSearchPath(t *testing.T) {
@@ -107,5 +110,40 @@ func TestEveryConnectionAttemptIsBounded(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("the attempt took %v, want it ended by connect_timeout (1 s)", took)
+	}
+}
+
+// A database or role whose default isolation is serializable does not reach walbox's transactions:
+// each connection runs them in read committed. Schedule batches failed at commit there, after their
+// confirms, and were sent again.
+func TestEveryConnectionDefaultsToReadCommitted(t *testing.T) {
+	pg := testenv.SharedPostgres(t)
+	db := pg.NewDatabase(t)
+	pg.Exec(t, db, `DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET default_transaction_isolation = serializable',
+		pg_catalog.current_database()); END $$`)
+	ctx := context.Background()
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", "-c default_transaction_isolation=serializable")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // libpq's URLs read + as itself
+	for _, dsn := range []string{db, u.String()} {
+		conn, err := pgconnect.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var level string
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, "SELECT pg_catalog.current_setting('transaction_isolation')").Scan(&level)
+		})
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if level != pgconnect.Isolation {
+			t.Errorf("%s: a transaction of a database that defaults to serializable runs in %s, want %s", dsn, level, pgconnect.Isolation)
+		}
 	}
 }
