@@ -24,19 +24,22 @@ func TestARecorderAheadOfItsMigrationRecordsAndWarns(t *testing.T) {
 	pg, db, conn := scheduleDB(t)
 	pg.Exec(t, db, "ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by")
 	relay := recordingRole(t, pg, db)
-	sentHere, cancelled, sentElsewhere, fresh := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	sentHere, cancelled, sentElsewhere, fresh, sentOnce := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	// Notes as a relay before 018 wrote them: a sent message under its slot, a cancel under ''.
+	// And a note as 018 writes it, under '': a session that began before walbox migrate ran still
+	// records, while a migrated relay sends and notes.
 	pg.Exec(t, db, `INSERT INTO public.walbox_schedule_done (message_id, slot_name, state)
-		VALUES ($1, 's', 'sent'), ($2, '', 'cancelled'), ($3, 'other', 'sent')`, sentHere.String(), cancelled.String(), sentElsewhere.String())
+		VALUES ($1, 's', 'sent'), ($2, '', 'cancelled'), ($3, 'other', 'sent'), ($4, '', 'sent')`,
+		sentHere.String(), cancelled.String(), sentElsewhere.String(), sentOnce.String())
 
 	w := &warnings{}
-	if got := recordAll(t, relay, w, sentHere, cancelled, sentElsewhere, fresh); got != nil {
+	if got := recordAll(t, relay, w, sentHere, cancelled, sentElsewhere, fresh, sentOnce); got != nil {
 		t.Fatalf("records on a schema before migration 018 failed: %v", got)
 	}
 	want := []string{sentElsewhere.String(), fresh.String()}
 	slices.Sort(want)
 	if got := recordedIDs(t, conn); !slices.Equal(got, want) {
-		t.Errorf("recorded %q, want %q: a record skips only this slot's sent notes and the cancels", got, want)
+		t.Errorf("recorded %q, want %q: a record skips this slot's sent notes, the cancels and the notes of 018", got, want)
 	}
 	w.mu.Lock()
 	warned := slices.Clone(w.msgs)

@@ -70,7 +70,7 @@ const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
 // those with a done row: a cancel recorded first, or a replay of a message this slot sent. A sent
 // message is noted under the empty slot name, sent_by naming the slot; before migration 018, under
-// the slot. Without sentBy, for a schema before 018, the statement reads only the notes of before.
+// the slot. Without sentBy, for a schema before 018, any note under the empty name stops a record.
 func (t tables) recordSQL(sentBy bool) string {
 	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
@@ -80,7 +80,9 @@ func (t tables) recordSQL(sentBy bool) string {
 		}
 		from += fmt.Sprintf("pg_catalog.unnest($%d::pg_catalog.%s[])", i+2, typ)
 	}
-	sent := ""
+	// Without sent_by, any sent note under '' counts. A session begun before walbox migrate then
+	// skips what a migrated relay sent since: the message left.
+	sent := " OR d.state OPERATOR(pg_catalog.=) 'sent'"
 	if sentBy {
 		sent = " OR $1::pg_catalog.text OPERATOR(pg_catalog.=) ANY (d.sent_by)"
 	}

@@ -12,8 +12,8 @@
 // docs/architecture.md for the packages that connect.
 //
 // Each connection also pins default_transaction_isolation to read committed. walbox's statements
-// are written for it. A database whose default is serializable failed the schedule's batches at
-// their commit, after the broker's confirms: each was sent again.
+// are written for it. Under a serializable default, schedule batches failed at commit, after their
+// confirms. Each was then sent again.
 package pgconnect
 
 import (
