@@ -25,7 +25,8 @@ const (
 	// DefaultPoll bounds the wait for the next due message. A message recorded meanwhile with an
 	// earlier deliver_at is seen within it, or at once through Nudge.
 	DefaultPoll = 500 * time.Millisecond
-	// DoneRetention is how long walbox_schedule_done keeps a sent or cancelled id.
+	// DoneRetention is how long walbox_schedule_done keeps a sent id. It keeps a cancelled one at least
+	// that long, and until every slot read past it.
 	DoneRetention = 7 * 24 * time.Hour
 )
 
