@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -170,4 +171,64 @@ func execSQLOn(url, q string) error {
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, q)
 	return err
+}
+
+// A migration from a schema before 018 runs while a batch awaits its confirms and the hourly prune
+// starts. The migration locks walbox_schedule, then alters walbox_schedule_done. The prune took the
+// done table first, then waited behind the migration for the schedule: a deadlock, and migrate failed.
+func TestThePruneAndAMigrationBesideASendingBatchDoNotDeadlock(t *testing.T) {
+	pg, db, conn := migratedDB(t)
+	pg.Exec(t, db, `DROP INDEX public.walbox_schedule_due_order;
+		ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by, DROP COLUMN lsn, DROP COLUMN next_xid;
+		DELETE FROM public.walbox_migrations WHERE target = 'registry:public' AND version >= 17;
+		INSERT INTO public.walbox_schedule (slot_name, message_id, deliver_at, id, aggregate_type, aggregate_id,
+			event_type, payload, headers, amqp_id, routing_key, exchange)
+		VALUES ('s', 'm1', pg_catalog.now(), pg_catalog.gen_random_uuid(), 'order', '1', 'order.reminder', '{}', '{}', '', '', '')`)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	batch, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Rollback(ctx) //nolint:errcheck // a no-op after its commit
+	if _, err := batch.Exec(ctx, "SELECT message_id FROM public.walbox_schedule WHERE slot_name = 's' FOR UPDATE SKIP LOCKED"); err != nil {
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	migrator := pg.Conn(t, db)
+	go func() { _, err := migrations.ApplyRegistry(ctx, migrator, "public"); migrated <- err }()
+	check := pg.Conn(t, db)
+	waiting := func(n int) {
+		t.Helper()
+		for {
+			var w int
+			if err := check.QueryRow(ctx, `SELECT pg_catalog.count(*)::int FROM pg_catalog.pg_locks l
+				WHERE NOT l.granted AND l.relation = 'public.walbox_schedule'::pg_catalog.regclass`).Scan(&w); err != nil {
+				t.Fatal(err)
+			}
+			if w >= n {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waiting(1) // the migration, behind the batch
+	s := NewSender(SenderConfig{DatabaseURL: db, Schema: "public", Slot: "s"})
+	s.conn = pg.Conn(t, db)
+	pruned := make(chan error, 1)
+	go func() { pruned <- s.prune(ctx) }()
+	waiting(2)                  // the prune, behind the migration
+	time.Sleep(2 * time.Second) // past deadlock_timeout, as a batch's confirms may take
+	if _, err := batch.Exec(ctx, "DELETE FROM public.walbox_schedule WHERE slot_name = 's' AND message_id = 'm1'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Errorf("migrate beside a sending batch and the prune: %v", err)
+	}
+	if err := <-pruned; err != nil {
+		t.Errorf("the prune beside a migration: %v", err)
+	}
 }

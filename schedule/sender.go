@@ -292,11 +292,26 @@ func (s *Sender) housekeep(ctx context.Context) {
 		if _, err := s.conn.Exec(ctx, s.t.stampSQL(), DoneRetention.Seconds()); err != nil {
 			s.cfg.Logger.Warn("scheduled delivery: stamp the tombstones of "+s.t.done, "error", err)
 		}
-		// A tombstone stays while a record of its id waits: one written by a record that raced the cancel.
-		if _, err := s.conn.Exec(ctx, s.t.pruneSQL(), DoneRetention.Seconds()); err != nil {
+		if err := s.prune(ctx); err != nil {
 			s.cfg.Logger.Warn("scheduled delivery: prune "+s.t.done, "error", err)
 		}
 	}
+}
+
+// prune deletes the done rows pruneSQL names. A tombstone stays while a record of its id waits: one
+// written by a record that raced the cancel.
+//
+// It locks walbox_schedule first, as a batch, a record and a cancel do. The DELETE alone takes
+// walbox_schedule_done first. It then deadlocked a migration that locked the schedule and altered
+// the done table.
+func (s *Sender) prune(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+s.t.schedule+" IN ACCESS SHARE MODE"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.t.pruneSQL(), DoneRetention.Seconds())
+		return err
+	})
 }
 
 // pipeline is how many connections the sender sends over. Batch k runs on connection k mod pipeline.

@@ -70,7 +70,7 @@ const columns = "message_id, deliver_at, id, aggregate_type, aggregate_id, event
 // recordSQL inserts a batch for the slot $1. It skips messages already recorded (a replay). It skips
 // those with a done row: a cancel recorded first, or a replay of a message this slot sent. A sent
 // message is noted under the empty slot name, sent_by naming the slot; before migration 018, under
-// the slot. Without sentBy, for a schema before 018, any note under the empty name stops a record.
+// the slot. Without sentBy, for a schema before 018, the statement reads sent_by only if it exists.
 func (t tables) recordSQL(sentBy bool) string {
 	arrays := []string{"text", "timestamptz", "uuid", "text", "text", "text", "bytea", "text", "timestamptz", "text", "text", "text", "timestamptz"}
 	from := ""
@@ -80,9 +80,9 @@ func (t tables) recordSQL(sentBy bool) string {
 		}
 		from += fmt.Sprintf("pg_catalog.unnest($%d::pg_catalog.%s[])", i+2, typ)
 	}
-	// Without sent_by, any sent note under '' counts. A session begun before walbox migrate then
-	// skips what a migrated relay sent since: the message left.
-	sent := " OR d.state OPERATOR(pg_catalog.=) 'sent'"
+	// Without the column, sent_by is read from the row as JSON. A session begun before walbox migrate
+	// then skips what this slot sent since, and only that.
+	sent := " OR (pg_catalog.to_jsonb(d) OPERATOR(pg_catalog.->) 'sent_by') OPERATOR(pg_catalog.@>) pg_catalog.jsonb_build_array($1::pg_catalog.text)"
 	if sentBy {
 		sent = " OR $1::pg_catalog.text OPERATOR(pg_catalog.=) ANY (d.sent_by)"
 	}
@@ -183,8 +183,8 @@ func (t tables) noteSQL() string {
 }
 
 // stampSQL stamps the tombstones older than $1 seconds that have none yet. The stamp is the WAL's
-// insert position and the next transaction id. A message committed before its cancel lies before
-// both: its commit record, and the ids of its transaction and subtransactions.
+// insert position and the snapshot's xmax: every transaction below it had ended. A message committed
+// before its cancel lies before both: its commit record, and the ids of its transaction.
 func (t tables) stampSQL() string {
 	return "UPDATE " + t.done + " d SET lsn = pg_catalog.pg_current_wal_insert_lsn(), next_xid = pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())" +
 		" WHERE d.done_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => $1::pg_catalog.float8))" +
