@@ -20,8 +20,10 @@ import (
 // variable WALBOX_TEST_RABBITMQ_BIN overrides it.
 const rabbitBinDir = "/usr/lib/rabbitmq/bin"
 
+// rabbitStartTimeout bounds a node's start. make test runs the modules side by side on 2 cores. A
+// node then took over a minute to boot, twice in a day.
 const (
-	rabbitStartTimeout = 60 * time.Second
+	rabbitStartTimeout = 3 * time.Minute
 	rabbitStopTimeout  = 30 * time.Second
 	rabbitCtlTimeout   = 60 * time.Second
 )
