@@ -298,9 +298,9 @@ func checkRecordDefiners(ctx context.Context, q querier, schema string) error {
 		"ALTER TABLE %s OWNER TO %s", ErrRecordOwner, table, owner, d, owner, d, owner, table, pgx.Identifier{definers[0]}.Sanitize())
 }
 
-// CancelFunction cancels a scheduled message. It runs with its owner's rights and writes the
+// cancelFunction cancels a scheduled message. It runs with its owner's rights and writes the
 // schedule's tables.
-const CancelFunction = "walbox_cancel"
+const cancelFunction = "walbox_cancel"
 
 // CheckScheduleOwners refuses (ErrRecordOwner) a walbox_schedule or walbox_schedule_done in schema
 // that another role made first. The migrations keep a table that exists. Its owner's trigger, rule
@@ -324,7 +324,7 @@ func CheckScheduleOwners(ctx context.Context, q querier, schema string) error {
 		LEFT JOIN pg_catalog.pg_class sc ON sc.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.quote_ident($1::pg_catalog.text)
 			OPERATOR(pg_catalog.||) '.walbox_slots')::pg_catalog.oid
 		LEFT JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) sc.relowner
-		ORDER BY t.i`, schema, []string{ScheduleTable, ScheduleDoneTable}, CancelFunction)
+		ORDER BY t.i`, schema, []string{ScheduleTable, ScheduleDoneTable}, cancelFunction)
 	if err != nil {
 		return fmt.Errorf("read the owners of the schedule's tables: %w", err)
 	}
