@@ -2,14 +2,12 @@ package relayd_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
 )
 
@@ -20,11 +18,7 @@ import (
 func TestARelayAheadOfItsMigrationRecordsAndRelaysOn(t *testing.T) {
 	cfg, pg, db := config(t)
 	pg.Exec(t, db, "ALTER TABLE public.walbox_schedule_done DROP COLUMN sent_by")
-	logs := &lineCounter{testWriter: testWriter{t}, text: "none sent until walbox migrate runs"}
-	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	d, _, _ := start(t, cfg)
-	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
-	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	logs, got := startCounting(t, cfg, "none sent until walbox migrate runs")
 	conn := pg.Conn(t, db)
 	ctx := context.Background()
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walbox/walbox/internal/relayd"
 	"github.com/walbox/walbox/internal/status"
 	"github.com/walbox/walbox/internal/testenv"
 	"github.com/walbox/walbox/outbox"
@@ -197,15 +198,22 @@ func (c *lineCounter) count() int {
 	return c.n
 }
 
+// startCounting starts a relay of cfg whose log counts the lines holding text, and waits until it
+// streams. It returns the count, and what the relay's exchange receives.
+func startCounting(t *testing.T, cfg relayd.Config, text string) (*lineCounter, *arrivals) {
+	t.Helper()
+	logs := &lineCounter{testWriter: testWriter{t}, text: text}
+	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	d, _, _ := start(t, cfg)
+	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
+	return logs, consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+}
+
 // A relay with nothing scheduled keeps one broker session. The schedule's sender dials its own
 // only once a message is due. A second session confused which node the relay used on a cluster.
 func TestEmptyScheduleOpensNoSecondBrokerSession(t *testing.T) {
 	cfg, pg, db := config(t)
-	logs := &lineCounter{testWriter: testWriter{t}, text: "connected to broker"}
-	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	d, _, _ := start(t, cfg)
-	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
-	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	logs, got := startCounting(t, cfg, "connected to broker")
 	conn := pg.Conn(t, db)
 	ctx := context.Background()
 	id, _ := uuid.NewV7()
@@ -228,11 +236,7 @@ func TestEmptyScheduleOpensNoSecondBrokerSession(t *testing.T) {
 // the message is recorded and leaves when due.
 func TestRefusedRecordHoldsTheSlotAndNamesTheSchedule(t *testing.T) {
 	cfg, pg, db := config(t)
-	logs := &lineCounter{testWriter: testWriter{t}, text: "refused by the test"}
-	cfg.Relay.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	d, _, _ := start(t, cfg)
-	eventually(t, "streaming", func() bool { return d.Stats().Streaming.Load() })
-	got := consume(t, testenv.SharedRabbit(t).URL(), cfg.Brokers.Configs()[0].Exchange)
+	logs, got := startCounting(t, cfg, "refused by the test")
 	conn := pg.Conn(t, db)
 	ctx := context.Background()
 	pg.Exec(t, db, `CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS
