@@ -181,6 +181,9 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 			break
 		}
 		handled, herr, err := c.process(ctx, r.offset, d, c.handler)
+		if (err != nil || herr != nil) && ctx.Err() != nil {
+			return ctx.Err() // abandoned at shutdown, not failed: handled again next time
+		}
 		handlerErr = herr
 		switch {
 		case err != nil || handlerErr != nil:

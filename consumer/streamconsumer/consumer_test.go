@@ -213,7 +213,9 @@ func TestStreamConsumerRetriesAPanic(t *testing.T) {
 // session started again at attempt 1, for good. A retry after the handler's own commit finds
 // the message handled.
 func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
-	se := newStreamEnv(t, 6)
+	// The last message is plain. The offset the handler's own COMMIT stores then does not end
+	// the run before the consumer hears of it.
+	se := newStreamEnv(t, 7)
 	spoilt, selfCommit, alwaysFailed := se.ids[0], se.ids[1], se.ids[2]
 	rollbackStatement, commitStatement := se.ids[4], se.ids[5]
 	cfg := se.config()
@@ -245,7 +247,7 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 		}
 		return nil
 	}
-	se.runUntil(t, cfg, h, 6)
+	se.runUntil(t, cfg, h, 7)
 	if n := handedBack.Load(); n != 0 {
 		t.Errorf("the pool had the handler's connection idle %d times after the handler ended its transaction", n)
 	}
@@ -253,7 +255,7 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 		id             string
 		attempt, count int
 	}{{spoilt, 3, 1}, {selfCommit, 1, 1}, {alwaysFailed, 0, 0}, {se.ids[3], 1, 1},
-		{rollbackStatement, 2, 1}, {commitStatement, 1, 1}} {
+		{rollbackStatement, 2, 1}, {commitStatement, 1, 1}, {se.ids[6], 1, 1}} {
 		if got := se.count(t, "SELECT count(*) FROM effects WHERE message_id = $1", want.id); got != want.count {
 			t.Errorf("message %s: %d effects, want %d", want.id, got, want.count)
 		}
@@ -276,6 +278,47 @@ func TestStreamConsumerHandlerThatSpoilsItsTransaction(t *testing.T) {
 		if !strings.Contains(m, unusable) {
 			t.Errorf("message error %q, want %q in it", m, unusable)
 		}
+	}
+}
+
+// A handler cut short by the end of Run's context abandons its message. That is no message
+// error: OnError hears none, and the next run handles the message.
+func TestStreamConsumerShutdownIsNoMessageError(t *testing.T) {
+	se := newStreamEnv(t, 1)
+	cfg := se.config()
+	retried := messageErrors(&cfg)
+	started := make(chan struct{}, 1)
+	c, err := streamconsumer.New(se.pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler did not start in a minute")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := retried(); len(got) != 0 {
+		t.Errorf("OnError heard %q at shutdown, want no message error", got)
+	}
+	se.runUntil(t, se.config(), func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+		return recordEffect(ctx, tx, d)
+	}, 1)
+	if got := se.count(t, "SELECT count(*) FROM effects"); got != 1 {
+		t.Errorf("%d effects after the next run, want 1", got)
 	}
 }
 
