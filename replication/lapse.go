@@ -23,8 +23,8 @@ var errLapsed = errors.New("no status update sent for longer than the server let
 // A relay stopped across a takeover must not write the batch it has when it resumes.
 //
 // The bound is three quarters of wal_sender_timeout.
-// A live reporter sends at least every status interval, and at once when the server asks.
-// The server asks at half of wal_sender_timeout.
+// A live reporter sends at least every status interval, or every third of the bound if sooner.
+// It also sends at once when the server asks, at half of wal_sender_timeout (reportEvery).
 // Times are nanoseconds on the monotonic clock, after the lapse's start.
 type lapse struct {
 	bound time.Duration // zero: the server never drops a silent client

@@ -101,13 +101,24 @@ type positions interface {
 func newReporter(p reporterParts) *reporter {
 	r := &reporter{interval: p.cfg.StatusInterval, silence: p.silence, slot: p.cfg.Slot, log: p.cfg.Logger,
 		stats: p.stats, pos: p.pos, send: p.send, heard: p.heard, lapse: p.lapse, reader: p.reader,
-		onFail: p.onFail, sched: checkpoint.NewSchedule(p.start, p.cfg.StatusInterval, p.cfg.Window),
+		onFail: p.onFail, sched: checkpoint.NewSchedule(p.start, reportEvery(p.cfg.StatusInterval, p.lapse), p.cfg.Window),
 		wake: make(chan struct{}, 1), reply: make(chan struct{}, 1), finals: make(chan chan error),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	return r
+}
+
+// reportEvery returns the longest time between two status updates. That is the status interval,
+// or a third of the lapse bound if shorter. The server asks for a reply at half its timeout.
+// That is only a quarter of it before the bound: a relay starved that long ended its own session.
+// Sending at a third of the bound leaves two thirds to a starved goroutine.
+func reportEvery(interval time.Duration, l *lapse) time.Duration {
+	if l == nil || l.bound == 0 {
+		return interval
+	}
+	return min(interval, l.bound/3)
 }
 
 // socketSender returns a send for newReporter that writes to conn's socket (sendStatus).

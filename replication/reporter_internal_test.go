@@ -170,6 +170,27 @@ func TestReplyIsSentAtOnce(t *testing.T) {
 	}
 }
 
+// Under a short wal_sender_timeout, the reporter does not wait for the server's request at half of
+// it. Its next status update is due within a third of the lapse bound, whatever the status interval.
+func TestShortSenderTimeoutBringsTheNextReportForward(t *testing.T) {
+	pos := &fakePositions{limit: 1000, recorded: 100}
+	parts := testParts(t, pos, &Config{StatusInterval: time.Hour, Slot: "s"})
+	parts.lapse = newLapse(time.Second)
+	r := newReporter(parts)
+	if err := r.report(); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	next := time.Until(r.sched.Next())
+	r.mu.Unlock()
+	if bound := parts.lapse.bound; next > bound/3 {
+		t.Errorf("the next status update is due in %v, over a third of the lapse bound %v", next.Round(time.Millisecond), bound)
+	}
+	if got := reportEvery(time.Second, newLapse(time.Minute)); got != time.Second {
+		t.Errorf("with wal_sender_timeout at a minute, status updates %v apart, want the status interval", got)
+	}
+}
+
 // windowReporter returns a reporter with a window of eight (a backlog of four), not started.
 // Its status interval is an hour, and it has sent the session's first report (send 100).
 func windowReporter(t *testing.T, pos *fakePositions) *reporter {
