@@ -213,6 +213,50 @@ func (sr *streamReader) wait(t *testing.T, n int, timeout time.Duration) {
 	waitFor(t, timeout, fmt.Sprintf("%d messages in the stream", n), func() bool { return sr.count() >= n })
 }
 
+// settle waits until the reader holds every message the stream holds now, and returns their count.
+// The reader reads behind the relays, so a count alone may still grow with no new write.
+func (sr *streamReader) settle(t *testing.T) int {
+	t.Helper()
+	end := streamEnd(t, sr.uri, sr.name)
+	waitFor(t, 2*time.Minute, fmt.Sprintf("the reader at the stream's end (offset %d)", end), func() bool {
+		sr.mu.Lock()
+		defer sr.mu.Unlock()
+		return sr.next >= end
+	})
+	return sr.count()
+}
+
+// streamEnd returns the offset after the last message of the stream's last chunk.
+func streamEnd(t *testing.T, uri, name string) int64 {
+	t.Helper()
+	env, err := stream.NewEnvironment(streamconn.Options().SetUri(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	end := make(chan int64, 1)
+	var seen int // only the client's dispatch goroutine touches it
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, _ *amqp.Message) {
+		if seen++; seen == int(cc.GetEntriesCount()) {
+			select {
+			case end <- cc.Consumer.GetOffset() + 1:
+			default:
+			}
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Last()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case e := <-end:
+		return e
+	case <-time.After(time.Minute):
+		t.Fatalf("read no last chunk of %s in a minute", name)
+		return 0
+	}
+}
+
 // Two PostgreSQL clusters, each with walbox on the default slot name, publish into one stream
 // while their writers commit, and each relay is killed once. Each relay's producer has a name of
 // its own (system, database, slot), so the broker drops nothing of either: the stream holds every
@@ -309,12 +353,12 @@ func TestStreamRelayResumedAfterTakeoverWritesNothing(t *testing.T) {
 	taker := w.startRelay(append(env, "WALBOX_MESSAGE_PREFIX=none")...)
 	taker.waitState("streaming", time.Minute)
 	time.Sleep(2 * time.Second) // the taker relays none of the backlog
-	before := sr.count()
+	before := sr.settle(t)
 
 	old.Signal(syscall.SIGCONT)
 	waitFor(t, time.Minute, "the resumed relay to wait as a standby", func() bool { return old.state() == "standby" })
 	time.Sleep(3 * time.Second) // anything it wrote would be in the stream by now
-	if after := sr.count(); after != before {
+	if after := sr.settle(t); after != before {
 		t.Errorf("the stream went from %d to %d messages once the stopped relay resumed: it wrote what it held\n%s", before, after, old.Output())
 	}
 	if before >= backlog {
@@ -359,12 +403,12 @@ func TestStreamRelayResumedWritesNothingUnderTheWalsendersTimeout(t *testing.T) 
 	taker := w.startRelay(append(env, "WALBOX_MESSAGE_PREFIX=none")...)
 	taker.waitState("streaming", time.Minute)
 	time.Sleep(2 * time.Second) // the taker relays none of the backlog
-	before := sr.count()
+	before := sr.settle(t)
 
 	old.Signal(syscall.SIGCONT)
 	waitFor(t, time.Minute, "the resumed relay to wait as a standby", func() bool { return old.state() == "standby" })
 	time.Sleep(3 * time.Second) // anything it wrote would be in the stream by now
-	if after := sr.count(); after != before {
+	if after := sr.settle(t); after != before {
 		t.Errorf("the stream went from %d to %d messages once the stopped relay resumed: it wrote what it held\n%s", before, after, old.Output())
 	}
 	if before >= backlog {
