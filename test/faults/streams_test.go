@@ -3,6 +3,7 @@ package faults_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -544,12 +545,17 @@ func TestStreamPrefixChangedInsideATransactionLosesNoRow(t *testing.T) {
 
 // A relay killed inside one large transaction leaves part of it in the stream, and the slot before
 // it. The next relay reads that part back from the stream at the first row it skips, while the slot
-// streams. Race-built, reading tens of thousands of messages outlasts a wal_sender_timeout of 1 s.
-// The relay's reporter sends status updates meanwhile, without moving the slot, so the walsender
-// keeps the session: one session stores the rest of the transaction, each row once.
+// streams. Race-built, reading tens of thousands of messages outlasts a wal_sender_timeout of 2 s.
+// The relay's reporter sends status updates meanwhile, without moving the slot. So the walsender
+// keeps the session: the server never drops it for silence, and the rest is stored, each row once.
+// Without the updates, every session's read-back outlasts the timeout, and the server drops each.
+//
+// A relay starved past three quarters of the timeout ends its session itself (lapse.go), and
+// reads back again. On busy cores that happened under a 1 s timeout (docs/bench/testtime.md). It
+// is not what this test checks, so it counts the server's drops, not the relay's sessions.
 func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
 	heavy(t)
-	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "1s"))
+	pg := testenv.StartPostgres(t, testenv.WithSetting("wal_sender_timeout", "2s"))
 	testenv.RequireOwn(t, pg)
 	rabbit := testenv.SharedRabbitStream(t)
 	w := newWorld(t, pg, rabbit)
@@ -564,7 +570,7 @@ func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
 	first := w.startRelay(env...)
 	sr.wait(t, n/2, 3*time.Minute)
 	first.Kill()
-	stored := sr.count()
+	stored := sr.settle(t)
 	if stored >= n {
 		t.Fatal("the whole transaction was stored before the kill: the test proved nothing")
 	}
@@ -585,9 +591,18 @@ func TestStreamReadBackLongerThanTheWalsendersTimeout(t *testing.T) {
 			break
 		}
 	}
-	if got := strings.Count(second.Output(), "msg=streaming"); got != 1 || second.Exited() {
-		t.Errorf("the relay after the kill started %d sessions (exited %t), want one: the server dropped it during the read-back:\n%s",
-			got, second.Exited(), testenv.Tail(second.Output(), 30))
+	log, err := os.ReadFile(pg.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := strings.Count(second.Output(), "msg=streaming")
+	drops := strings.Count(string(log), "terminating walsender process due to replication timeout")
+	switch {
+	case drops != 0 || second.Exited():
+		t.Errorf("the server dropped the relay for silence %d times (exited %t, %d sessions), want none: no status update went out during the read-back:\n%s",
+			drops, second.Exited(), sessions, testenv.Tail(second.Output(), 30))
+	case sessions > 1:
+		t.Logf("the relay started %d sessions: starved past its lapse bound, it ended all but the last itself", sessions)
 	}
 }
 
