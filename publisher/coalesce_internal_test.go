@@ -15,18 +15,25 @@ import (
 )
 
 // pipeCoalescer returns a coalescer writing into a pipe and the pipe's reading end.
+// Its write timeout is 10 s: a reader starved on busy cores must not fail a write.
 func pipeCoalescer(t testing.TB, delay time.Duration, failed func(error) error) (*coalescer, net.Conn) {
+	t.Helper()
+	return pipeCoalescerTimeout(t, delay, failed, 10*time.Second)
+}
+
+// pipeCoalescerTimeout is pipeCoalescer with the write timeout timeout.
+func pipeCoalescerTimeout(t testing.TB, delay time.Duration, failed func(error) error, timeout time.Duration) (*coalescer, net.Conn) {
 	t.Helper()
 	client, server := net.Pipe()
 	t.Cleanup(func() { client.Close(); server.Close() })
 	defer SetCoalesceDelay(delay)()
-	return newCoalescer(writeBound{Conn: client, timeout: 200 * time.Millisecond}, failed), server
+	return newCoalescer(writeBound{Conn: client, timeout: timeout}, failed), server
 }
 
-// readExactly reads want from r, failing if it does not come within a second.
+// readExactly reads want from r, failing if it does not come within 10 s.
 func readExactly(t testing.TB, r net.Conn, want string) {
 	t.Helper()
-	r.SetReadDeadline(time.Now().Add(time.Second))
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got := make([]byte, len(want))
 	if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
 		t.Fatalf("read %q, %v; want %q", got, err, want)
@@ -93,7 +100,7 @@ func TestCoalescerWritesByItself(t *testing.T) {
 // to the session (which cuts the connection) and every later write fails too.
 func TestCoalescerStuckWriteNowFails(t *testing.T) {
 	failed := make(chan error, 1)
-	w, _ := pipeCoalescer(t, time.Hour, func(err error) error { failed <- err; return err })
+	w, _ := pipeCoalescerTimeout(t, time.Hour, func(err error) error { failed <- err; return err }, 200*time.Millisecond)
 	w.holding(true)
 	w.Write([]byte("pub1")) // nobody reads the pipe
 	start := time.Now()
