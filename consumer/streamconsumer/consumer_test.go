@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,8 +349,7 @@ func messageErrors(cfg *streamconsumer.Config) func() []string {
 func TestStreamConsumerLeavesItsReceiveBufferToTheKernel(t *testing.T) {
 	const n = 2000
 	se := newStreamEnvPadded(t, n, 2000)
-	port := portOf(t, se.uri)
-	before := receiveBuffers(t, port)
+	before := testenv.ReceiveBuffers(t, se.uri)
 	c, err := streamconsumer.New(se.pool, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -361,38 +358,11 @@ func TestStreamConsumerLeavesItsReceiveBufferToTheKernel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	se.waitOffset(t, n, 2*time.Minute)
-	kernel := kernelReceiveBuffer(t)
-	var checked int
-	for sock, size := range receiveBuffers(t, port) {
-		if _, ok := before[sock]; ok {
-			continue
-		}
-		checked++
-		if size < kernel {
-			t.Errorf("a connection of the consumer to the broker has a receive buffer of %d bytes, below the kernel's default of %d", size, kernel)
-		}
-	}
+	testenv.CheckNewReceiveBuffers(t, se.uri, before)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if checked == 0 {
-		t.Error("found no connection of the consumer to the broker: the test proved nothing")
-	}
-}
-
-// portOf returns the port of the URI uri.
-func portOf(t *testing.T, uri string) int {
-	t.Helper()
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := strconv.Atoi(u.Port())
-	if err != nil {
-		t.Fatalf("port of %s: %v", uri, err)
-	}
-	return p
 }
 
 // The consumer process is SIGKILLed again and again while it handles a stream: every message
