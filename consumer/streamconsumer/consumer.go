@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -199,7 +200,11 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	if err := dead.publish(r, min(d.Attempt, c.cfg.MaxAttempts), handlerErr); err != nil {
 		return err
 	}
-	_, _, err := c.process(ctx, r.offset, d, nil) // only the offset moves
+	// The dead letter is stored: the offset moves past it even at shutdown.
+	// Otherwise the next run handles a message the consumer gave up on.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_, _, err := c.process(mctx, r.offset, d, nil) // only the offset moves
 	return err
 }
 
