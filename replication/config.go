@@ -110,7 +110,7 @@ type Config struct {
 	// Window bounds the messages published but not yet confirmed (default DefaultWindow).
 	Window int
 	// StatusInterval is how often the relay reports its position to the server (default DefaultStatusInterval).
-	// Keep it well under the server's wal_sender_timeout.
+	// Under a short wal_sender_timeout, reports come every quarter of it, if that is sooner.
 	StatusInterval time.Duration
 	// ServerTimeout is how long the relay waits to hear anything from the server, having asked it to reply.
 	// Past it, the relay takes the replication connection for dead and starts a new session.

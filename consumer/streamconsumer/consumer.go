@@ -87,6 +87,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
+// deadLetterOffsetTimeout bounds the offset move after a confirmed dead letter. It runs even at
+// shutdown, so it needs a bound of its own.
+const deadLetterOffsetTimeout = 30 * time.Second
+
 // record is one message read from the stream, with its offset.
 type record struct {
 	offset int64
@@ -202,7 +206,7 @@ func (c *Consumer) handle(ctx context.Context, dead *deadLetters, r record) erro
 	}
 	// The dead letter is stored: the offset moves past it even at shutdown.
 	// Otherwise the next run handles a message the consumer gave up on.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadLetterOffsetTimeout)
 	defer cancel()
 	_, _, err := c.process(mctx, r.offset, d, nil) // only the offset moves
 	return err

@@ -116,7 +116,7 @@ var settingTable = []group{
 			see: "setup.md#publishing-lanes"},
 		{flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", def: replication.DefaultStatusInterval.String(), cmds: runOnly, bind: func(v *values) any { return &v.relay.StatusInterval },
 			help: "how often the confirmed position is reported to PostgreSQL; sooner once the stream goes quiet or " +
-				"half the window was confirmed since the last report; keep well under `wal_sender_timeout` (60 s)"},
+				"half the window was confirmed since the last report; at most a quarter of `wal_sender_timeout` apart (60 s)"},
 		{flag: "canary-interval", env: "WALBOX_CANARY_INTERVAL", def: canary.DefaultInterval.String(), cmds: runOnly, bind: func(v *values) any { return (*pause)(&v.daemon.Canary) },
 			help: "how often the active instance writes a canary through the database and reads it back from its queue; " +
 				"`/readyz` fails when none came back for two intervals (0: off, else at least 100ms; in stream mode it is read from the stream)",
