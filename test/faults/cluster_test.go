@@ -65,15 +65,21 @@ func TestClusterFaults(t *testing.T) {
 // mirrored classic queues, and there the declaration of a classic queue whose node is down gets
 // no answer for over a minute (3.10 refuses it at once): confirms go on all the same, and a row
 // to park waits, says so, and is parked once the node is back.
+//
+// `make test` runs the classic case only; the soak runs both. The default case repeats paths CI
+// runs elsewhere. The classic case kills the connected 4.0 node under the same verdict and
+// failover bound. TestClusterFaults declares the default quorum queues, on 3.10.
 func TestClusterFaultsOnRabbitMQ40(t *testing.T) {
 	heavy(t)
 	cluster := testenv.StartCluster(t, testenv.RabbitVersion("4.0"))
 	pg := testenv.SharedPostgres(t)
 	t.Logf("RabbitMQ 4.0 cluster of %d formed in %v", len(cluster.Nodes()), cluster.Formed.Round(time.Millisecond))
-	t.Run("the connected node is killed", func(t *testing.T) {
-		defer cluster.StartAll(t)
-		testClusterKill(t, pg, cluster)
-	})
+	if soaking() {
+		t.Run("the connected node is killed", func(t *testing.T) {
+			defer cluster.StartAll(t)
+			testClusterKill(t, pg, cluster)
+		})
+	}
 	t.Run("the connected node is killed with classic park and alternate queues on it", func(t *testing.T) {
 		defer cluster.StartAll(t)
 		testClusterClassicSinks(t, pg, cluster)
