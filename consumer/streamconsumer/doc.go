@@ -33,6 +33,7 @@
 // than the stored offset cannot be told from the old one.
 //
 // The package does not log. Errors it recovers from go to Config.OnError, a handler's as a
-// *consumer.MessageError. See docs/streams.md for the stream path as a whole, and
+// *consumer.MessageError. A handler cut short by the end of Run's context reports none: its
+// message is abandoned, not failed. See docs/streams.md for the stream path as a whole, and
 // docs/architecture.md for the rest of walbox.
 package streamconsumer
