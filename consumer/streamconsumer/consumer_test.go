@@ -122,6 +122,12 @@ func (se *streamEnv) waitOffset(t *testing.T, n int, timeout time.Duration) {
 // runUntil runs a consumer of cfg with h until the stored next offset is n.
 func (se *streamEnv) runUntil(t *testing.T, cfg streamconsumer.Config, h consumer.Handler, n int) {
 	t.Helper()
+	se.runWhile(t, cfg, h, func() { se.waitOffset(t, n, time.Minute) })
+}
+
+// runWhile runs a consumer of cfg with h until wait returns, then stops it.
+func (se *streamEnv) runWhile(t *testing.T, cfg streamconsumer.Config, h consumer.Handler, wait func()) {
+	t.Helper()
 	c, err := streamconsumer.New(se.pool, cfg, h)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +135,7 @@ func (se *streamEnv) runUntil(t *testing.T, cfg streamconsumer.Config, h consume
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	se.waitOffset(t, n, time.Minute)
+	wait()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -288,29 +294,21 @@ func TestStreamConsumerShutdownIsNoMessageError(t *testing.T) {
 	cfg := se.config()
 	retried := messageErrors(&cfg)
 	started := make(chan struct{}, 1)
-	c, err := streamconsumer.New(se.pool, cfg, func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
+	stuck := func(ctx context.Context, tx pgx.Tx, d consumer.Delivery) error {
 		select {
 		case started <- struct{}{}:
 		default:
 		}
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	se.runWhile(t, cfg, stuck, func() {
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("the handler did not start in a minute")
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the handler did not start in a minute")
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
 	if got := retried(); len(got) != 0 {
 		t.Errorf("OnError heard %q at shutdown, want no message error", got)
 	}
@@ -350,19 +348,10 @@ func TestStreamConsumerLeavesItsReceiveBufferToTheKernel(t *testing.T) {
 	const n = 2000
 	se := newStreamEnvPadded(t, n, 2000)
 	before := testenv.ReceiveBuffers(t, se.uri)
-	c, err := streamconsumer.New(se.pool, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	se.waitOffset(t, n, 2*time.Minute)
-	testenv.CheckNewReceiveBuffers(t, se.uri, before)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	se.runWhile(t, se.config(), func(context.Context, pgx.Tx, consumer.Delivery) error { return nil }, func() {
+		se.waitOffset(t, n, 2*time.Minute)
+		testenv.CheckNewReceiveBuffers(t, se.uri, before)
+	})
 }
 
 // The consumer process is SIGKILLed again and again while it handles a stream: every message

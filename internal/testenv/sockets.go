@@ -13,7 +13,12 @@ import (
 // the port of uri. The key is the socket's name in /proc (socket:[inode]).
 func ReceiveBuffers(t testing.TB, uri string) map[string]int {
 	t.Helper()
-	port := uriPort(t, uri)
+	return receiveBuffers(t, uriPort(t, uri))
+}
+
+// receiveBuffers is ReceiveBuffers of the sockets connected to port.
+func receiveBuffers(t testing.TB, port int) map[string]int {
+	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +59,7 @@ func CheckNewReceiveBuffers(t testing.TB, uri string, before map[string]int) {
 	t.Helper()
 	kernel, port := kernelReceiveBuffer(t), uriPort(t, uri)
 	checked := 0
-	for sock, size := range ReceiveBuffers(t, uri) {
+	for sock, size := range receiveBuffers(t, port) {
 		if _, ok := before[sock]; ok {
 			continue
 		}
